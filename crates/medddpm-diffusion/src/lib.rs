@@ -1,0 +1,36 @@
+//! The Med-DDPM diffusion process: cosine schedule, `q_sample`, training loss and DDPM sampler.
+//!
+//! The schedule is plain f64 data ([`CosineSchedule`]); tensors appear only where a buffer meets
+//! a batch. The sampler and the loss are generic over burn's `Backend` and over a [`Denoiser`], so
+//! this crate never depends on the network.
+//!
+//! # Example
+//! ```
+//! use burn::backend::Flex;
+//! use burn::tensor::Tensor;
+//! use medddpm_diffusion::{CosineSchedule, DdpmSampler};
+//!
+//! let schedule = CosineSchedule::new(250);
+//! let device = Default::default();
+//! let x0 = Tensor::<Flex, 5>::zeros([1, 1, 2, 2, 2], &device);
+//! let noise = Tensor::<Flex, 5>::ones([1, 1, 2, 2, 2], &device);
+//! let x_t = schedule.q_sample(x0, &[249], noise);
+//! // Near the end of the chain x_t is almost pure noise.
+//! assert!((x_t.into_scalar_mean() - 1.0).abs() < 1e-3);
+//! let sampler = DdpmSampler::new(schedule);
+//! assert_eq!(sampler.timesteps().next(), Some(249));
+//! # trait MeanExt { fn into_scalar_mean(self) -> f32; }
+//! # impl MeanExt for Tensor<Flex, 5> { fn into_scalar_mean(self) -> f32 { self.mean().into_scalar() } }
+//! ```
+#![warn(missing_docs)]
+
+pub mod process;
+pub mod sampler;
+pub mod schedule;
+
+pub use process::{network_input, noise_loss, training_loss, LossType, TrainingLoss};
+pub use sampler::{DdpmSampler, Denoiser, StepOutput};
+pub use schedule::{CosineSchedule, ScheduleConfig};
+
+#[cfg(test)]
+mod tests;

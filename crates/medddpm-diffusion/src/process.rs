@@ -1,0 +1,99 @@
+//! The forward process and the training objective.
+
+use burn::tensor::{backend::Backend, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::CosineSchedule;
+use crate::Denoiser;
+
+/// Which distance between the true and the predicted noise is minimised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossType {
+    /// Mean absolute error, what every reference training script selects.
+    #[default]
+    L1,
+    /// Mean squared error, the reference's unused alternative.
+    L2,
+}
+
+impl CosineSchedule {
+    /// Gathers `buffer[t_b]` for every batch element into a tensor of shape [B, 1, ..., 1] that
+    /// broadcasts over a D-dimensional batch. The values are rounded to f32 only here.
+    pub fn extract<B: Backend, const D: usize>(
+        buffer: &[f64],
+        timesteps: &[usize],
+        device: &B::Device,
+    ) -> Tensor<B, D> {
+        let values: Vec<f32> = timesteps.iter().map(|&t| buffer[t] as f32).collect();
+        let mut shape = [1usize; D];
+        shape[0] = timesteps.len();
+        Tensor::from_data(TensorData::new(values, shape), device)
+    }
+
+    /// Diffuses `x0` to step t in one jump: x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise
+    /// (DDPM eq. 4). `timesteps` holds one t per batch element.
+    pub fn q_sample<B: Backend, const D: usize>(
+        &self,
+        x0: Tensor<B, D>,
+        timesteps: &[usize],
+        noise: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let device = x0.device();
+        let a = Self::extract::<B, D>(&self.sqrt_alphas_cumprod, timesteps, &device);
+        let b = Self::extract::<B, D>(&self.sqrt_one_minus_alphas_cumprod, timesteps, &device);
+        x0 * a + noise * b
+    }
+}
+
+/// The network input: the noisy image first, then the (never noised) condition channels.
+pub fn network_input<B: Backend>(x_t: Tensor<B, 5>, cond: Option<Tensor<B, 5>>) -> Tensor<B, 5> {
+    match cond {
+        Some(cond) => Tensor::cat(vec![x_t, cond], 1),
+        None => x_t,
+    }
+}
+
+/// Distance between the true and the predicted noise, averaged over every element.
+pub fn noise_loss<B: Backend>(
+    noise: Tensor<B, 5>,
+    predicted: Tensor<B, 5>,
+    loss: LossType,
+) -> Tensor<B, 1> {
+    let diff = predicted - noise;
+    match loss {
+        LossType::L1 => diff.abs().mean(),
+        LossType::L2 => diff.square().mean(),
+    }
+}
+
+/// Output of [`training_loss`]: the scalar loss and the tensors a caller may want to log or test.
+#[derive(Debug, Clone)]
+pub struct TrainingLoss<B: Backend> {
+    /// Scalar loss (shape [1]).
+    pub loss: Tensor<B, 1>,
+    /// The network's noise prediction.
+    pub predicted_noise: Tensor<B, 5>,
+}
+
+/// The Med-DDPM training objective for one batch (reference `p_losses`): diffuse `x0` to the
+/// given steps with `noise`, ask the denoiser for the noise from cat(x_t, cond), and compare.
+///
+/// Noise and timesteps are arguments, not drawn here, so tests can pin them and the trainer owns
+/// the random state.
+pub fn training_loss<B: Backend, M: Denoiser<B>>(
+    denoiser: &M,
+    schedule: &CosineSchedule,
+    x0: Tensor<B, 5>,
+    cond: Option<Tensor<B, 5>>,
+    timesteps: &[usize],
+    noise: Tensor<B, 5>,
+    loss: LossType,
+) -> TrainingLoss<B> {
+    let x_t = schedule.q_sample(x0, timesteps, noise.clone());
+    let predicted_noise = denoiser.predict_noise(network_input(x_t, cond), timesteps);
+    TrainingLoss {
+        loss: noise_loss(noise, predicted_noise.clone(), loss),
+        predicted_noise,
+    }
+}

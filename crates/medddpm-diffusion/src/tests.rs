@@ -1,0 +1,106 @@
+use burn::backend::Flex;
+use burn::tensor::{backend::Backend, Tensor, TensorData};
+
+use crate::*;
+
+type B = Flex;
+
+fn values(t: Tensor<B, 5>) -> Vec<f32> {
+    t.into_data().to_vec::<f32>().unwrap()
+}
+
+/// A denoiser that knows the clean image is the constant `c` everywhere, so its noise estimate
+/// is exact: eps = (x_t - sqrt(abar_t) c) / sqrt(1 - abar_t).
+struct Oracle {
+    schedule: CosineSchedule,
+    c: f32,
+}
+
+impl Denoiser<B> for Oracle {
+    fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
+        let t = timesteps[0];
+        let x_t = input.narrow(1, 0, 1);
+        (x_t.sub_scalar(self.schedule.sqrt_alphas_cumprod[t] * self.c as f64))
+            .div_scalar(self.schedule.sqrt_one_minus_alphas_cumprod[t])
+    }
+}
+
+#[test]
+fn q_sample_mixes_signal_and_noise_per_batch_element() {
+    let s = CosineSchedule::new(250);
+    let device = Default::default();
+    let x0 = Tensor::<B, 5>::ones([2, 1, 1, 1, 2], &device);
+    let noise = Tensor::<B, 5>::full([2, 1, 1, 1, 2], 2.0, &device);
+    let out = values(s.q_sample(x0, &[0, 200], noise));
+    for (i, t) in [0usize, 200].iter().enumerate() {
+        let want = s.sqrt_alphas_cumprod[*t] + 2.0 * s.sqrt_one_minus_alphas_cumprod[*t];
+        for v in &out[2 * i..2 * i + 2] {
+            assert!((*v as f64 - want).abs() < 1e-6, "t={t}: {v} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn loss_is_l1_or_l2_of_the_noise_error() {
+    let device = Default::default();
+    let noise = Tensor::<B, 5>::from_data(
+        TensorData::new(vec![1.0f32, -1.0, 0.5, 0.0], [1, 1, 1, 2, 2]),
+        &device,
+    );
+    let pred = Tensor::<B, 5>::from_data(
+        TensorData::new(vec![0.0f32, 1.0, 0.5, -2.0], [1, 1, 1, 2, 2]),
+        &device,
+    );
+    let l1: f32 = noise_loss(noise.clone(), pred.clone(), LossType::L1).into_scalar();
+    let l2: f32 = noise_loss(noise, pred, LossType::L2).into_scalar();
+    assert!((l1 - 5.0 / 4.0).abs() < 1e-6);
+    assert!((l2 - 9.0 / 4.0).abs() < 1e-6);
+}
+
+#[test]
+fn last_step_returns_the_clamped_x0_without_noise() {
+    let sampler = DdpmSampler::new(CosineSchedule::new(250));
+    let device = Default::default();
+    let x_t = Tensor::<B, 5>::full([1, 1, 1, 1, 3], 3.0, &device);
+    let eps = Tensor::<B, 5>::zeros([1, 1, 1, 1, 3], &device);
+    let noise = Tensor::<B, 5>::full([1, 1, 1, 1, 3], 100.0, &device);
+    let out = sampler.step(eps, 0, x_t, noise);
+    // x0 = 3 * sqrt(1/abar_0) > 1, clamped to 1; at t = 0 coef1 = 1 and coef2 = 0.
+    for v in values(out.prev_sample) {
+        assert!((v - 1.0).abs() < 1e-6, "{v}");
+    }
+}
+
+#[test]
+fn step_adds_scaled_noise_before_the_last_step() {
+    let s = CosineSchedule::new(250);
+    let sampler = DdpmSampler::new(s.clone());
+    let device = Default::default();
+    let t = 100;
+    let x_t = Tensor::<B, 5>::full([1, 1, 1, 1, 1], 0.3, &device);
+    let eps = Tensor::<B, 5>::full([1, 1, 1, 1, 1], 0.2, &device);
+    let z = Tensor::<B, 5>::full([1, 1, 1, 1, 1], 1.5, &device);
+    let out = sampler.step(eps, t, x_t, z);
+    let x0 = (0.3 * s.sqrt_recip_alphas_cumprod[t] - 0.2 * s.sqrt_recipm1_alphas_cumprod[t])
+        .clamp(-1.0, 1.0);
+    let mean = s.posterior_mean_coef1[t] * x0 + s.posterior_mean_coef2[t] * 0.3;
+    let want = mean + (0.5 * s.posterior_log_variance_clipped[t]).exp() * 1.5;
+    let got = values(out.prev_sample)[0] as f64;
+    assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+}
+
+#[test]
+fn sampling_with_an_exact_denoiser_recovers_the_image() {
+    let schedule = CosineSchedule::new(50);
+    let sampler = DdpmSampler::new(schedule.clone());
+    let device = Default::default();
+    B::seed(&device, 7);
+    let cond = Tensor::<B, 5>::zeros([2, 2, 2, 3, 4], &device);
+    let mut calls = 0;
+    let x = sampler.sample(&Oracle { schedule, c: 0.25 }, cond, 1, |done| calls = done);
+    assert_eq!(calls, 50);
+    assert_eq!(x.dims(), [2, 1, 2, 3, 4]);
+    for v in values(x) {
+        assert!((v - 0.25).abs() < 1e-4, "{v}");
+    }
+}

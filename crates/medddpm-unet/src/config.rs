@@ -1,0 +1,121 @@
+//! U-Net settings, with presets equal to the reference's `create_model` calls.
+
+use serde::{Deserialize, Serialize};
+
+use crate::UNetError;
+
+/// Shape of the U-Net. Field names and defaults follow the reference's `create_model` arguments;
+/// the default is the whole-head model (40,226,433 parameters).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UNetConfig {
+    /// Noisy image channels plus condition channels (whole-head: 1 + 2).
+    pub in_channels: usize,
+    /// Predicted-noise channels, equal to the image channels.
+    pub out_channels: usize,
+    /// Base channel count C (`num_channels` in the reference scripts).
+    pub model_channels: usize,
+    /// ResBlocks per level in the encoder (the decoder has one more).
+    pub num_res_blocks: usize,
+    /// Channel multiplier per level.
+    pub channel_mult: Vec<usize>,
+    /// Image sizes at which attention is used. As in the reference they are turned into
+    /// downsampling factors by `image_size / r`, and attention sits where the running factor
+    /// equals one of them (for BraTS, 192 / 16 = 12 never occurs, so only the middle block has it).
+    pub attention_resolutions: Vec<usize>,
+    /// In-plane image size the reference keys `attention_resolutions` on.
+    pub image_size: usize,
+    /// Attention heads; the reference always uses one head spanning all channels.
+    pub num_heads: usize,
+    /// Groups of every GroupNorm.
+    pub num_groups: usize,
+}
+
+impl Default for UNetConfig {
+    fn default() -> Self {
+        Self::whole_head()
+    }
+}
+
+impl UNetConfig {
+    /// The released whole-head model: 128^3, 3 -> 1 channels, C = 64, one ResBlock per level,
+    /// attention at 16^3.
+    pub fn whole_head() -> Self {
+        Self {
+            in_channels: 3,
+            out_channels: 1,
+            model_channels: 64,
+            num_res_blocks: 1,
+            channel_mult: vec![1, 1, 2, 3, 4],
+            attention_resolutions: vec![16],
+            image_size: 128,
+            num_heads: 1,
+            num_groups: 32,
+        }
+    }
+
+    /// The released BraTS model: 192x192x144, 8 -> 4 channels, C = 64, two ResBlocks per level,
+    /// attention only in the middle block.
+    pub fn brats() -> Self {
+        Self {
+            in_channels: 8,
+            out_channels: 4,
+            num_res_blocks: 2,
+            image_size: 192,
+            ..Self::whole_head()
+        }
+    }
+
+    /// Downsampling factors at which attention blocks are inserted.
+    pub fn attention_downsample_factors(&self) -> Vec<usize> {
+        self.attention_resolutions
+            .iter()
+            .filter(|&&r| r > 0)
+            .map(|&r| self.image_size / r)
+            .collect()
+    }
+
+    /// Every spatial size must be divisible by this (one halving per level but the last).
+    pub fn size_divisor(&self) -> usize {
+        1 << self.channel_mult.len().saturating_sub(1)
+    }
+
+    /// Checks what the network cannot be built with.
+    pub fn validate(&self) -> Result<(), UNetError> {
+        let bad = |reason: String| Err(UNetError::InvalidConfig { reason });
+        if self.in_channels == 0 || self.out_channels == 0 || self.model_channels == 0 {
+            return bad("in_channels, out_channels and model_channels must be positive".into());
+        }
+        if self.channel_mult.is_empty() || self.channel_mult.contains(&0) {
+            return bad(format!(
+                "channel_mult must be non-empty and positive, got {:?}",
+                self.channel_mult
+            ));
+        }
+        if self.num_res_blocks == 0 {
+            return bad("num_res_blocks must be at least 1".into());
+        }
+        if self.num_heads != 1 {
+            return bad(format!(
+                "only num_heads = 1 (the reference's setting) is implemented, got {}",
+                self.num_heads
+            ));
+        }
+        if self.model_channels % 2 != 0 {
+            return bad(format!(
+                "model_channels must be even for the sinusoidal time embedding, got {}",
+                self.model_channels
+            ));
+        }
+        for &m in &self.channel_mult {
+            let ch = m * self.model_channels;
+            if self.num_groups == 0 || ch % self.num_groups != 0 {
+                return bad(format!(
+                    "level width {ch} (model_channels {} x mult {m}) is not divisible by num_groups {}",
+                    self.model_channels, self.num_groups
+                ));
+            }
+        }
+        Ok(())
+    }
+}
