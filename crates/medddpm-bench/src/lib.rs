@@ -131,7 +131,9 @@ pub fn step_bench<B: AutodiffBackend>(
     sync::<B::InnerBackend>(device)?;
     let first_forward_s = start.elapsed().as_secs_f64();
     drop(out);
-    progress(&format!("first forward took {first_forward_s:.2} s; timing forwards"));
+    progress(&format!(
+        "first forward took {first_forward_s:.2} s; timing forwards"
+    ));
     let mut forward_ms = Vec::new();
     for i in 0..config.warmup + config.steps {
         let start = Instant::now();
@@ -144,7 +146,11 @@ pub fn step_bench<B: AutodiffBackend>(
     }
     drop(inference);
     drop(input);
-    progress(&format!("forward median {:.2} ms over {} steps", median(&forward_ms), forward_ms.len()));
+    progress(&format!(
+        "forward median {:.2} ms over {} steps",
+        median(&forward_ms),
+        forward_ms.len()
+    ));
 
     // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon).
     let mut optim = AdamConfig::new()
@@ -174,7 +180,9 @@ pub fn step_bench<B: AutodiffBackend>(
     let start = Instant::now();
     model = train_step(model)?;
     let first_train_step_s = start.elapsed().as_secs_f64();
-    progress(&format!("first training micro-step took {first_train_step_s:.2} s; timing training micro-steps"));
+    progress(&format!(
+        "first training micro-step took {first_train_step_s:.2} s; timing training micro-steps"
+    ));
     let mut train_step_ms = Vec::new();
     for i in 0..config.warmup + config.steps {
         let start = Instant::now();
@@ -183,7 +191,11 @@ pub fn step_bench<B: AutodiffBackend>(
             train_step_ms.push(start.elapsed().as_secs_f64() * 1e3);
         }
     }
-    progress(&format!("training micro-step median {:.2} ms over {} steps", median(&train_step_ms), train_step_ms.len()));
+    progress(&format!(
+        "training micro-step median {:.2} ms over {} steps",
+        median(&train_step_ms),
+        train_step_ms.len()
+    ));
     // One more loss evaluation, outside the timings, to report a finite value.
     let noise = Tensor::<B, 5>::random(
         [b, image_channels, d, h, w],

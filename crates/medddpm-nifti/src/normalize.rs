@@ -26,6 +26,10 @@ pub enum Normalization {
         /// Upper percentile, e.g. 99.5.
         high: f64,
     },
+    /// Leave intensities exactly as stored: for data already scaled to [-1, 1] by a
+    /// preprocessing step (the BraTS files, whose reference loader does not rescale them).
+    #[serde(rename = "none")]
+    None,
 }
 
 impl Normalization {
@@ -59,6 +63,7 @@ impl Normalization {
                     .for_each(|x| *x = (*x as f64).clamp(lo, hi) as f32);
                 rescale(data, lo, hi);
             }
+            Self::None => {}
         }
         Ok(())
     }
@@ -215,5 +220,23 @@ mod tests {
             }
         );
         assert_eq!(Normalization::default(), Normalization::ReferencePerSlice);
+    }
+
+    #[test]
+    fn none_keeps_values_and_is_named_none() {
+        let orig = vec![-1.0, 0.25, 3.0, f32::NAN];
+        let mut d = orig.clone();
+        Normalization::None.apply(&mut d, [4, 1, 1]).unwrap();
+        assert_eq!(&d[..3], &orig[..3]);
+        assert!(d[3].is_nan());
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Cfg {
+            mode: Normalization,
+        }
+        let c: Cfg = toml::from_str("mode = \"none\"\n").unwrap();
+        assert_eq!(c.mode, Normalization::None);
+        assert_eq!(toml::to_string(&c).unwrap(), "mode = \"none\"\n");
+        // The length check still applies, so a wrong-sized buffer is not silently accepted.
+        assert!(Normalization::None.apply(&mut d, [5, 1, 1]).is_err());
     }
 }

@@ -1,0 +1,86 @@
+//! `medddpm inspect`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use burn::backend::Flex;
+use burn::module::Module;
+use clap::Args;
+use medddpm_nifti::Volume;
+use medddpm_train::checkpoint::{read_state, RunDir};
+use medddpm_train::ExperimentConfig;
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// A NIfTI file, an experiment (built-in name or TOML file), a checkpoint folder or a run folder.
+    path: String,
+}
+
+pub fn run(args: InspectArgs) -> anyhow::Result<()> {
+    let path = PathBuf::from(&args.path);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if name.ends_with(".nii") || name.ends_with(".nii.gz") || name.ends_with(".hdr") {
+        let v = Volume::read(&path)?;
+        println!("file:     {}", path.display());
+        println!(
+            "shape:    {:?} (network order {:?})",
+            v.dims(),
+            v.network_shape()
+        );
+        println!("dtype:    {:?}", v.dtype());
+        println!("spacing:  {:?}", v.spacing());
+        println!("affine:");
+        for row in v.affine() {
+            println!(
+                "  {:>10.4} {:>10.4} {:>10.4} {:>10.4}",
+                row[0], row[1], row[2], row[3]
+            );
+        }
+        let (min, max, sum) = v.data().iter().fold(
+            (f32::INFINITY, f32::NEG_INFINITY, 0.0f64),
+            |(a, b, s), &x| (a.min(x), b.max(x), s + x as f64),
+        );
+        println!(
+            "values:   min {min} max {max} mean {:.6}",
+            sum / v.voxel_count() as f64
+        );
+        println!("header:\n{}", v.header());
+        return Ok(());
+    }
+    if path.is_dir() {
+        let ckpt = if path.join("state.json").is_file() {
+            path.clone()
+        } else {
+            RunDir::new(&path)
+                .latest_checkpoint()?
+                .with_context(|| format!("{} holds no checkpoint", path.display()))?
+        };
+        let state = read_state(&ckpt)?;
+        let config = ExperimentConfig::from_file(&ckpt.join("config.toml"))?;
+        let params = config.model.init::<Flex>(&Default::default())?.num_params();
+        println!("checkpoint: {}", ckpt.display());
+        println!(
+            "step:       {} (micro-batches {}, seed {})",
+            state.step, state.micro_batches, state.seed
+        );
+        println!("last loss:  {}", state.last_loss);
+        println!("trained:    {:.1} s", state.elapsed_s);
+        println!("parameters: {params}");
+        println!("\n# resolved config\n{}", config.to_toml());
+        return Ok(());
+    }
+    if name.ends_with(".toml")
+        || crate::experiments::BUILT_IN
+            .iter()
+            .any(|(n, _)| *n == args.path)
+    {
+        let (_, config) = crate::experiments::load(&args.path)?;
+        config.validate()?;
+        println!("{}", config.to_toml());
+        return Ok(());
+    }
+    bail!("don't know how to inspect '{}': give a .nii/.nii.gz file, an experiment, or a checkpoint or run folder", args.path)
+}

@@ -1,0 +1,123 @@
+//! `medddpm train`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use burn::tensor::backend::AutodiffBackend;
+use clap::Args;
+use medddpm_train::{train, ExperimentConfig, RunDir, SessionOptions};
+
+use crate::backend::{run_on, BackendArg, BackendTask};
+use crate::progress::TrainBar;
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A built-in experiment (quickstart, whole-head-128, brats-192) or an experiment TOML file.
+    #[arg(long, default_value = "quickstart", conflicts_with = "resume")]
+    experiment: String,
+    /// Run folder (checkpoints, metrics, samples). Default: runs/<experiment>.
+    #[arg(long, conflicts_with = "resume")]
+    run_dir: Option<PathBuf>,
+    /// Continue the run in this folder from its latest checkpoint, with its saved config.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Override train.steps (total optimizer steps of the run).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Stop after this many optimizer steps of this session (a checkpoint is written).
+    #[arg(long)]
+    max_steps: Option<usize>,
+    /// Override train.save_every.
+    #[arg(long)]
+    save_every: Option<usize>,
+    /// Override train.lr.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Override train.seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Backend to train on.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendArg,
+}
+
+struct TrainTask {
+    config: ExperimentConfig,
+    run: RunDir,
+    options: SessionOptions,
+}
+
+impl BackendTask for TrainTask {
+    type Output = ();
+    fn run<B: AutodiffBackend>(self, device: B::Device, backend: &str) -> anyhow::Result<()> {
+        eprintln!(
+            "training on the {backend} backend, run folder {}",
+            self.run.root.display()
+        );
+        let mut bar = TrainBar::new();
+        let summary = train::<B>(&self.config, &self.run, &self.options, &device, &mut bar)?;
+        drop(bar);
+        eprintln!(
+            "trained steps {}..{}: loss {:.4} -> {:.4}; checkpoint {}",
+            summary.start_step,
+            summary.end_step,
+            summary.first_loss,
+            summary.last_loss,
+            summary.checkpoint.display()
+        );
+        for s in &summary.samples {
+            eprintln!("sample written: {}", s.display());
+        }
+        Ok(())
+    }
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    let (run, mut config, resume) = match &args.resume {
+        Some(dir) => {
+            let run = RunDir::new(dir);
+            let path = run.config_path();
+            if !path.is_file() {
+                bail!(
+                    "{} is not a run folder: it has no config.toml",
+                    dir.display()
+                );
+            }
+            let config = ExperimentConfig::from_file(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            (run, config, true)
+        }
+        None => {
+            let (name, config) = crate::experiments::load(&args.experiment)?;
+            let dir = args
+                .run_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("runs").join(&name));
+            (RunDir::new(dir), config, false)
+        }
+    };
+    if let Some(steps) = args.steps {
+        config.train.steps = steps;
+    }
+    if let Some(n) = args.save_every {
+        config.train.save_every = n;
+    }
+    if let Some(lr) = args.lr {
+        config.train.lr = lr;
+    }
+    if let Some(seed) = args.seed {
+        config.train.seed = seed;
+    }
+    let options = SessionOptions {
+        resume,
+        max_steps: args.max_steps,
+    };
+    run_on(
+        args.backend,
+        TrainTask {
+            config,
+            run,
+            options,
+        },
+    )
+}

@@ -1,0 +1,205 @@
+//! Run folders and checkpoints.
+//!
+//! A checkpoint is a folder `checkpoints/step-NNNNNN/` holding the live weights, the EMA
+//! weights, the optimizer state, the resolved config and `state.json` (step, seed and data
+//! position). It is written under a temporary name and renamed into place, and only then is the
+//! `latest` pointer replaced (also by rename), so a crash at any point leaves the previous
+//! checkpoint as the latest and loadable.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+
+/// File names inside a checkpoint folder (burn adds `.mpk` to the record files).
+pub const MODEL_FILE: &str = "model";
+/// EMA weights.
+pub const EMA_FILE: &str = "ema";
+/// Adam state.
+pub const OPTIMIZER_FILE: &str = "optimizer";
+/// Step, seed and data position.
+pub const STATE_FILE: &str = "state.json";
+/// The resolved experiment configuration.
+pub const CONFIG_FILE: &str = "config.toml";
+const LATEST: &str = "latest";
+
+/// Everything besides tensors that an exact resume needs. All randomness of a run is derived
+/// from `seed` and the step and micro-step counters, so these numbers are the whole RNG state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Optimizer steps completed.
+    pub step: usize,
+    /// Micro-batches drawn so far (the data-order position).
+    pub micro_batches: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// Mean loss of the last optimizer step.
+    pub last_loss: f32,
+    /// Wall-clock seconds spent training so far, over all sessions of the run.
+    pub elapsed_s: f64,
+}
+
+/// The folders of a run.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    /// The run folder.
+    pub root: PathBuf,
+}
+
+static FAIL_NEXT_RENAME: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next checkpoint rename fail, as a crash between writing and publishing would.
+/// For tests of crash safety only.
+#[doc(hidden)]
+pub fn inject_rename_failure() {
+    FAIL_NEXT_RENAME.store(true, Ordering::SeqCst);
+}
+
+impl RunDir {
+    /// A run folder (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// `config.toml` of the run.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join(CONFIG_FILE)
+    }
+
+    /// `metrics.jsonl` of the run.
+    pub fn metrics_path(&self) -> PathBuf {
+        self.root.join("metrics.jsonl")
+    }
+
+    /// The checkpoints folder.
+    pub fn checkpoints(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    /// Folder of the samples taken at `step`.
+    pub fn samples(&self, step: usize) -> PathBuf {
+        self.root.join("samples").join(step_name(step))
+    }
+
+    /// The newest complete checkpoint, if any: the `latest` pointer, or else the highest
+    /// `step-N` folder that has a `state.json`.
+    pub fn latest_checkpoint(&self) -> Result<Option<PathBuf>, TrainError> {
+        let dir = self.checkpoints();
+        if let Ok(name) = std::fs::read_to_string(dir.join(LATEST)) {
+            let path = dir.join(name.trim());
+            if path.join(STATE_FILE).is_file() {
+                return Ok(Some(path));
+            }
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(None);
+        };
+        let mut best: Option<(usize, PathBuf)> = None;
+        for entry in entries {
+            let entry = entry.map_err(|e| TrainError::io(&dir, e))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            let Some(step) = name
+                .strip_prefix("step-")
+                .and_then(|s| s.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            if entry.path().join(STATE_FILE).is_file()
+                && best.as_ref().is_none_or(|(b, _)| step > *b)
+            {
+                best = Some((step, entry.path()));
+            }
+        }
+        Ok(best.map(|(_, p)| p))
+    }
+
+    /// Writes a checkpoint for `state.step`: `write_files` fills a temporary folder, which is then
+    /// renamed into place and published as the latest. Older checkpoints beyond `keep` (0 = all)
+    /// are removed afterwards.
+    pub fn write_checkpoint(
+        &self,
+        state: &TrainState,
+        config_toml: &str,
+        keep: usize,
+        write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+    ) -> Result<PathBuf, TrainError> {
+        let dir = self.checkpoints();
+        std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        let name = step_name(state.step);
+        let tmp = dir.join(format!(".tmp-{name}"));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+        write_files(&tmp)?;
+        write_file(&tmp.join(CONFIG_FILE), config_toml.as_bytes())?;
+        let state_json = serde_json::to_string_pretty(state).expect("state serialises");
+        write_file(&tmp.join(STATE_FILE), state_json.as_bytes())?;
+
+        let final_path = dir.join(&name);
+        if FAIL_NEXT_RENAME.swap(false, Ordering::SeqCst) {
+            return Err(TrainError::io(
+                &final_path,
+                std::io::Error::other("injected failure before publishing the checkpoint"),
+            ));
+        }
+        if final_path.exists() {
+            std::fs::remove_dir_all(&final_path).map_err(|e| TrainError::io(&final_path, e))?;
+        }
+        std::fs::rename(&tmp, &final_path).map_err(|e| TrainError::io(&final_path, e))?;
+        atomic_write(&dir.join(LATEST), name.as_bytes())?;
+        if keep > 0 {
+            self.prune(keep)?;
+        }
+        Ok(final_path)
+    }
+
+    fn prune(&self, keep: usize) -> Result<(), TrainError> {
+        let dir = self.checkpoints();
+        let mut steps: Vec<(usize, PathBuf)> = std::fs::read_dir(&dir)
+            .map_err(|e| TrainError::io(&dir, e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                name.strip_prefix("step-")
+                    .and_then(|s| s.parse().ok())
+                    .map(|s| (s, e.path()))
+            })
+            .collect();
+        steps.sort();
+        let excess = steps.len().saturating_sub(keep);
+        for (_, path) in steps.into_iter().take(excess) {
+            std::fs::remove_dir_all(&path).map_err(|e| TrainError::io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads `state.json` of a checkpoint folder.
+pub fn read_state(checkpoint: &Path) -> Result<TrainState, TrainError> {
+    let path = checkpoint.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        TrainError::checkpoint(checkpoint, format!("cannot read {STATE_FILE}: {e}"))
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| TrainError::checkpoint(checkpoint, format!("{STATE_FILE} is not valid: {e}")))
+}
+
+/// `step-000123`.
+pub fn step_name(step: usize) -> String {
+    format!("step-{step:06}")
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+    std::fs::write(path, bytes).map_err(|e| TrainError::io(path, e))
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so readers never see a
+/// half-written file.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+    let tmp = path.with_extension("tmp");
+    write_file(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+}

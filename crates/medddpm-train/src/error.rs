@@ -1,0 +1,64 @@
+use std::path::{Path, PathBuf};
+
+/// Everything that can stop training or sampling.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// The experiment configuration is invalid.
+    #[error("invalid configuration{}: {message}", path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default())]
+    Config {
+        /// The file, when it came from one.
+        path: Option<PathBuf>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A checkpoint is missing, incomplete or does not match the run.
+    #[error("checkpoint {}: {message}", path.display())]
+    Checkpoint {
+        /// The checkpoint folder or file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The data could not be loaded.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    /// The network could not be built or loaded.
+    #[error(transparent)]
+    UNet(#[from] medddpm_unet::UNetError),
+    /// Writing a NIfTI output failed.
+    #[error(transparent)]
+    Nifti(#[from] medddpm_nifti::NiftiError),
+    /// The loss stopped being a finite number.
+    #[error("training diverged at step {step}: the loss is {loss}")]
+    Diverged {
+        /// Optimizer step.
+        step: usize,
+        /// The loss value.
+        loss: f32,
+    },
+}
+
+impl TrainError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn checkpoint(path: &Path, message: impl Into<String>) -> Self {
+        Self::Checkpoint {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Sampling synthetic volumes from masks and writing them as NIfTI files on the mask's grid.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::record::Recorder;
+use burn::tensor::{backend::Backend, Tensor, TensorData};
+use medddpm_diffusion::{CosineSchedule, DdpmSampler};
+use medddpm_mask::LabelScheme;
+use medddpm_nifti::{Interpolation, Volume};
+use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
+
+use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE};
+use crate::data::{load_condition, GridPolicy};
+use crate::trainer::recorder;
+use crate::{ExperimentConfig, TrainError};
+
+/// Where sampling weights come from.
+#[derive(Debug, Clone)]
+pub enum WeightsSource {
+    /// One of our checkpoint folders (`.../checkpoints/step-N`) or a run folder (its latest
+    /// checkpoint); the configuration comes from the checkpoint's `config.toml`.
+    Checkpoint(PathBuf),
+    /// A checkpoint of the PyTorch reference (`{'step', 'model', 'ema'}`), with the network
+    /// configuration it was trained with.
+    Reference {
+        /// The `.pt` file.
+        path: PathBuf,
+        /// Its network.
+        model: UNetConfig,
+    },
+}
+
+/// A network ready to sample, and the settings it was trained with.
+pub struct SamplingModel<B: Backend> {
+    /// The denoiser.
+    pub unet: UNet<B>,
+    /// Noise schedule (T from the checkpoint).
+    pub schedule: CosineSchedule,
+    /// The experiment settings (for reference checkpoints: defaults around the given model).
+    pub config: ExperimentConfig,
+}
+
+/// Loads weights for sampling: the EMA weights unless `live` asks for the live ones.
+pub fn load_sampling_model<B: Backend>(
+    source: &WeightsSource,
+    live: bool,
+    device: &B::Device,
+) -> Result<SamplingModel<B>, TrainError> {
+    match source {
+        WeightsSource::Checkpoint(path) => {
+            let dir = if path.join(CONFIG_FILE).is_file() && path.join("state.json").is_file() {
+                path.clone()
+            } else {
+                crate::checkpoint::RunDir::new(path)
+                    .latest_checkpoint()?
+                    .ok_or_else(|| {
+                        TrainError::checkpoint(
+                            path,
+                            "neither a checkpoint folder nor a run folder with checkpoints",
+                        )
+                    })?
+            };
+            let config = ExperimentConfig::from_file(&dir.join(CONFIG_FILE))?;
+            let file = dir.join(if live { MODEL_FILE } else { EMA_FILE });
+            let record = recorder().load(file.clone(), device).map_err(|e| {
+                TrainError::checkpoint(&dir, format!("cannot load {}: {e}", file.display()))
+            })?;
+            let unet = config.model.init::<B>(device)?.load_record(record);
+            Ok(SamplingModel {
+                unet,
+                schedule: CosineSchedule::new(config.diffusion.timesteps),
+                config,
+            })
+        }
+        WeightsSource::Reference { path, model } => {
+            let entry = if live {
+                WeightsEntry::Model
+            } else {
+                WeightsEntry::Ema
+            };
+            let (unet, report) = load_reference_checkpoint(model.init::<B>(device)?, path, entry)?;
+            let timesteps = report.timesteps.unwrap_or(250);
+            let mut config = ExperimentConfig {
+                model: model.clone(),
+                ..Default::default()
+            };
+            config.diffusion.timesteps = timesteps;
+            if model.in_channels == 8 {
+                config.data.label_scheme = LabelScheme::brats().into();
+                config.data.grid = [192, 192, 144];
+            }
+            Ok(SamplingModel {
+                unet,
+                schedule: CosineSchedule::new(timesteps),
+                config,
+            })
+        }
+    }
+}
+
+/// How to sample.
+#[derive(Debug, Clone)]
+pub struct SampleOptions {
+    /// Samples drawn per mask.
+    pub samples_per_mask: usize,
+    /// Seed; sample n of mask m uses a seed derived from (seed, m, n).
+    pub seed: u64,
+    /// Map [-1, 1] linearly to this range before writing (the network's range otherwise).
+    pub rescale: Option<(f32, f32)>,
+}
+
+/// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
+/// `progress(mask, sample, reverse_steps_done)` is called after every reverse step.
+pub fn sample_masks<B: Backend>(
+    model: &SamplingModel<B>,
+    masks: &[PathBuf],
+    out_dir: &Path,
+    options: &SampleOptions,
+    device: &B::Device,
+    mut progress: impl FnMut(usize, usize, usize),
+) -> Result<Vec<PathBuf>, TrainError> {
+    let data = &model.config.data;
+    let scheme: LabelScheme = data.label_scheme.clone().into();
+    let sampler = DdpmSampler::new(model.schedule.clone());
+    let channels = model.unet.out_channels();
+    let names = crate::data::image_channel_names(channels);
+    std::fs::create_dir_all(out_dir).map_err(|e| TrainError::io(out_dir, e))?;
+    let mut written = Vec::new();
+    for (m, mask_path) in masks.iter().enumerate() {
+        let (cond, shape, mask) = load_condition(mask_path, &scheme, data.grid, data.grid_policy)?;
+        let reference = output_grid(&mask, data.grid, data.grid_policy)?;
+        let [d, h, w] = shape;
+        let c = cond.len() / (d * h * w);
+        model.unet.check_input([1, c + channels, d, h, w], 1)?;
+        let cond = Tensor::<B, 5>::from_data(TensorData::new(cond, [1, c, d, h, w]), device);
+        let id = mask_stem(mask_path);
+        for n in 0..options.samples_per_mask {
+            B::seed(
+                device,
+                options
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add((m as u64) << 20 | n as u64),
+            );
+            let x = sampler.sample(&model.unet, cond.clone(), channels, |done| {
+                progress(m, n, done)
+            });
+            let mut values = x
+                .into_data()
+                .convert::<f32>()
+                .to_vec::<f32>()
+                .expect("f32 data");
+            if let Some((lo, hi)) = options.rescale {
+                for v in &mut values {
+                    *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
+                }
+            }
+            written.extend(write_sample(out_dir, &id, n, &values, &reference, &names)?);
+        }
+    }
+    Ok(written)
+}
+
+/// The mask's geometry on the model grid: the output volumes take this affine and spacing.
+fn output_grid(mask: &Volume, grid: [usize; 3], policy: GridPolicy) -> Result<Volume, TrainError> {
+    if mask.dims() == grid {
+        return Ok(mask.clone());
+    }
+    Ok(match policy {
+        GridPolicy::CropOrPad => mask.crop_or_pad(grid, 0.0)?,
+        _ => mask.resize(grid, Interpolation::Nearest)?,
+    })
+}
+
+/// File name of a mask without `.nii` / `.nii.gz`.
+pub fn mask_stem(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    name.trim_end_matches(".gz")
+        .trim_end_matches(".nii")
+        .to_string()
+}
+
+/// Writes one sample (channels of (nk, nj, ni) voxels in file order) as NIfTI files on
+/// `reference`'s grid: `<id>_sample-<n>.nii.gz`, or `<id>_sample-<n>_<channel>.nii.gz` when
+/// there are several channels.
+pub fn write_sample(
+    dir: &Path,
+    id: &str,
+    n: usize,
+    values: &[f32],
+    reference: &Volume,
+    channel_names: &[String],
+) -> Result<Vec<PathBuf>, TrainError> {
+    let voxels = reference.voxel_count();
+    let channels = values.len() / voxels;
+    let mut out = Vec::new();
+    for c in 0..channels {
+        let name = if channels == 1 {
+            format!("{id}_sample-{n}.nii.gz")
+        } else {
+            let chan = channel_names
+                .get(c)
+                .cloned()
+                .unwrap_or_else(|| format!("ch{c}"));
+            format!("{id}_sample-{n}_{chan}.nii.gz")
+        };
+        let path = dir.join(name);
+        reference
+            .with_data(values[c * voxels..(c + 1) * voxels].to_vec())?
+            .write(&path)?;
+        out.push(path);
+    }
+    Ok(out)
+}

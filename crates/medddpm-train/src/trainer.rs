@@ -1,0 +1,451 @@
+//! The training loop, reading top to bottom like the reference's `Trainer.train`: draw a
+//! micro-batch, noise it at random steps, predict the noise, accumulate gradients, step Adam,
+//! update the EMA, log, checkpoint and sample.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
+use medddpm_diffusion::{training_loss, CosineSchedule, DdpmSampler};
+use medddpm_unet::UNet;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::checkpoint::{
+    self, read_state, RunDir, TrainState, EMA_FILE, MODEL_FILE, OPTIMIZER_FILE,
+};
+use crate::data::{Example, NiftiDataset};
+use crate::ema::{update_ema, EmaSchedule};
+use crate::sample::write_sample;
+use crate::{ExperimentConfig, TrainError};
+
+/// Records are full precision: resumed runs must continue bit for bit.
+pub(crate) fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
+    NamedMpkFileRecorder::<FullPrecisionSettings>::new()
+}
+
+/// One optimizer step's numbers, as written to `metrics.jsonl`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepMetrics {
+    /// Optimizer steps completed.
+    pub step: usize,
+    /// Mean loss over the step's micro-batches (the reference's `training_loss` scalar).
+    pub loss: f32,
+    /// Learning rate.
+    pub lr: f64,
+    /// Optimizer steps per second over this session so far.
+    pub steps_per_s: f64,
+    /// Seconds of training in the whole run.
+    pub elapsed_s: f64,
+}
+
+/// Hooks for progress reporting; the CLI draws progress bars with them.
+pub trait TrainObserver {
+    /// Training starts at `start_step` (non-zero on resume) and runs to `end_step`.
+    fn started(&mut self, _start_step: usize, _end_step: usize) {}
+    /// An optimizer step finished.
+    fn step(&mut self, _metrics: &StepMetrics) {}
+    /// A periodic sample is being drawn: `done` of `total` reverse steps.
+    fn sampling(&mut self, _done: usize, _total: usize) {}
+    /// A checkpoint was written.
+    fn checkpoint(&mut self, _path: &Path) {}
+    /// Something worth telling the user.
+    fn message(&mut self, _text: &str) {}
+}
+
+/// An observer that reports nothing.
+pub struct Quiet;
+impl TrainObserver for Quiet {}
+
+/// What a training session did.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    /// Step the session started from.
+    pub start_step: usize,
+    /// Step the session ended at.
+    pub end_step: usize,
+    /// Mean loss of the first and the last optimizer step of the session.
+    pub first_loss: f32,
+    /// See `first_loss`.
+    pub last_loss: f32,
+    /// The last checkpoint written.
+    pub checkpoint: PathBuf,
+    /// NIfTI files sampled during the session.
+    pub samples: Vec<PathBuf>,
+}
+
+/// How a session runs.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// Continue from the run folder's latest checkpoint.
+    pub resume: bool,
+    /// Stop (and checkpoint) after this many optimizer steps of this session, before
+    /// `train.steps` is reached.
+    pub max_steps: Option<usize>,
+}
+
+/// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the
+/// reference's reshuffling `DataLoader`, but reproducible from the micro-batch counter alone.
+struct DataOrder {
+    seed: u64,
+    len: usize,
+    epoch: Option<(usize, Vec<usize>)>,
+}
+
+impl DataOrder {
+    fn index(&mut self, draw: usize) -> usize {
+        let (epoch, pos) = (draw / self.len, draw % self.len);
+        if self.epoch.as_ref().map(|(e, _)| *e) != Some(epoch) {
+            let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed_da7a);
+            rng.set_stream(epoch as u64);
+            let mut perm: Vec<usize> = (0..self.len).collect();
+            for i in (1..perm.len()).rev() {
+                perm.swap(i, rng.random_range(0..=i));
+            }
+            self.epoch = Some((epoch, perm));
+        }
+        self.epoch.as_ref().unwrap().1[pos]
+    }
+}
+
+fn batch_tensor<B: Backend>(examples: &[Example], image: bool, device: &B::Device) -> Tensor<B, 5> {
+    let [d, h, w] = examples[0].shape;
+    let mut data = Vec::new();
+    for e in examples {
+        data.extend_from_slice(if image { &e.image } else { &e.cond });
+    }
+    let channels = data.len() / (examples.len() * d * h * w);
+    Tensor::from_data(
+        TensorData::new(data, [examples.len(), channels, d, h, w]),
+        device,
+    )
+}
+
+/// Trains (or resumes) the experiment in `run`, on backend `B`.
+pub fn train<B: AutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    device: &B::Device,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    config.validate()?;
+    let settings = &config.train;
+    let dataset = NiftiDataset::open(&config.data)?;
+    if dataset.is_empty() {
+        return Err(TrainError::Config {
+            path: None,
+            message: "the data set is empty".into(),
+        });
+    }
+    let expected_in = dataset.image_channels() + dataset.cond_channels();
+    if config.model.in_channels != expected_in
+        || config.model.out_channels != dataset.image_channels()
+    {
+        return Err(TrainError::Config {
+            path: None,
+            message: format!(
+                "the data has {} image and {} condition channels, so the model needs in_channels = {} and out_channels = {} (it has {} and {})",
+                dataset.image_channels(),
+                dataset.cond_channels(),
+                expected_in,
+                dataset.image_channels(),
+                config.model.in_channels,
+                config.model.out_channels
+            ),
+        });
+    }
+    let schedule = CosineSchedule::new(config.diffusion.timesteps);
+    let config_toml = config.to_toml();
+    let recorder = recorder();
+
+    // Model, EMA and optimizer: fresh (initialised from the run's seed) or from the latest
+    // checkpoint.
+    B::seed(device, settings.seed);
+    let mut model: UNet<B> = config.model.init(device)?;
+    let mut ema: UNet<B::InnerBackend> = model.valid();
+    let mut optim = AdamConfig::new()
+        .with_beta_1(settings.adam_beta1)
+        .with_beta_2(settings.adam_beta2)
+        .with_epsilon(settings.adam_epsilon)
+        .init::<B, UNet<B>>();
+    let mut state = TrainState {
+        step: 0,
+        micro_batches: 0,
+        seed: settings.seed,
+        last_loss: f32::NAN,
+        elapsed_s: 0.0,
+    };
+    let existing = run.latest_checkpoint()?;
+    if options.resume {
+        let Some(ckpt) = existing else {
+            return Err(TrainError::checkpoint(
+                &run.checkpoints(),
+                "no checkpoint to resume from",
+            ));
+        };
+        state = read_state(&ckpt)?;
+        if state.seed != settings.seed {
+            return Err(TrainError::checkpoint(
+                &ckpt,
+                format!(
+                    "written with seed {}, the config says {}",
+                    state.seed, settings.seed
+                ),
+            ));
+        }
+        let load_err = |what: &str, e: burn::record::RecorderError| {
+            TrainError::checkpoint(&ckpt, format!("cannot load {what}: {e}"))
+        };
+        model = model
+            .load_file(ckpt.join(MODEL_FILE), &recorder, device)
+            .map_err(|e| load_err("the model", e))?;
+        ema = ema
+            .load_file(ckpt.join(EMA_FILE), &recorder, device)
+            .map_err(|e| load_err("the EMA", e))?;
+        let record = recorder
+            .load(ckpt.join(OPTIMIZER_FILE), device)
+            .map_err(|e| load_err("the optimizer state", e))?;
+        optim = optim.load_record(record);
+        observer.message(&format!(
+            "resuming from {} (step {})",
+            ckpt.display(),
+            state.step
+        ));
+    } else if let Some(ckpt) = existing {
+        return Err(TrainError::checkpoint(
+            &ckpt,
+            "the run folder already holds checkpoints: resume it (--resume) or choose another run folder",
+        ));
+    }
+    std::fs::create_dir_all(&run.root).map_err(|e| TrainError::io(&run.root, e))?;
+    checkpoint::atomic_write(&run.config_path(), config_toml.as_bytes())?;
+
+    let start_step = state.step;
+    let end_step = match options.max_steps {
+        Some(n) => (start_step + n).min(settings.steps),
+        None => settings.steps,
+    };
+    let ema_schedule = EmaSchedule {
+        decay: settings.ema_decay,
+        every: settings.ema_every,
+        start: settings.ema_start,
+    };
+    let mut order = DataOrder {
+        seed: settings.seed,
+        len: dataset.len(),
+        epoch: None,
+    };
+    let mut metrics = MetricsLog::open(&run.metrics_path(), state.step)?;
+    let session_start = Instant::now();
+    let elapsed_before = state.elapsed_s;
+    let mut first_loss = f32::NAN;
+    let mut samples = Vec::new();
+    let mut last_checkpoint = None;
+    observer.started(start_step, end_step);
+
+    while state.step < end_step {
+        let mut accumulator = GradientsAccumulator::<UNet<B>>::new();
+        let mut loss_sum = 0.0f32;
+        for _ in 0..settings.grad_accum {
+            // 1. Draw the micro-batch and its randomness, both from the micro-batch counter.
+            let draw = state.micro_batches;
+            let examples: Vec<Example> = (0..settings.batch_size)
+                .map(|i| dataset.get(order.index(draw * settings.batch_size + i)))
+                .collect::<Result<_, _>>()?;
+            let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+            rng.set_stream(draw as u64 + 1);
+            let timesteps: Vec<usize> = (0..settings.batch_size)
+                .map(|_| rng.random_range(0..config.diffusion.timesteps))
+                .collect();
+            B::seed(device, rng.next_u64());
+            let x0 = batch_tensor::<B>(&examples, true, device);
+            let cond = batch_tensor::<B>(&examples, false, device);
+            let noise = Tensor::<B, 5>::random(x0.shape(), Distribution::Normal(0.0, 1.0), device);
+
+            // 2. The loss on the predicted noise, scaled as the reference scales it.
+            let out = training_loss(
+                &model,
+                &schedule,
+                x0,
+                Some(cond),
+                &timesteps,
+                noise,
+                config.diffusion.loss,
+            );
+            let value: f32 = out.loss.clone().into_scalar().elem();
+            let mut divisor = settings.grad_accum as f64;
+            if settings.reference_batch_scaling {
+                divisor *= settings.batch_size as f64;
+            }
+            let grads = out.loss.div_scalar(divisor).backward();
+            accumulator.accumulate(&model, GradientsParams::from_grads(grads, &model));
+            loss_sum += value;
+            state.micro_batches += 1;
+        }
+        let loss = loss_sum / settings.grad_accum as f32;
+        if !loss.is_finite() {
+            return Err(TrainError::Diverged {
+                step: state.step + 1,
+                loss,
+            });
+        }
+
+        // 3. Adam step, then the EMA (tested on the 0-based index of this optimizer step).
+        model = optim.step(settings.lr, model, accumulator.grads());
+        ema = update_ema(ema, &model.valid(), ema_schedule.action(state.step));
+        state.step += 1;
+        state.last_loss = loss;
+        if first_loss.is_nan() {
+            first_loss = loss;
+        }
+
+        // 4. Log.
+        let session_s = session_start.elapsed().as_secs_f64();
+        state.elapsed_s = elapsed_before + session_s;
+        let m = StepMetrics {
+            step: state.step,
+            loss,
+            lr: settings.lr,
+            steps_per_s: (state.step - start_step) as f64 / session_s.max(1e-9),
+            elapsed_s: state.elapsed_s,
+        };
+        metrics.write(&m)?;
+        observer.step(&m);
+
+        // 5. Checkpoint (and sample with the EMA weights) on the cadence and at the end.
+        if state.step % settings.save_every == 0 || state.step == end_step {
+            let path =
+                run.write_checkpoint(&state, &config_toml, settings.keep_checkpoints, |dir| {
+                    let save_err = |what: &str, e: burn::record::RecorderError| {
+                        TrainError::checkpoint(dir, format!("cannot write {what}: {e}"))
+                    };
+                    model
+                        .clone()
+                        .save_file(dir.join(MODEL_FILE), &recorder)
+                        .map_err(|e| save_err("the model", e))?;
+                    ema.clone()
+                        .save_file(dir.join(EMA_FILE), &recorder)
+                        .map_err(|e| save_err("the EMA", e))?;
+                    recorder
+                        .record(optim.to_record(), dir.join(OPTIMIZER_FILE))
+                        .map_err(|e| save_err("the optimizer state", e))?;
+                    Ok(())
+                })?;
+            observer.checkpoint(&path);
+            last_checkpoint = Some(path);
+            if settings.samples_per_checkpoint > 0 && state.step % settings.save_every == 0 {
+                samples.extend(periodic_samples::<B::InnerBackend>(
+                    config, &dataset, &ema, &schedule, &state, run, device, observer,
+                )?);
+            }
+        }
+    }
+
+    let checkpoint = match last_checkpoint {
+        Some(p) => p,
+        None => run.latest_checkpoint()?.ok_or_else(|| {
+            TrainError::checkpoint(&run.checkpoints(), "no checkpoint was written")
+        })?,
+    };
+    Ok(TrainSummary {
+        start_step,
+        end_step: state.step,
+        first_loss,
+        last_loss: state.last_loss,
+        checkpoint,
+        samples,
+    })
+}
+
+/// The reference samples one volume with the EMA weights at every checkpoint; we sample the
+/// first `samples_per_checkpoint` training masks, with a seed fixed per step so that samples of
+/// successive checkpoints are comparable.
+#[allow(clippy::too_many_arguments)]
+fn periodic_samples<B: Backend>(
+    config: &ExperimentConfig,
+    dataset: &NiftiDataset,
+    ema: &UNet<B>,
+    schedule: &CosineSchedule,
+    state: &TrainState,
+    run: &RunDir,
+    device: &B::Device,
+    observer: &mut dyn TrainObserver,
+) -> Result<Vec<PathBuf>, TrainError> {
+    let sampler = DdpmSampler::new(schedule.clone());
+    let dir = run.samples(state.step);
+    std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+    let mut written = Vec::new();
+    for i in 0..config.train.samples_per_checkpoint.min(dataset.len()) {
+        let example = dataset.get(i)?;
+        B::seed(device, config.train.seed ^ (i as u64) << 32);
+        let cond = batch_tensor::<B>(std::slice::from_ref(&example), false, device);
+        let total = schedule.num_timesteps();
+        let x = sampler.sample(ema, cond, dataset.image_channels(), |done| {
+            observer.sampling(done, total)
+        });
+        let values = x
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 data");
+        let reference = dataset.mask_volume(i)?;
+        written.extend(write_sample(
+            &dir,
+            &example.id,
+            0,
+            &values,
+            &reference,
+            &dataset.image_channel_names(),
+        )?);
+    }
+    Ok(written)
+}
+
+struct MetricsLog {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl MetricsLog {
+    /// Opens the log for appending, first dropping lines past `step`: after a crash the steps
+    /// since the last checkpoint are trained again and must not appear twice.
+    fn open(path: &Path, step: usize) -> Result<Self, TrainError> {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let kept: Vec<&str> = text
+                .lines()
+                .filter(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .ok()
+                        .and_then(|v| v["step"].as_u64())
+                        .is_some_and(|s| s as usize <= step)
+                })
+                .collect();
+            let mut body = kept.join("\n");
+            if !body.is_empty() {
+                body.push('\n');
+            }
+            checkpoint::atomic_write(path, body.as_bytes())?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| TrainError::io(path, e))?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn write(&mut self, m: &StepMetrics) -> Result<(), TrainError> {
+        use std::io::Write;
+        let line = serde_json::to_string(m).expect("metrics serialise");
+        writeln!(self.file, "{line}").map_err(|e| TrainError::io(&self.path, e))
+    }
+}

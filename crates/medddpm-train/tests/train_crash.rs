@@ -1,0 +1,75 @@
+//! A crash while a checkpoint is being written (simulated by failing the rename that publishes
+//! it) leaves the previous checkpoint as the latest, loadable and resumable. Its own test binary,
+//! because the failure switch is process-wide.
+
+mod common;
+
+use burn::backend::{Autodiff, Flex};
+use medddpm_train::checkpoint::{inject_rename_failure, read_state};
+use medddpm_train::{load_sampling_model, train, Quiet, RunDir, SessionOptions, WeightsSource};
+
+type A = Autodiff<Flex>;
+
+#[test]
+fn failed_checkpoint_publication_keeps_the_previous_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let device = Default::default();
+    let run = RunDir::new(tmp.path().join("run"));
+
+    train::<A>(
+        &config,
+        &run,
+        &SessionOptions {
+            resume: false,
+            max_steps: Some(2),
+        },
+        &device,
+        &mut Quiet,
+    )
+    .unwrap();
+    let before = run.latest_checkpoint().unwrap().unwrap();
+    assert!(before.ends_with("step-000002"));
+    let weights_before = common::saved_weights(&config, &before.join("model.mpk"));
+
+    inject_rename_failure();
+    let err = train::<A>(
+        &config,
+        &run,
+        &SessionOptions {
+            resume: true,
+            max_steps: None,
+        },
+        &device,
+        &mut Quiet,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("step-000004"), "{err}");
+
+    // The previous checkpoint is still the latest, intact and loadable.
+    let latest = run.latest_checkpoint().unwrap().unwrap();
+    assert_eq!(latest, before);
+    assert_eq!(read_state(&latest).unwrap().step, 2);
+    assert_eq!(
+        common::saved_weights(&config, &latest.join("model.mpk")),
+        weights_before
+    );
+    let model =
+        load_sampling_model::<Flex>(&WeightsSource::Checkpoint(run.root.clone()), false, &device)
+            .unwrap();
+    assert_eq!(model.schedule.num_timesteps(), 50);
+
+    // And the run resumes from it to the end.
+    let s = train::<A>(
+        &config,
+        &run,
+        &SessionOptions {
+            resume: true,
+            max_steps: None,
+        },
+        &device,
+        &mut Quiet,
+    )
+    .unwrap();
+    assert_eq!((s.start_step, s.end_step), (2, 4));
+}
