@@ -4,11 +4,9 @@
 
 mod common;
 
-use burn::backend::{Autodiff, Flex};
+use burn::backend::Flex;
 use medddpm_train::checkpoint::{inject_rename_failure, read_state};
-use medddpm_train::{load_sampling_model, train, Quiet, RunDir, SessionOptions, WeightsSource};
-
-type A = Autodiff<Flex>;
+use medddpm_train::{load_sampling_model, RunDir, WeightsSource};
 
 #[test]
 fn failed_checkpoint_publication_keeps_the_previous_one() {
@@ -17,33 +15,13 @@ fn failed_checkpoint_publication_keeps_the_previous_one() {
     let device = Default::default();
     let run = RunDir::new(tmp.path().join("run"));
 
-    train::<A>(
-        &config,
-        &run,
-        &SessionOptions {
-            resume: false,
-            max_steps: Some(2),
-        },
-        &device,
-        &mut Quiet,
-    )
-    .unwrap();
+    common::session(&config, &run, false, Some(2)).unwrap();
     let before = run.latest_checkpoint().unwrap().unwrap();
     assert!(before.ends_with("step-000002"));
     let weights_before = common::saved_weights(&config, &before.join("model.mpk"));
 
     inject_rename_failure();
-    let err = train::<A>(
-        &config,
-        &run,
-        &SessionOptions {
-            resume: true,
-            max_steps: None,
-        },
-        &device,
-        &mut Quiet,
-    )
-    .unwrap_err();
+    let err = common::session(&config, &run, true, None).unwrap_err();
     assert!(err.to_string().contains("step-000004"), "{err}");
 
     // The previous checkpoint is still the latest, intact and loadable.
@@ -60,16 +38,6 @@ fn failed_checkpoint_publication_keeps_the_previous_one() {
     assert_eq!(model.schedule.num_timesteps(), 50);
 
     // And the run resumes from it to the end.
-    let s = train::<A>(
-        &config,
-        &run,
-        &SessionOptions {
-            resume: true,
-            max_steps: None,
-        },
-        &device,
-        &mut Quiet,
-    )
-    .unwrap();
+    let s = common::session(&config, &run, true, None).unwrap();
     assert_eq!((s.start_step, s.end_step), (2, 4));
 }

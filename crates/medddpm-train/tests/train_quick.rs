@@ -5,15 +5,10 @@
 
 mod common;
 
-use burn::backend::{Autodiff, Flex};
+use burn::backend::Flex;
 use medddpm_nifti::Volume;
 use medddpm_train::data::list_masks;
-use medddpm_train::{
-    load_sampling_model, sample_masks, train, Quiet, RunDir, SampleOptions, SessionOptions,
-    WeightsSource,
-};
-
-type A = Autodiff<Flex>;
+use medddpm_train::{load_sampling_model, sample_masks, RunDir, SampleOptions, WeightsSource};
 
 fn mean_per_label(values: &[f32], labels: &[f32]) -> [f64; 3] {
     let mut sum = [0.0f64; 3];
@@ -42,14 +37,7 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
     config.train.ema_start = 10_000; // the EMA copies the live weights: no averaging lag
     let device = Default::default();
     let run = RunDir::new(tmp.path().join("run"));
-    let summary = train::<A>(
-        &config,
-        &run,
-        &SessionOptions::default(),
-        &device,
-        &mut Quiet,
-    )
-    .unwrap();
+    let summary = common::session(&config, &run, false, None).unwrap();
 
     let losses: Vec<f64> = std::fs::read_to_string(run.metrics_path())
         .unwrap()

@@ -8,12 +8,9 @@ mod common;
 
 use std::path::Path;
 
-use burn::backend::{Autodiff, Flex};
 use medddpm_train::data::{DataConfig, DataSource};
-use medddpm_train::{train, ExperimentConfig, Quiet, RunDir, SessionOptions};
+use medddpm_train::{ExperimentConfig, RunDir};
 use medddpm_unet::UNetConfig;
-
-type A = Autodiff<Flex>;
 
 fn link_dir(from: &Path, to: &Path, names: &[&str]) {
     std::fs::create_dir_all(to).unwrap();
@@ -32,14 +29,7 @@ fn shrink(mut model: UNetConfig, channels: usize) -> UNetConfig {
 
 fn run_two_micro_steps(config: &ExperimentConfig, dir: &Path) {
     let run = RunDir::new(dir);
-    let s = train::<A>(
-        config,
-        &run,
-        &SessionOptions::default(),
-        &Default::default(),
-        &mut Quiet,
-    )
-    .unwrap();
+    let s = common::session(config, &run, false, None).unwrap();
     assert_eq!(s.end_step, config.train.steps);
     assert!(s.last_loss.is_finite() && s.last_loss > 0.0);
     assert!(

@@ -3,63 +3,25 @@
 
 mod common;
 
-use burn::backend::{Autodiff, Flex};
 use medddpm_train::checkpoint::read_state;
-use medddpm_train::{train, Quiet, RunDir, SessionOptions};
-
-type A = Autodiff<Flex>;
+use medddpm_train::RunDir;
 
 #[test]
 fn straight_and_resumed_runs_end_bitwise_identical() {
     let tmp = tempfile::tempdir().unwrap();
     let config = common::tiny_experiment(&tmp.path().join("phantoms"), 3);
-    let device = Default::default();
 
     let straight = RunDir::new(tmp.path().join("straight"));
-    let s = train::<A>(
-        &config,
-        &straight,
-        &SessionOptions::default(),
-        &device,
-        &mut Quiet,
-    )
-    .unwrap();
+    let s = common::session(&config, &straight, false, None).unwrap();
     assert_eq!((s.start_step, s.end_step), (0, 4));
 
     let split = RunDir::new(tmp.path().join("split"));
-    let first = train::<A>(
-        &config,
-        &split,
-        &SessionOptions {
-            resume: false,
-            max_steps: Some(2),
-        },
-        &device,
-        &mut Quiet,
-    )
-    .unwrap();
+    let first = common::session(&config, &split, false, Some(2)).unwrap();
     assert_eq!(first.end_step, 2);
     // Starting again without --resume must refuse rather than overwrite the run.
-    let err = train::<A>(
-        &config,
-        &split,
-        &SessionOptions::default(),
-        &device,
-        &mut Quiet,
-    )
-    .unwrap_err();
+    let err = common::session(&config, &split, false, None).unwrap_err();
     assert!(err.to_string().contains("resume"), "{err}");
-    let second = train::<A>(
-        &config,
-        &split,
-        &SessionOptions {
-            resume: true,
-            max_steps: None,
-        },
-        &device,
-        &mut Quiet,
-    )
-    .unwrap();
+    let second = common::session(&config, &split, true, None).unwrap();
     assert_eq!((second.start_step, second.end_step), (2, 4));
 
     let a = straight.latest_checkpoint().unwrap().unwrap();

@@ -83,3 +83,20 @@ pub fn saved_weights(config: &ExperimentConfig, file: &Path) -> Vec<Vec<f32>> {
     unet.visit(&mut f);
     f.values
 }
+
+/// One training session of `config` in `run` on the CPU backend.
+pub fn session(
+    config: &ExperimentConfig,
+    run: &medddpm_train::RunDir,
+    resume: bool,
+    max_steps: Option<usize>,
+) -> Result<medddpm_train::TrainSummary, medddpm_train::TrainError> {
+    let options = medddpm_train::SessionOptions { resume, max_steps };
+    medddpm_train::train::<burn::backend::Autodiff<Flex>>(
+        config,
+        run,
+        &options,
+        &Default::default(),
+        &mut medddpm_train::Quiet,
+    )
+}
