@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: train the quickstart model on the built-in phantoms, then sample from it.
-# About ten minutes on 2 CPU cores. Re-running continues (or reuses) the existing run; nothing
+# 10-15 minutes on 2 CPU cores. Re-running continues (or reuses) the existing run; nothing
 # already in runs/ is overwritten.
 set -euo pipefail
 cd "$(dirname "$0")/.."
