@@ -5,8 +5,15 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn medddpm(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_medddpm")).args(args).output().expect("runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn shared_dir() -> PathBuf {
@@ -20,10 +27,16 @@ fn inspect_resolves_every_built_in_experiment() {
     for name in ["quickstart", "whole-head-128", "brats-192"] {
         let (ok, stdout, stderr) = medddpm(&["inspect", name]);
         assert!(ok, "{name}: {stderr}");
-        assert!(stdout.contains("[train]") && stdout.contains("timesteps = 250"), "{name}: {stdout}");
+        assert!(
+            stdout.contains("[train]") && stdout.contains("timesteps = 250"),
+            "{name}: {stdout}"
+        );
     }
     let (_, stdout, _) = medddpm(&["inspect", "whole-head-128"]);
-    assert!(stdout.contains("ema_decay = 0.995") && stdout.contains("grad_accum = 2"), "{stdout}");
+    assert!(
+        stdout.contains("ema_decay = 0.995") && stdout.contains("grad_accum = 2"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -31,13 +44,19 @@ fn inspect_prints_a_nifti_header() {
     let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
     let (ok, stdout, stderr) = medddpm(&["inspect", mask.to_str().unwrap()]);
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("[128, 128, 128]") && stdout.contains("U8"), "{stdout}");
+    assert!(
+        stdout.contains("[128, 128, 128]") && stdout.contains("U8"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn bad_input_is_a_clear_error() {
     let (ok, _, stderr) = medddpm(&["train", "--experiment", "no-such-experiment"]);
-    assert!(!ok && stderr.contains("no-such-experiment") && stderr.contains("quickstart"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("no-such-experiment") && stderr.contains("quickstart"),
+        "{stderr}"
+    );
 
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("nowhere");
