@@ -1,7 +1,6 @@
 //! The `medddpm` command end to end: inspect prints what it reads, bad input is an error that
 //! names the problem and exits non-zero.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 fn medddpm(args: &[&str]) -> (bool, String, String) {
@@ -16,11 +15,7 @@ fn medddpm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("MEDDDPM_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
+use medddpm_testdata::shared_dir;
 
 #[test]
 fn inspect_resolves_every_built_in_experiment() {

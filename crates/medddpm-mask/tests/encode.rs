@@ -1,17 +1,11 @@
 //! Encoding the real sample masks and custom schemes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use medddpm_mask::{LabelScheme, MaskError};
 use medddpm_nifti::{NiftiError, Volume};
 
-fn dataset(rel: &str) -> PathBuf {
-    let shared = match std::env::var_os("MEDDDPM_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    shared.join("datasets").join(rel)
-}
+use medddpm_testdata::dataset;
 
 /// Voxels per channel equal to `value`.
 fn counts(out: &[f32], channels: usize, value: f32) -> Vec<usize> {

@@ -595,7 +595,7 @@ fn prepare_image(
 }
 
 /// Grid policy for a label map: nearest neighbour or crop/pad with background 0.
-fn regrid_mask(
+pub fn regrid_mask(
     vol: Volume,
     path: &Path,
     grid: [usize; 3],

@@ -7,11 +7,11 @@ use burn::record::Recorder;
 use burn::tensor::{backend::Backend, Tensor, TensorData};
 use medddpm_diffusion::{CosineSchedule, DdpmSampler};
 use medddpm_mask::LabelScheme;
-use medddpm_nifti::{Interpolation, Volume};
+use medddpm_nifti::Volume;
 use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
 
 use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE};
-use crate::data::{load_condition, GridPolicy};
+use crate::data::{load_condition, regrid_mask};
 use crate::trainer::recorder;
 use crate::{ExperimentConfig, TrainError};
 
@@ -129,7 +129,8 @@ pub fn sample_masks<B: Backend>(
     let mut written = Vec::new();
     for (m, mask_path) in masks.iter().enumerate() {
         let (cond, shape, mask) = load_condition(mask_path, &scheme, data.grid, data.grid_policy)?;
-        let reference = output_grid(&mask, data.grid, data.grid_policy)?;
+        // The output lives on the mask's grid after the same policy the condition went through.
+        let reference = regrid_mask(mask, mask_path, data.grid, data.grid_policy)?;
         let [d, h, w] = shape;
         let c = cond.len() / (d * h * w);
         model.unet.check_input([1, c + channels, d, h, w], 1)?;
@@ -160,17 +161,6 @@ pub fn sample_masks<B: Backend>(
         }
     }
     Ok(written)
-}
-
-/// The mask's geometry on the model grid: the output volumes take this affine and spacing.
-fn output_grid(mask: &Volume, grid: [usize; 3], policy: GridPolicy) -> Result<Volume, TrainError> {
-    if mask.dims() == grid {
-        return Ok(mask.clone());
-    }
-    Ok(match policy {
-        GridPolicy::CropOrPad => mask.crop_or_pad(grid, 0.0)?,
-        _ => mask.resize(grid, Interpolation::Nearest)?,
-    })
 }
 
 /// File name of a mask without `.nii` / `.nii.gz`.

@@ -20,7 +20,7 @@ use crate::checkpoint::{
     self, read_state, RunDir, TrainState, EMA_FILE, MODEL_FILE, OPTIMIZER_FILE,
 };
 use crate::data::{Example, NiftiDataset};
-use crate::ema::{update_ema, EmaSchedule};
+use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::sample::write_sample;
 use crate::{ExperimentConfig, TrainError};
 
@@ -278,13 +278,15 @@ pub fn train<B: AutodiffBackend>(
                 noise,
                 config.diffusion.loss,
             );
-            let value: f32 = out.loss.clone().into_scalar().elem();
             let mut divisor = settings.grad_accum as f64;
             if settings.reference_batch_scaling {
                 divisor *= settings.batch_size as f64;
             }
-            let grads = out.loss.div_scalar(divisor).backward();
+            let grads = out.loss.clone().div_scalar(divisor).backward();
             accumulator.accumulate(&model, GradientsParams::from_grads(grads, &model));
+            // Read the value only now: on a GPU this waits for the device, and the backward
+            // pass is already queued ahead of it.
+            let value: f32 = out.loss.inner().into_scalar().elem();
             loss_sum += value;
             state.micro_batches += 1;
         }
@@ -298,7 +300,10 @@ pub fn train<B: AutodiffBackend>(
 
         // 3. Adam step, then the EMA (tested on the 0-based index of this optimizer step).
         model = optim.step(settings.lr, model, accumulator.grads());
-        ema = update_ema(ema, &model.valid(), ema_schedule.action(state.step));
+        let action = ema_schedule.action(state.step);
+        if action != EmaAction::Skip {
+            ema = update_ema(ema, &model.valid(), action);
+        }
         state.step += 1;
         state.last_loss = loss;
         if first_loss.is_nan() {

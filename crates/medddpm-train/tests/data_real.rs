@@ -10,19 +10,9 @@ use medddpm_train::data::{
     list_masks, load_condition, DataConfig, DataError, DataSource, GridPolicy, NiftiDataset,
 };
 
-/// `$MEDDDPM_SHARED_DIR/datasets`, else `../shared/datasets` next to the workspace root.
+/// The shared `datasets` folder.
 fn datasets() -> PathBuf {
-    let dir = match std::env::var_os("MEDDDPM_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let d = dir.join("datasets");
-    assert!(
-        d.is_dir(),
-        "shared data folder not found at {} (set MEDDDPM_SHARED_DIR)",
-        d.display()
-    );
-    d
+    medddpm_testdata::dataset("")
 }
 
 fn link(src: &Path, dst: &Path) {

@@ -27,7 +27,7 @@ fn shrink(mut model: UNetConfig, channels: usize) -> UNetConfig {
     model
 }
 
-fn run_two_micro_steps(config: &ExperimentConfig, dir: &Path) {
+fn train_one_optimizer_step(config: &ExperimentConfig, dir: &Path) {
     let run = RunDir::new(dir);
     let s = common::session(config, &run, false, None).unwrap();
     assert_eq!(s.end_step, config.train.steps);
@@ -63,7 +63,7 @@ fn trains_on_the_whole_head_sample_pair() {
     assert_eq!(config.data.grid, [128, 128, 128]);
     config.train.steps = 1; // one optimizer step = the reference's two micro-steps
     config.train.samples_per_checkpoint = 0;
-    run_two_micro_steps(&config, &tmp.path().join("run"));
+    train_one_optimizer_step(&config, &tmp.path().join("run"));
 }
 
 #[test]
@@ -89,5 +89,5 @@ fn trains_on_the_brats_case() {
     config.train.steps = 1;
     config.train.grad_accum = 1;
     config.train.samples_per_checkpoint = 0;
-    run_two_micro_steps(&config, &tmp.path().join("run"));
+    train_one_optimizer_step(&config, &tmp.path().join("run"));
 }

@@ -4,7 +4,6 @@
 //! onto our modules with matching shapes.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use burn::backend::Flex;
 use burn::module::Module;
@@ -12,11 +11,7 @@ use burn_store::ModuleSnapshot;
 use medddpm_unet::import::{reference_key_to_path, SCHEDULE_BUFFERS};
 use medddpm_unet::{UNetConfig, UNetError};
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("MEDDDPM_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
+use medddpm_testdata::shared_dir;
 
 #[test]
 fn released_configurations_have_the_reference_parameter_counts() {

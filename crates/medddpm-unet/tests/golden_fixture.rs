@@ -3,8 +3,6 @@
 //! proves the architecture, the checkpoint import, the schedule, the loss, the sampler step and
 //! the backward pass at once.
 
-use std::path::PathBuf;
-
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{backend::Backend, Tensor, TensorData};
 use medddpm_diffusion::{network_input, noise_loss, CosineSchedule, DdpmSampler, LossType};
@@ -16,11 +14,7 @@ type A = Autodiff<Flex>;
 
 const T: usize = 137;
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("MEDDDPM_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
+use medddpm_testdata::shared_dir;
 
 /// The fixture's network: `create_model(image_size=64, num_channels=32, num_res_blocks=1,
 /// channel_mult="1,1,2,3,4", attention_resolutions="8")`.

@@ -8,10 +8,7 @@ use burn::tensor::Tensor;
 use medddpm_unet::{load_reference_checkpoint, UNetConfig, UNetError, WeightsEntry};
 
 fn fixture() -> PathBuf {
-    std::env::var_os("MEDDDPM_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-        .join("fixtures/medddpm_whole_head_c32.pt")
+    medddpm_testdata::fixture("medddpm_whole_head_c32.pt")
 }
 
 /// The fixture's own configuration.

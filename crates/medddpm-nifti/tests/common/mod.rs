@@ -1,27 +1,9 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::path::PathBuf;
+pub use medddpm_testdata::shared_dir;
 
-/// The shared folder with the real NIfTI files: `$MEDDDPM_SHARED_DIR`, else `../shared` next
-/// to the workspace root.
-pub fn shared_dir() -> PathBuf {
-    let dir = match std::env::var_os("MEDDDPM_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    assert!(
-        dir.join("datasets").is_dir(),
-        "shared data folder not found at {} (set MEDDDPM_SHARED_DIR)",
-        dir.display()
-    );
-    dir
-}
-
-/// A file under `shared/datasets`.
-pub fn dataset(rel: &str) -> PathBuf {
-    shared_dir().join("datasets").join(rel)
-}
+pub use medddpm_testdata::dataset;
 
 /// Affine with diagonal `d` and origin `o`.
 pub fn diag_affine(d: [f64; 3], o: [f64; 3]) -> [[f64; 4]; 4] {

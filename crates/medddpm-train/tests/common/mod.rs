@@ -1,7 +1,7 @@
 //! Shared helpers of the training tests: a tiny experiment on phantoms and weight comparison.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::backend::Flex;
 use burn::module::{Module, ModuleVisitor, Param};
@@ -11,11 +11,7 @@ use medddpm_train::data::{DataConfig, DataSource};
 use medddpm_train::ExperimentConfig;
 use medddpm_unet::{UNet, UNetConfig};
 
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("MEDDDPM_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
+pub use medddpm_testdata::shared_dir;
 
 /// A two-level U-Net on 16^3 phantoms: a training step takes well under a second on a CPU.
 pub fn tiny_experiment(phantom_dir: &Path, count: usize) -> ExperimentConfig {
