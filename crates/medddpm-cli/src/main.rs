@@ -1,6 +1,5 @@
 //! `medddpm`: train Med-DDPM models, sample synthetic MRI from masks, inspect files.
 
-mod backend;
 mod experiments;
 mod inspect;
 mod progress;
@@ -9,7 +8,7 @@ mod train;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Mask-conditioned 3D diffusion models of brain MRI (Med-DDPM), on CPU, CUDA or wgpu.
 #[derive(Debug, Parser)]
@@ -27,6 +26,88 @@ enum Command {
     Sample(sample::SampleArgs),
     /// Print a NIfTI header, a resolved experiment config, or a checkpoint summary.
     Inspect(inspect::InspectArgs),
+    /// Benchmark training and sampling steps over backend x precision x layout.
+    Bench(medddpm_bench::BenchArgs),
+    /// Check that every backend, precision and layout gives the float64 CPU reference's output
+    /// within the precision's tolerance (same weights, same input).
+    Check(CheckArgs),
+}
+
+/// `medddpm check`: the benchmark's agreement probe alone.
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// Backends to check (default: the CPU and every GPU backend compiled in).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    backends: Option<Vec<medddpm_backend::BackendKind>>,
+    /// Precisions to check.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "fp32,tf32,bf16"
+    )]
+    precisions: Vec<medddpm_backend::Precision>,
+    /// Layouts to check.
+    #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
+    layouts: Vec<medddpm_unet::Layout>,
+    /// Network configuration (the probe volume is its smallest input).
+    #[arg(long, value_enum, default_value = "whole-head")]
+    model: medddpm_bench::ModelArg,
+    /// Folder for the results.
+    #[arg(long, default_value = "check-results")]
+    out: std::path::PathBuf,
+    /// Kernel-tuning cache root.
+    #[arg(long)]
+    tune_cache: Option<std::path::PathBuf>,
+}
+
+fn self_command(sub: &str) -> anyhow::Result<Vec<String>> {
+    let exe = std::env::current_exe()?;
+    Ok(vec![exe.to_string_lossy().into_owned(), sub.to_string()])
+}
+
+fn check(args: CheckArgs) -> anyhow::Result<()> {
+    use medddpm_backend::BackendKind;
+    let backends = args.backends.unwrap_or_else(|| {
+        [BackendKind::Cpu, BackendKind::Cuda, BackendKind::Wgpu]
+            .into_iter()
+            .filter(|b| b.compiled_in())
+            .collect()
+    });
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    let precisions: Vec<&str> = args.precisions.iter().map(|p| p.name()).collect();
+    let layouts: Vec<String> = args.layouts.iter().map(|l| l.to_string()).collect();
+    let out = args.out.to_string_lossy().into_owned();
+    let mut argv = vec![
+        "medddpm-bench".to_string(),
+        "--check-only".into(),
+        "--backends".into(),
+        names.join(","),
+        "--precisions".into(),
+        precisions.join(","),
+        "--layouts".into(),
+        layouts.join(","),
+        "--model".into(),
+        args.model
+            .to_possible_value()
+            .expect("named")
+            .get_name()
+            .to_string(),
+        "--out".into(),
+        out,
+        "--no-breakdown".into(),
+    ];
+    if let Some(dir) = args.tune_cache {
+        argv.push("--tune-cache".into());
+        argv.push(dir.to_string_lossy().into_owned());
+    }
+    #[derive(clap::Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        bench: medddpm_bench::BenchArgs,
+    }
+    let bench = <Wrap as clap::Parser>::try_parse_from(argv)?.bench;
+    medddpm_bench::run_bench(bench, self_command("bench")?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -34,6 +115,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Train(args) => train::run(args),
         Command::Sample(args) => sample::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Bench(args) => medddpm_bench::run_bench(args, self_command("bench")?),
+        Command::Check(args) => check(args),
     }
 }
 

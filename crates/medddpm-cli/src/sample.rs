@@ -7,10 +7,10 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::{Args, ValueEnum};
 use medddpm_train::data::list_masks;
 use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, WeightsSource};
-use medddpm_unet::UNetConfig;
+use medddpm_unet::{cast_compute_params, UNetConfig};
 
-use crate::backend::{run_on, BackendArg, BackendTask};
 use crate::progress::sampling_bar;
+use medddpm_backend::{run_on, BackendTask, ComputeArgs, RunEnv};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ReferenceModel {
@@ -46,9 +46,8 @@ pub struct SampleArgs {
     /// The network of a reference `.pt` checkpoint.
     #[arg(long, value_enum, default_value = "whole-head")]
     reference_model: ReferenceModel,
-    /// Backend to sample on.
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendArg,
+    #[command(flatten)]
+    compute: ComputeArgs,
 }
 
 fn parse_range(s: &str) -> Result<(f32, f32), String> {
@@ -73,13 +72,17 @@ struct SampleTask {
 
 impl BackendTask for SampleTask {
     type Output = ();
-    fn run<B: AutodiffBackend>(self, device: B::Device, backend: &str) -> anyhow::Result<()> {
-        let model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
+    fn run<B: AutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
+        let mut model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
+        model.unet = cast_compute_params(model.unet, env.compute_dtype()).with_layout(env.layout);
         let steps = model.schedule.num_timesteps();
         eprintln!(
-            "sampling {} mask(s) x {} on the {backend} backend, {steps} reverse steps each",
+            "sampling {} mask(s) x {} on the {} backend ({}, {}), {steps} reverse steps each",
             self.masks.len(),
-            self.options.samples_per_mask
+            self.options.samples_per_mask,
+            env.backend,
+            env.precision,
+            env.layout
         );
         let bar = sampling_bar((self.masks.len() * self.options.samples_per_mask * steps) as u64);
         let written = sample_masks(
@@ -132,7 +135,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         rescale: args.rescale,
     };
     run_on(
-        args.backend,
+        &args.compute.settings(),
         SampleTask {
             source,
             live: args.live_weights,

@@ -7,8 +7,8 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use medddpm_train::{train, ExperimentConfig, RunDir, SessionOptions};
 
-use crate::backend::{run_on, BackendArg, BackendTask};
 use crate::progress::TrainBar;
+use medddpm_backend::{run_on, BackendTask, ComputeArgs, RunEnv};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -36,9 +36,8 @@ pub struct TrainArgs {
     /// Override train.seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Backend to train on.
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendArg,
+    #[command(flatten)]
+    compute: ComputeArgs,
 }
 
 struct TrainTask {
@@ -49,13 +48,19 @@ struct TrainTask {
 
 impl BackendTask for TrainTask {
     type Output = ();
-    fn run<B: AutodiffBackend>(self, device: B::Device, backend: &str) -> anyhow::Result<()> {
+    fn run<B: AutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         eprintln!(
-            "training on the {backend} backend, run folder {}",
+            "training on the {} backend ({}, {}), run folder {}",
+            env.backend,
+            env.precision,
+            env.layout,
             self.run.root.display()
         );
+        let mut options = self.options;
+        options.compute_dtype = env.compute_dtype();
+        options.layout = env.layout;
         let mut bar = TrainBar::new();
-        let summary = train::<B>(&self.config, &self.run, &self.options, &device, &mut bar)?;
+        let summary = train::<B>(&self.config, &self.run, &options, &device, &mut bar)?;
         drop(bar);
         eprintln!(
             "trained steps {}..{}: loss {:.4} -> {:.4}; checkpoint {}",
@@ -111,9 +116,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let options = SessionOptions {
         resume,
         max_steps: args.max_steps,
+        ..Default::default()
     };
     run_on(
-        args.backend,
+        &args.compute.settings(),
         TrainTask {
             config,
             run,

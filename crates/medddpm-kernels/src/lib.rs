@@ -35,6 +35,17 @@ pub fn upsample_trilinear_x2<B: Backend>(x: Tensor<B, 5>) -> Tensor<B, 5> {
     upsample_linear_x2_along(x, 2)
 }
 
+/// [`upsample_trilinear_x2`] for channels-last activations.
+///
+/// # Shapes
+/// - input: `[batch, d, h, w, channels]`
+/// - output: `[batch, 2d, 2h, 2w, channels]`
+pub fn upsample_trilinear_x2_channels_last<B: Backend>(x: Tensor<B, 5>) -> Tensor<B, 5> {
+    let x = upsample_linear_x2_along(x, 3);
+    let x = upsample_linear_x2_along(x, 2);
+    upsample_linear_x2_along(x, 1)
+}
+
 /// One separable pass: linear x2 interpolation along axis `dim` (align_corners = False).
 pub fn upsample_linear_x2_along<B: Backend>(x: Tensor<B, 5>, dim: usize) -> Tensor<B, 5> {
     let mut dims = x.dims();
@@ -116,6 +127,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn channels_last_matches_channels_first() {
+        let device = Default::default();
+        let x = Tensor::<B, 5>::random([2, 3, 2, 3, 4], Distribution::Default, &device);
+        let want = upsample_trilinear_x2(x.clone());
+        let got = upsample_trilinear_x2_channels_last(x.permute([0, 2, 3, 4, 1]))
+            .permute([0, 4, 1, 2, 3]);
+        assert_eq!(got.dims(), [2, 3, 4, 6, 8]);
+        got.into_data()
+            .assert_approx_eq::<f32>(&want.into_data(), burn::tensor::Tolerance::absolute(1e-6));
     }
 
     #[test]

@@ -9,9 +9,9 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
+use burn::tensor::{DType, Distribution, ElementConversion, Tensor, TensorData};
 use medddpm_diffusion::{training_loss, CosineSchedule, DdpmSampler};
-use medddpm_unet::UNet;
+use medddpm_unet::{cast_compute_params, Layout, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -80,13 +80,30 @@ pub struct TrainSummary {
 }
 
 /// How a session runs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SessionOptions {
     /// Continue from the run folder's latest checkpoint.
     pub resume: bool,
     /// Stop (and checkpoint) after this many optimizer steps of this session, before
     /// `train.steps` is reached.
     pub max_steps: Option<usize>,
+    /// dtype of the forward and backward passes: F32, or BF16 for mixed precision (weights,
+    /// Adam state and EMA stay f32; gradients arrive in f32 through the recorded casts).
+    /// Checkpoints do not depend on it.
+    pub compute_dtype: DType,
+    /// Activation layout inside the network (results do not depend on it).
+    pub layout: Layout,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            resume: false,
+            max_steps: None,
+            compute_dtype: DType::F32,
+            layout: Layout::Ncdhw,
+        }
+    }
 }
 
 /// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the
@@ -167,7 +184,7 @@ pub fn train<B: AutodiffBackend>(
     // Model, EMA and optimizer: fresh (initialised from the run's seed) or from the latest
     // checkpoint.
     B::seed(device, settings.seed);
-    let mut model: UNet<B> = config.model.init(device)?;
+    let mut model: UNet<B> = config.model.init(device)?.with_layout(options.layout);
     let mut ema: UNet<B::InnerBackend> = model.valid();
     let mut optim = AdamConfig::new()
         .with_beta_1(settings.adam_beta1)
@@ -269,8 +286,10 @@ pub fn train<B: AutodiffBackend>(
             let noise = Tensor::<B, 5>::random(x0.shape(), Distribution::Normal(0.0, 1.0), device);
 
             // 2. The loss on the predicted noise, scaled as the reference scales it.
+            // bf16: a working copy whose casts are part of the graph; a no-op in f32.
+            let work = cast_compute_params(model.clone(), options.compute_dtype);
             let out = training_loss(
-                &model,
+                &work,
                 &schedule,
                 x0,
                 Some(cond),
@@ -345,8 +364,16 @@ pub fn train<B: AutodiffBackend>(
             observer.checkpoint(&path);
             last_checkpoint = Some(path);
             if settings.samples_per_checkpoint > 0 && state.step % settings.save_every == 0 {
+                let ema_compute = cast_compute_params(ema.clone(), options.compute_dtype);
                 samples.extend(periodic_samples::<B::InnerBackend>(
-                    config, &dataset, &ema, &schedule, &state, run, device, observer,
+                    config,
+                    &dataset,
+                    &ema_compute,
+                    &schedule,
+                    &state,
+                    run,
+                    device,
+                    observer,
                 )?);
             }
         }

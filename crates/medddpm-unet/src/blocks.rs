@@ -8,6 +8,8 @@ use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, Pa
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::exec::{cast_to, to_stats, Ctx, Layout, OpClass};
+
 /// GroupNorm epsilon of PyTorch's `nn.GroupNorm`, which the reference uses.
 pub const GROUP_NORM_EPS: f64 = 1e-5;
 
@@ -50,8 +52,10 @@ pub struct NormActConv<B: Backend> {
 
 impl<B: Backend> NormActConv<B> {
     /// conv(SiLU(GN(x))).
-    pub fn forward(&self, x: Tensor<B, 5>) -> Tensor<B, 5> {
-        self.conv.forward(silu(self.norm.forward(x)))
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+        let h = ctx.norm(&self.norm, x);
+        let h = ctx.op(OpClass::Elementwise, || silu(h));
+        ctx.conv(&self.conv, h)
     }
 }
 
@@ -105,19 +109,27 @@ impl<B: Backend> ResBlock<B> {
     /// skip(x) + out_layers(in_layers(x) + emb_layers(emb_act)).
     ///
     /// `emb_act` is SiLU of the time embedding, shape [batch, 4C].
-    pub fn forward(&self, x: Tensor<B, 5>, emb_act: Tensor<B, 2>) -> Tensor<B, 5> {
-        let h = self.in_layers.forward(x.clone());
-        let [b, c] = [h.dims()[0], h.dims()[1]];
-        let h = h + self
-            .emb_layers
-            .linear
-            .forward(emb_act)
-            .reshape([b, c, 1, 1, 1]);
-        let h = self.out_layers.forward(h);
-        match &self.skip_connection {
-            Some(skip) => skip.forward(x) + h,
-            None => x + h,
-        }
+    pub(crate) fn forward(
+        &self,
+        x: Tensor<B, 5>,
+        emb_act: Tensor<B, 2>,
+        ctx: &Ctx<B>,
+    ) -> Tensor<B, 5> {
+        let h = self.in_layers.forward(x.clone(), ctx);
+        let b = h.dims()[0];
+        let c = h.dims()[ctx.layout.channel_dim()];
+        let emb = self.emb_layers.linear.forward(emb_act);
+        let emb = match ctx.layout {
+            Layout::Ncdhw => emb.reshape([b, c, 1, 1, 1]),
+            Layout::Ndhwc => emb.reshape([b, 1, 1, 1, c]),
+        };
+        let h = ctx.op(OpClass::Elementwise, || h + emb);
+        let h = self.out_layers.forward(h, ctx);
+        let skip = match &self.skip_connection {
+            Some(skip) => ctx.conv(skip, x),
+            None => x,
+        };
+        ctx.op(OpClass::Elementwise, || skip + h)
     }
 }
 
@@ -146,21 +158,65 @@ impl<B: Backend> AttentionBlock<B> {
 
     /// x + proj_out(attention(qkv(GN(x)))), q and k each scaled by c^(-1/4) before the product
     /// (as the reference does, for f16 headroom), softmax over the keys.
-    pub fn forward(&self, x: Tensor<B, 5>) -> Tensor<B, 5> {
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
         let dims = x.dims();
-        let [b, c] = [dims[0], dims[1]];
-        let n = dims[2] * dims[3] * dims[4];
-        let x = x.reshape([b, c, n]);
-        let qkv = self.qkv.forward(self.norm.forward(x.clone()));
-        let scale = (c as f64).powf(-0.25);
-        let q = qkv.clone().narrow(1, 0, c).mul_scalar(scale);
-        let k = qkv.clone().narrow(1, c, c).mul_scalar(scale);
-        let v = qkv.narrow(1, 2 * c, c);
-        // weights[b, t, s] = q_t . k_s
-        let weights = softmax(q.swap_dims(1, 2).matmul(k), 2);
-        // a[b, c, t] = sum_s weights[b, t, s] v[b, c, s]
-        let a = v.matmul(weights.swap_dims(1, 2));
-        (x + self.proj_out.forward(a)).reshape(dims)
+        match ctx.layout {
+            Layout::Ncdhw => {
+                let [b, c] = [dims[0], dims[1]];
+                let n = dims[2] * dims[3] * dims[4];
+                let x = x.reshape([b, c, n]);
+                let normed = ctx.op(OpClass::Normalisation, || {
+                    crate::exec::group_norm(&self.norm, x.clone(), 1)
+                });
+                ctx.op(OpClass::Attention, || {
+                    let qkv = self.qkv.forward(normed);
+                    let scale = (c as f64).powf(-0.25);
+                    let q = qkv.clone().narrow(1, 0, c).mul_scalar(scale);
+                    let k = qkv.clone().narrow(1, c, c).mul_scalar(scale);
+                    let v = qkv.narrow(1, 2 * c, c);
+                    // weights[b, t, s] = q_t . k_s; softmax in f32 (or f64).
+                    let logits = q.swap_dims(1, 2).matmul(k);
+                    let dtype = logits.dtype();
+                    let weights = cast_to(softmax(to_stats(logits), 2), dtype);
+                    // a[b, c, t] = sum_s weights[b, t, s] v[b, c, s]
+                    let a = v.matmul(weights.swap_dims(1, 2));
+                    (x + self.proj_out.forward(a)).reshape(dims)
+                })
+            }
+            Layout::Ndhwc => {
+                let [b, c] = [dims[0], dims[4]];
+                let n = dims[1] * dims[2] * dims[3];
+                let x = x.reshape([b, n, c]);
+                let normed = ctx.op(OpClass::Normalisation, || {
+                    crate::exec::group_norm(&self.norm, x.clone(), 2)
+                });
+                ctx.op(OpClass::Attention, || {
+                    // The k=1 Conv1d projections as products with the transposed kernels, so
+                    // the tokens stay channels-last.
+                    let qkv = pointwise(&self.qkv, normed);
+                    let scale = (c as f64).powf(-0.25);
+                    let q = qkv.clone().narrow(2, 0, c).mul_scalar(scale);
+                    let k = qkv.clone().narrow(2, c, c).mul_scalar(scale);
+                    let v = qkv.narrow(2, 2 * c, c);
+                    let logits = q.matmul(k.swap_dims(1, 2));
+                    let dtype = logits.dtype();
+                    let weights = cast_to(softmax(to_stats(logits), 2), dtype);
+                    let a = weights.matmul(v);
+                    (x + pointwise(&self.proj_out, a)).reshape(dims)
+                })
+            }
+        }
+    }
+}
+
+/// A kernel-size-1 Conv1d applied to channels-last tokens `[batch, n, c_in]`.
+fn pointwise<B: Backend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [c_out, c_in, _] = conv.weight.dims();
+    let w = conv.weight.val().reshape([1, c_out, c_in]).swap_dims(1, 2);
+    let y = x.matmul(w);
+    match &conv.bias {
+        Some(bias) => y + bias.val().reshape([1, 1, c_out]),
+        None => y,
     }
 }
 
@@ -173,8 +229,8 @@ pub struct Downsample<B: Backend> {
 
 impl<B: Backend> Downsample<B> {
     /// Halves each spatial size (rounding up).
-    pub fn forward(&self, x: Tensor<B, 5>) -> Tensor<B, 5> {
-        self.op.forward(x)
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+        ctx.conv(&self.op, x)
     }
 }
 
@@ -187,8 +243,12 @@ pub struct Upsample<B: Backend> {
 
 impl<B: Backend> Upsample<B> {
     /// Doubles each spatial size.
-    pub fn forward(&self, x: Tensor<B, 5>) -> Tensor<B, 5> {
-        self.conv.forward(medddpm_kernels::upsample_trilinear_x2(x))
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+        let up = ctx.op(OpClass::Upsample, || match ctx.layout {
+            Layout::Ncdhw => medddpm_kernels::upsample_trilinear_x2(x),
+            Layout::Ndhwc => medddpm_kernels::upsample_trilinear_x2_channels_last(x),
+        });
+        ctx.conv(&self.conv, up)
     }
 }
 
@@ -221,21 +281,26 @@ impl<B: Backend> EmbedBlock<B> {
     }
 
     /// Runs the present parts in order.
-    pub fn forward(&self, mut x: Tensor<B, 5>, emb_act: Tensor<B, 2>) -> Tensor<B, 5> {
+    pub(crate) fn forward(
+        &self,
+        mut x: Tensor<B, 5>,
+        emb_act: Tensor<B, 2>,
+        ctx: &Ctx<B>,
+    ) -> Tensor<B, 5> {
         if let Some(conv) = &self.conv {
-            x = conv.forward(x);
+            x = ctx.conv(conv, x);
         }
         if let Some(res) = &self.res {
-            x = res.forward(x, emb_act);
+            x = res.forward(x, emb_act, ctx);
         }
         if let Some(attn) = &self.attn {
-            x = attn.forward(x);
+            x = attn.forward(x, ctx);
         }
         if let Some(down) = &self.down {
-            x = down.forward(x);
+            x = down.forward(x, ctx);
         }
         if let Some(up) = &self.up {
-            x = up.forward(x);
+            x = up.forward(x, ctx);
         }
         x
     }

@@ -20,10 +20,15 @@
 pub mod blocks;
 mod config;
 mod error;
+pub mod exec;
 pub mod import;
 mod model;
 
 pub use config::UNetConfig;
 pub use error::UNetError;
+pub use exec::{
+    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
+    OpProfile,
+};
 pub use import::{load_reference_checkpoint, ImportReport, WeightsEntry};
 pub use model::{timestep_embedding, UNet};

@@ -9,7 +9,9 @@ use burn::tensor::{backend::Backend, Tensor, TensorData};
 use crate::blocks::{
     conv3, group_norm, AttentionBlock, Downsample, EmbedBlock, ResBlock, Upsample,
 };
+use crate::exec::{cast_to, Ctx, Layout, OpClass, OpProfile};
 use crate::{UNetConfig, UNetError};
+use std::cell::RefCell;
 
 /// Period of the slowest sinusoid of the timestep embedding.
 ///
@@ -79,6 +81,8 @@ pub struct UNet<B: Backend> {
     pub out: OutHead<B>,
     model_channels: usize,
     size_divisor: usize,
+    /// Activations in channels-last order ([`Layout::Ndhwc`]); a run-time setting, not a weight.
+    channels_last: bool,
 }
 
 impl UNetConfig {
@@ -161,6 +165,7 @@ impl UNetConfig {
             },
             model_channels: c,
             size_divisor: self.size_divisor(),
+            channels_last: false,
         })
     }
 }
@@ -171,6 +176,7 @@ impl<B: Backend> UNet<B> {
         let c = self.model_channels;
         let sinusoid = timestep_embedding(timesteps, c);
         let x = Tensor::<B, 2>::from_data(TensorData::new(sinusoid, [timesteps.len(), c]), device);
+        let x = cast_to(x, self.time_embed.linear_1.weight.val().dtype());
         self.time_embed
             .linear_2
             .forward(silu(self.time_embed.linear_1.forward(x)))
@@ -229,25 +235,104 @@ impl<B: Backend> UNet<B> {
     /// # Panics
     /// On a shape [`UNet::check_input`] rejects; callers with user data check first.
     pub fn forward(&self, x: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
+        self.forward_ctx(x, timesteps, None)
+    }
+
+    /// [`UNet::forward`] with every operation synchronised and timed by class into `profile`
+    /// (see [`OpProfile`] for what the numbers mean).
+    pub fn forward_profiled(
+        &self,
+        x: Tensor<B, 5>,
+        timesteps: &[usize],
+        profile: &RefCell<OpProfile>,
+    ) -> Tensor<B, 5> {
+        self.forward_ctx(x, timesteps, Some(profile))
+    }
+
+    /// The memory order the activations use inside the network.
+    pub fn layout(&self) -> Layout {
+        if self.channels_last {
+            Layout::Ndhwc
+        } else {
+            Layout::Ncdhw
+        }
+    }
+
+    /// Runs with activations in `layout` from now on (weights and results are unaffected).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.channels_last = layout == Layout::Ndhwc;
+        self
+    }
+
+    /// The dtype convolutions and matrix products run in: the dtype of the weights.
+    pub fn compute_dtype(&self) -> burn::tensor::DType {
+        self.out.conv.weight.val().dtype()
+    }
+
+    fn forward_ctx(
+        &self,
+        x: Tensor<B, 5>,
+        timesteps: &[usize],
+        profile: Option<&RefCell<OpProfile>>,
+    ) -> Tensor<B, 5> {
         if let Err(e) = self.check_input(x.dims(), timesteps.len()) {
             panic!("{e}");
         }
-        let emb_act = silu(self.time_embedding(timesteps, &x.device()));
-        let mut h = x;
+        let ctx = Ctx::<B> {
+            layout: self.layout(),
+            profile,
+            device: x.device(),
+        };
+        let out_dtype = x.dtype();
+        let compute = self.compute_dtype();
+        let emb_act = ctx.op(OpClass::Elementwise, || {
+            silu(cast_to(
+                self.time_embedding(timesteps, &x.device()),
+                compute,
+            ))
+        });
+        let mut h = ctx.op(OpClass::Elementwise, || {
+            let x = cast_to(x, compute);
+            match ctx.layout {
+                Layout::Ncdhw => x,
+                Layout::Ndhwc => channels_last(x),
+            }
+        });
+        let cat_dim = ctx.layout.channel_dim();
         let mut skips = Vec::with_capacity(self.input_blocks.len());
         for block in &self.input_blocks {
-            h = block.forward(h, emb_act.clone());
+            h = block.forward(h, emb_act.clone(), &ctx);
             skips.push(h.clone());
         }
-        h = self.middle_block.res_1.forward(h, emb_act.clone());
-        h = self.middle_block.attn.forward(h);
-        h = self.middle_block.res_2.forward(h, emb_act.clone());
+        h = self.middle_block.res_1.forward(h, emb_act.clone(), &ctx);
+        h = self.middle_block.attn.forward(h, &ctx);
+        h = self.middle_block.res_2.forward(h, emb_act.clone(), &ctx);
         for block in &self.output_blocks {
             let skip = skips.pop().expect("one skip per decoder block");
-            h = block.forward(Tensor::cat(vec![h, skip], 1), emb_act.clone());
+            let joined = ctx.op(OpClass::Elementwise, || Tensor::cat(vec![h, skip], cat_dim));
+            h = block.forward(joined, emb_act.clone(), &ctx);
         }
-        self.out.conv.forward(silu(self.out.norm.forward(h)))
+        let h = ctx.norm(&self.out.norm, h);
+        let h = ctx.op(OpClass::Elementwise, || silu(h));
+        let out = ctx.conv(&self.out.conv, h);
+        ctx.op(OpClass::Elementwise, || {
+            let out = match ctx.layout {
+                Layout::Ncdhw => out,
+                Layout::Ndhwc => out.permute([0, 4, 1, 2, 3]),
+            };
+            cast_to(out, out_dtype)
+        })
     }
+}
+
+/// `[b, c, d, h, w]` -> contiguous `[b, d, h, w, c]`.
+fn channels_last<B: Backend>(x: Tensor<B, 5>) -> Tensor<B, 5> {
+    // A permuted view is not enough: the first convolution should read channels-last memory.
+    // reshape of a non-contiguous view copies into the new order.
+    let [b, c, d, h, w] = x.dims();
+    x.permute([0, 2, 3, 4, 1])
+        .reshape([b, d * h * w, c])
+        .reshape([b, d, h, w, c])
 }
 
 impl<B: Backend> medddpm_diffusion::Denoiser<B> for UNet<B> {

@@ -1,0 +1,93 @@
+//! Set-up shared by the CubeCL backends (CUDA, wgpu): the tensor-core switch, the tuning cache
+//! and the precision checks against what the device supports.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::DType;
+use cubecl::config::cache::CacheConfig;
+use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+use cubecl::prelude::CubePrimitive;
+use cubecl::Runtime;
+
+use crate::tune_watch::{count_entries, TuneWatcher};
+use crate::{default_tune_cache, BackendKind, BackendTask, ComputeSettings, Precision, RunEnv};
+
+/// Points cubecl's autotune cache at `root` (once per process).
+fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
+    let mut state = CubeClRuntimeConfig::storage().lock();
+    if let Some(existing) = state.as_ref() {
+        let current = existing.autotune.cache.root();
+        if &current != root {
+            bail!(
+                "cubecl is already configured with the tuning cache {} in this process; one backend and precision per process (wanted {})",
+                current.display(),
+                root.display()
+            );
+        }
+        return Ok(());
+    }
+    // Respect a user's cubecl.toml / CUBECL_* variables for everything but the cache folder.
+    let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
+    config.autotune.cache = CacheConfig::File(root.clone());
+    *state = Some(std::sync::Arc::new(config));
+    Ok(())
+}
+
+pub(crate) fn run<R, B, T>(
+    backend: BackendKind,
+    device: R::Device,
+    settings: &ComputeSettings,
+    task: T,
+) -> anyhow::Result<T::Output>
+where
+    R: Runtime,
+    B: AutodiffBackend<Device = R::Device>,
+    T: BackendTask,
+{
+    let precision = settings.precision;
+    // Must precede the first tuned kernel: the cache does not record the setting.
+    cubek_matmul::definition::set_f32_tensor_cores(precision != Precision::Fp32);
+    let root = settings
+        .tune_cache
+        .clone()
+        .unwrap_or_else(default_tune_cache)
+        .join(format!("{backend}-{precision}"));
+    std::fs::create_dir_all(&root)
+        .with_context(|| format!("cannot create the tuning cache folder {}", root.display()))?;
+    configure_cache(&root)?;
+
+    let client = R::client(&device);
+    match precision {
+        Precision::Tf32 => {
+            let tf32 = cubecl::tf32::as_type_native_unchecked().storage_type();
+            if !client.properties().supports_type(tf32) {
+                crate::unsupported!(
+                    "--precision tf32 is not supported on the {backend} backend with this device: it exposes no TF32 matrix instructions (use --precision fp32, or cuda on an NVIDIA GPU)"
+                );
+            }
+        }
+        Precision::Bf16 => {
+            if !<B::InnerBackend as Backend>::supports_dtype(&device, DType::BF16) {
+                crate::unsupported!(
+                    "--precision bf16 is not supported on the {backend} backend with this device: it has no bf16 tensors"
+                );
+            }
+        }
+        Precision::Fp32 => {}
+    }
+
+    let tuned_before = count_entries(&root);
+    let env = RunEnv {
+        backend,
+        precision,
+        layout: settings.layout,
+        tune_cache: Some(root.clone()),
+        tuned_before,
+    };
+    let watcher = TuneWatcher::start(root, settings.show_tuning);
+    let out = task.run::<B>(device, &env);
+    watcher.finish();
+    out
+}

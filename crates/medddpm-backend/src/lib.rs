@@ -1,0 +1,365 @@
+//! Picks and configures the burn backend a command runs on: CUDA, wgpu or the CPU, the
+//! precision (strict FP32, TF32 or bf16), the activation layout, and the kernel-tuning cache
+//! with a display of what is being tuned.
+//!
+//! The precision switches are real:
+//! - `fp32`: every convolution and matrix product runs in IEEE f32. On the CubeCL backends this
+//!   forbids TF32 tensor cores (through the patched `cubek-matmul`, see
+//!   `vendor/cubek-matmul/README.medddpm.md`), so the tuner can only pick f32 FMA kernels.
+//! - `tf32`: burn's default on a tensor-core GPU: f32 operands rounded to TF32 in the matrix
+//!   units. Refused where the device has no TF32 (the CPU, wgpu/Vulkan).
+//! - `bf16`: convolutions, products and activations in bf16, with f32 master weights, Adam
+//!   state, EMA, GroupNorm statistics and softmax (see `medddpm_unet::cast_compute_params`).
+//!
+//! The switch is process-wide on the GPU backends (burn's kernels read it when they are tuned
+//! and launched), so one process runs one precision; `medddpm bench` runs each configuration of
+//! its matrix in a child process.
+#![warn(missing_docs)]
+
+pub mod tune_watch;
+
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod cube;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::DType;
+use clap::ValueEnum;
+use medddpm_unet::Layout;
+use serde::{Deserialize, Serialize};
+
+/// A backend, precision or layout this binary or device cannot run: a refusal, not a failure.
+#[derive(Debug, Clone)]
+pub struct Unsupported(pub String);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// Returns an [`Unsupported`] error.
+macro_rules! unsupported {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new($crate::Unsupported(format!($($arg)*))))
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use unsupported;
+
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// CUDA if compiled in and an NVIDIA device is present, else wgpu if compiled in, else CPU.
+    Auto,
+    /// burn's CUDA backend (`--features cuda`).
+    Cuda,
+    /// burn's wgpu backend: Vulkan, Metal or DX12 (`--features wgpu`).
+    Wgpu,
+    /// burn's Flex CPU backend.
+    Cpu,
+}
+
+impl BackendKind {
+    /// `auto` resolved against what is compiled in and present.
+    pub fn resolve(self) -> BackendKind {
+        match self {
+            BackendKind::Auto if cfg!(feature = "cuda") && nvidia_present() => BackendKind::Cuda,
+            BackendKind::Auto if cfg!(feature = "wgpu") => BackendKind::Wgpu,
+            BackendKind::Auto => BackendKind::Cpu,
+            other => other,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cpu => "cpu",
+        }
+    }
+
+    /// Whether this binary was built with the backend.
+    pub fn compiled_in(self) -> bool {
+        match self {
+            BackendKind::Auto | BackendKind::Cpu => true,
+            BackendKind::Cuda => cfg!(feature = "cuda"),
+            BackendKind::Wgpu => cfg!(feature = "wgpu"),
+        }
+    }
+}
+
+fn nvidia_present() -> bool {
+    std::path::Path::new("/dev/nvidiactl").exists()
+}
+
+/// `--precision`: how convolutions and matrix products compute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// IEEE f32 everywhere, no tensor cores (PyTorch's "Baseline").
+    #[default]
+    Fp32,
+    /// f32 tensors, TF32 tensor cores for convolutions and products (PyTorch's "OPT1").
+    Tf32,
+    /// bf16 compute with f32 master weights, optimizer state and EMA.
+    Bf16,
+}
+
+impl Precision {
+    /// All three, in the order reports list them.
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::Bf16];
+
+    /// The dtype the network's weights and activations are cast to while computing.
+    pub fn compute_dtype(self) -> DType {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// Relative L2 error of a network output against a float64 reference that this precision
+    /// is held to: a few ulps of accumulated rounding for f32, TF32's 10-bit mantissa, bf16's
+    /// 7-bit one.
+    pub fn agreement_tolerance(self) -> f64 {
+        match self {
+            Precision::Fp32 => 1e-4,
+            Precision::Tf32 => 2e-2,
+            Precision::Bf16 => 1e-1,
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        <Precision as ValueEnum>::from_str(s, true)
+            .map_err(|_| format!("unknown precision '{s}' (expected fp32, tf32 or bf16)"))
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        <BackendKind as ValueEnum>::from_str(s, true)
+            .map_err(|_| format!("unknown backend '{s}' (expected auto, cuda, wgpu or cpu)"))
+    }
+}
+
+/// Everything that decides how a command computes.
+#[derive(Debug, Clone)]
+pub struct ComputeSettings {
+    /// Which backend.
+    pub backend: BackendKind,
+    /// Precision of convolutions and products.
+    pub precision: Precision,
+    /// Activation layout inside the network.
+    pub layout: Layout,
+    /// Root of the kernel-tuning cache (GPU backends); `None` uses [`default_tune_cache`].
+    pub tune_cache: Option<PathBuf>,
+    /// Show a spinner with each kernel tuned (a line per kernel when stderr is not a terminal).
+    pub show_tuning: bool,
+}
+
+impl Default for ComputeSettings {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Auto,
+            precision: Precision::Fp32,
+            layout: Layout::Ncdhw,
+            tune_cache: None,
+            show_tuning: true,
+        }
+    }
+}
+
+/// The command-line switches every command that computes shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ComputeArgs {
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendKind,
+    /// Precision of convolutions and matrix products: fp32 (strict IEEE, no tensor cores),
+    /// tf32 (tensor cores; CUDA only) or bf16 (mixed precision, f32 master weights).
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub precision: Precision,
+    /// Memory layout of the activations: ncdhw (channels-first) or ndhwc (channels-last).
+    #[arg(long, default_value = "ncdhw")]
+    pub layout: Layout,
+    /// Kernel-tuning cache folder of the GPU backends (default: $MEDDDPM_TUNE_CACHE,
+    /// ~/.cache/medddpm/tune).
+    #[arg(long)]
+    pub tune_cache: Option<PathBuf>,
+}
+
+impl ComputeArgs {
+    /// The settings these switches select.
+    pub fn settings(&self) -> ComputeSettings {
+        ComputeSettings {
+            backend: self.backend,
+            precision: self.precision,
+            layout: self.layout,
+            tune_cache: self.tune_cache.clone(),
+            show_tuning: true,
+        }
+    }
+}
+
+/// The kernel-tuning cache used when none is given: `$MEDDDPM_TUNE_CACHE`, else
+/// `$XDG_CACHE_HOME/medddpm/tune`, else `~/.cache/medddpm/tune`, else `./.medddpm-tune`.
+pub fn default_tune_cache() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MEDDDPM_TUNE_CACHE") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("medddpm").join("tune");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home)
+            .join(".cache")
+            .join("medddpm")
+            .join("tune");
+    }
+    PathBuf::from(".medddpm-tune")
+}
+
+/// What a task learns about where it runs.
+#[derive(Debug, Clone)]
+pub struct RunEnv {
+    /// `cuda`, `wgpu` or `cpu`.
+    pub backend: BackendKind,
+    /// The precision in force.
+    pub precision: Precision,
+    /// The layout to give the network.
+    pub layout: Layout,
+    /// Folder of this backend and precision's tuning cache (GPU backends).
+    pub tune_cache: Option<PathBuf>,
+    /// Kernels already in that cache when the process started.
+    pub tuned_before: usize,
+}
+
+impl RunEnv {
+    /// The dtype to compute in.
+    pub fn compute_dtype(&self) -> DType {
+        self.precision.compute_dtype()
+    }
+}
+
+/// Work that runs on whichever backend the user picked.
+pub trait BackendTask {
+    /// What the work returns.
+    type Output;
+    /// Runs the work on backend `B`.
+    fn run<B: AutodiffBackend>(
+        self,
+        device: B::Device,
+        env: &RunEnv,
+    ) -> anyhow::Result<Self::Output>;
+}
+
+/// Resolves `auto`, configures precision and tuning, checks the device supports the precision,
+/// and runs `task`.
+pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Result<T::Output> {
+    let backend = settings.backend.resolve();
+    if !backend.compiled_in() {
+        unsupported!(
+            "the {backend} backend is not compiled into this binary: rebuild with `cargo build --release -p medddpm --features {backend}`"
+        );
+    }
+    match backend {
+        BackendKind::Cpu => {
+            if settings.precision == Precision::Tf32 {
+                unsupported!(
+                    "--precision tf32 is not supported on the cpu backend: TF32 is a GPU tensor-core format; the CPU computes in IEEE f32 (use --precision fp32)"
+                );
+            }
+            let env = RunEnv {
+                backend,
+                precision: settings.precision,
+                layout: settings.layout,
+                tune_cache: None,
+                tuned_before: 0,
+            };
+            task.run::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default(), &env)
+        }
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => {
+            let device = burn::backend::cuda::CudaDevice::default();
+            cube::run::<cubecl::cuda::CudaRuntime, burn::backend::Autodiff<burn::backend::Cuda>, T>(
+                backend, device, settings, task,
+            )
+        }
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => {
+            let device = burn::backend::wgpu::WgpuDevice::default();
+            cube::run::<cubecl::wgpu::WgpuRuntime, burn::backend::Autodiff<burn::backend::Wgpu>, T>(
+                backend, device, settings, task,
+            )
+        }
+        #[allow(unreachable_patterns)]
+        other => unsupported!("the {other} backend is not compiled into this binary"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for p in Precision::ALL {
+            assert_eq!(p.name().parse::<Precision>().unwrap(), p);
+        }
+        assert!("fp16".parse::<Precision>().is_err());
+        assert_eq!("CUDA".parse::<BackendKind>().unwrap(), BackendKind::Cuda);
+    }
+
+    #[test]
+    fn cpu_refuses_tf32_with_a_reason() {
+        struct Never;
+        impl BackendTask for Never {
+            type Output = ();
+            fn run<B: AutodiffBackend>(self, _: B::Device, _: &RunEnv) -> anyhow::Result<()> {
+                unreachable!("must not run")
+            }
+        }
+        let settings = ComputeSettings {
+            backend: BackendKind::Cpu,
+            precision: Precision::Tf32,
+            ..Default::default()
+        };
+        let err = run_on(&settings, Never).unwrap_err();
+        assert!(err.downcast_ref::<Unsupported>().is_some());
+        let err = err.to_string();
+        assert!(err.contains("tf32") && err.contains("cpu"), "{err}");
+    }
+}

@@ -1,0 +1,65 @@
+//! One row of the benchmark matrix, as written to the JSON-lines file and read back by the
+//! report writers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What became of one configuration of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordStatus {
+    /// Measured; the output agreed with the CPU float64 reference within tolerance.
+    Ok,
+    /// The output disagreed with the reference: no timings are reported.
+    Disagrees,
+    /// The backend cannot run this precision or layout (the message says why).
+    Unsupported,
+    /// The run failed (crash, out of memory, timeout); the message says how.
+    Failed,
+}
+
+/// One configuration (backend x precision x layout) of the benchmark matrix and what was
+/// measured for it. Times in milliseconds unless the name says seconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchRecord {
+    /// `cuda`, `wgpu`, `cpu`, or `pytorch` for quoted reference rows.
+    pub backend: String,
+    /// Device name (GPU model where known).
+    pub device: String,
+    /// `fp32`, `tf32` or `bf16`.
+    pub precision: String,
+    /// `ncdhw` or `ndhwc`.
+    pub layout: String,
+    /// Model name (`whole-head`, ...).
+    pub model: String,
+    /// Volume size (d, h, w).
+    pub size: [usize; 3],
+    /// Batch size.
+    pub batch: usize,
+    /// Outcome.
+    pub status: RecordStatus,
+    /// Why a configuration is unsupported, failed or disagreed; free text otherwise.
+    pub message: Option<String>,
+    /// Relative L2 error of the network output against the float64 CPU reference (agreement probe).
+    pub agreement_rel_l2: Option<f64>,
+    /// Tolerance the agreement probe was held to for this precision.
+    pub agreement_tolerance: Option<f64>,
+    /// First sampling step (network forward), seconds: compilation and autotuning included.
+    pub first_sample_step_s: Option<f64>,
+    /// First training micro-step, seconds: compilation and autotuning included.
+    pub first_train_step_s: Option<f64>,
+    /// Median training micro-step (forward, L1 loss, backward, Adam), synchronised.
+    pub train_step_median_ms: Option<f64>,
+    /// Median sampling step (network forward and DDPM update), synchronised.
+    pub sample_step_median_ms: Option<f64>,
+    /// Peak device memory in MiB.
+    pub peak_memory_mib: Option<f64>,
+    /// How `peak_memory_mib` was measured (e.g. `nvidia-smi used_memory of the process`).
+    pub memory_source: Option<String>,
+    /// Forward pass split by operation class (`convolution`, `normalisation`, `attention`,
+    /// `elementwise`, `upsample`), milliseconds, each op synchronised on its own.
+    pub breakdown_ms: BTreeMap<String, f64>,
+    /// Whether the autotune cache was warm when the first steps ran.
+    pub tune_cache_warm: Option<bool>,
+}

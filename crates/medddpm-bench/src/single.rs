@@ -1,0 +1,311 @@
+//! One configuration of the matrix, measured in this process on backend `B`.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, ElementConversion, Tensor};
+use medddpm_backend::RunEnv;
+use medddpm_diffusion::{network_input, training_loss, CosineSchedule, DdpmSampler, LossType};
+use medddpm_unet::{cast_compute_params, OpProfile, UNet, UNetConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::memory::{nvidia_gpu_name, PeakMemory};
+use crate::probe::Probe;
+use crate::record::{BenchRecord, RecordStatus};
+
+/// What to measure for one configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SingleConfig {
+    /// Model name for the report.
+    pub model: String,
+    /// The network.
+    pub unet: UNetConfig,
+    /// Volume size (d, h, w).
+    pub size: [usize; 3],
+    /// Batch size.
+    pub batch: usize,
+    /// Untimed steps after the first one.
+    pub warmup: usize,
+    /// Timed steps; the median is reported.
+    pub steps: usize,
+    /// Adam learning rate (the reference's 1e-5).
+    pub lr: f64,
+    /// Run the per-operation breakdown (profiled forwards).
+    pub breakdown: bool,
+    /// Only run the agreement probe (no timings).
+    pub check_only: bool,
+    /// Seed of weights, inputs and the probe.
+    pub seed: u64,
+}
+
+/// Median of `values` (NaN when empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+fn sync<B: Backend>(device: &B::Device) -> anyhow::Result<()> {
+    B::sync(device).map_err(|e| anyhow::anyhow!("device synchronisation failed: {e:?}"))
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// Measures `config` under `env` (backend, precision, layout) and returns its record.
+///
+/// Order: first sampling step, timed sampling steps, breakdown, first training micro-step,
+/// timed training micro-steps, then the agreement probe. The probe runs last so that the
+/// first-step times are not shortened by kernels it compiled; a probe that disagrees turns the
+/// record into [`RecordStatus::Disagrees`] and its timings are withheld.
+pub fn bench_one<B: AutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    config: &SingleConfig,
+    mut progress: impl FnMut(&str),
+) -> anyhow::Result<BenchRecord> {
+    let gpu = env.backend != medddpm_backend::BackendKind::Cpu;
+    let memory = PeakMemory::start(gpu);
+    let device_name = if gpu {
+        nvidia_gpu_name().unwrap_or_else(|| format!("{device:?}"))
+    } else {
+        format!(
+            "CPU, {} threads",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )
+    };
+    let mut record = BenchRecord {
+        backend: env.backend.name().to_string(),
+        device: device_name,
+        precision: env.precision.name().to_string(),
+        layout: env.layout.to_string(),
+        model: config.model.clone(),
+        size: config.size,
+        batch: config.batch,
+        status: RecordStatus::Ok,
+        message: None,
+        agreement_rel_l2: None,
+        agreement_tolerance: None,
+        first_sample_step_s: None,
+        first_train_step_s: None,
+        train_step_median_ms: None,
+        sample_step_median_ms: None,
+        peak_memory_mib: None,
+        memory_source: None,
+        breakdown_ms: BTreeMap::new(),
+        tune_cache_warm: env.tune_cache.as_ref().map(|_| env.tuned_before > 0),
+    };
+    if !config.check_only {
+        measure::<B>(device, env, config, &mut record, &mut progress)?;
+    }
+
+    progress("agreement probe: float64 reference on the CPU");
+    let probe = Probe::new(&config.unet, config.seed)?;
+    progress(&format!(
+        "agreement probe: {}^3 on {} {} {}",
+        probe.size, env.backend, env.precision, env.layout
+    ));
+    let tolerance = env.precision.agreement_tolerance();
+    let result = probe.run::<B::InnerBackend>(
+        &config.unet,
+        env.compute_dtype(),
+        env.layout,
+        tolerance,
+        device,
+    )?;
+    record.agreement_rel_l2 = Some(result.rel_l2);
+    record.agreement_tolerance = Some(tolerance);
+    progress(&format!(
+        "agreement: rel. L2 {:.3e} (max abs {:.3e}) against float64, tolerance {:.0e}",
+        result.rel_l2, result.max_abs, tolerance
+    ));
+    if !result.agrees() {
+        record.status = RecordStatus::Disagrees;
+        record.message = Some(format!(
+            "output differs from the float64 CPU reference by rel. L2 {:.3e} > {:.0e}: timings withheld",
+            result.rel_l2, tolerance
+        ));
+        record.first_sample_step_s = None;
+        record.first_train_step_s = None;
+        record.train_step_median_ms = None;
+        record.sample_step_median_ms = None;
+        record.breakdown_ms.clear();
+    }
+    let (peak, source) = memory.finish();
+    record.peak_memory_mib = peak;
+    record.memory_source = Some(source);
+    Ok(record)
+}
+
+fn measure<B: AutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    config: &SingleConfig,
+    record: &mut BenchRecord,
+    progress: &mut impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let [d, h, w] = config.size;
+    let b = config.batch;
+    let unet: &UNetConfig = &config.unet;
+    let image_channels = unet.out_channels;
+    let cond_channels = unet.in_channels - image_channels;
+    let schedule = CosineSchedule::new(250);
+    let sampler = DdpmSampler::new(schedule.clone());
+    let compute = env.compute_dtype();
+    B::seed(device, config.seed);
+
+    progress("building the model");
+    // f32 master weights; the working copy is cast per step (a no-op in fp32/tf32).
+    let mut model: UNet<B> = unet.init::<B>(device)?.with_layout(env.layout);
+    let x0 = Tensor::<B, 5>::random(
+        [b, image_channels, d, h, w],
+        Distribution::Uniform(-1.0, 1.0),
+        device,
+    );
+    let cond = Tensor::<B, 5>::random(
+        [b, cond_channels, d, h, w],
+        Distribution::Uniform(-1.0, 1.0),
+        device,
+    )
+    .sign();
+    let timesteps: Vec<usize> = (0..b).map(|i| (100 + 37 * i) % 250).collect();
+    model.check_input([b, unet.in_channels, d, h, w], b)?;
+
+    // Sampling steps: network forward and DDPM update, no autodiff.
+    let inference: UNet<B::InnerBackend> = cast_compute_params(model.valid(), compute);
+    let cond_i = cond.clone().inner();
+    let mut x_t = Tensor::<B::InnerBackend, 5>::random(
+        [b, image_channels, d, h, w],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let mut t = 249usize;
+    let sample_step = |x_t: Tensor<B::InnerBackend, 5>, t: usize| {
+        let input = network_input(x_t.clone(), Some(cond_i.clone()));
+        let eps = inference.forward(input, &vec![t; b]);
+        let noise = Tensor::random(x_t.shape(), Distribution::Normal(0.0, 1.0), device);
+        sampler.step(eps, t, x_t, noise).prev_sample
+    };
+    progress("first sampling step (compiles and autotunes kernels)");
+    let start = Instant::now();
+    x_t = sample_step(x_t, t);
+    sync::<B::InnerBackend>(device)?;
+    record.first_sample_step_s = Some(start.elapsed().as_secs_f64());
+    progress(&format!(
+        "first sampling step took {:.2} s; timing sampling steps",
+        record.first_sample_step_s.unwrap()
+    ));
+    let mut sample_ms = Vec::new();
+    for i in 0..config.warmup + config.steps {
+        t -= 1;
+        let start = Instant::now();
+        x_t = sample_step(x_t, t);
+        sync::<B::InnerBackend>(device)?;
+        if i >= config.warmup {
+            sample_ms.push(ms_since(start));
+        }
+    }
+    let finite: f32 = x_t.abs().max().into_scalar().elem();
+    if !finite.is_finite() {
+        anyhow::bail!("the sampling steps produced non-finite values");
+    }
+    record.sample_step_median_ms = Some(median(&sample_ms));
+    progress(&format!(
+        "sampling step median {:.2} ms over {} steps",
+        median(&sample_ms),
+        sample_ms.len()
+    ));
+
+    if config.breakdown {
+        progress("per-operation breakdown (2 profiled forwards)");
+        let profile = RefCell::new(OpProfile::default());
+        let input = Tensor::<B::InnerBackend, 5>::random(
+            [b, unet.in_channels, d, h, w],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
+        for _ in 0..2 {
+            let out = inference.forward_profiled(input.clone(), &timesteps, &profile);
+            sync::<B::InnerBackend>(device)?;
+            drop(out);
+        }
+        let p = profile.into_inner().scaled(2);
+        if p.sync_failed {
+            anyhow::bail!("device synchronisation failed while profiling");
+        }
+        record.breakdown_ms = p.ms.clone();
+        progress(&format!(
+            "breakdown: {}",
+            p.ms.iter()
+                .map(|(k, v)| format!("{k} {v:.1} ms"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    drop(inference);
+
+    // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon) on the f32
+    // master weights.
+    let mut optim = AdamConfig::new().with_epsilon(1e-8).init::<B, UNet<B>>();
+    let mut last_loss = f32::NAN;
+    let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
+        let noise = Tensor::<B, 5>::random(
+            [b, image_channels, d, h, w],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
+        let work = cast_compute_params(model.clone(), compute);
+        let out = training_loss(
+            &work,
+            &schedule,
+            x0.clone(),
+            Some(cond.clone()),
+            &timesteps,
+            noise,
+            LossType::L1,
+        );
+        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        let model = optim.step(config.lr, model, grads);
+        if read_loss {
+            last_loss = out.loss.inner().into_scalar().elem();
+        }
+        sync::<B>(device)?;
+        Ok(model)
+    };
+    progress("first training micro-step (compiles and autotunes backward kernels)");
+    let start = Instant::now();
+    model = train_step(model, false)?;
+    record.first_train_step_s = Some(start.elapsed().as_secs_f64());
+    progress(&format!(
+        "first training micro-step took {:.2} s; timing training micro-steps",
+        record.first_train_step_s.unwrap()
+    ));
+    let mut train_ms = Vec::new();
+    for i in 0..config.warmup + config.steps {
+        let start = Instant::now();
+        model = train_step(model, false)?;
+        if i >= config.warmup {
+            train_ms.push(ms_since(start));
+        }
+    }
+    let _ = train_step(model, true)?;
+    if !last_loss.is_finite() {
+        anyhow::bail!("the training loss is not finite ({last_loss})");
+    }
+    record.train_step_median_ms = Some(median(&train_ms));
+    progress(&format!(
+        "training micro-step median {:.2} ms over {} steps (loss {last_loss:.4})",
+        median(&train_ms),
+        train_ms.len()
+    ));
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! How a forward pass runs, apart from the weights: the memory layout of the activations, the
+//! compute dtype, and an optional per-operation timer.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::nn::conv::Conv3d;
+use burn::nn::GroupNorm;
+use burn::tensor::{backend::Backend, DType, FloatDType, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// Memory order of the activations inside the network.
+///
+/// `Ncdhw` keeps burn's default: every activation is a contiguous `[batch, channels, d, h, w]`
+/// tensor. `Ndhwc` ("channels-last 3D") keeps every activation as a contiguous
+/// `[batch, d, h, w, channels]` tensor from the first convolution to the last: GroupNorm,
+/// SiLU, the skip concatenation, upsampling and attention all work on channels-last memory,
+/// and each convolution hands burn a channels-last buffer (on the CubeCL backends the
+/// convolution kernels are channels-last themselves, so nothing is transposed around them).
+/// The network's input and output stay `[batch, channels, d, h, w]`; the order changes once
+/// after the input and once before the output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Channels-first (PyTorch's default, burn's default).
+    #[default]
+    Ncdhw,
+    /// Channels-last 3D.
+    Ndhwc,
+}
+
+impl Layout {
+    /// Axis of the channels in an activation.
+    pub fn channel_dim(self) -> usize {
+        match self {
+            Layout::Ncdhw => 1,
+            Layout::Ndhwc => 4,
+        }
+    }
+
+    /// Both layouts, in the order the benchmark reports them.
+    pub const ALL: [Layout; 2] = [Layout::Ncdhw, Layout::Ndhwc];
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layout::Ncdhw => "ncdhw",
+            Layout::Ndhwc => "ndhwc",
+        })
+    }
+}
+
+impl FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ncdhw" | "channels-first" => Ok(Layout::Ncdhw),
+            "ndhwc" | "channels-last" => Ok(Layout::Ndhwc),
+            other => Err(format!(
+                "unknown layout '{other}' (expected ncdhw or ndhwc)"
+            )),
+        }
+    }
+}
+
+/// Operation classes of the per-operation breakdown (the paper's kernel mix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpClass {
+    /// 3-D convolutions (including the strided downsampling ones).
+    Convolution,
+    /// GroupNorm.
+    Normalisation,
+    /// The attention blocks' projections, products and softmax.
+    Attention,
+    /// SiLU, residual additions, time-embedding addition, skip concatenation, layout changes.
+    Elementwise,
+    /// Trilinear x2 upsampling.
+    Upsample,
+}
+
+impl OpClass {
+    /// Name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpClass::Convolution => "convolution",
+            OpClass::Normalisation => "normalisation",
+            OpClass::Attention => "attention",
+            OpClass::Elementwise => "elementwise",
+            OpClass::Upsample => "upsample",
+        }
+    }
+}
+
+/// Time spent per operation class in one or more profiled forward passes.
+///
+/// Each operation is synchronised on its own, so kernels that burn's fusion would otherwise
+/// merge run separately: the sum is larger than an unprofiled forward and the split shows
+/// where the unfused work goes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OpProfile {
+    /// Milliseconds per class.
+    pub ms: BTreeMap<String, f64>,
+    /// Operations timed per class.
+    pub calls: BTreeMap<String, usize>,
+    /// A device synchronisation failed while profiling; the numbers are not trustworthy.
+    pub sync_failed: bool,
+}
+
+impl OpProfile {
+    /// Sum over all classes, milliseconds.
+    pub fn total_ms(&self) -> f64 {
+        self.ms.values().sum()
+    }
+
+    /// Divides every time by `n` (to average over `n` profiled passes).
+    pub fn scaled(&self, n: usize) -> OpProfile {
+        let n = n.max(1) as f64;
+        OpProfile {
+            ms: self.ms.iter().map(|(k, v)| (k.clone(), v / n)).collect(),
+            calls: self.calls.clone(),
+            sync_failed: self.sync_failed,
+        }
+    }
+}
+
+/// Per-call settings threaded through the blocks.
+pub(crate) struct Ctx<'a, B: Backend> {
+    pub layout: Layout,
+    pub profile: Option<&'a RefCell<OpProfile>>,
+    pub device: B::Device,
+}
+
+impl<B: Backend> Ctx<'_, B> {
+    /// Runs `f`; when profiling, synchronises before and after and charges the time to `class`.
+    pub fn op<T>(&self, class: OpClass, f: impl FnOnce() -> T) -> T {
+        let Some(profile) = self.profile else {
+            return f();
+        };
+        let mut failed = B::sync(&self.device).is_err();
+        let start = Instant::now();
+        let out = f();
+        failed |= B::sync(&self.device).is_err();
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut p = profile.borrow_mut();
+        *p.ms.entry(class.name().to_string()).or_default() += ms;
+        *p.calls.entry(class.name().to_string()).or_default() += 1;
+        p.sync_failed |= failed;
+        out
+    }
+
+    /// A 3-D convolution of an activation in this layout.
+    pub fn conv(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Convolution, || match self.layout {
+            Layout::Ncdhw => conv.forward(x),
+            // Permutations are stride views: the convolution receives the channels-last
+            // buffer as is, and its output (channels-last on the CubeCL backends) is viewed
+            // back without a copy.
+            Layout::Ndhwc => conv
+                .forward(x.permute([0, 4, 1, 2, 3]))
+                .permute([0, 2, 3, 4, 1]),
+        })
+    }
+
+    /// GroupNorm of an activation in this layout, with statistics in f32 (or f64) whatever the
+    /// compute dtype (as mixed-precision training does: the statistics need f32's mantissa).
+    pub fn norm(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Normalisation, || {
+            group_norm(norm, x, self.layout.channel_dim())
+        })
+    }
+}
+
+/// GroupNorm over a tensor whose channel axis is `channel_dim` (1 or the last), with PyTorch's
+/// biased variance; input of any float dtype, statistics in f32 (f64 for f64 input), output
+/// in the input's dtype.
+pub fn group_norm<B: Backend, const D: usize>(
+    norm: &GroupNorm<B>,
+    x: Tensor<B, D>,
+    channel_dim: usize,
+) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let x = to_stats(x);
+    let shape = x.dims();
+    let b = shape[0];
+    let c = shape[channel_dim];
+    let g = norm.num_groups;
+    let spatial: usize = shape.iter().product::<usize>() / (b * c);
+    let stats = x.dtype();
+    let gamma = norm.gamma.as_ref().map(|p| cast_to(p.val(), stats));
+    let beta = norm.beta.as_ref().map(|p| cast_to(p.val(), stats));
+    let mut affine_shape = [1; D];
+    affine_shape[channel_dim] = c;
+    let y = if channel_dim == 1 {
+        let n = spatial * c / g;
+        let xg = x.reshape([b, g, n]);
+        let mean = xg.clone().sum_dim(2).div_scalar(n as f64);
+        let centred = xg.sub(mean);
+        let var = centred.clone().square().sum_dim(2).div_scalar(n as f64);
+        centred
+            .div(var.add_scalar(norm.epsilon).sqrt())
+            .reshape(shape)
+    } else {
+        assert_eq!(
+            channel_dim,
+            D - 1,
+            "channels must be first (after batch) or last"
+        );
+        let n = (spatial * (c / g)) as f64;
+        let xg = x.reshape([b, spatial, g, c / g]);
+        let mean = xg.clone().sum_dim(3).sum_dim(1).div_scalar(n);
+        let centred = xg.sub(mean);
+        let var = centred.clone().square().sum_dim(3).sum_dim(1).div_scalar(n);
+        centred
+            .div(var.add_scalar(norm.epsilon).sqrt())
+            .reshape(shape)
+    };
+    let y = match (gamma, beta) {
+        (Some(gamma), Some(beta)) => y
+            .mul(gamma.reshape(affine_shape))
+            .add(beta.reshape(affine_shape)),
+        _ => y,
+    };
+    cast_to(y, dtype)
+}
+
+/// `x` in the dtype reductions (normalisation statistics, softmax) run in: f64 stays f64,
+/// everything else goes to f32.
+pub fn to_stats<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    match x.dtype() {
+        DType::F64 | DType::F32 => x,
+        _ => cast_to(x, DType::F32),
+    }
+}
+
+/// `x` in `dtype` (a no-op when it already is); `dtype` must be a float type.
+pub fn cast_to<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+    if x.dtype() == dtype {
+        return x;
+    }
+    let target = match dtype {
+        DType::F64 => FloatDType::F64,
+        DType::F32 => FloatDType::F32,
+        DType::F16 => FloatDType::F16,
+        DType::BF16 => FloatDType::BF16,
+        other => panic!("cast_to: {other:?} is not a float dtype"),
+    };
+    x.cast(target)
+}
+
+/// Casts the parameters of convolutions and linear layers to `dtype`, leaving GroupNorm's in
+/// f32. Inside an autodiff graph the casts are recorded, so gradients flow back to (and come
+/// out for) the original f32 parameters: that is how mixed-precision training keeps f32 master
+/// weights while every convolution and matrix product runs in `dtype`.
+pub fn cast_compute_params<B: Backend, M: Module<B>>(module: M, dtype: DType) -> M {
+    struct CastMapper {
+        dtype: DType,
+        in_norm: usize,
+    }
+    impl<B: Backend> ModuleMapper<B> for CastMapper {
+        fn enter_module(&mut self, _name: &str, container_type: &str) {
+            if container_type == "Struct:GroupNorm" {
+                self.in_norm += 1;
+            }
+        }
+        fn exit_module(&mut self, _name: &str, container_type: &str) {
+            if container_type == "Struct:GroupNorm" {
+                self.in_norm -= 1;
+            }
+        }
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            if self.in_norm > 0 {
+                return param;
+            }
+            let dtype = self.dtype;
+            param.map(|t| cast_to(t, dtype))
+        }
+    }
+    module.map(&mut CastMapper { dtype, in_norm: 0 })
+}
+
+/// Replaces every weight with random values (zero-initialised output layers included), drawn
+/// from the backend's generator: a freshly initialised network outputs exactly zero, which
+/// would hide any difference between backends, precisions or layouts in a comparison.
+///
+/// Weights get N(0, 1/fan_in); one-dimensional parameters (biases, norm scales and shifts)
+/// 0.5 + N(0, 0.3^2).
+pub fn randomize_weights<B: Backend, M: Module<B>>(module: M) -> M {
+    struct Random;
+    impl<B: Backend> ModuleMapper<B> for Random {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            p.map(|t| {
+                let shape = t.shape();
+                let dims = shape.to_vec();
+                let fan_in: usize = dims[1..].iter().product::<usize>().max(1);
+                let std: f64 = if D == 1 {
+                    0.3
+                } else {
+                    (1.0 / fan_in as f64).sqrt()
+                };
+                let noise = Tensor::random(
+                    shape,
+                    burn::tensor::Distribution::Normal(0.0, std),
+                    &t.device(),
+                );
+                let value = if D == 1 { noise.add_scalar(0.5) } else { noise };
+                // A fresh tensor is untracked: keep trainable parameters trainable.
+                value.set_require_grad(t.is_require_grad())
+            })
+        }
+    }
+    module.map(&mut Random)
+}
+
+/// Every float parameter's values, in module order (for [`load_weight_values`] on another
+/// backend).
+pub fn weight_values<B: Backend, M: Module<B>>(module: &M) -> Vec<burn::tensor::TensorData> {
+    struct Collect(Vec<burn::tensor::TensorData>);
+    impl<B: Backend> burn::module::ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
+            self.0.push(p.val().into_data());
+        }
+    }
+    let mut c = Collect(Vec::new());
+    module.visit(&mut c);
+    c.0
+}
+
+/// Loads values taken by [`weight_values`] from a module of the same structure, possibly on
+/// another backend; values are converted to each parameter's current dtype.
+///
+/// # Panics
+/// If the count or a shape differs (the modules are not the same network).
+pub fn load_weight_values<B: Backend, M: Module<B>>(
+    module: M,
+    values: Vec<burn::tensor::TensorData>,
+) -> M {
+    struct Load(std::vec::IntoIter<burn::tensor::TensorData>);
+    impl<B: Backend> ModuleMapper<B> for Load {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let data = self.0.next().expect("as many values as parameters");
+            p.map(|t| {
+                assert_eq!(t.shape().to_vec(), data.shape.to_vec(), "parameter shape");
+                let dtype = t.dtype();
+                let value = cast_to(Tensor::<B, D>::from_data(data, &t.device()), dtype);
+                value.set_require_grad(t.is_require_grad())
+            })
+        }
+    }
+    let n = values.len();
+    let mut load = Load(values.into_iter());
+    let out = module.map(&mut load);
+    assert_eq!(load.0.len(), 0, "{n} values for fewer parameters");
+    out
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs `medddpm bench` (the backend x precision x layout matrix) on a GPU machine.
+#
+# Usage, from the repository root on the GPU machine:
+#   scripts/gpu-bench-matrix.sh BINARY OUTDIR [medddpm bench arguments...]
+# Writes OUTDIR/results.{jsonl,csv,md,png}, OUTDIR/bench.log, OUTDIR/gpu.csv and, at the end,
+# OUTDIR/tune-cache.tgz (the kernel-tuning cache, to carry into the next run).
+# The tuning cache is $MEDDDPM_TUNE_CACHE (default .device-cache/tune); cubecl appends each tuned
+# kernel to it as soon as it is tuned, so a run cut short still saves its tuning.
+# For the wgpu backend the machine needs the Vulkan loader: carry .gl/libvulkan1_*.deb
+# (see docs/benchmarks/README.md); it is unpacked here.
+# BENCH_TIMEOUT (seconds, default 3000) bounds the whole matrix.
+set -u
+bin=$1; out=$2; shift 2
+mkdir -p "$out"
+if compgen -G ".gl/*.deb" > /dev/null; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
+export MEDDDPM_TUNE_CACHE=${MEDDDPM_TUNE_CACHE:-.device-cache/tune}
+mkdir -p "$MEDDDPM_TUNE_CACHE"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.csv"
+timeout "${BENCH_TIMEOUT:-3000}" "$bin" bench --out "$out" "$@" 2>&1 | tee -a "$out/bench.log"
+rc=${PIPESTATUS[0]}
+tar czf "$out/tune-cache.tgz" -C "$MEDDDPM_TUNE_CACHE" .
+exit "$rc"
