@@ -13,7 +13,7 @@ use medddpm_unet::{Layout, UNetConfig};
 use crate::matrix::{placeholder, run_cell, Cell, ChildSpec};
 use crate::record::{BenchRecord, RecordStatus};
 use crate::report::{append_jsonl, read_jsonl, to_csv, to_markdown, write_png_chart};
-use crate::single::{bench_one, SingleConfig};
+use crate::single::{bench_one_with_partial, SingleConfig};
 
 /// Networks the benchmark knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -148,6 +148,7 @@ pub struct BenchArgs {
 
 struct SingleTask<'a> {
     config: &'a SingleConfig,
+    out: &'a Path,
 }
 
 impl BackendTask for SingleTask<'_> {
@@ -157,7 +158,18 @@ impl BackendTask for SingleTask<'_> {
         device: B::Device,
         env: &RunEnv,
     ) -> anyhow::Result<BenchRecord> {
-        bench_one::<B>(&device, env, self.config, |p| eprintln!("{p}"))
+        let out = self.out;
+        bench_one_with_partial::<B>(
+            &device,
+            env,
+            self.config,
+            |p| eprintln!("{p}"),
+            |r| {
+                if let Ok(bytes) = serde_json::to_vec_pretty(r) {
+                    let _ = write_atomic(out, &bytes);
+                }
+            },
+        )
     }
 }
 
@@ -200,7 +212,13 @@ fn single(args: &BenchArgs, config_path: &Path) -> anyhow::Result<()> {
         tune_cache: args.tune_cache.clone(),
         show_tuning: true,
     };
-    let record = match run_on(&settings, SingleTask { config: &config }) {
+    let record = match run_on(
+        &settings,
+        SingleTask {
+            config: &config,
+            out,
+        },
+    ) {
         Ok(r) => r,
         Err(e) => {
             let status = if e.downcast_ref::<Unsupported>().is_some() {
@@ -328,6 +346,12 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
             breakdown: !args.no_breakdown,
             check_only: args.check_only,
             seed: args.seed,
+            probe_cache: Some(
+                args.tune_cache
+                    .clone()
+                    .unwrap_or_else(medddpm_backend::default_tune_cache)
+                    .join("probe-reference"),
+            ),
         };
         let spec = ChildSpec {
             command,

@@ -15,7 +15,7 @@ pub mod single;
 
 pub use cli::{run_bench, BenchArgs, ModelArg};
 pub use record::{BenchRecord, RecordStatus};
-pub use single::{bench_one, median, SingleConfig};
+pub use single::{bench_one, bench_one_with_partial, median, SingleConfig};
 
 #[cfg(test)]
 mod tests {
@@ -47,6 +47,7 @@ mod tests {
             breakdown: true,
             check_only,
             seed: 3,
+            probe_cache: None,
         }
     }
 

@@ -135,7 +135,24 @@ pub fn run_cell(
         };
         let _ = reader.join();
         let tail = tail.lock().unwrap().join(" | ");
+        let read = || -> anyhow::Result<BenchRecord> {
+            let text = std::fs::read_to_string(&record_path)
+                .with_context(|| format!("reading {}", record_path.display()))?;
+            serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", record_path.display()))
+        };
         match status {
+            // Killed: keep what it measured before (its partial record), marked as failed.
+            None if record_path.is_file() => {
+                let mut r = read()?;
+                r.status = RecordStatus::Failed;
+                r.message = Some(format!(
+                    "timed out after {} s ({}); last output: {tail}",
+                    spec.timeout.as_secs(),
+                    r.message.unwrap_or_default()
+                ));
+                Ok(r)
+            }
             None => Ok(placeholder(
                 cell,
                 config,
@@ -145,12 +162,7 @@ pub fn run_cell(
                     spec.timeout.as_secs()
                 ),
             )),
-            Some(_) if record_path.is_file() => {
-                let text = std::fs::read_to_string(&record_path)
-                    .with_context(|| format!("reading {}", record_path.display()))?;
-                serde_json::from_str(&text)
-                    .with_context(|| format!("parsing {}", record_path.display()))
-            }
+            Some(_) if record_path.is_file() => read(),
             Some(status) => Ok(placeholder(
                 cell,
                 config,

@@ -52,7 +52,8 @@ pub fn peak_rss_mib() -> Option<f64> {
 pub struct PeakMemory {
     baseline: Option<f64>,
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<Option<f64>>>,
+    peak: Arc<std::sync::Mutex<Option<f64>>>,
+    handle: Option<JoinHandle<()>>,
 }
 
 impl PeakMemory {
@@ -61,41 +62,51 @@ impl PeakMemory {
     pub fn start(gpu: bool) -> Self {
         let baseline = if gpu { nvidia_used_mib() } else { None };
         let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(std::sync::Mutex::new(None));
         let handle = baseline.map(|_| {
             let flag = stop.clone();
+            let peak = peak.clone();
             std::thread::spawn(move || {
-                let mut peak: Option<f64> = None;
                 while !flag.load(Ordering::SeqCst) {
                     if let Some(v) = nvidia_used_mib() {
-                        peak = Some(peak.map_or(v, |p: f64| p.max(v)));
+                        let mut p = peak.lock().unwrap();
+                        *p = Some(p.map_or(v, |p: f64| p.max(v)));
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                peak
             })
         });
         Self {
             baseline,
             stop,
+            peak,
             handle,
         }
     }
 
-    /// Peak in MiB and how it was measured.
-    pub fn finish(mut self) -> (Option<f64>, String) {
-        self.stop.store(true, Ordering::SeqCst);
-        match (self.baseline, self.handle.take()) {
-            (Some(base), Some(h)) => {
-                let peak = h.join().ok().flatten();
+    /// Peak so far in MiB and how it is measured.
+    pub fn current(&self) -> (Option<f64>, String) {
+        match self.baseline {
+            Some(base) => {
+                let peak = *self.peak.lock().unwrap();
                 (
                     peak.map(|p| (p - base).max(0.0)),
                     format!("nvidia-smi memory.used of the GPU, peak minus the {base:.0} MiB in use before the run (includes burn's memory pools and the CUDA context)"),
                 )
             }
-            _ => (
+            None => (
                 peak_rss_mib(),
                 "peak resident set size of the process (VmHWM)".to_string(),
             ),
         }
+    }
+
+    /// Stops polling; the peak in MiB and how it was measured.
+    pub fn finish(mut self) -> (Option<f64>, String) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.current()
     }
 }

@@ -1,6 +1,9 @@
 //! The agreement probe: the benchmarked network with fixed random weights, on a fixed small
 //! input, evaluated in float64 on the CPU and under the configuration being measured.
 
+use std::path::Path;
+
+use anyhow::Context;
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
@@ -14,8 +17,8 @@ pub const PROBE_TIMESTEP: usize = 137;
 
 /// The probe's weights, input and float64 reference output.
 pub struct Probe {
-    /// Side of the cubic probe volume.
-    pub size: usize,
+    /// Probe volume (the benchmarked size: its kernels are the ones measured, already tuned).
+    pub size: [usize; 3],
     weights: Vec<TensorData>,
     input: TensorData,
     reference: Vec<f64>,
@@ -40,24 +43,60 @@ impl ProbeResult {
 }
 
 impl Probe {
-    /// Builds the probe for `unet` (seeded weights and input) and its float64 reference, on the
-    /// CPU. The volume is the smallest the network accepts (2^(levels-1) per side).
-    pub fn new(unet: &UNetConfig, seed: u64) -> anyhow::Result<Self> {
+    /// Builds the probe for `unet` at `size` (seeded weights and input) and its float64
+    /// reference, on the CPU. The reference is the expensive part (a float64 forward of the
+    /// whole network): with `cache`, it is kept there as raw little-endian f64 and reused by
+    /// every configuration and later runs with the same network, size and seed.
+    pub fn new(
+        unet: &UNetConfig,
+        size: [usize; 3],
+        seed: u64,
+        cache: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let device = Default::default();
         Flex::seed(&device, seed);
         let model = randomize_weights(unet.init::<Flex>(&device)?);
-        let size = unet.size_divisor();
+        let [d, h, w] = size;
         let x = Tensor::<Flex, 5>::random(
-            [1, unet.in_channels, size, size, size],
+            [1, unet.in_channels, d, h, w],
             Distribution::Normal(0.0, 1.0),
             &device,
         );
         let weights = weight_values(&model);
-        let reference: Vec<f64> = cast_compute_params(model, DType::F64)
-            .forward(x.clone().cast(FloatDType::F64), &[PROBE_TIMESTEP])
-            .into_data()
-            .to_vec()
-            .map_err(|e| anyhow::anyhow!("reading the reference output: {e:?}"))?;
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            serde_json::to_string(unet)?.hash(&mut hasher);
+            (size, seed, PROBE_TIMESTEP).hash(&mut hasher);
+            format!("reference-{:016x}.f64", hasher.finish())
+        };
+        let cached = cache.map(|dir| dir.join(&key)).filter(|p| p.is_file());
+        let reference: Vec<f64> = match cached {
+            Some(path) => std::fs::read(&path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect(),
+            None => {
+                let out: Vec<f64> = cast_compute_params(model, DType::F64)
+                    .forward(x.clone().cast(FloatDType::F64), &[PROBE_TIMESTEP])
+                    .into_data()
+                    .to_vec()
+                    .map_err(|e| anyhow::anyhow!("reading the reference output: {e:?}"))?;
+                if let Some(dir) = cache {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                    let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let path = dir.join(&key);
+                    let tmp = path.with_extension("tmp");
+                    std::fs::write(&tmp, bytes)
+                        .with_context(|| format!("writing {}", tmp.display()))?;
+                    std::fs::rename(&tmp, &path)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
+                out
+            }
+        };
         Ok(Self {
             size,
             weights,

@@ -40,6 +40,9 @@ pub struct SingleConfig {
     pub check_only: bool,
     /// Seed of weights, inputs and the probe.
     pub seed: u64,
+    /// Folder that keeps the agreement probe's float64 reference between runs.
+    #[serde(default)]
+    pub probe_cache: Option<std::path::PathBuf>,
 }
 
 /// Median of `values` (NaN when empty).
@@ -64,14 +67,29 @@ fn ms_since(start: Instant) -> f64 {
 /// Measures `config` under `env` (backend, precision, layout) and returns its record.
 ///
 /// Order: first sampling step, timed sampling steps, breakdown, first training micro-step,
-/// timed training micro-steps, then the agreement probe. The probe runs last so that the
-/// first-step times are not shortened by kernels it compiled; a probe that disagrees turns the
-/// record into [`RecordStatus::Disagrees`] and its timings are withheld.
+/// timed training micro-steps, then the agreement probe: the same network with fixed random
+/// weights, one forward at the benchmarked size (so it runs the kernels just measured, already
+/// tuned), against a float64 CPU forward of the same weights and input. It runs last so that
+/// the first-step times are not shortened by kernels it compiled; a probe that disagrees turns
+/// the record into [`RecordStatus::Disagrees`] and its timings are withheld.
 pub fn bench_one<B: AutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
     config: &SingleConfig,
+    progress: impl FnMut(&str),
+) -> anyhow::Result<BenchRecord> {
+    bench_one_with_partial::<B>(device, env, config, progress, |_| {})
+}
+
+/// [`bench_one`], handing `partial` the record as it stands after every phase (status
+/// `Failed`, the message naming the last finished phase), so that a run killed mid-way still
+/// leaves what it measured.
+pub fn bench_one_with_partial<B: AutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    config: &SingleConfig,
     mut progress: impl FnMut(&str),
+    mut partial: impl FnMut(&BenchRecord),
 ) -> anyhow::Result<BenchRecord> {
     let gpu = env.backend != medddpm_backend::BackendKind::Cpu;
     let memory = PeakMemory::start(gpu);
@@ -104,14 +122,31 @@ pub fn bench_one<B: AutodiffBackend>(
         breakdown_ms: BTreeMap::new(),
         tune_cache_warm: env.tune_cache.as_ref().map(|_| env.tuned_before > 0),
     };
+    let mut save = |record: &mut BenchRecord, phase: &str| {
+        let (peak, source) = memory.current();
+        let mut snapshot = record.clone();
+        snapshot.peak_memory_mib = peak;
+        snapshot.memory_source = Some(source);
+        snapshot.status = RecordStatus::Failed;
+        snapshot.message = Some(format!(
+            "incomplete: the last phase finished was {phase}; timings so far are kept but the agreement probe did not run"
+        ));
+        partial(&snapshot);
+    };
+    save(&mut record, "start-up");
     if !config.check_only {
-        measure::<B>(device, env, config, &mut record, &mut progress)?;
+        measure::<B>(device, env, config, &mut record, &mut progress, &mut save)?;
     }
 
     progress("agreement probe: float64 reference on the CPU");
-    let probe = Probe::new(&config.unet, config.seed)?;
+    let probe = Probe::new(
+        &config.unet,
+        config.size,
+        config.seed,
+        config.probe_cache.as_deref(),
+    )?;
     progress(&format!(
-        "agreement probe: {}^3 on {} {} {}",
+        "agreement probe: {:?} on {} {} {}",
         probe.size, env.backend, env.precision, env.layout
     ));
     let tolerance = env.precision.agreement_tolerance();
@@ -152,6 +187,7 @@ fn measure<B: AutodiffBackend>(
     config: &SingleConfig,
     record: &mut BenchRecord,
     progress: &mut impl FnMut(&str),
+    save: &mut impl FnMut(&mut BenchRecord, &str),
 ) -> anyhow::Result<()> {
     let [d, h, w] = config.size;
     let b = config.batch;
@@ -219,6 +255,7 @@ fn measure<B: AutodiffBackend>(
         anyhow::bail!("the sampling steps produced non-finite values");
     }
     record.sample_step_median_ms = Some(median(&sample_ms));
+    save(record, "the sampling steps");
     progress(&format!(
         "sampling step median {:.2} ms over {} steps",
         median(&sample_ms),
@@ -243,6 +280,7 @@ fn measure<B: AutodiffBackend>(
             anyhow::bail!("device synchronisation failed while profiling");
         }
         record.breakdown_ms = p.ms.clone();
+        save(record, "the per-operation breakdown");
         progress(&format!(
             "breakdown: {}",
             p.ms.iter()
@@ -285,6 +323,7 @@ fn measure<B: AutodiffBackend>(
     let start = Instant::now();
     model = train_step(model, false)?;
     record.first_train_step_s = Some(start.elapsed().as_secs_f64());
+    save(record, "the first training micro-step");
     progress(&format!(
         "first training micro-step took {:.2} s; timing training micro-steps",
         record.first_train_step_s.unwrap()
@@ -302,6 +341,7 @@ fn measure<B: AutodiffBackend>(
         anyhow::bail!("the training loss is not finite ({last_loss})");
     }
     record.train_step_median_ms = Some(median(&train_ms));
+    save(record, "the training micro-steps");
     progress(&format!(
         "training micro-step median {:.2} ms over {} steps (loss {last_loss:.4})",
         median(&train_ms),

@@ -50,9 +50,13 @@ struct CheckArgs {
     /// Layouts to check.
     #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
     layouts: Vec<medddpm_unet::Layout>,
-    /// Network configuration (the probe volume is its smallest input).
+    /// Network configuration.
     #[arg(long, value_enum, default_value = "whole-head")]
     model: medddpm_bench::ModelArg,
+    /// Probe volume, D,H,W or one number (the float64 CPU reference of a whole-head network
+    /// takes minutes at 128^3 on a small machine; it is cached in the tuning-cache folder).
+    #[arg(long, default_value = "32")]
+    size: String,
     /// Folder for the results.
     #[arg(long, default_value = "check-results")]
     out: std::path::PathBuf,
@@ -95,6 +99,8 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
             .to_string(),
         "--out".into(),
         out,
+        "--size".into(),
+        args.size,
         "--no-breakdown".into(),
     ];
     if let Some(dir) = args.tune_cache {

@@ -79,3 +79,90 @@ fn bad_input_is_a_clear_error() {
         assert!(!ok && stderr.contains("--features cuda"), "{stderr}");
     }
 }
+
+#[test]
+fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bench");
+    let (ok, stdout, stderr) = medddpm(&[
+        "bench",
+        "--backends",
+        "cpu",
+        "--precisions",
+        "fp32,tf32",
+        "--layouts",
+        "ndhwc",
+        "--model",
+        "tiny",
+        "--size",
+        "8",
+        "--warmup",
+        "0",
+        "--steps",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 2, "{lines}");
+    assert_eq!(records[0]["status"], "ok");
+    assert!(records[0]["train_step_median_ms"].as_f64().unwrap() > 0.0);
+    assert!(records[0]["agreement_rel_l2"].as_f64().unwrap() < 1e-5);
+    assert_eq!(records[1]["status"], "unsupported");
+    assert!(records[1]["message"].as_str().unwrap().contains("tf32"));
+    for file in ["results.csv", "results.md", "results.png"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    assert!(stdout.contains("cpu/fp32/ndhwc"), "{stdout}");
+    // Reports can be rebuilt from the JSON lines alone.
+    std::fs::remove_file(out.join("results.md")).unwrap();
+    let (ok, _, stderr) = medddpm(&["bench", "--report-only", "--out", out.to_str().unwrap()]);
+    assert!(ok && out.join("results.md").is_file(), "{stderr}");
+
+    let (ok, _, stderr) = medddpm(&[
+        "bench",
+        "--backends",
+        "cpu",
+        "--model",
+        "whole-head",
+        "--size",
+        "40",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("multiple of 16"), "{stderr}");
+}
+
+#[test]
+fn check_compares_every_configuration_with_the_float64_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("check");
+    let (ok, stdout, stderr) = medddpm(&[
+        "check",
+        "--backends",
+        "cpu",
+        "--precisions",
+        "fp32,bf16",
+        "--model",
+        "tiny",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 4, "{lines}");
+    for l in lines.lines() {
+        let r: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(r["status"], "ok", "{l}");
+        assert!(r["train_step_median_ms"].is_null());
+        let err = r["agreement_rel_l2"].as_f64().unwrap();
+        let tol = r["agreement_tolerance"].as_f64().unwrap();
+        assert!(err < tol, "{l}");
+    }
+    assert!(stdout.contains("cpu/bf16/ndhwc"), "{stdout}");
+}

@@ -87,11 +87,24 @@ pub fn session(
     resume: bool,
     max_steps: Option<usize>,
 ) -> Result<medddpm_train::TrainSummary, medddpm_train::TrainError> {
-    let options = medddpm_train::SessionOptions { resume, max_steps };
+    let options = medddpm_train::SessionOptions {
+        resume,
+        max_steps,
+        ..Default::default()
+    };
+    session_with(config, run, &options)
+}
+
+/// One training session with explicit options, on the CPU backend.
+pub fn session_with(
+    config: &ExperimentConfig,
+    run: &medddpm_train::RunDir,
+    options: &medddpm_train::SessionOptions,
+) -> Result<medddpm_train::TrainSummary, medddpm_train::TrainError> {
     medddpm_train::train::<burn::backend::Autodiff<Flex>>(
         config,
         run,
-        &options,
+        options,
         &Default::default(),
         &mut medddpm_train::Quiet,
     )
