@@ -66,12 +66,13 @@ fn ms_since(start: Instant) -> f64 {
 
 /// Measures `config` under `env` (backend, precision, layout) and returns its record.
 ///
-/// Order: first sampling step, timed sampling steps, breakdown, first training micro-step,
-/// timed training micro-steps, then the agreement probe: the same network with fixed random
-/// weights, one forward at the benchmarked size (so it runs the kernels just measured, already
-/// tuned), against a float64 CPU forward of the same weights and input. It runs last so that
-/// the first-step times are not shortened by kernels it compiled; a probe that disagrees turns
-/// the record into [`RecordStatus::Disagrees`] and its timings are withheld.
+/// Order: first sampling step, timed sampling steps, breakdown, the agreement probe, first
+/// training micro-step, timed training micro-steps. The probe is the same network with fixed
+/// random weights, one forward at the benchmarked size (so it runs the forward kernels just
+/// measured, already tuned), against a float64 CPU forward of the same weights and input. It
+/// runs after the first sampling step so that first-step times are not shortened by kernels it
+/// compiled; a probe that disagrees turns the record into [`RecordStatus::Disagrees`], stops the
+/// run, and its timings are withheld.
 pub fn bench_one<B: AutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
@@ -128,17 +129,56 @@ pub fn bench_one_with_partial<B: AutodiffBackend>(
         snapshot.peak_memory_mib = peak;
         snapshot.memory_source = Some(source);
         snapshot.status = RecordStatus::Failed;
-        snapshot.message = Some(format!(
-            "incomplete: the last phase finished was {phase}; timings so far are kept but the agreement probe did not run"
-        ));
+        snapshot.message = Some(match snapshot.agreement_rel_l2 {
+            Some(e) => format!(
+                "incomplete: the last phase finished was {phase}; the agreement probe passed (rel. L2 {e:.2e}) and the timings so far are kept"
+            ),
+            None => format!(
+                "incomplete: the last phase finished was {phase}; timings so far are kept but the agreement probe did not run"
+            ),
+        });
         partial(&snapshot);
     };
     save(&mut record, "start-up");
-    if !config.check_only {
+    if config.check_only {
+        agreement::<B>(device, env, config, &mut record, &mut progress)?;
+    } else {
         measure::<B>(device, env, config, &mut record, &mut progress, &mut save)?;
     }
+    let agrees = record
+        .agreement_rel_l2
+        .zip(record.agreement_tolerance)
+        .is_some_and(|(e, tol)| e.is_finite() && e <= tol);
+    if !agrees {
+        let (e, tol) = (
+            record.agreement_rel_l2.unwrap_or(f64::NAN),
+            record.agreement_tolerance.unwrap_or(f64::NAN),
+        );
+        record.status = RecordStatus::Disagrees;
+        record.message = Some(format!(
+            "output differs from the float64 CPU reference by rel. L2 {e:.3e} > {tol:.0e}: timings withheld"
+        ));
+        record.first_sample_step_s = None;
+        record.first_train_step_s = None;
+        record.train_step_median_ms = None;
+        record.sample_step_median_ms = None;
+        record.breakdown_ms.clear();
+    }
+    let (peak, source) = memory.finish();
+    record.peak_memory_mib = peak;
+    record.memory_source = Some(source);
+    Ok(record)
+}
 
-    progress("agreement probe: float64 reference on the CPU");
+/// The agreement probe; fills the record's agreement fields.
+fn agreement<B: AutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    config: &SingleConfig,
+    record: &mut BenchRecord,
+    progress: &mut impl FnMut(&str),
+) -> anyhow::Result<()> {
+    progress("agreement probe: float64 reference on the CPU (cached after the first run)");
     let probe = Probe::new(
         &config.unet,
         config.size,
@@ -163,22 +203,7 @@ pub fn bench_one_with_partial<B: AutodiffBackend>(
         "agreement: rel. L2 {:.3e} (max abs {:.3e}) against float64, tolerance {:.0e}",
         result.rel_l2, result.max_abs, tolerance
     ));
-    if !result.agrees() {
-        record.status = RecordStatus::Disagrees;
-        record.message = Some(format!(
-            "output differs from the float64 CPU reference by rel. L2 {:.3e} > {:.0e}: timings withheld",
-            result.rel_l2, tolerance
-        ));
-        record.first_sample_step_s = None;
-        record.first_train_step_s = None;
-        record.train_step_median_ms = None;
-        record.sample_step_median_ms = None;
-        record.breakdown_ms.clear();
-    }
-    let (peak, source) = memory.finish();
-    record.peak_memory_mib = peak;
-    record.memory_source = Some(source);
-    Ok(record)
+    Ok(())
 }
 
 fn measure<B: AutodiffBackend>(
@@ -290,6 +315,18 @@ fn measure<B: AutodiffBackend>(
         ));
     }
     drop(inference);
+
+    // The probe runs the forward kernels measured above (tuned already) and none of the
+    // backward ones, so the first training step below still pays its own compilation.
+    agreement::<B>(device, env, config, record, progress)?;
+    if !record
+        .agreement_rel_l2
+        .zip(record.agreement_tolerance)
+        .is_some_and(|(e, t)| e <= t)
+    {
+        return Ok(()); // disagrees: no point timing the training step
+    }
+    save(record, "the agreement probe");
 
     // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon) on the f32
     // master weights.
