@@ -17,8 +17,15 @@ if compgen -G ".gl/*.deb" > /dev/null; then
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
 fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd}
+# The NVIDIA Vulkan ICD: the wgpu run of 2026-11-22 found no adapter with only the path below
+# tried, so look in the usual places and say what was found.
+if [ -z "${VK_DRIVER_FILES:-}" ]; then
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
+             /etc/vulkan/icd.d/nvidia_icd.json $(find / -xdev -name 'nvidia_icd*.json' 2>/dev/null | head -3); do
+    if [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd; break; fi
+  done
+fi
+echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-<none found: wgpu will find no Vulkan adapter>}" | tee -a "$out/bench.log"
 export MEDDDPM_TUNE_CACHE=${MEDDDPM_TUNE_CACHE:-.device-cache/tune}
 mkdir -p "$MEDDDPM_TUNE_CACHE"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.csv"

@@ -58,7 +58,19 @@ where
         .with_context(|| format!("cannot create the tuning cache folder {}", root.display()))?;
     configure_cache(&root)?;
 
-    let client = R::client(&device);
+    // cubecl panics (in a device thread) when it finds no adapter, e.g. wgpu without a Vulkan
+    // driver: turn that into an error that says what to install.
+    let client = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| R::client(&device)))
+        .map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no detail");
+            crate::Unsupported(format!(
+                "the {backend} backend found no usable GPU device ({why}); for wgpu on Linux install a Vulkan driver and loader (e.g. libvulkan1 and the NVIDIA or Mesa ICD) or point VK_DRIVER_FILES at the driver's ICD file"
+            ))
+        })?;
     match precision {
         Precision::Tf32 => {
             let tf32 = cubecl::tf32::as_type_native_unchecked().storage_type();

@@ -210,8 +210,10 @@ pub struct ComputeArgs {
     pub backend: BackendKind,
     /// Precision of convolutions and matrix products: fp32 (strict IEEE, no tensor cores),
     /// tf32 (tensor cores; CUDA only) or bf16 (mixed precision, f32 master weights).
-    #[arg(long, value_enum, default_value = "fp32")]
-    pub precision: Precision,
+    /// Default: tf32 on CUDA (what burn and PyTorch's cuDNN convolutions do by default; strict
+    /// fp32 is many times slower there), fp32 elsewhere.
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
     /// Memory layout of the activations: ncdhw (channels-first) or ndhwc (channels-last).
     #[arg(long, default_value = "ncdhw")]
     pub layout: Layout,
@@ -226,11 +228,21 @@ impl ComputeArgs {
     pub fn settings(&self) -> ComputeSettings {
         ComputeSettings {
             backend: self.backend,
-            precision: self.precision,
+            precision: self
+                .precision
+                .unwrap_or_else(|| default_precision(self.backend)),
             layout: self.layout,
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
         }
+    }
+}
+
+/// The precision used when none is asked for: TF32 on CUDA, strict FP32 elsewhere.
+pub fn default_precision(backend: BackendKind) -> Precision {
+    match backend.resolve() {
+        BackendKind::Cuda => Precision::Tf32,
+        _ => Precision::Fp32,
     }
 }
 
@@ -341,6 +353,13 @@ mod tests {
         }
         assert!("fp16".parse::<Precision>().is_err());
         assert_eq!("CUDA".parse::<BackendKind>().unwrap(), BackendKind::Cuda);
+    }
+
+    #[test]
+    fn default_precision_is_tf32_only_on_cuda() {
+        assert_eq!(default_precision(BackendKind::Cuda), Precision::Tf32);
+        assert_eq!(default_precision(BackendKind::Cpu), Precision::Fp32);
+        assert_eq!(default_precision(BackendKind::Wgpu), Precision::Fp32);
     }
 
     #[test]

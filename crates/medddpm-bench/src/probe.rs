@@ -15,6 +15,10 @@ use serde::{Deserialize, Serialize};
 /// Timestep the probe evaluates the network at.
 pub const PROBE_TIMESTEP: usize = 137;
 
+/// Changes whenever the probe's weights or network arithmetic change, so that a cached float64
+/// reference from an older build is not reused.
+pub const PROBE_VERSION: u32 = 2;
+
 /// The probe's weights, input and float64 reference output.
 pub struct Probe {
     /// Probe volume (the benchmarked size: its kernels are the ones measured, already tuned).
@@ -67,7 +71,7 @@ impl Probe {
             use std::hash::{Hash, Hasher};
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
             serde_json::to_string(unet)?.hash(&mut hasher);
-            (size, seed, PROBE_TIMESTEP).hash(&mut hasher);
+            (size, seed, PROBE_TIMESTEP, PROBE_VERSION).hash(&mut hasher);
             format!("reference-{:016x}.f64", hasher.finish())
         };
         let cached = cache.map(|dir| dir.join(&key)).filter(|p| p.is_file());

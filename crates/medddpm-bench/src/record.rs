@@ -60,6 +60,7 @@ pub struct BenchRecord {
     /// Forward pass split by operation class (`convolution`, `normalisation`, `attention`,
     /// `elementwise`, `upsample`), milliseconds, each op synchronised on its own.
     pub breakdown_ms: BTreeMap<String, f64>,
-    /// Whether the autotune cache was warm when the first steps ran.
+    /// Whether the tuning cache of this backend and precision already held results when the
+    /// run started (it may still have lacked some kernels of this layout or size).
     pub tune_cache_warm: Option<bool>,
 }

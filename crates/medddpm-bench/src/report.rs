@@ -404,7 +404,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
     }
     if warm_cache {
         notes
-            .push("† The autotune cache was warm: the first steps exclude autotuning.".to_string());
+            .push("† The tuning cache of this backend and precision held results from earlier runs: the first steps include little or no autotuning.".to_string());
     }
     if !notes.is_empty() {
         out.push('\n');
