@@ -38,17 +38,7 @@ impl ModelArg {
                 model_channels: 32,
                 ..UNetConfig::whole_head()
             },
-            ModelArg::Tiny => UNetConfig {
-                in_channels: 3,
-                out_channels: 1,
-                model_channels: 8,
-                num_res_blocks: 1,
-                channel_mult: vec![1, 2],
-                attention_resolutions: vec![8],
-                image_size: 16,
-                num_heads: 1,
-                num_groups: 4,
-            },
+            ModelArg::Tiny => UNetConfig::tiny(),
         }
     }
 
@@ -236,28 +226,24 @@ fn single(args: &BenchArgs, config_path: &Path) -> anyhow::Result<()> {
 /// The PyTorch reference's whole-head 128^3 figures on an H100, as measured by the reference
 /// code and recorded in `../shared/docs/peer-baseline.md` (mean of 8 steps, CUDA events).
 pub fn pytorch_reference_h100() -> Vec<BenchRecord> {
-    let row = |precision: &str, layout: &str, train: f64, sample: f64, mem_gib: f64| BenchRecord {
-        backend: "pytorch".into(),
-        device: "NVIDIA H100 80GB HBM3 (peer-baseline.md)".into(),
-        precision: precision.into(),
-        layout: layout.into(),
-        model: "whole-head".into(),
-        size: [128; 3],
-        batch: 1,
-        status: RecordStatus::Ok,
-        message: Some(
-            "measured by the PyTorch reference (peer-baseline.md), mean of 8 steps".into(),
-        ),
-        agreement_rel_l2: None,
-        agreement_tolerance: None,
-        first_sample_step_s: None,
-        first_train_step_s: None,
-        train_step_median_ms: Some(train),
-        sample_step_median_ms: Some(sample),
-        peak_memory_mib: Some(mem_gib * 1024.0),
-        memory_source: Some("torch.cuda.max_memory_allocated".into()),
-        breakdown_ms: Default::default(),
-        tune_cache_warm: None,
+    let row = |precision: &str, layout: &str, train: f64, sample: f64, mem_gib: f64| {
+        let mut r = BenchRecord::new(
+            "pytorch",
+            "NVIDIA H100 80GB HBM3 (peer-baseline.md)",
+            precision,
+            layout,
+            "whole-head",
+            [128; 3],
+            1,
+            RecordStatus::Ok,
+        );
+        r.message =
+            Some("measured by the PyTorch reference (peer-baseline.md), mean of 8 steps".into());
+        r.train_step_median_ms = Some(train);
+        r.sample_step_median_ms = Some(sample);
+        r.peak_memory_mib = Some(mem_gib * 1024.0);
+        r.memory_source = Some("torch.cuda.max_memory_allocated".into());
+        r
     };
     vec![
         row("fp32", "ncdhw", 1236.0, 201.0, 18.9),

@@ -47,27 +47,18 @@ pub fn placeholder(
     status: RecordStatus,
     message: String,
 ) -> BenchRecord {
-    BenchRecord {
-        backend: cell.backend.name().to_string(),
-        device: String::new(),
-        precision: cell.precision.name().to_string(),
-        layout: cell.layout.to_string(),
-        model: config.model.clone(),
-        size: config.size,
-        batch: config.batch,
+    let mut r = BenchRecord::new(
+        cell.backend.name(),
+        "",
+        cell.precision.name(),
+        &cell.layout.to_string(),
+        &config.model,
+        config.size,
+        config.batch,
         status,
-        message: Some(message),
-        agreement_rel_l2: None,
-        agreement_tolerance: None,
-        first_sample_step_s: None,
-        first_train_step_s: None,
-        train_step_median_ms: None,
-        sample_step_median_ms: None,
-        peak_memory_mib: None,
-        memory_source: None,
-        breakdown_ms: Default::default(),
-        tune_cache_warm: None,
-    }
+    );
+    r.message = Some(message);
+    r
 }
 
 /// Runs one cell in a child process and returns its record (a `Failed` one if the child died

@@ -64,3 +64,40 @@ pub struct BenchRecord {
     /// run started (it may still have lacked some kernels of this layout or size).
     pub tune_cache_warm: Option<bool>,
 }
+
+impl BenchRecord {
+    /// A record with nothing measured yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backend: &str,
+        device: &str,
+        precision: &str,
+        layout: &str,
+        model: &str,
+        size: [usize; 3],
+        batch: usize,
+        status: RecordStatus,
+    ) -> Self {
+        Self {
+            backend: backend.to_string(),
+            device: device.to_string(),
+            precision: precision.to_string(),
+            layout: layout.to_string(),
+            model: model.to_string(),
+            size,
+            batch,
+            status,
+            message: None,
+            agreement_rel_l2: None,
+            agreement_tolerance: None,
+            first_sample_step_s: None,
+            first_train_step_s: None,
+            train_step_median_ms: None,
+            sample_step_median_ms: None,
+            peak_memory_mib: None,
+            memory_source: None,
+            breakdown_ms: BTreeMap::new(),
+            tune_cache_warm: None,
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! One configuration of the matrix, measured in this process on backend `B`.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
@@ -102,27 +101,17 @@ pub fn bench_one_with_partial<B: AutodiffBackend>(
             std::thread::available_parallelism().map_or(1, |n| n.get())
         )
     };
-    let mut record = BenchRecord {
-        backend: env.backend.name().to_string(),
-        device: device_name,
-        precision: env.precision.name().to_string(),
-        layout: env.layout.to_string(),
-        model: config.model.clone(),
-        size: config.size,
-        batch: config.batch,
-        status: RecordStatus::Ok,
-        message: None,
-        agreement_rel_l2: None,
-        agreement_tolerance: None,
-        first_sample_step_s: None,
-        first_train_step_s: None,
-        train_step_median_ms: None,
-        sample_step_median_ms: None,
-        peak_memory_mib: None,
-        memory_source: None,
-        breakdown_ms: BTreeMap::new(),
-        tune_cache_warm: env.tune_cache.as_ref().map(|_| env.tuned_before > 0),
-    };
+    let mut record = BenchRecord::new(
+        env.backend.name(),
+        &device_name,
+        env.precision.name(),
+        &env.layout.to_string(),
+        &config.model,
+        config.size,
+        config.batch,
+        RecordStatus::Ok,
+    );
+    record.tune_cache_warm = env.tune_cache.as_ref().map(|_| env.tuned_before > 0);
     let mut save = |record: &mut BenchRecord, phase: &str| {
         let (peak, source) = memory.current();
         let mut snapshot = record.clone();

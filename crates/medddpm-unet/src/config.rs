@@ -66,6 +66,20 @@ impl UNetConfig {
         }
     }
 
+    /// A small network with every block kind (two levels, attention at the second level and in
+    /// the middle, upsampling, skips): C = 8, 4 groups, sizes a multiple of 2. For tests and
+    /// quick checks of backends, precisions and layouts.
+    pub fn tiny() -> Self {
+        Self {
+            model_channels: 8,
+            channel_mult: vec![1, 2],
+            attention_resolutions: vec![8],
+            image_size: 16,
+            num_groups: 4,
+            ..Self::whole_head()
+        }
+    }
+
     /// Downsampling factors at which attention blocks are inserted.
     pub fn attention_downsample_factors(&self) -> Vec<usize> {
         self.attention_resolutions

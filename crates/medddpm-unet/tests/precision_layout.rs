@@ -13,20 +13,9 @@ use medddpm_unet::{
 
 type B = Flex;
 
-/// A small network that still has every block kind: two levels, attention at the second and
-/// in the middle, upsampling, skip concatenation.
+/// A small network that still has every block kind.
 fn tiny() -> UNetConfig {
-    UNetConfig {
-        in_channels: 3,
-        out_channels: 1,
-        model_channels: 8,
-        num_res_blocks: 1,
-        channel_mult: vec![1, 2],
-        attention_resolutions: vec![8],
-        image_size: 16,
-        num_heads: 1,
-        num_groups: 4,
-    }
+    UNetConfig::tiny()
 }
 
 fn randomized<Bk: Backend>(model: UNet<Bk>) -> UNet<Bk> {
