@@ -118,9 +118,7 @@ impl Probe {
         tolerance: f64,
         device: &B::Device,
     ) -> anyhow::Result<ProbeResult> {
-        let model = load_weight_values(unet.init::<B>(device)?, self.weights.clone());
-        let model = cast_compute_params(model, compute).with_layout(layout);
-        let x = Tensor::<B, 5>::from_data(self.input.clone(), device);
+        let (model, x) = self.model_and_input::<B>(unet, compute, layout, device)?;
         let out: Vec<f64> = model
             .forward(x, &[PROBE_TIMESTEP])
             .cast(FloatDType::F64)
@@ -128,6 +126,38 @@ impl Probe {
             .to_vec()
             .map_err(|e| anyhow::anyhow!("reading the probe output: {e:?}"))?;
         Ok(compare(&out, &self.reference, tolerance))
+    }
+}
+
+impl Probe {
+    fn model_and_input<B: Backend>(
+        &self,
+        unet: &UNetConfig,
+        compute: DType,
+        layout: Layout,
+        device: &B::Device,
+    ) -> anyhow::Result<(medddpm_unet::UNet<B>, Tensor<B, 5>)> {
+        let model = load_weight_values(unet.init::<B>(device)?, self.weights.clone());
+        let model = cast_compute_params(model, compute).with_layout(layout);
+        Ok((model, Tensor::<B, 5>::from_data(self.input.clone(), device)))
+    }
+
+    /// Runs the probe again with every operation's output tested, and names the first that is
+    /// not finite (for a configuration whose output was NaN or infinite).
+    pub fn locate_non_finite<B: Backend>(
+        &self,
+        unet: &UNetConfig,
+        compute: DType,
+        layout: Layout,
+        device: &B::Device,
+    ) -> anyhow::Result<Option<String>> {
+        let (model, x) = self.model_and_input::<B>(unet, compute, layout, device)?;
+        let profile = std::cell::RefCell::new(medddpm_unet::OpProfile {
+            check_finite: true,
+            ..Default::default()
+        });
+        drop(model.forward_profiled(x, &[PROBE_TIMESTEP], &profile));
+        Ok(profile.into_inner().first_non_finite)
     }
 }
 

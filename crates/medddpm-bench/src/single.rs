@@ -144,8 +144,13 @@ pub fn bench_one_with_partial<B: AutodiffBackend>(
             record.agreement_tolerance.unwrap_or(f64::NAN),
         );
         record.status = RecordStatus::Disagrees;
+        let detail = record
+            .message
+            .take()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default();
         record.message = Some(format!(
-            "output differs from the float64 CPU reference by rel. L2 {e:.3e} > {tol:.0e}: timings withheld"
+            "output differs from the float64 CPU reference by rel. L2 {e:.3e} > {tol:.0e}{detail}: timings withheld"
         ));
         record.first_sample_step_s = None;
         record.first_train_step_s = None;
@@ -192,6 +197,23 @@ fn agreement<B: AutodiffBackend>(
         "agreement: rel. L2 {:.3e} (max abs {:.3e}) against float64, tolerance {:.0e}",
         result.rel_l2, result.max_abs, tolerance
     ));
+    if !result.rel_l2.is_finite() {
+        progress(
+            "the output is not finite: locating the first operation that produced NaN or infinity",
+        );
+        let place = probe
+            .locate_non_finite::<B::InnerBackend>(
+                &config.unet,
+                env.compute_dtype(),
+                env.layout,
+                device,
+            )?
+            .unwrap_or_else(|| {
+                "no single operation (every output was finite when run one by one)".into()
+            });
+        progress(&format!("first non-finite output: {place}"));
+        record.message = Some(format!("non-finite output, first at: {place}"));
+    }
     Ok(())
 }
 

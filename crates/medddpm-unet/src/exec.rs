@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::conv::Conv3d;
 use burn::nn::GroupNorm;
-use burn::tensor::{backend::Backend, DType, FloatDType, Tensor};
+use burn::tensor::{backend::Backend, DType, ElementConversion, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// Memory order of the activations inside the network.
@@ -109,6 +109,12 @@ pub struct OpProfile {
     pub calls: BTreeMap<String, usize>,
     /// A device synchronisation failed while profiling; the numbers are not trustworthy.
     pub sync_failed: bool,
+    /// Set before the pass to test every operation's output for NaN and infinity (a read-back
+    /// per operation: for locating a defect, not for timing).
+    pub check_finite: bool,
+    /// The first operation whose output was not finite (class, its index in that class, shape),
+    /// when `check_finite` is set.
+    pub first_non_finite: Option<String>,
 }
 
 impl OpProfile {
@@ -124,6 +130,8 @@ impl OpProfile {
             ms: self.ms.iter().map(|(k, v)| (k.clone(), v / n)).collect(),
             calls: self.calls.clone(),
             sync_failed: self.sync_failed,
+            check_finite: self.check_finite,
+            first_non_finite: self.first_non_finite.clone(),
         }
     }
 }
@@ -137,7 +145,11 @@ pub(crate) struct Ctx<'a, B: Backend> {
 
 impl<B: Backend> Ctx<'_, B> {
     /// Runs `f`; when profiling, synchronises before and after and charges the time to `class`.
-    pub fn op<T>(&self, class: OpClass, f: impl FnOnce() -> T) -> T {
+    pub fn op<const D: usize>(
+        &self,
+        class: OpClass,
+        f: impl FnOnce() -> Tensor<B, D>,
+    ) -> Tensor<B, D> {
         let Some(profile) = self.profile else {
             return f();
         };
@@ -148,8 +160,22 @@ impl<B: Backend> Ctx<'_, B> {
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let mut p = profile.borrow_mut();
         *p.ms.entry(class.name().to_string()).or_default() += ms;
-        *p.calls.entry(class.name().to_string()).or_default() += 1;
+        let calls = p.calls.entry(class.name().to_string()).or_default();
+        *calls += 1;
+        let index = *calls;
         p.sync_failed |= failed;
+        if p.check_finite && p.first_non_finite.is_none() {
+            let flag =
+                |b: Tensor<B, 1, burn::tensor::Bool>| b.int().into_scalar().elem::<i64>() != 0;
+            let bad = flag(out.clone().is_nan().any()) || flag(out.clone().is_inf().any());
+            if bad {
+                p.first_non_finite = Some(format!(
+                    "{} #{index}, output shape {:?}",
+                    class.name(),
+                    out.dims()
+                ));
+            }
+        }
         out
     }
 

@@ -189,3 +189,23 @@ fn weights_move_between_modules_and_dtypes() {
     let loaded = load_weight_values(bf16, values);
     assert_eq!(loaded.compute_dtype(), DType::BF16);
 }
+
+#[test]
+fn profiling_can_name_the_first_operation_with_non_finite_output() {
+    let (model, x) = model_and_input();
+    let check = |m: &UNet<B>| {
+        let profile = std::cell::RefCell::new(OpProfile {
+            check_finite: true,
+            ..Default::default()
+        });
+        drop(m.forward_profiled(x.clone(), &T, &profile));
+        profile.into_inner().first_non_finite
+    };
+    assert_eq!(check(&model), None);
+    // A NaN in the middle block's first convolution: everything before it stays finite.
+    let mut broken = model;
+    let conv = &mut broken.middle_block.res_1.in_layers.conv;
+    conv.weight = conv.weight.clone().map(|w| w.mul_scalar(f32::NAN));
+    let place = check(&broken).expect("a non-finite output is found");
+    assert!(place.starts_with("convolution #"), "{place}");
+}
