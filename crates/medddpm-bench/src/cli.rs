@@ -53,7 +53,8 @@ impl ModelArg {
     }
 }
 
-fn parse_size(s: &str) -> Result<[usize; 3], String> {
+/// `--size`: one number for a cube or D,H,W (commas or `x`).
+pub fn parse_size(s: &str) -> Result<[usize; 3], String> {
     let parts: Result<Vec<usize>, _> = s
         .split([',', 'x'])
         .map(|p| p.trim().parse::<usize>())
@@ -136,9 +137,11 @@ pub struct BenchArgs {
     pub single_out: Option<PathBuf>,
 }
 
-struct SingleTask<'a> {
-    config: &'a SingleConfig,
-    out: &'a Path,
+/// One configuration measured in this process; with `out`, the record as it stands is written
+/// there after every phase.
+pub(crate) struct SingleTask<'a> {
+    pub config: &'a SingleConfig,
+    pub out: Option<&'a Path>,
 }
 
 impl BackendTask for SingleTask<'_> {
@@ -155,7 +158,7 @@ impl BackendTask for SingleTask<'_> {
             self.config,
             |p| eprintln!("{p}"),
             |r| {
-                if let Ok(bytes) = serde_json::to_vec_pretty(r) {
+                if let (Some(out), Ok(bytes)) = (out, serde_json::to_vec_pretty(r)) {
                     let _ = write_atomic(out, &bytes);
                 }
             },
@@ -206,7 +209,7 @@ fn single(args: &BenchArgs, config_path: &Path) -> anyhow::Result<()> {
         &settings,
         SingleTask {
             config: &config,
-            out,
+            out: Some(out),
         },
     ) {
         Ok(r) => r,

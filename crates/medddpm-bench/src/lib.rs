@@ -20,19 +20,13 @@ pub use single::{bench_one, bench_one_with_partial, median, SingleConfig};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, Precision, RunEnv};
+    use medddpm_backend::{run_on, BackendKind, ComputeSettings, Precision};
     use medddpm_unet::Layout;
 
-    struct Task(SingleConfig);
-    impl BackendTask for Task {
-        type Output = BenchRecord;
-        fn run<B: burn::tensor::backend::AutodiffBackend>(
-            self,
-            device: B::Device,
-            env: &RunEnv,
-        ) -> anyhow::Result<BenchRecord> {
-            bench_one::<B>(&device, env, &self.0, |_| {})
-        }
+    use crate::cli::SingleTask;
+
+    fn run(settings: &ComputeSettings, config: &SingleConfig) -> BenchRecord {
+        run_on(settings, SingleTask { config, out: None }).unwrap()
     }
 
     fn tiny(check_only: bool) -> SingleConfig {
@@ -62,7 +56,7 @@ mod tests {
                     tune_cache: None,
                     show_tuning: false,
                 };
-                let r = run_on(&settings, Task(tiny(false))).unwrap();
+                let r = run(&settings, &tiny(false));
                 assert_eq!(r.status, RecordStatus::Ok, "{r:?}");
                 assert_eq!(
                     (r.precision.as_str(), r.layout.clone()),
@@ -76,13 +70,7 @@ mod tests {
                     Precision::Fp32 => assert!(err < 1e-5, "{err}"),
                     _ => assert!(err > 1e-4 && err < 1e-1, "{err}"),
                 }
-                for class in [
-                    "convolution",
-                    "normalisation",
-                    "attention",
-                    "elementwise",
-                    "upsample",
-                ] {
+                for class in medddpm_unet::OpClass::ALL.map(medddpm_unet::OpClass::name) {
                     assert!(r.breakdown_ms[class] > 0.0, "{class}");
                 }
                 assert!(r.peak_memory_mib.unwrap() > 0.0);
@@ -96,7 +84,7 @@ mod tests {
             backend: BackendKind::Cpu,
             ..Default::default()
         };
-        let r = run_on(&settings, Task(tiny(true))).unwrap();
+        let r = run(&settings, &tiny(true));
         assert_eq!(r.status, RecordStatus::Ok);
         assert!(r.train_step_median_ms.is_none() && r.breakdown_ms.is_empty());
         assert!(r.agreement_rel_l2.unwrap() < 1e-5);

@@ -21,14 +21,15 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 
 use crate::record::{BenchRecord, RecordStatus};
+use medddpm_unet::OpClass;
 
 /// Breakdown classes in the order every view lists them; unknown classes follow alphabetically.
 const CLASS_ORDER: [&str; 5] = [
-    "convolution",
-    "normalisation",
-    "attention",
-    "elementwise",
-    "upsample",
+    OpClass::ALL[0].name(),
+    OpClass::ALL[1].name(),
+    OpClass::ALL[2].name(),
+    OpClass::ALL[3].name(),
+    OpClass::ALL[4].name(),
 ];
 
 /// Placeholder for a value that was not measured (or is withheld because the run was not Ok).

@@ -8,7 +8,7 @@ mod train;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// Mask-conditioned 3D diffusion models of brain MRI (Med-DDPM), on CPU, CUDA or wgpu.
 #[derive(Debug, Parser)]
@@ -55,8 +55,8 @@ struct CheckArgs {
     model: medddpm_bench::ModelArg,
     /// Probe volume, D,H,W or one number (the float64 CPU reference of a whole-head network
     /// takes minutes at 128^3 on a small machine; it is cached in the tuning-cache folder).
-    #[arg(long, default_value = "32")]
-    size: String,
+    #[arg(long, default_value = "32", value_parser = medddpm_bench::cli::parse_size)]
+    size: [usize; 3],
     /// Folder for the results.
     #[arg(long, default_value = "check-results")]
     out: std::path::PathBuf,
@@ -78,41 +78,27 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
             .filter(|b| b.compiled_in())
             .collect()
     });
-    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
-    let precisions: Vec<&str> = args.precisions.iter().map(|p| p.name()).collect();
-    let layouts: Vec<String> = args.layouts.iter().map(|l| l.to_string()).collect();
-    let out = args.out.to_string_lossy().into_owned();
-    let mut argv = vec![
-        "medddpm-bench".to_string(),
-        "--check-only".into(),
-        "--backends".into(),
-        names.join(","),
-        "--precisions".into(),
-        precisions.join(","),
-        "--layouts".into(),
-        layouts.join(","),
-        "--model".into(),
-        args.model
-            .to_possible_value()
-            .expect("named")
-            .get_name()
-            .to_string(),
-        "--out".into(),
-        out,
-        "--size".into(),
-        args.size,
-        "--no-breakdown".into(),
-    ];
-    if let Some(dir) = args.tune_cache {
-        argv.push("--tune-cache".into());
-        argv.push(dir.to_string_lossy().into_owned());
-    }
-    #[derive(clap::Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        bench: medddpm_bench::BenchArgs,
-    }
-    let bench = <Wrap as clap::Parser>::try_parse_from(argv)?.bench;
+    let bench = medddpm_bench::BenchArgs {
+        backends,
+        precisions: args.precisions,
+        layouts: args.layouts,
+        model: args.model,
+        size: args.size,
+        batch: 1,
+        warmup: 0,
+        steps: 1,
+        no_breakdown: true,
+        out: args.out,
+        title: None,
+        pytorch_reference: None,
+        timeout: 1800,
+        tune_cache: args.tune_cache,
+        seed: 0,
+        report_only: false,
+        check_only: true,
+        single_config: None,
+        single_out: None,
+    };
     medddpm_bench::run_bench(bench, self_command("bench")?)
 }
 

@@ -84,8 +84,17 @@ pub enum OpClass {
 }
 
 impl OpClass {
+    /// Every class, in the order reports list them.
+    pub const ALL: [OpClass; 5] = [
+        OpClass::Convolution,
+        OpClass::Normalisation,
+        OpClass::Attention,
+        OpClass::Elementwise,
+        OpClass::Upsample,
+    ];
+
     /// Name used in reports.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             OpClass::Convolution => "convolution",
             OpClass::Normalisation => "normalisation",

@@ -7,8 +7,8 @@ use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Tensor};
 use medddpm_unet::{
-    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpProfile,
-    UNet, UNetConfig,
+    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
+    OpProfile, UNet, UNetConfig,
 };
 
 type B = Flex;
@@ -157,19 +157,13 @@ fn profiled_forward_splits_time_by_operation_class() {
         let plain = m.forward(x.clone(), &T);
         assert!(rel_l2(profiled, plain) < 1e-6);
         let p = profile.into_inner();
-        for class in [
-            "convolution",
-            "normalisation",
-            "attention",
-            "elementwise",
-            "upsample",
-        ] {
+        for class in OpClass::ALL.map(OpClass::name) {
             assert!(
                 p.ms.get(class).copied().unwrap_or(0.0) > 0.0,
                 "{layout}: no {class} time: {p:?}"
             );
         }
-        // 1 stem + 2 per ResBlock (3 x 2 levels... counted from the structure) + skips, down, up.
+        // Every convolution is timed: the stem, two per ResBlock, the 1x1 skips, down, up, head.
         assert!(p.calls["convolution"] >= 15, "{p:?}");
         assert!(!p.sync_failed);
     }
