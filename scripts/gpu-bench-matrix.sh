@@ -7,8 +7,10 @@
 # OUTDIR/tune-cache.tgz (the kernel-tuning cache, to carry into the next run).
 # The tuning cache is $MEDDDPM_TUNE_CACHE (default .device-cache/tune); cubecl appends each tuned
 # kernel to it as soon as it is tuned, so a run cut short still saves its tuning.
-# For the wgpu backend the machine needs the Vulkan loader: carry .gl/libvulkan1_*.deb
-# (see docs/benchmarks/README.md); it is unpacked here.
+# For the wgpu backend the machine needs the Vulkan loader and glvnd: carry .gl/*.deb (libvulkan1,
+# libglvnd0, libegl1, libgl1, libglx0, libopengl0, libgles2; see docs/benchmarks/README.md); they
+# are unpacked here. With libvulkan1 alone the NVIDIA ICD did not load (no adapter).
+# The device tool returns at most 8 files: tar OUTDIR up rather than pointing it at $OUT itself.
 # BENCH_TIMEOUT (seconds, default 3000) bounds the whole matrix.
 set -u
 bin=$1; out=$2; shift 2

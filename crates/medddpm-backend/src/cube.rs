@@ -49,11 +49,20 @@ where
     let precision = settings.precision;
     // Must precede the first tuned kernel: the cache does not record the setting.
     cubek_matmul::definition::set_f32_tensor_cores(precision != Precision::Fp32);
+    // bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100 (see
+    // docs/benchmarks/README.md); keep bf16 on the WMMA (`cmma`) kernels unless asked.
+    let half_mma = std::env::var("MEDDDPM_BF16_MMA").is_ok_and(|v| v == "1");
+    cubek_matmul::definition::set_half_mma(half_mma);
+    let suffix = if precision == Precision::Bf16 && half_mma {
+        "-mma"
+    } else {
+        ""
+    };
     let root = settings
         .tune_cache
         .clone()
         .unwrap_or_else(default_tune_cache)
-        .join(format!("{backend}-{precision}"));
+        .join(format!("{backend}-{precision}{suffix}"));
     std::fs::create_dir_all(&root)
         .with_context(|| format!("cannot create the tuning cache folder {}", root.display()))?;
     configure_cache(&root)?;

@@ -100,4 +100,19 @@ impl BenchRecord {
             tune_cache_warm: None,
         }
     }
+
+    /// Whether the timings may be reported: the run finished (Ok), or it was cut short (a
+    /// timeout) after its agreement probe passed, so the phases it did finish measured a
+    /// network whose output is known to be right. A run that stopped before its probe, or
+    /// whose probe failed, has no trusted timings.
+    pub fn timings_verified(&self) -> bool {
+        match self.status {
+            RecordStatus::Ok => true,
+            RecordStatus::Failed => matches!(
+                (self.agreement_rel_l2, self.agreement_tolerance),
+                (Some(e), Some(t)) if e <= t
+            ),
+            RecordStatus::Disagrees | RecordStatus::Unsupported => false,
+        }
+    }
 }

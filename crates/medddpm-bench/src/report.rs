@@ -354,7 +354,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
 
     let mut warm_cache = false;
     for r in records {
-        let ok = r.status == RecordStatus::Ok;
+        let ok = r.timings_verified();
         let mut row = vec![md_cell(&config_label(r))];
         if !uniform {
             row.push(md_cell(&workload(r)));
@@ -385,8 +385,15 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
             (None, Some(t)) => format!("{DASH} ({})", fmt_tolerance(t)),
             (None, None) => DASH.to_string(),
         });
-        let status = status_name(r.status);
-        row.push(match &r.message {
+        let (status, message) = if ok && r.status == RecordStatus::Failed {
+            // Cut short after a passed probe: say which phases are missing, not the log tail
+            // (the JSON lines and CSV keep the whole message).
+            let m = r.message.as_deref().unwrap_or("");
+            ("partial", m.split("; last output:").next())
+        } else {
+            (status_name(r.status), r.message.as_deref())
+        };
+        row.push(match message {
             Some(m) if !m.trim().is_empty() => md_cell(&format!("{status}: {m}")),
             _ => status.to_string(),
         });
@@ -395,7 +402,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
 
     let sources: BTreeSet<&str> = records
         .iter()
-        .filter(|r| r.status == RecordStatus::Ok && r.peak_memory_mib.is_some())
+        .filter(|r| r.timings_verified() && r.peak_memory_mib.is_some())
         .filter_map(|r| r.memory_source.as_deref())
         .collect();
     let mut notes = Vec::new();
@@ -417,7 +424,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
 
     let with_breakdown: Vec<&BenchRecord> = records
         .iter()
-        .filter(|r| r.status == RecordStatus::Ok && !r.breakdown_ms.is_empty())
+        .filter(|r| r.timings_verified() && !r.breakdown_ms.is_empty())
         .collect();
     if with_breakdown.is_empty() {
         return out;
@@ -509,7 +516,7 @@ fn font(size: u32) -> TextStyle<'static> {
 fn plotted(records: &[BenchRecord]) -> Vec<&BenchRecord> {
     records
         .iter()
-        .filter(|r| r.status == RecordStatus::Ok || is_reference(r))
+        .filter(|r| r.timings_verified() || is_reference(r))
         .filter(|r| r.train_step_median_ms.is_some() || r.sample_step_median_ms.is_some())
         .collect()
 }
@@ -792,12 +799,12 @@ pub fn write_png_chart(records: &[BenchRecord], path: &Path, title: &str) -> any
     let rows = plotted(records);
     let breakdown_rows: Vec<&BenchRecord> = records
         .iter()
-        .filter(|r| r.status == RecordStatus::Ok && !r.breakdown_ms.is_empty())
+        .filter(|r| r.timings_verified() && !r.breakdown_ms.is_empty())
         .collect();
     // Labels only need to tell apart the rows drawn, not the failed ones.
     let drawn: Vec<BenchRecord> = records
         .iter()
-        .filter(|r| r.status == RecordStatus::Ok || is_reference(r))
+        .filter(|r| r.timings_verified() || is_reference(r))
         .cloned()
         .collect();
     let uniform = uniform_workload(&drawn);
@@ -947,6 +954,7 @@ mod tests {
         ]);
         let mut failed = record("cuda", "tf32", RecordStatus::Failed);
         failed.message = Some("out of memory, \"CUDA_ERROR\"\nat step 2".to_string());
+        failed.agreement_rel_l2 = None;
         let mut disagrees = record("wgpu", "bf16", RecordStatus::Disagrees);
         disagrees.agreement_rel_l2 = Some(0.031);
         disagrees.agreement_tolerance = Some(5e-3);
@@ -1054,6 +1062,46 @@ mod tests {
     }
 
     #[test]
+    fn a_run_cut_short_after_its_probe_passed_keeps_its_timings() {
+        let mut partial = record("cuda", "fp32", RecordStatus::Failed);
+        partial.sample_step_median_ms = Some(2714.0);
+        partial.first_sample_step_s = Some(54.6);
+        partial.breakdown_ms = BTreeMap::from([("convolution".to_string(), 2657.4)]);
+        partial.message = Some(
+            "timed out after 265 s (incomplete: the last phase finished was the agreement probe); \
+             last output: [tune] 101 tuned"
+                .to_string(),
+        );
+        let mut unprobed = partial.clone();
+        unprobed.backend = "wgpu".to_string();
+        unprobed.agreement_rel_l2 = None;
+        let mut wrong = partial.clone();
+        wrong.backend = "other".to_string();
+        wrong.agreement_rel_l2 = Some(1.0);
+        assert!(partial.timings_verified());
+        assert!(!unprobed.timings_verified());
+        assert!(!wrong.timings_verified());
+
+        let md = to_markdown(&[partial.clone(), unprobed, wrong]);
+        let row = md.lines().find(|l| l.starts_with("| cuda/fp32")).unwrap();
+        assert!(row.contains("| 2714.0 | 54.60 |"), "{row}");
+        assert!(row.contains("partial: timed out after 265 s"), "{row}");
+        assert!(!row.contains("last output"), "{row}");
+        let row = md.lines().find(|l| l.starts_with("| wgpu/fp32")).unwrap();
+        assert!(
+            !row.contains("2714.0") && row.contains("failed: timed out"),
+            "{row}"
+        );
+        let row = md.lines().find(|l| l.starts_with("| other/fp32")).unwrap();
+        assert!(!row.contains("2714.0"), "{row}");
+        // The breakdown table has the verified partial row only.
+        assert_eq!(md.matches("| cuda/fp32/ncdhw |").count(), 2, "{md}");
+        assert_eq!(md.matches("| wgpu/fp32/ncdhw |").count(), 1, "{md}");
+        assert_eq!(md.matches("| other/fp32/ncdhw |").count(), 1, "{md}");
+        assert_eq!(plotted(&[partial]).len(), 1);
+    }
+
+    #[test]
     fn csv_without_breakdown_has_no_breakdown_columns() {
         let csv = to_csv(&[record("cuda", "fp32", RecordStatus::Ok)]);
         assert!(!csv.contains("fwd_"));
@@ -1074,7 +1122,8 @@ mod tests {
         assert!(cuda.contains("| 812.3 | 201.7 | 12.50 | 40.25 | 30512 |"));
         assert!(cuda.contains("3.2e-6 (1e-4)"));
         let failed = line("| cuda/tf32/ncdhw |");
-        assert_eq!(failed.matches(DASH).count(), 5, "{failed}");
+        // Five timing cells and the agreement it never measured.
+        assert_eq!(failed.matches(DASH).count(), 6, "{failed}");
         assert!(failed.contains("failed: out of memory, \"CUDA_ERROR\" at step 2"));
         let disagrees = line("| wgpu/bf16/ncdhw |");
         assert!(disagrees.contains("3.1e-2 (5e-3)"));

@@ -317,7 +317,13 @@ fn validate_mma<R: Runtime>(
     let acc = dtypes.acc_register;
 
     let size = blueprint.tiling_scheme.tile_size;
-    if !client
+    let half = [
+        half::f16::as_type_native_unchecked().storage_type(),
+        half::bf16::as_type_native_unchecked().storage_type(),
+    ];
+    let half_forbidden =
+        !crate::definition::half_mma() && (half.contains(&lhs) || half.contains(&rhs));
+    let available = client
         .properties()
         .features
         .matmul
@@ -329,8 +335,8 @@ fn validate_mma<R: Runtime>(
             m: size.m(),
             k: size.k(),
             n: size.n(),
-        })
-    {
+        });
+    if half_forbidden || !available {
         return Err(MatmulSetupError::Unavailable(
             MatmulAvailabilityError::CmmaInstructionUnavailable {
                 lhs,

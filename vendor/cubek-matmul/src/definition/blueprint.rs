@@ -100,6 +100,26 @@ pub fn f32_tensor_cores() -> bool {
     F32_TENSOR_CORES.load(core::sync::atomic::Ordering::SeqCst)
 }
 
+/// Whether 16-bit (f16/bf16) products may use the PTX `mma` tile kernels (medddpm-rs patch).
+///
+/// On an H100 with burn 0.21, bf16 convolutions whose autotuned kernel was an `*_mma` variant
+/// produced NaN for some shapes (medddpm-rs, 2026-11-22). With this switch off, `mma` tiles
+/// fail their availability check for 16-bit operands and the tuner picks among the `cmma`
+/// (WMMA) and non-accelerated kernels instead.
+static HALF_MMA: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+
+/// Allows (`true`, upstream behaviour) or forbids `mma` tile kernels for f16/bf16 operands.
+/// Like [`set_f32_tensor_cores`], set it before the first kernel is tuned and keep one tuning
+/// cache per setting.
+pub fn set_half_mma(allowed: bool) {
+    HALF_MMA.store(allowed, core::sync::atomic::Ordering::SeqCst);
+}
+
+/// See [`set_half_mma`].
+pub fn half_mma() -> bool {
+    HALF_MMA.load(core::sync::atomic::Ordering::SeqCst)
+}
+
 /// Modifies the given matmul element types based on the kind of accelerator the kernel is run on.
 pub fn adjust_dtypes<R: Runtime>(
     client: &ComputeClient<R>,
