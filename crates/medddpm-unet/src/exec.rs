@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::conv::Conv3d;
-use burn::nn::GroupNorm;
+use burn::nn::{GroupNorm, PaddingConfig3d};
 use burn::tensor::{backend::Backend, DType, ElementConversion, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -195,6 +195,7 @@ impl<B: Backend> Ctx<'_, B> {
             // Permutations are stride views: the convolution receives the channels-last
             // buffer as is, and its output (channels-last on the CubeCL backends) is viewed
             // back without a copy.
+            Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x),
             Layout::Ndhwc => conv
                 .forward(x.permute([0, 4, 1, 2, 3]))
                 .permute([0, 2, 3, 4, 1]),
@@ -208,6 +209,32 @@ impl<B: Backend> Ctx<'_, B> {
             group_norm(norm, x, self.layout.channel_dim())
         })
     }
+}
+
+/// Whether `conv` is a plain 1x1x1 convolution (stride 1, no padding, one group).
+fn is_pointwise<B: Backend>(conv: &Conv3d<B>) -> bool {
+    conv.kernel_size == [1, 1, 1]
+        && conv.stride == [1, 1, 1]
+        && conv.groups == 1
+        && !matches!(conv.padding, PaddingConfig3d::Explicit(a, b, c) if a + b + c > 0)
+}
+
+/// A 1x1x1 convolution of channels-last activations `[b, d, h, w, c_in]` as one product of the
+/// voxels-by-channels matrix with the transposed kernel: channels-last is exactly the layout
+/// that makes it a plain matrix product. It also keeps these layers off burn 0.21's wgpu 1x1x1
+/// convolution, which returned wrong values on channels-last input with 24 input channels
+/// (rel. L2 0.5 on lavapipe, 2026-11-22; of 8-48 channels only 24 failed; the same product as
+/// a matmul was right). That was not the only wgpu fault there: see docs/benchmarks/README.md.
+fn pointwise_channels_last<B: Backend>(conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+    let [b, d, h, w, c_in] = x.dims();
+    let c_out = conv.weight.dims()[0];
+    let kernel = conv.weight.val().reshape([1, c_out, c_in]).swap_dims(1, 2);
+    let y = x.reshape([b, d * h * w, c_in]).matmul(kernel);
+    let y = match &conv.bias {
+        Some(bias) => y + bias.val().reshape([1, 1, c_out]),
+        None => y,
+    };
+    y.reshape([b, d, h, w, c_out])
 }
 
 /// GroupNorm over a tensor whose channel axis is `channel_dim` (1 or the last), with PyTorch's
@@ -444,4 +471,45 @@ pub fn load_weight_values<B: Backend, M: Module<B>>(
     let out = module.map(&mut load);
     assert_eq!(load.0.len(), 0, "{n} values for fewer parameters");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::nn::conv::Conv3dConfig;
+    use burn::tensor::Distribution;
+
+    #[test]
+    fn channels_last_pointwise_convolution_is_the_1x1x1_convolution() {
+        let device = Default::default();
+        let ctx = Ctx::<Flex> {
+            layout: Layout::Ndhwc,
+            profile: None,
+            device,
+        };
+        // 24 input channels: the count burn 0.21's wgpu 1x1x1 convolution got wrong.
+        for c_in in [8, 24] {
+            let conv = Conv3dConfig::new([c_in, 16], [1, 1, 1]).init::<Flex>(&device);
+            assert!(is_pointwise(&conv));
+            let x = Tensor::<Flex, 5>::random(
+                [2, c_in, 3, 4, 5],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let expected = conv.forward(x.clone()).permute([0, 2, 3, 4, 1]);
+            let got = ctx.conv(&conv, x.permute([0, 2, 3, 4, 1]));
+            assert_eq!(got.dims(), [2, 3, 4, 5, 16]);
+            let diff = (got - expected).abs().max().into_scalar().elem::<f32>();
+            assert!(diff < 1e-5, "{c_in} channels: max abs difference {diff}");
+        }
+        let strided = Conv3dConfig::new([8, 8], [1, 1, 1])
+            .with_stride([2, 2, 2])
+            .init::<Flex>(&device);
+        let padded = Conv3dConfig::new([8, 8], [1, 1, 1])
+            .with_padding(PaddingConfig3d::Explicit(1, 1, 1))
+            .init::<Flex>(&device);
+        let wide = Conv3dConfig::new([8, 8], [3, 3, 3]).init::<Flex>(&device);
+        assert!(!is_pointwise(&strided) && !is_pointwise(&padded) && !is_pointwise(&wide));
+    }
 }
