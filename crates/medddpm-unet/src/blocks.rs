@@ -212,12 +212,11 @@ impl<B: Backend> AttentionBlock<B> {
 /// A kernel-size-1 Conv1d applied to channels-last tokens `[batch, n, c_in]`.
 fn pointwise<B: Backend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [c_out, c_in, _] = conv.weight.dims();
-    let w = conv.weight.val().reshape([1, c_out, c_in]).swap_dims(1, 2);
-    let y = x.matmul(w);
-    match &conv.bias {
-        Some(bias) => y + bias.val().reshape([1, 1, c_out]),
-        None => y,
-    }
+    crate::exec::pointwise_tokens(
+        x,
+        conv.weight.val().reshape([c_out, c_in]),
+        conv.bias.as_ref().map(|bias| bias.val()),
+    )
 }
 
 /// Stride-2 3x3x3 convolution (`conv_resample=True`).

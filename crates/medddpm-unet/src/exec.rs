@@ -228,13 +228,27 @@ fn is_pointwise<B: Backend>(conv: &Conv3d<B>) -> bool {
 fn pointwise_channels_last<B: Backend>(conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
     let [b, d, h, w, c_in] = x.dims();
     let c_out = conv.weight.dims()[0];
-    let kernel = conv.weight.val().reshape([1, c_out, c_in]).swap_dims(1, 2);
-    let y = x.reshape([b, d * h * w, c_in]).matmul(kernel);
-    let y = match &conv.bias {
-        Some(bias) => y + bias.val().reshape([1, 1, c_out]),
+    pointwise_tokens(
+        x.reshape([b, d * h * w, c_in]),
+        conv.weight.val().reshape([c_out, c_in]),
+        conv.bias.as_ref().map(|bias| bias.val()),
+    )
+    .reshape([b, d, h, w, c_out])
+}
+
+/// `x · weightᵀ + bias` for channels-last tokens `x` `[batch, n, c_in]` and a kernel-size-1
+/// weight `[c_out, c_in]`: a pointwise convolution in channels-last memory.
+pub(crate) fn pointwise_tokens<B: Backend>(
+    x: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 3> {
+    let [c_out, c_in] = weight.dims();
+    let y = x.matmul(weight.reshape([1, c_out, c_in]).swap_dims(1, 2));
+    match bias {
+        Some(bias) => y + bias.reshape([1, 1, c_out]),
         None => y,
-    };
-    y.reshape([b, d, h, w, c_out])
+    }
 }
 
 /// GroupNorm over a tensor whose channel axis is `channel_dim` (1 or the last), with PyTorch's
