@@ -15,7 +15,7 @@ use anyhow::Context;
 use medddpm_backend::{BackendKind, Precision};
 use medddpm_unet::Layout;
 
-use crate::record::{BenchRecord, RecordStatus};
+use crate::record::{BenchRecord, RecordStatus, LOG_TAIL};
 use crate::single::SingleConfig;
 
 /// One cell of the matrix.
@@ -138,7 +138,7 @@ pub fn run_cell(
                 let mut r = read()?;
                 r.status = RecordStatus::Failed;
                 r.message = Some(format!(
-                    "timed out after {} s ({}); last output: {tail}",
+                    "timed out after {} s ({}){LOG_TAIL}{tail}",
                     spec.timeout.as_secs(),
                     r.message.unwrap_or_default()
                 ));
@@ -149,7 +149,7 @@ pub fn run_cell(
                 config,
                 RecordStatus::Failed,
                 format!(
-                    "timed out after {} s; last output: {tail}",
+                    "timed out after {} s{LOG_TAIL}{tail}",
                     spec.timeout.as_secs()
                 ),
             )),
@@ -158,7 +158,7 @@ pub fn run_cell(
                 cell,
                 config,
                 RecordStatus::Failed,
-                format!("the run exited with {status} without a result; last output: {tail}"),
+                format!("the run exited with {status} without a result{LOG_TAIL}{tail}"),
             )),
         }
     };

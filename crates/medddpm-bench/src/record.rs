@@ -65,6 +65,10 @@ pub struct BenchRecord {
     pub tune_cache_warm: Option<bool>,
 }
 
+/// Separates a failed run's message from the tail of its log (the markdown report drops the
+/// tail of a partial run; JSON lines and CSV keep it).
+pub(crate) const LOG_TAIL: &str = "; last output: ";
+
 impl BenchRecord {
     /// A record with nothing measured yet.
     #[allow(clippy::too_many_arguments)]

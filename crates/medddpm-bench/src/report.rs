@@ -20,7 +20,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 
-use crate::record::{BenchRecord, RecordStatus};
+use crate::record::{BenchRecord, RecordStatus, LOG_TAIL};
 use medddpm_unet::OpClass;
 
 /// Breakdown classes in the order every view lists them; unknown classes follow alphabetically.
@@ -389,7 +389,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
             // Cut short after a passed probe: say which phases are missing, not the log tail
             // (the JSON lines and CSV keep the whole message).
             let m = r.message.as_deref().unwrap_or("");
-            ("partial", m.split("; last output:").next())
+            ("partial", m.split(LOG_TAIL).next())
         } else {
             (status_name(r.status), r.message.as_deref())
         };
