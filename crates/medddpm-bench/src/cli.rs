@@ -129,6 +129,11 @@ pub struct BenchArgs {
     /// Only run the agreement probe of each configuration (what `medddpm check` does).
     #[arg(long)]
     pub check_only: bool,
+    /// When a configuration's output disagrees, compare every operation's output with the
+    /// float64 reference's and name the first that deviates (writes locate-*.json into --out;
+    /// costs a second float64 pass on the CPU, cached).
+    #[arg(long)]
+    pub locate: bool,
     /// Internal: run one configuration from this JSON file in this process.
     #[arg(long, hide = true)]
     pub single_config: Option<PathBuf>,
@@ -341,6 +346,7 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
                     .unwrap_or_else(medddpm_backend::default_tune_cache)
                     .join("probe-reference"),
             ),
+            locate: args.locate.then(|| args.out.clone()),
         };
         let spec = ChildSpec {
             command,

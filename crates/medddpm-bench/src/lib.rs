@@ -42,6 +42,7 @@ mod tests {
             check_only,
             seed: 3,
             probe_cache: None,
+            locate: None,
         }
     }
 
@@ -88,5 +89,25 @@ mod tests {
         assert_eq!(r.status, RecordStatus::Ok);
         assert!(r.train_step_median_ms.is_none() && r.breakdown_ms.is_empty());
         assert!(r.agreement_rel_l2.unwrap() < 1e-5);
+    }
+
+    #[test]
+    fn a_correct_backend_has_no_deviating_operation() {
+        let config = tiny(true);
+        let probe = crate::probe::Probe::new(&config.unet, config.size, 3, None).unwrap();
+        for layout in Layout::ALL {
+            let located = probe
+                .locate_deviation::<burn::backend::Flex>(
+                    &config.unet,
+                    burn::tensor::DType::F32,
+                    layout,
+                    1e-4,
+                    &Default::default(),
+                )
+                .unwrap();
+            assert!(located.ops.len() > 20, "{layout}: {located:?}");
+            assert_eq!(located.first_over(), None, "{layout}: {located:?}");
+            assert!(located.summary().starts_with("no single operation"));
+        }
     }
 }

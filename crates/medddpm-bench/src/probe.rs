@@ -8,7 +8,8 @@ use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
 use medddpm_unet::{
-    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, UNetConfig,
+    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpStats,
+    UNetConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,70 @@ pub struct Probe {
     weights: Vec<TensorData>,
     input: TensorData,
     reference: Vec<f64>,
+    /// Where the float64 reference (and its per-operation statistics) are cached, by file stem.
+    cache_stem: Option<std::path::PathBuf>,
+}
+
+/// One operation of a located disagreement.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpDeviation {
+    /// Operation class and index (`convolution #12`).
+    pub op: String,
+    /// Output shape under the configuration tested.
+    pub dims: Vec<usize>,
+    /// Deviation of its output's statistics from the float64 reference's (`OpStats::deviation`).
+    pub deviation: f64,
+}
+
+/// Every operation's deviation from the float64 reference, in execution order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Located {
+    /// Per operation.
+    pub ops: Vec<OpDeviation>,
+    /// Tolerance of the precision.
+    pub tolerance: f64,
+}
+
+impl Located {
+    /// Index of the first operation whose output deviates by more than the tolerance: the
+    /// first wrong one (its inputs, the earlier outputs, were within tolerance).
+    pub fn first_over(&self) -> Option<usize> {
+        self.ops
+            .iter()
+            .position(|o| !(o.deviation <= self.tolerance))
+    }
+
+    /// One line naming the first operation over the tolerance and what came before it.
+    pub fn summary(&self) -> String {
+        match self.first_over() {
+            None => format!(
+                "no single operation deviates by more than {:.0e} (largest {:.2e})",
+                self.tolerance,
+                self.ops.iter().map(|o| o.deviation).fold(0.0, f64::max)
+            ),
+            Some(i) => {
+                let o = &self.ops[i];
+                let before = i
+                    .checked_sub(1)
+                    .map(|j| {
+                        format!(
+                            ", previous op {} {:.1e}",
+                            self.ops[j].op, self.ops[j].deviation
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "first deviating op: {} (op {} of {}), output {:?}, deviation {:.2e} > {:.0e}{before}",
+                    o.op,
+                    i + 1,
+                    self.ops.len(),
+                    o.dims,
+                    o.deviation,
+                    self.tolerance
+                )
+            }
+        }
+    }
 }
 
 /// How one configuration did on the probe.
@@ -74,7 +139,8 @@ impl Probe {
             (size, seed, PROBE_TIMESTEP, PROBE_VERSION).hash(&mut hasher);
             format!("reference-{:016x}.f64", hasher.finish())
         };
-        let cached = cache.map(|dir| dir.join(&key)).filter(|p| p.is_file());
+        let cache_stem = cache.map(|dir| dir.join(&key));
+        let cached = cache_stem.clone().filter(|p| p.is_file());
         let reference: Vec<f64> = match cached {
             Some(path) => std::fs::read(&path)
                 .with_context(|| format!("reading {}", path.display()))?
@@ -106,6 +172,7 @@ impl Probe {
             weights,
             input: x.into_data(),
             reference,
+            cache_stem,
         })
     }
 
@@ -159,6 +226,73 @@ impl Probe {
         drop(model.forward_profiled(x, &[PROBE_TIMESTEP], &profile));
         Ok(profile.into_inner().first_non_finite)
     }
+
+    /// Runs the probe again recording every operation's output statistics, and compares them
+    /// with the float64 reference's, operation by operation (for a configuration whose output
+    /// disagreed): the first operation over `tolerance` is the wrong one.
+    pub fn locate_deviation<B: Backend>(
+        &self,
+        unet: &UNetConfig,
+        compute: DType,
+        layout: Layout,
+        tolerance: f64,
+        device: &B::Device,
+    ) -> anyhow::Result<Located> {
+        let reference = self.reference_stats(unet)?;
+        let (model, x) = self.model_and_input::<B>(unet, compute, layout, device)?;
+        let stats = op_stats(&model, x);
+        if stats.len() != reference.len() {
+            anyhow::bail!(
+                "the profiled pass ran {} operations, the reference {}",
+                stats.len(),
+                reference.len()
+            );
+        }
+        let ops = stats
+            .iter()
+            .zip(&reference)
+            .map(|(s, r)| OpDeviation {
+                op: s.op.clone(),
+                dims: s.dims.clone(),
+                deviation: s.deviation(r),
+            })
+            .collect();
+        Ok(Located { ops, tolerance })
+    }
+
+    /// Per-operation statistics of the float64 reference pass (channels-first, CPU), cached
+    /// beside the reference output.
+    fn reference_stats(&self, unet: &UNetConfig) -> anyhow::Result<Vec<OpStats>> {
+        let path = self
+            .cache_stem
+            .as_ref()
+            .map(|stem| stem.with_extension("stats.json"));
+        if let Some(path) = path.as_ref().filter(|p| p.is_file()) {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            return serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", path.display()));
+        }
+        let device = Default::default();
+        let (model, x) = self.model_and_input::<Flex>(unet, DType::F64, Layout::Ncdhw, &device)?;
+        let stats = op_stats(&model, x.cast(FloatDType::F64));
+        if let Some(path) = path {
+            let tmp = path.with_extension("stats.json.tmp");
+            std::fs::write(&tmp, serde_json::to_vec(&stats)?)
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(stats)
+    }
+}
+
+fn op_stats<B: Backend>(model: &medddpm_unet::UNet<B>, x: Tensor<B, 5>) -> Vec<OpStats> {
+    let profile = std::cell::RefCell::new(medddpm_unet::OpProfile {
+        record_stats: true,
+        ..Default::default()
+    });
+    drop(model.forward_profiled(x, &[PROBE_TIMESTEP], &profile));
+    profile.into_inner().stats
 }
 
 /// Relative L2 error and largest absolute difference of `out` against `reference`.

@@ -412,7 +412,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
     }
     if warm_cache {
         notes
-            .push("† The tuning cache of this backend and precision held results from earlier runs: the first steps include little or no autotuning.".to_string());
+            .push("† The tuning cache of this backend and precision already held results when the run started: the first steps include the tuning of only the kernels it lacked (none if an earlier run of the same configuration finished; the run's log lists each kernel tuned).".to_string());
     }
     if !notes.is_empty() {
         out.push('\n');

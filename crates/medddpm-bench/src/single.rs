@@ -3,6 +3,8 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
+use anyhow::Context;
+
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -42,6 +44,11 @@ pub struct SingleConfig {
     /// Folder that keeps the agreement probe's float64 reference between runs.
     #[serde(default)]
     pub probe_cache: Option<std::path::PathBuf>,
+    /// When the probe's output disagrees but is finite, compare every operation's output with
+    /// the float64 reference's and write the per-operation deviations into this folder
+    /// (`locate-<backend>-<precision>-<layout>.json`).
+    #[serde(default)]
+    pub locate: Option<std::path::PathBuf>,
 }
 
 /// Median of `values` (NaN when empty).
@@ -213,6 +220,50 @@ fn agreement<B: AutodiffBackend>(
             });
         progress(&format!("first non-finite output: {place}"));
         record.message = Some(format!("non-finite output, first at: {place}"));
+    } else if !result.agrees() {
+        if let Some(dir) = &config.locate {
+            progress("locating the first operation whose output deviates from float64");
+            let located = probe.locate_deviation::<B::InnerBackend>(
+                &config.unet,
+                env.compute_dtype(),
+                env.layout,
+                tolerance,
+                device,
+            )?;
+            if let Some(i) = located.first_over() {
+                for (j, o) in located
+                    .ops
+                    .iter()
+                    .enumerate()
+                    .skip(i.saturating_sub(3))
+                    .take(7)
+                {
+                    progress(&format!(
+                        "  {:>4} {:<22} {:<24} deviation {:.2e}{}",
+                        j + 1,
+                        o.op,
+                        format!("{:?}", o.dims),
+                        o.deviation,
+                        if j == i {
+                            "  <- first over tolerance"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
+            let summary = located.summary();
+            progress(&summary);
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join(format!(
+                "locate-{}-{}-{}.json",
+                env.backend, env.precision, env.layout
+            ));
+            std::fs::write(&path, serde_json::to_vec_pretty(&located)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            progress(&format!("per-operation deviations: {}", path.display()));
+            record.message = Some(summary);
+        }
     }
     Ok(())
 }

@@ -124,6 +124,115 @@ pub struct OpProfile {
     /// The first operation whose output was not finite (class, its index in that class, shape),
     /// when `check_finite` is set.
     pub first_non_finite: Option<String>,
+    /// Set before the pass to record summary statistics of every operation's output in
+    /// `stats` (a read-back per operation: for locating a wrong kernel, not for timing).
+    pub record_stats: bool,
+    /// One entry per operation, in execution order, when `record_stats` is set.
+    pub stats: Vec<OpStats>,
+}
+
+/// Summary of one operation's output that can be compared between layouts, backends and
+/// dtypes: a wrong kernel changes its output's moments or where its values lie.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpStats {
+    /// Operation class and its 1-based index within the class (`convolution #12`).
+    pub op: String,
+    /// Shape as produced.
+    pub dims: Vec<usize>,
+    /// Shape in channels-first order (the channel axis moved from last to 1 under `Ndhwc`).
+    pub canonical_dims: Vec<usize>,
+    /// Sum of the values.
+    pub sum: f64,
+    /// Sum of squares.
+    pub sum_sq: f64,
+    /// Sum of absolute values.
+    pub sum_abs: f64,
+    /// Sum of the values weighted by a fixed pseudo-random function of their position in
+    /// `dims` order: catches values that are right but in the wrong place.
+    pub weighted: f64,
+    /// The same in `canonical_dims` order.
+    pub weighted_canonical: f64,
+}
+
+impl OpStats {
+    /// Statistics of `out`, an operation's output in `layout`.
+    pub fn of<B: Backend, const D: usize>(op: String, out: &Tensor<B, D>, layout: Layout) -> Self {
+        let dims = out.dims().to_vec();
+        let canonical = match layout {
+            Layout::Ndhwc if D >= 3 => {
+                let mut axes: [usize; D] = std::array::from_fn(|i| i);
+                axes[1..].rotate_right(1);
+                out.clone().permute(axes)
+            }
+            _ => out.clone(),
+        };
+        let canonical_dims = canonical.dims().to_vec();
+        let (mut sum, mut sum_sq, mut sum_abs, mut weighted) = (0.0, 0.0, 0.0, 0.0);
+        for (i, v) in out.clone().into_data().iter::<f64>().enumerate() {
+            sum += v;
+            sum_sq += v * v;
+            sum_abs += v.abs();
+            weighted += position_weight(i) * v;
+        }
+        let weighted_canonical = canonical
+            .into_data()
+            .iter::<f64>()
+            .enumerate()
+            .map(|(i, v)| position_weight(i) * v)
+            .sum();
+        Self {
+            op,
+            dims,
+            canonical_dims,
+            sum,
+            sum_sq,
+            sum_abs,
+            weighted,
+            weighted_canonical,
+        }
+    }
+
+    /// How far this output is from `reference`'s, relative to the reference's size: about the
+    /// relative error of the values for small errors, of order one for a wrong result. Infinite
+    /// when the shapes differ or a value is not finite.
+    pub fn deviation(&self, reference: &OpStats) -> f64 {
+        let weighted = if self.canonical_dims == reference.dims {
+            self.weighted_canonical
+        } else if self.dims == reference.dims {
+            self.weighted
+        } else {
+            return f64::INFINITY;
+        };
+        let rel = |a: f64, b: f64, scale: f64| (a - b).abs() / scale.max(f64::MIN_POSITIVE);
+        let norm = reference.sum_sq.sqrt();
+        let d = rel(self.sum_sq, reference.sum_sq, reference.sum_sq)
+            .max(rel(self.sum_abs, reference.sum_abs, reference.sum_abs))
+            .max(rel(weighted, reference.weighted, norm))
+            .max(rel(
+                self.sum,
+                reference.sum,
+                norm * (self.count() as f64).sqrt(),
+            ));
+        if d.is_nan() {
+            f64::INFINITY
+        } else {
+            d
+        }
+    }
+
+    /// Number of values.
+    pub fn count(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
+/// A fixed weight in [-0.5, 0.5) for position `i` (Fibonacci hashing).
+fn position_weight(i: usize) -> f64 {
+    let h = (i as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> 40;
+    h as f64 / (1u64 << 24) as f64 - 0.5
 }
 
 impl OpProfile {
@@ -141,6 +250,8 @@ impl OpProfile {
             sync_failed: self.sync_failed,
             check_finite: self.check_finite,
             first_non_finite: self.first_non_finite.clone(),
+            record_stats: self.record_stats,
+            stats: self.stats.clone(),
         }
     }
 }
@@ -185,6 +296,10 @@ impl<B: Backend> Ctx<'_, B> {
                 ));
             }
         }
+        if p.record_stats {
+            let op = format!("{} #{index}", class.name());
+            p.stats.push(OpStats::of(op, &out, self.layout));
+        }
         out
     }
 
@@ -221,10 +336,8 @@ fn is_pointwise<B: Backend>(conv: &Conv3d<B>) -> bool {
 
 /// A 1x1x1 convolution of channels-last activations `[b, d, h, w, c_in]` as one product of the
 /// voxels-by-channels matrix with the transposed kernel: channels-last is exactly the layout
-/// that makes it a plain matrix product. It also keeps these layers off burn 0.21's wgpu 1x1x1
-/// convolution, which returned wrong values on channels-last input with 24 input channels
-/// (rel. L2 0.5 on lavapipe, 2026-11-22; of 8-48 channels only 24 failed; the same product as
-/// a matmul was right). That was not the only wgpu fault there: see docs/benchmarks/README.md.
+/// that makes it a plain matrix product (on the H100 it trained faster than burn's 1x1x1
+/// convolution in this layout: docs/benchmarks/README.md).
 fn pointwise_channels_last<B: Backend>(conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
     let [b, d, h, w, c_in] = x.dims();
     let c_out = conv.weight.dims()[0];

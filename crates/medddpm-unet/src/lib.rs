@@ -28,7 +28,7 @@ pub use config::UNetConfig;
 pub use error::UNetError;
 pub use exec::{
     cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
-    OpProfile,
+    OpProfile, OpStats,
 };
 pub use import::{load_reference_checkpoint, ImportReport, WeightsEntry};
 pub use model::{timestep_embedding, UNet};

@@ -8,7 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Tensor};
 use medddpm_unet::{
     cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
-    OpProfile, UNet, UNetConfig,
+    OpProfile, OpStats, UNet, UNetConfig,
 };
 
 type B = Flex;
@@ -202,4 +202,70 @@ fn profiling_can_name_the_first_operation_with_non_finite_output() {
     conv.weight = conv.weight.clone().map(|w| w.mul_scalar(f32::NAN));
     let place = check(&broken).expect("a non-finite output is found");
     assert!(place.starts_with("convolution #"), "{place}");
+}
+
+fn op_stats(m: &UNet<B>, x: &Tensor<B, 5>) -> Vec<OpStats> {
+    let profile = std::cell::RefCell::new(OpProfile {
+        record_stats: true,
+        ..Default::default()
+    });
+    drop(m.forward_profiled(x.clone(), &T, &profile));
+    profile.into_inner().stats
+}
+
+#[test]
+fn operation_statistics_compare_across_layouts_and_name_a_wrong_operation() {
+    let (model, x) = model_and_input();
+    let reference = op_stats(&cast_compute_params(model.clone(), DType::F64), &x);
+    let worst = |stats: &[OpStats]| {
+        assert_eq!(stats.len(), reference.len());
+        stats
+            .iter()
+            .zip(&reference)
+            .map(|(s, r)| s.deviation(r))
+            .fold(0.0, f64::max)
+    };
+    // Both layouts, f32 against f64: every operation within f32 rounding.
+    for layout in Layout::ALL {
+        let stats = op_stats(&model.clone().with_layout(layout), &x);
+        assert!(worst(&stats) < 1e-5, "{layout}: {}", worst(&stats));
+    }
+    // A wrong convolution in the middle block: the ops before it agree, it does not.
+    let mut broken = model.clone().with_layout(Layout::Ndhwc);
+    let conv = &mut broken.middle_block.res_1.in_layers.conv;
+    conv.weight = conv.weight.clone().map(|w| w.mul_scalar(1.01));
+    let stats = op_stats(&broken, &x);
+    let first = stats
+        .iter()
+        .zip(&reference)
+        .position(|(s, r)| s.deviation(r) > 1e-4)
+        .expect("the scaled convolution deviates");
+    assert!(
+        stats[first].op.starts_with("convolution #"),
+        "{:?}",
+        stats[first]
+    );
+    let middle_conv = op_stats(&model.clone().with_layout(Layout::Ndhwc), &x)
+        .iter()
+        .zip(&stats)
+        .position(|(a, b)| a.op.starts_with("convolution") && a.sum != b.sum)
+        .unwrap();
+    assert_eq!(first, middle_conv);
+}
+
+#[test]
+fn operation_statistics_see_values_in_the_wrong_place() {
+    let device = Default::default();
+    let x = Tensor::<B, 3>::random([1, 4, 6], Distribution::Normal(0.0, 1.0), &device);
+    let stats = |t: &Tensor<B, 3>, layout| OpStats::of("t".into(), t, layout);
+    let reference = stats(&x, Layout::Ncdhw);
+    // The same values channels-last: no deviation.
+    let channels_last = x.clone().swap_dims(1, 2);
+    assert!(stats(&channels_last, Layout::Ndhwc).deviation(&reference) < 1e-12);
+    // The same values in another order: same moments, large deviation.
+    let shuffled = x.clone().flip([2]);
+    assert!(stats(&shuffled, Layout::Ncdhw).deviation(&reference) > 1e-2);
+    // A different shape cannot be compared.
+    let other = stats(&x.clone().reshape([1, 2, 12]), Layout::Ncdhw);
+    assert_eq!(other.deviation(&reference), f64::INFINITY);
 }

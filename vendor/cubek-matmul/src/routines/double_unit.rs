@@ -83,6 +83,8 @@ impl<RC: RuntimeConfig> Routine<RC> for DoubleUnitAlgorithm {
                 &problem.global_dtypes,
             ),
         };
+        // medddpm patch: see TilingBlueprint::with_two_stage_k_bounds.
+        let blueprint = blueprint.with_two_stage_k_bounds(problem);
         Ok(ExpandInfo { blueprint, dtypes })
     }
 

@@ -127,6 +127,8 @@ where
                 },
             )?,
         };
+        // medddpm patch: see TilingBlueprint::with_two_stage_k_bounds.
+        let blueprint = blueprint.with_two_stage_k_bounds(problem);
         Ok(ExpandInfo { blueprint, dtypes })
     }
 
