@@ -96,14 +96,14 @@ mod tests {
         let config = tiny(true);
         let probe = crate::probe::Probe::new(&config.unet, config.size, 3, None).unwrap();
         for layout in Layout::ALL {
+            let case = crate::probe::ProbeCase {
+                unet: &config.unet,
+                compute: burn::tensor::DType::F32,
+                layout,
+                tolerance: 1e-4,
+            };
             let located = probe
-                .locate_deviation::<burn::backend::Flex>(
-                    &config.unet,
-                    burn::tensor::DType::F32,
-                    layout,
-                    1e-4,
-                    &Default::default(),
-                )
+                .locate_deviation::<burn::backend::Flex>(&case, &Default::default())
                 .unwrap();
             assert!(located.ops.len() > 20, "{layout}: {located:?}");
             assert_eq!(located.first_over(), None, "{layout}: {located:?}");

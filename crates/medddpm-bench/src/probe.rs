@@ -93,6 +93,19 @@ impl Located {
     }
 }
 
+/// What the probe is evaluated as: the network, the dtype of its convolutions and products, the
+/// activation layout, and the precision's tolerance.
+pub struct ProbeCase<'a> {
+    /// The network.
+    pub unet: &'a UNetConfig,
+    /// Compute dtype.
+    pub compute: DType,
+    /// Activation layout.
+    pub layout: Layout,
+    /// Largest relative L2 error (and per-operation deviation) that agrees.
+    pub tolerance: f64,
+}
+
 /// How one configuration did on the probe.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeResult {
@@ -176,36 +189,31 @@ impl Probe {
         })
     }
 
-    /// Evaluates the probe on backend `B` in `compute` dtype and `layout`, and compares.
+    /// Evaluates the probe on backend `B` as `case` says, and compares.
     pub fn run<B: Backend>(
         &self,
-        unet: &UNetConfig,
-        compute: DType,
-        layout: Layout,
-        tolerance: f64,
+        case: &ProbeCase,
         device: &B::Device,
     ) -> anyhow::Result<ProbeResult> {
-        let (model, x) = self.model_and_input::<B>(unet, compute, layout, device)?;
+        let (model, x) = self.model_and_input::<B>(case, device)?;
         let out: Vec<f64> = model
             .forward(x, &[PROBE_TIMESTEP])
             .cast(FloatDType::F64)
             .into_data()
             .to_vec()
             .map_err(|e| anyhow::anyhow!("reading the probe output: {e:?}"))?;
-        Ok(compare(&out, &self.reference, tolerance))
+        Ok(compare(&out, &self.reference, case.tolerance))
     }
 }
 
 impl Probe {
     fn model_and_input<B: Backend>(
         &self,
-        unet: &UNetConfig,
-        compute: DType,
-        layout: Layout,
+        case: &ProbeCase,
         device: &B::Device,
     ) -> anyhow::Result<(medddpm_unet::UNet<B>, Tensor<B, 5>)> {
-        let model = load_weight_values(unet.init::<B>(device)?, self.weights.clone());
-        let model = cast_compute_params(model, compute).with_layout(layout);
+        let model = load_weight_values(case.unet.init::<B>(device)?, self.weights.clone());
+        let model = cast_compute_params(model, case.compute).with_layout(case.layout);
         Ok((model, Tensor::<B, 5>::from_data(self.input.clone(), device)))
     }
 
@@ -213,12 +221,10 @@ impl Probe {
     /// not finite (for a configuration whose output was NaN or infinite).
     pub fn locate_non_finite<B: Backend>(
         &self,
-        unet: &UNetConfig,
-        compute: DType,
-        layout: Layout,
+        case: &ProbeCase,
         device: &B::Device,
     ) -> anyhow::Result<Option<String>> {
-        let (model, x) = self.model_and_input::<B>(unet, compute, layout, device)?;
+        let (model, x) = self.model_and_input::<B>(case, device)?;
         let profile = std::cell::RefCell::new(medddpm_unet::OpProfile {
             check_finite: true,
             ..Default::default()
@@ -229,17 +235,14 @@ impl Probe {
 
     /// Runs the probe again recording every operation's output statistics, and compares them
     /// with the float64 reference's, operation by operation (for a configuration whose output
-    /// disagreed): the first operation over `tolerance` is the wrong one.
+    /// disagreed): the first operation over the tolerance is the wrong one.
     pub fn locate_deviation<B: Backend>(
         &self,
-        unet: &UNetConfig,
-        compute: DType,
-        layout: Layout,
-        tolerance: f64,
+        case: &ProbeCase,
         device: &B::Device,
     ) -> anyhow::Result<Located> {
-        let reference = self.reference_stats(unet)?;
-        let (model, x) = self.model_and_input::<B>(unet, compute, layout, device)?;
+        let reference = self.reference_stats(case.unet)?;
+        let (model, x) = self.model_and_input::<B>(case, device)?;
         let stats = op_stats(&model, x);
         if stats.len() != reference.len() {
             anyhow::bail!(
@@ -257,7 +260,10 @@ impl Probe {
                 deviation: s.deviation(r),
             })
             .collect();
-        Ok(Located { ops, tolerance })
+        Ok(Located {
+            ops,
+            tolerance: case.tolerance,
+        })
     }
 
     /// Per-operation statistics of the float64 reference pass (channels-first, CPU), cached
@@ -274,7 +280,13 @@ impl Probe {
                 .with_context(|| format!("parsing {}", path.display()));
         }
         let device = Default::default();
-        let (model, x) = self.model_and_input::<Flex>(unet, DType::F64, Layout::Ncdhw, &device)?;
+        let case = ProbeCase {
+            unet,
+            compute: DType::F64,
+            layout: Layout::Ncdhw,
+            tolerance: 0.0,
+        };
+        let (model, x) = self.model_and_input::<Flex>(&case, &device)?;
         let stats = op_stats(&model, x.cast(FloatDType::F64));
         if let Some(path) = path {
             let tmp = path.with_extension("stats.json.tmp");

@@ -15,7 +15,7 @@ use medddpm_unet::{cast_compute_params, OpProfile, UNet, UNetConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::memory::{nvidia_gpu_name, PeakMemory};
-use crate::probe::Probe;
+use crate::probe::{Probe, ProbeCase};
 use crate::record::{BenchRecord, RecordStatus};
 
 /// What to measure for one configuration.
@@ -191,13 +191,13 @@ fn agreement<B: AutodiffBackend>(
         probe.size, env.backend, env.precision, env.layout
     ));
     let tolerance = env.precision.agreement_tolerance();
-    let result = probe.run::<B::InnerBackend>(
-        &config.unet,
-        env.compute_dtype(),
-        env.layout,
+    let case = ProbeCase {
+        unet: &config.unet,
+        compute: env.compute_dtype(),
+        layout: env.layout,
         tolerance,
-        device,
-    )?;
+    };
+    let result = probe.run::<B::InnerBackend>(&case, device)?;
     record.agreement_rel_l2 = Some(result.rel_l2);
     record.agreement_tolerance = Some(tolerance);
     progress(&format!(
@@ -209,12 +209,7 @@ fn agreement<B: AutodiffBackend>(
             "the output is not finite: locating the first operation that produced NaN or infinity",
         );
         let place = probe
-            .locate_non_finite::<B::InnerBackend>(
-                &config.unet,
-                env.compute_dtype(),
-                env.layout,
-                device,
-            )?
+            .locate_non_finite::<B::InnerBackend>(&case, device)?
             .unwrap_or_else(|| {
                 "no single operation (every output was finite when run one by one)".into()
             });
@@ -223,13 +218,7 @@ fn agreement<B: AutodiffBackend>(
     } else if !result.agrees() {
         if let Some(dir) = &config.locate {
             progress("locating the first operation whose output deviates from float64");
-            let located = probe.locate_deviation::<B::InnerBackend>(
-                &config.unet,
-                env.compute_dtype(),
-                env.layout,
-                tolerance,
-                device,
-            )?;
+            let located = probe.locate_deviation::<B::InnerBackend>(&case, device)?;
             if let Some(i) = located.first_over() {
                 for (j, o) in located
                     .ops

@@ -6,7 +6,7 @@
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Distribution, Tensor};
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
-use medddpm_bench::probe::Probe;
+use medddpm_bench::probe::{Probe, ProbeCase};
 use medddpm_bench::ModelArg;
 use medddpm_unet::Layout;
 
@@ -100,14 +100,14 @@ impl BackendTask for TinyProbe {
         let probe = Probe::new(&unet, [16; 3], 0, None)?;
         let mut out = Vec::new();
         for layout in Layout::ALL {
-            let result = probe.run::<B::InnerBackend>(&unet, DType::F32, layout, 1e-4, &device)?;
-            let located = probe.locate_deviation::<B::InnerBackend>(
-                &unet,
-                DType::F32,
+            let case = ProbeCase {
+                unet: &unet,
+                compute: DType::F32,
                 layout,
-                1e-4,
-                &device,
-            )?;
+                tolerance: 1e-4,
+            };
+            let result = probe.run::<B::InnerBackend>(&case, &device)?;
+            let located = probe.locate_deviation::<B::InnerBackend>(&case, &device)?;
             let first = located.first_over().map(|_| located.summary());
             out.push((layout, result.rel_l2, first));
         }
