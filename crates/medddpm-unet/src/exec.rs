@@ -158,15 +158,6 @@ impl OpStats {
     /// Statistics of `out`, an operation's output in `layout`.
     pub fn of<B: Backend, const D: usize>(op: String, out: &Tensor<B, D>, layout: Layout) -> Self {
         let dims = out.dims().to_vec();
-        let canonical = match layout {
-            Layout::Ndhwc if D >= 3 => {
-                let mut axes: [usize; D] = std::array::from_fn(|i| i);
-                axes[1..].rotate_right(1);
-                out.clone().permute(axes)
-            }
-            _ => out.clone(),
-        };
-        let canonical_dims = canonical.dims().to_vec();
         let (mut sum, mut sum_sq, mut sum_abs, mut weighted) = (0.0, 0.0, 0.0, 0.0);
         for (i, v) in out.clone().into_data().iter::<f64>().enumerate() {
             sum += v;
@@ -174,12 +165,23 @@ impl OpStats {
             sum_abs += v.abs();
             weighted += position_weight(i) * v;
         }
-        let weighted_canonical = canonical
-            .into_data()
-            .iter::<f64>()
-            .enumerate()
-            .map(|(i, v)| position_weight(i) * v)
-            .sum();
+        let (canonical_dims, weighted_canonical) = match layout {
+            Layout::Ndhwc if D >= 3 => {
+                let mut axes: [usize; D] = std::array::from_fn(|i| i);
+                axes[1..].rotate_right(1);
+                let canonical = out.clone().permute(axes);
+                let canonical_dims = canonical.dims().to_vec();
+                let weighted_canonical = canonical
+                    .into_data()
+                    .iter::<f64>()
+                    .enumerate()
+                    .map(|(i, v)| position_weight(i) * v)
+                    .sum();
+                (canonical_dims, weighted_canonical)
+            }
+            // Already channels-first: one read-back.
+            _ => (dims.clone(), weighted),
+        };
         Self {
             op,
             dims,
