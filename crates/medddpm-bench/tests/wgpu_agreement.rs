@@ -36,9 +36,9 @@ fn rel_l2(a: Vec<f32>, b: Vec<f32>) -> f64 {
 }
 
 /// Products `[1, m, k] x [k, 16]` with the right operand a transposed view, as the channels-last
-/// 1x1x1 convolutions and attention projections run them. k = 8, 24 and 40 are odd multiples of
-/// the 8-deep stages of cubek's double-buffered matmul, whose last stage then lies past k: before
-/// the vendored fix (vendor/cubek-matmul/README.medddpm.md) these were off by sqrt(8 / k).
+/// 1x1x1 convolutions and attention projections run them. On lavapipe autotune gave k = 8, 24
+/// and 40 to cubek's double-buffered matmul, whose padding stage then lies past k: before the
+/// vendored fix (vendor/cubek-matmul/README.medddpm.md) these were off by sqrt(8 / k).
 struct Products;
 
 impl BackendTask for Products {

@@ -617,7 +617,8 @@ mod tests {
             profile: None,
             device,
         };
-        // 24 input channels: the count burn 0.21's wgpu 1x1x1 convolution got wrong.
+        // 24 input channels: a depth burn's wgpu matmul got wrong before the double-buffering
+        // patch in vendor/cubek-matmul.
         for c_in in [8, 24] {
             let conv = Conv3dConfig::new([c_in, 16], [1, 1, 1]).init::<Flex>(&device);
             assert!(is_pointwise(&conv));

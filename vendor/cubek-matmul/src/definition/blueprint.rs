@@ -157,8 +157,8 @@ impl TilingBlueprint {
     /// medddpm patch: a double-buffered global matmul runs an even number of k stages, so when
     /// `k` is an odd multiple of the stage's k its last stage lies wholly past `k`. That stage
     /// must be read with bounds checks (as zeros); upstream only checks when `k` is not a
-    /// multiple of one stage, and the unchecked stage added values from outside the operand
-    /// (wgpu, k = 8, 24, 40 with 8-deep stages: rel. error sqrt(8 / k)).
+    /// multiple of one stage, and the unchecked stage gave wrong products (wgpu, k = 8, 24, 40:
+    /// rel. error sqrt(8 / k)).
     pub fn with_two_stage_k_bounds(mut self, problem: &MatmulProblem) -> Self {
         let two_stages = 2 * self.tiling_scheme.elements_per_stage_along_k();
         self.check_k_bounds |= !(problem.k as u32).is_multiple_of(two_stages);
