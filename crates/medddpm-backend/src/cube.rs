@@ -1,10 +1,10 @@
 //! Set-up shared by the CubeCL backends (CUDA, wgpu): the tensor-core switch, the tuning cache
 //! and the precision checks against what the device supports.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::DType;
 use cubecl::config::cache::CacheConfig;
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
@@ -12,7 +12,10 @@ use cubecl::prelude::CubePrimitive;
 use cubecl::Runtime;
 
 use crate::tune_watch::{count_entries, TuneWatcher};
-use crate::{default_tune_cache, BackendKind, BackendTask, ComputeSettings, Precision, RunEnv};
+use crate::{
+    default_tune_cache, BackendKind, BackendTask, ComputeSettings, ConvEngine, KernelAutodiffBackend,
+    Precision, RunEnv,
+};
 
 /// Points cubecl's autotune cache at `root` (once per process).
 fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
@@ -35,15 +38,18 @@ fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sets up a CubeCL backend and runs `task` on it. `conv_engine` resolves `--conv-engine` for
+/// this backend, given the tuning-cache folder (where cuDNN keeps its algorithm choices).
 pub(crate) fn run<R, B, T>(
     backend: BackendKind,
     device: R::Device,
     settings: &ComputeSettings,
+    conv_engine: impl FnOnce(&Path) -> anyhow::Result<ConvEngine>,
     task: T,
 ) -> anyhow::Result<T::Output>
 where
     R: Runtime,
-    B: AutodiffBackend<Device = R::Device>,
+    B: KernelAutodiffBackend<Device = R::Device>,
     T: BackendTask,
 {
     let precision = settings.precision;
@@ -99,11 +105,13 @@ where
         Precision::Fp32 => {}
     }
 
+    let conv_engine = conv_engine(&root)?;
     let tuned_before = count_entries(&root);
     let env = RunEnv {
         backend,
         precision,
         layout: settings.layout,
+        conv_engine,
         tune_cache: Some(root.clone()),
         tuned_before,
     };
@@ -111,4 +119,50 @@ where
     let out = task.run::<B>(device, &env);
     watcher.finish();
     out
+}
+
+/// `--conv-engine` on CUDA: cuDNN when asked for or when `auto` finds it, else CubeCL. Says in one
+/// line which engine runs and why.
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_conv_engine(
+    requested: ConvEngine,
+    device_index: usize,
+    cache_dir: &Path,
+) -> anyhow::Result<ConvEngine> {
+    use medddpm_kernels::cudnn;
+    if requested == ConvEngine::Cubecl {
+        eprintln!("convolutions: burn's CubeCL kernels (--conv-engine cubecl)");
+        return Ok(ConvEngine::Cubecl);
+    }
+    match cudnn::init(device_index, Some(cache_dir)) {
+        Ok(info) => {
+            eprintln!(
+                "convolutions: cuDNN {} (--conv-engine {requested}; {} algorithm choices cached in {})",
+                info.version_string(),
+                info.cached,
+                cache_dir.display()
+            );
+            Ok(ConvEngine::Cudnn)
+        }
+        Err(why) if requested == ConvEngine::Auto => {
+            eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
+            Ok(ConvEngine::Cubecl)
+        }
+        Err(why) => bail!("--conv-engine cudnn cannot run: {why}"),
+    }
+}
+
+/// `--conv-engine` on wgpu: always CubeCL; `cudnn` is refused.
+#[cfg(feature = "wgpu")]
+pub(crate) fn wgpu_conv_engine(requested: ConvEngine) -> anyhow::Result<ConvEngine> {
+    match requested {
+        ConvEngine::Cudnn => crate::unsupported!(
+            "--conv-engine cudnn needs the cuda backend (cuDNN is NVIDIA's library); wgpu computes convolutions with burn's CubeCL kernels (use --conv-engine auto or cubecl)"
+        ),
+        ConvEngine::Auto => {
+            eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: cuDNN is CUDA-only)");
+            Ok(ConvEngine::Cubecl)
+        }
+        ConvEngine::Cubecl => Ok(ConvEngine::Cubecl),
+    }
 }

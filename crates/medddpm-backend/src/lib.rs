@@ -25,10 +25,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::DType;
 use clap::ValueEnum;
-use medddpm_unet::Layout;
 use serde::{Deserialize, Serialize};
 
 /// A backend, precision or layout this binary or device cannot run: a refusal, not a failure.
@@ -101,65 +99,7 @@ fn nvidia_present() -> bool {
     std::path::Path::new("/dev/nvidiactl").exists()
 }
 
-/// `--precision`: how convolutions and matrix products compute.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// IEEE f32 everywhere, no tensor cores (PyTorch's "Baseline").
-    #[default]
-    Fp32,
-    /// f32 tensors, TF32 tensor cores for convolutions and products (PyTorch's "OPT1").
-    Tf32,
-    /// bf16 compute with f32 master weights, optimizer state and EMA.
-    Bf16,
-}
-
-impl Precision {
-    /// All three, in the order reports list them.
-    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::Bf16];
-
-    /// The dtype the network's weights and activations are cast to while computing.
-    pub fn compute_dtype(self) -> DType {
-        match self {
-            Precision::Fp32 | Precision::Tf32 => DType::F32,
-            Precision::Bf16 => DType::BF16,
-        }
-    }
-
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-            Precision::Bf16 => "bf16",
-        }
-    }
-
-    /// Relative L2 error of a network output against a float64 reference that this precision
-    /// is held to: a few ulps of accumulated rounding for f32, TF32's 10-bit mantissa, bf16's
-    /// 7-bit one.
-    pub fn agreement_tolerance(self) -> f64 {
-        match self {
-            Precision::Fp32 => 1e-4,
-            Precision::Tf32 => 2e-2,
-            Precision::Bf16 => 1e-1,
-        }
-    }
-}
-
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        <Precision as ValueEnum>::from_str(s, true)
-            .map_err(|_| format!("unknown precision '{s}' (expected fp32, tf32 or bf16)"))
-    }
-}
+pub use medddpm_kernels::{Compute, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout, Precision};
 
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -184,6 +124,8 @@ pub struct ComputeSettings {
     pub precision: Precision,
     /// Activation layout inside the network.
     pub layout: Layout,
+    /// Library for the 3-D convolutions (`auto` is resolved when the backend starts).
+    pub conv_engine: ConvEngine,
     /// Root of the kernel-tuning cache (GPU backends); `None` uses [`default_tune_cache`].
     pub tune_cache: Option<PathBuf>,
     /// Show a spinner with each kernel tuned (a line per kernel when stderr is not a terminal).
@@ -196,6 +138,7 @@ impl Default for ComputeSettings {
             backend: BackendKind::Auto,
             precision: Precision::Fp32,
             layout: Layout::Ncdhw,
+            conv_engine: ConvEngine::Auto,
             tune_cache: None,
             show_tuning: true,
         }
@@ -212,11 +155,15 @@ pub struct ComputeArgs {
     /// tf32 (tensor cores; CUDA only) or bf16 (mixed precision, f32 master weights).
     /// Default: tf32 on CUDA (what burn and PyTorch's cuDNN convolutions do by default; strict
     /// fp32 is many times slower there), fp32 elsewhere.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub precision: Option<Precision>,
     /// Memory layout of the activations: ncdhw (channels-first) or ndhwc (channels-last).
     #[arg(long, default_value = "ncdhw")]
     pub layout: Layout,
+    /// Library for the 3-D convolutions: auto (cuDNN on CUDA when libcudnn.so.9 loads, else
+    /// burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
+    #[arg(long, default_value = "auto")]
+    pub conv_engine: ConvEngine,
     /// Kernel-tuning cache folder of the GPU backends (default: $MEDDDPM_TUNE_CACHE,
     /// ~/.cache/medddpm/tune).
     #[arg(long)]
@@ -232,6 +179,7 @@ impl ComputeArgs {
                 .precision
                 .unwrap_or_else(|| default_precision(self.backend)),
             layout: self.layout,
+            conv_engine: self.conv_engine,
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
         }
@@ -273,6 +221,8 @@ pub struct RunEnv {
     pub precision: Precision,
     /// The layout to give the network.
     pub layout: Layout,
+    /// The convolution engine that runs (never `auto`).
+    pub conv_engine: ConvEngine,
     /// Folder of this backend and precision's tuning cache (GPU backends).
     pub tune_cache: Option<PathBuf>,
     /// Kernels already in that cache when the process started.
@@ -280,6 +230,15 @@ pub struct RunEnv {
 }
 
 impl RunEnv {
+    /// Precision, layout and engine in one value, as the network takes it.
+    pub fn compute(&self) -> Compute {
+        Compute {
+            precision: self.precision,
+            layout: self.layout,
+            conv_engine: self.conv_engine,
+        }
+    }
+
     /// The dtype to compute in.
     pub fn compute_dtype(&self) -> DType {
         self.precision.compute_dtype()
@@ -291,7 +250,7 @@ pub trait BackendTask {
     /// What the work returns.
     type Output;
     /// Runs the work on backend `B`.
-    fn run<B: AutodiffBackend>(
+    fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
         env: &RunEnv,
@@ -314,10 +273,16 @@ pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Re
                     "--precision tf32 is not supported on the cpu backend: TF32 is a GPU tensor-core format; the CPU computes in IEEE f32 (use --precision fp32)"
                 );
             }
+            if settings.conv_engine == ConvEngine::Cudnn {
+                unsupported!(
+                    "--conv-engine cudnn needs the cuda backend (cuDNN is NVIDIA's library); the cpu backend computes convolutions with burn's kernels (use --conv-engine auto or cubecl)"
+                );
+            }
             let env = RunEnv {
                 backend,
                 precision: settings.precision,
                 layout: settings.layout,
+                conv_engine: ConvEngine::Cubecl,
                 tune_cache: None,
                 tuned_before: 0,
             };
@@ -326,15 +291,24 @@ pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Re
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
             let device = burn::backend::cuda::CudaDevice::default();
+            let index = device.index;
             cube::run::<cubecl::cuda::CudaRuntime, burn::backend::Autodiff<burn::backend::Cuda>, T>(
-                backend, device, settings, task,
+                backend,
+                device,
+                settings,
+                |cache| cube::cuda_conv_engine(settings.conv_engine, index, cache),
+                task,
             )
         }
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => {
             let device = burn::backend::wgpu::WgpuDevice::default();
             cube::run::<cubecl::wgpu::WgpuRuntime, burn::backend::Autodiff<burn::backend::Wgpu>, T>(
-                backend, device, settings, task,
+                backend,
+                device,
+                settings,
+                |_| cube::wgpu_conv_engine(settings.conv_engine),
+                task,
             )
         }
         #[allow(unreachable_patterns)]
@@ -350,6 +324,9 @@ mod tests {
     fn names_round_trip() {
         for p in Precision::ALL {
             assert_eq!(p.name().parse::<Precision>().unwrap(), p);
+        }
+        for e in ConvEngine::ALL {
+            assert_eq!(e.name().parse::<ConvEngine>().unwrap(), e);
         }
         assert!("fp16".parse::<Precision>().is_err());
         assert_eq!("CUDA".parse::<BackendKind>().unwrap(), BackendKind::Cuda);
@@ -367,7 +344,7 @@ mod tests {
         struct Never;
         impl BackendTask for Never {
             type Output = ();
-            fn run<B: AutodiffBackend>(self, _: B::Device, _: &RunEnv) -> anyhow::Result<()> {
+            fn run<B: KernelAutodiffBackend>(self, _: B::Device, _: &RunEnv) -> anyhow::Result<()> {
                 unreachable!("must not run")
             }
         }
@@ -380,5 +357,14 @@ mod tests {
         assert!(err.downcast_ref::<Unsupported>().is_some());
         let err = err.to_string();
         assert!(err.contains("tf32") && err.contains("cpu"), "{err}");
+
+        let settings = ComputeSettings {
+            backend: BackendKind::Cpu,
+            conv_engine: ConvEngine::Cudnn,
+            ..Default::default()
+        };
+        let err = run_on(&settings, Never).unwrap_err();
+        assert!(err.downcast_ref::<Unsupported>().is_some());
+        assert!(err.to_string().contains("cudnn"), "{err}");
     }
 }

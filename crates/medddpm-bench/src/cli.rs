@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use medddpm_backend::{
-    run_on, BackendKind, BackendTask, ComputeSettings, Precision, RunEnv, Unsupported,
+    run_on, BackendKind, BackendTask, ComputeSettings, ConvEngine, Precision, RunEnv, Unsupported,
 };
 use medddpm_unet::{Layout, UNetConfig};
 
@@ -14,6 +14,9 @@ use crate::matrix::{placeholder, run_cell, Cell, ChildSpec};
 use crate::record::{BenchRecord, RecordStatus};
 use crate::report::{append_jsonl, read_jsonl, to_csv, to_markdown, write_png_chart};
 use crate::single::{bench_one_with_partial, SingleConfig};
+
+/// Timesteps of the schedule the sampling steps walk (the reference's T).
+const SAMPLING_TIMESTEPS: usize = 250;
 
 /// Networks the benchmark knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -75,16 +78,15 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
     pub backends: Vec<BackendKind>,
     /// Precisions to measure.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "fp32,tf32,bf16"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,bf16")]
     pub precisions: Vec<Precision>,
     /// Activation layouts to measure.
     #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
     pub layouts: Vec<Layout>,
+    /// Convolution engine of every configuration: auto (cuDNN on CUDA when it loads), cudnn
+    /// or cubecl (burn's kernels). cuDNN rows are labelled `cuda+cudnn`.
+    #[arg(long, default_value = "auto")]
+    pub conv_engine: ConvEngine,
     /// Network configuration.
     #[arg(long, value_enum, default_value = "whole-head")]
     pub model: ModelArg,
@@ -151,7 +153,7 @@ pub(crate) struct SingleTask<'a> {
 
 impl BackendTask for SingleTask<'_> {
     type Output = BenchRecord;
-    fn run<B: burn::tensor::backend::AutodiffBackend>(
+    fn run<B: medddpm_backend::KernelAutodiffBackend>(
         self,
         device: B::Device,
         env: &RunEnv,
@@ -207,6 +209,7 @@ fn single(args: &BenchArgs, config_path: &Path) -> anyhow::Result<()> {
         backend,
         precision,
         layout,
+        conv_engine: config.conv_engine,
         tune_cache: args.tune_cache.clone(),
         show_tuning: true,
     };
@@ -329,6 +332,16 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
         if args.steps == 0 {
             bail!("--steps must be at least 1");
         }
+        // The sampling steps walk down from the last timestep, one per step.
+        let timesteps = SAMPLING_TIMESTEPS;
+        if 1 + args.warmup + args.steps > timesteps {
+            bail!(
+                "--warmup {} and --steps {} need {} sampling steps, more than the {timesteps} timesteps of the schedule",
+                args.warmup,
+                args.steps,
+                1 + args.warmup + args.steps
+            );
+        }
         let config = SingleConfig {
             model: args.model.name().to_string(),
             unet,
@@ -340,6 +353,7 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
             breakdown: !args.no_breakdown,
             check_only: args.check_only,
             seed: args.seed,
+            conv_engine: args.conv_engine,
             probe_cache: Some(
                 args.tune_cache
                     .clone()

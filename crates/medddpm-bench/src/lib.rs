@@ -41,6 +41,7 @@ mod tests {
             breakdown: true,
             check_only,
             seed: 3,
+            conv_engine: Default::default(),
             probe_cache: None,
             locate: None,
         }
@@ -54,6 +55,7 @@ mod tests {
                     backend: BackendKind::Cpu,
                     precision,
                     layout,
+                    conv_engine: Default::default(),
                     tune_cache: None,
                     show_tuning: false,
                 };

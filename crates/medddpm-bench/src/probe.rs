@@ -8,6 +8,7 @@ use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
 use medddpm_unet::{
+    KernelBackend,
     cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpStats,
     UNetConfig,
 };
@@ -190,7 +191,7 @@ impl Probe {
     }
 
     /// Evaluates the probe on backend `B` as `case` says, and compares.
-    pub fn run<B: Backend>(
+    pub fn run<B: KernelBackend>(
         &self,
         case: &ProbeCase,
         device: &B::Device,
@@ -207,7 +208,7 @@ impl Probe {
 }
 
 impl Probe {
-    fn model_and_input<B: Backend>(
+    fn model_and_input<B: KernelBackend>(
         &self,
         case: &ProbeCase,
         device: &B::Device,
@@ -219,7 +220,7 @@ impl Probe {
 
     /// Runs the probe again with every operation's output tested, and names the first that is
     /// not finite (for a configuration whose output was NaN or infinite).
-    pub fn locate_non_finite<B: Backend>(
+    pub fn locate_non_finite<B: KernelBackend>(
         &self,
         case: &ProbeCase,
         device: &B::Device,
@@ -236,7 +237,7 @@ impl Probe {
     /// Runs the probe again recording every operation's output statistics, and compares them
     /// with the float64 reference's, operation by operation (for a configuration whose output
     /// disagreed): the first operation over the tolerance is the wrong one.
-    pub fn locate_deviation<B: Backend>(
+    pub fn locate_deviation<B: KernelBackend>(
         &self,
         case: &ProbeCase,
         device: &B::Device,
@@ -298,7 +299,7 @@ impl Probe {
     }
 }
 
-fn op_stats<B: Backend>(model: &medddpm_unet::UNet<B>, x: Tensor<B, 5>) -> Vec<OpStats> {
+fn op_stats<B: KernelBackend>(model: &medddpm_unet::UNet<B>, x: Tensor<B, 5>) -> Vec<OpStats> {
     let profile = std::cell::RefCell::new(medddpm_unet::OpProfile {
         record_stats: true,
         ..Default::default()

@@ -7,7 +7,8 @@ use anyhow::Context;
 
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
+use medddpm_backend::KernelAutodiffBackend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
 use medddpm_backend::RunEnv;
 use medddpm_diffusion::{network_input, training_loss, CosineSchedule, DdpmSampler, LossType};
@@ -41,6 +42,9 @@ pub struct SingleConfig {
     pub check_only: bool,
     /// Seed of weights, inputs and the probe.
     pub seed: u64,
+    /// Convolution engine asked for (`auto` resolves per backend when the process starts).
+    #[serde(default)]
+    pub conv_engine: medddpm_backend::ConvEngine,
     /// Folder that keeps the agreement probe's float64 reference between runs.
     #[serde(default)]
     pub probe_cache: Option<std::path::PathBuf>,
@@ -79,7 +83,7 @@ fn ms_since(start: Instant) -> f64 {
 /// runs after the first sampling step so that first-step times are not shortened by kernels it
 /// compiled; a probe that disagrees turns the record into [`RecordStatus::Disagrees`], stops the
 /// run, and its timings are withheld.
-pub fn bench_one<B: AutodiffBackend>(
+pub fn bench_one<B: KernelAutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
     config: &SingleConfig,
@@ -91,7 +95,7 @@ pub fn bench_one<B: AutodiffBackend>(
 /// [`bench_one`], handing `partial` the record as it stands after every phase (status
 /// `Failed`, the message naming the last finished phase), so that a run killed mid-way still
 /// leaves what it measured.
-pub fn bench_one_with_partial<B: AutodiffBackend>(
+pub fn bench_one_with_partial<B: KernelAutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
     config: &SingleConfig,
@@ -108,8 +112,13 @@ pub fn bench_one_with_partial<B: AutodiffBackend>(
             std::thread::available_parallelism().map_or(1, |n| n.get())
         )
     };
+    // The engine is part of what is measured: cuDNN rows are labelled `cuda+cudnn`.
+    let backend_label = match env.conv_engine {
+        medddpm_backend::ConvEngine::Cudnn => format!("{}+cudnn", env.backend.name()),
+        _ => env.backend.name().to_string(),
+    };
     let mut record = BenchRecord::new(
-        env.backend.name(),
+        &backend_label,
         &device_name,
         env.precision.name(),
         &env.layout.to_string(),
@@ -172,7 +181,7 @@ pub fn bench_one_with_partial<B: AutodiffBackend>(
 }
 
 /// The agreement probe; fills the record's agreement fields.
-fn agreement<B: AutodiffBackend>(
+fn agreement<B: KernelAutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
     config: &SingleConfig,
@@ -257,7 +266,7 @@ fn agreement<B: AutodiffBackend>(
     Ok(())
 }
 
-fn measure<B: AutodiffBackend>(
+fn measure<B: KernelAutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
     config: &SingleConfig,
@@ -277,7 +286,7 @@ fn measure<B: AutodiffBackend>(
 
     progress("building the model");
     // f32 master weights; the working copy is cast per step (a no-op in fp32/tf32).
-    let mut model: UNet<B> = unet.init::<B>(device)?.with_layout(env.layout);
+    let mut model: UNet<B> = unet.init::<B>(device)?.with_compute(env.compute());
     let x0 = Tensor::<B, 5>::random(
         [b, image_channels, d, h, w],
         Distribution::Uniform(-1.0, 1.0),

@@ -1,5 +1,6 @@
 //! `medddpm`: train Med-DDPM models, sample synthetic MRI from masks, inspect files.
 
+mod check_kernels;
 mod experiments;
 mod inspect;
 mod progress;
@@ -31,6 +32,9 @@ enum Command {
     /// Check that every backend, precision and layout gives the float64 CPU reference's output
     /// within the precision's tolerance (same weights, same input).
     Check(CheckArgs),
+    /// Compare the convolution engine (cuDNN or burn's kernels) with burn's plain convolution
+    /// ops on the U-Net's geometries and odd ones: forward and both gradients, both layouts.
+    CheckKernels(check_kernels::CheckKernelsArgs),
 }
 
 /// `medddpm check`: the benchmark's agreement probe alone.
@@ -40,16 +44,14 @@ struct CheckArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     backends: Option<Vec<medddpm_backend::BackendKind>>,
     /// Precisions to check.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "fp32,tf32,bf16"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,bf16")]
     precisions: Vec<medddpm_backend::Precision>,
     /// Layouts to check.
     #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
     layouts: Vec<medddpm_unet::Layout>,
+    /// Convolution engine: auto (cuDNN on CUDA when it loads), cudnn or cubecl.
+    #[arg(long, default_value = "auto")]
+    conv_engine: medddpm_backend::ConvEngine,
     /// Network configuration.
     #[arg(long, value_enum, default_value = "whole-head")]
     model: medddpm_bench::ModelArg,
@@ -86,6 +88,7 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
         backends,
         precisions: args.precisions,
         layouts: args.layouts,
+        conv_engine: args.conv_engine,
         model: args.model,
         size: args.size,
         batch: 1,
@@ -114,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(args) => medddpm_bench::run_bench(args, self_command("bench")?),
         Command::Check(args) => check(args),
+        Command::CheckKernels(args) => check_kernels::run(args),
     }
 }
 

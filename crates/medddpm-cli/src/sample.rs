@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn::tensor::backend::AutodiffBackend;
+use medddpm_backend::KernelAutodiffBackend;
 use clap::{Args, ValueEnum};
 use medddpm_train::data::list_masks;
 use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, WeightsSource};
@@ -72,9 +72,9 @@ struct SampleTask {
 
 impl BackendTask for SampleTask {
     type Output = ();
-    fn run<B: AutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         let mut model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
-        model.unet = cast_compute_params(model.unet, env.compute_dtype()).with_layout(env.layout);
+        model.unet = cast_compute_params(model.unet, env.compute_dtype()).with_compute(env.compute());
         let steps = model.schedule.num_timesteps();
         eprintln!(
             "sampling {} mask(s) x {} on the {} backend ({}, {}), {steps} reverse steps each",

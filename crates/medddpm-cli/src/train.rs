@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use burn::tensor::backend::AutodiffBackend;
+use medddpm_backend::KernelAutodiffBackend;
 use clap::Args;
 use medddpm_train::{train, ExperimentConfig, RunDir, SessionOptions};
 
@@ -48,7 +48,7 @@ struct TrainTask {
 
 impl BackendTask for TrainTask {
     type Output = ();
-    fn run<B: AutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         eprintln!(
             "training on the {} backend ({}, {}), run folder {}",
             env.backend,
@@ -57,8 +57,7 @@ impl BackendTask for TrainTask {
             self.run.root.display()
         );
         let mut options = self.options;
-        options.compute_dtype = env.compute_dtype();
-        options.layout = env.layout;
+        options.compute = env.compute();
         let mut bar = TrainBar::new();
         let summary = train::<B>(&self.config, &self.run, &options, &device, &mut bar)?;
         drop(bar);

@@ -8,6 +8,7 @@ use burn::tensor::{backend::Backend, Tensor, TensorData};
 use medddpm_diffusion::{CosineSchedule, DdpmSampler};
 use medddpm_mask::LabelScheme;
 use medddpm_nifti::Volume;
+use medddpm_unet::KernelBackend;
 use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
 
 use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE};
@@ -112,7 +113,7 @@ pub struct SampleOptions {
 
 /// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
 /// `progress(mask, sample, reverse_steps_done)` is called after every reverse step.
-pub fn sample_masks<B: Backend>(
+pub fn sample_masks<B: KernelBackend>(
     model: &SamplingModel<B>,
     masks: &[PathBuf],
     out_dir: &Path,

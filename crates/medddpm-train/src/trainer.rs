@@ -8,10 +8,10 @@ use std::time::Instant;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Distribution, ElementConversion, Tensor, TensorData};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
 use medddpm_diffusion::{training_loss, CosineSchedule, DdpmSampler};
-use medddpm_unet::{cast_compute_params, Layout, UNet};
+use medddpm_unet::{cast_compute_params, Compute, KernelAutodiffBackend, KernelBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -87,12 +87,10 @@ pub struct SessionOptions {
     /// Stop (and checkpoint) after this many optimizer steps of this session, before
     /// `train.steps` is reached.
     pub max_steps: Option<usize>,
-    /// dtype of the forward and backward passes: F32, or BF16 for mixed precision (weights,
-    /// Adam state and EMA stay f32; gradients arrive in f32 through the recorded casts).
-    /// Checkpoints do not depend on it.
-    pub compute_dtype: DType,
-    /// Activation layout inside the network (results do not depend on it).
-    pub layout: Layout,
+    /// How the network computes: precision (bf16 is mixed precision: weights, Adam state and
+    /// EMA stay f32; gradients arrive in f32 through the recorded casts), activation layout and
+    /// convolution engine. Checkpoints do not depend on it.
+    pub compute: Compute,
 }
 
 impl Default for SessionOptions {
@@ -100,8 +98,7 @@ impl Default for SessionOptions {
         Self {
             resume: false,
             max_steps: None,
-            compute_dtype: DType::F32,
-            layout: Layout::Ncdhw,
+            compute: Compute::default(),
         }
     }
 }
@@ -144,7 +141,7 @@ fn batch_tensor<B: Backend>(examples: &[Example], image: bool, device: &B::Devic
 }
 
 /// Trains (or resumes) the experiment in `run`, on backend `B`.
-pub fn train<B: AutodiffBackend>(
+pub fn train<B: KernelAutodiffBackend>(
     config: &ExperimentConfig,
     run: &RunDir,
     options: &SessionOptions,
@@ -184,7 +181,7 @@ pub fn train<B: AutodiffBackend>(
     // Model, EMA and optimizer: fresh (initialised from the run's seed) or from the latest
     // checkpoint.
     B::seed(device, settings.seed);
-    let mut model: UNet<B> = config.model.init(device)?.with_layout(options.layout);
+    let mut model: UNet<B> = config.model.init(device)?.with_compute(options.compute);
     let mut ema: UNet<B::InnerBackend> = model.valid();
     let mut optim = AdamConfig::new()
         .with_beta_1(settings.adam_beta1)
@@ -287,7 +284,7 @@ pub fn train<B: AutodiffBackend>(
 
             // 2. The loss on the predicted noise, scaled as the reference scales it.
             // bf16: a working copy whose casts are part of the graph; a no-op in f32.
-            let work = cast_compute_params(model.clone(), options.compute_dtype);
+            let work = cast_compute_params(model.clone(), options.compute.precision.compute_dtype());
             let out = training_loss(
                 &work,
                 &schedule,
@@ -364,7 +361,7 @@ pub fn train<B: AutodiffBackend>(
             observer.checkpoint(&path);
             last_checkpoint = Some(path);
             if settings.samples_per_checkpoint > 0 && state.step % settings.save_every == 0 {
-                let ema_compute = cast_compute_params(ema.clone(), options.compute_dtype);
+                let ema_compute = cast_compute_params(ema.clone(), options.compute.precision.compute_dtype());
                 samples.extend(periodic_samples::<B::InnerBackend>(
                     config,
                     &dataset,
@@ -399,7 +396,7 @@ pub fn train<B: AutodiffBackend>(
 /// first `samples_per_checkpoint` training masks, with a seed fixed per step so that samples of
 /// successive checkpoints are comparable.
 #[allow(clippy::too_many_arguments)]
-fn periodic_samples<B: Backend>(
+fn periodic_samples<B: KernelBackend>(
     config: &ExperimentConfig,
     dataset: &NiftiDataset,
     ema: &UNet<B>,

@@ -6,12 +6,20 @@ mod common;
 
 use burn::tensor::DType;
 use medddpm_train::{RunDir, SessionOptions};
-use medddpm_unet::Layout;
+use medddpm_unet::{Compute, Layout, Precision};
 
 fn options(compute_dtype: DType, layout: Layout) -> SessionOptions {
+    let precision = if compute_dtype == DType::BF16 {
+        Precision::Bf16
+    } else {
+        Precision::Fp32
+    };
     SessionOptions {
-        compute_dtype,
-        layout,
+        compute: Compute {
+            precision,
+            layout,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

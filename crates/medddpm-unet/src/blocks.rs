@@ -8,6 +8,7 @@ use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, Pa
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{backend::Backend, Tensor};
 
+use medddpm_kernels::KernelBackend;
 use crate::exec::{cast_to, to_stats, Ctx, Layout, OpClass};
 
 /// GroupNorm epsilon of PyTorch's `nn.GroupNorm`, which the reference uses.
@@ -52,7 +53,10 @@ pub struct NormActConv<B: Backend> {
 
 impl<B: Backend> NormActConv<B> {
     /// conv(SiLU(GN(x))).
-    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
         let h = ctx.norm(&self.norm, x);
         let h = ctx.op(OpClass::Elementwise, || silu(h));
         ctx.conv(&self.conv, h)
@@ -114,7 +118,10 @@ impl<B: Backend> ResBlock<B> {
         x: Tensor<B, 5>,
         emb_act: Tensor<B, 2>,
         ctx: &Ctx<B>,
-    ) -> Tensor<B, 5> {
+    ) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
         let h = self.in_layers.forward(x.clone(), ctx);
         let b = h.dims()[0];
         let c = h.dims()[ctx.layout.channel_dim()];
@@ -158,7 +165,10 @@ impl<B: Backend> AttentionBlock<B> {
 
     /// x + proj_out(attention(qkv(GN(x)))), q and k each scaled by c^(-1/4) before the product
     /// (as the reference does, for f16 headroom), softmax over the keys.
-    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
         let dims = x.dims();
         match ctx.layout {
             Layout::Ncdhw => {
@@ -228,7 +238,10 @@ pub struct Downsample<B: Backend> {
 
 impl<B: Backend> Downsample<B> {
     /// Halves each spatial size (rounding up).
-    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
         ctx.conv(&self.op, x)
     }
 }
@@ -242,7 +255,10 @@ pub struct Upsample<B: Backend> {
 
 impl<B: Backend> Upsample<B> {
     /// Doubles each spatial size.
-    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
         let up = ctx.op(OpClass::Upsample, || match ctx.layout {
             Layout::Ncdhw => medddpm_kernels::upsample_trilinear_x2(x),
             Layout::Ndhwc => medddpm_kernels::upsample_trilinear_x2_channels_last(x),
@@ -285,7 +301,10 @@ impl<B: Backend> EmbedBlock<B> {
         mut x: Tensor<B, 5>,
         emb_act: Tensor<B, 2>,
         ctx: &Ctx<B>,
-    ) -> Tensor<B, 5> {
+    ) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
         if let Some(conv) = &self.conv {
             x = ctx.conv(conv, x);
         }

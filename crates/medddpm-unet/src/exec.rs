@@ -3,70 +3,16 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 use std::time::Instant;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, PaddingConfig3d};
 use burn::tensor::{backend::Backend, DType, ElementConversion, FloatDType, Tensor};
+use medddpm_kernels::{Compute, Conv3dSpec, KernelBackend};
 use serde::{Deserialize, Serialize};
 
-/// Memory order of the activations inside the network.
-///
-/// `Ncdhw` keeps burn's default: every activation is a contiguous `[batch, channels, d, h, w]`
-/// tensor. `Ndhwc` ("channels-last 3D") keeps every activation as a contiguous
-/// `[batch, d, h, w, channels]` tensor from the first convolution to the last: GroupNorm,
-/// SiLU, the skip concatenation, upsampling and attention all work on channels-last memory,
-/// and each convolution hands burn a channels-last buffer (on the CubeCL backends the
-/// convolution kernels are channels-last themselves, so nothing is transposed around them).
-/// The network's input and output stay `[batch, channels, d, h, w]`; the order changes once
-/// after the input and once before the output.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layout {
-    /// Channels-first (PyTorch's default, burn's default).
-    #[default]
-    Ncdhw,
-    /// Channels-last 3D.
-    Ndhwc,
-}
-
-impl Layout {
-    /// Axis of the channels in an activation.
-    pub fn channel_dim(self) -> usize {
-        match self {
-            Layout::Ncdhw => 1,
-            Layout::Ndhwc => 4,
-        }
-    }
-
-    /// Both layouts, in the order the benchmark reports them.
-    pub const ALL: [Layout; 2] = [Layout::Ncdhw, Layout::Ndhwc];
-}
-
-impl fmt::Display for Layout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Layout::Ncdhw => "ncdhw",
-            Layout::Ndhwc => "ndhwc",
-        })
-    }
-}
-
-impl FromStr for Layout {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "ncdhw" | "channels-first" => Ok(Layout::Ncdhw),
-            "ndhwc" | "channels-last" => Ok(Layout::Ndhwc),
-            other => Err(format!(
-                "unknown layout '{other}' (expected ncdhw or ndhwc)"
-            )),
-        }
-    }
-}
+pub use medddpm_kernels::Layout;
 
 /// Operation classes of the per-operation breakdown (the paper's kernel mix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,11 +207,12 @@ impl OpProfile {
 /// Per-call settings threaded through the blocks.
 pub(crate) struct Ctx<'a, B: Backend> {
     pub layout: Layout,
+    pub compute: Compute,
     pub profile: Option<&'a RefCell<OpProfile>>,
     pub device: B::Device,
 }
 
-impl<B: Backend> Ctx<'_, B> {
+impl<B: KernelBackend> Ctx<'_, B> {
     /// Runs `f`; when profiling, synchronises before and after and charges the time to `class`.
     pub fn op<const D: usize>(
         &self,
@@ -305,17 +252,17 @@ impl<B: Backend> Ctx<'_, B> {
         out
     }
 
-    /// A 3-D convolution of an activation in this layout.
+    /// A 3-D convolution of an activation in this layout, on the backend's convolution engine
+    /// ([`KernelBackend`]).
     pub fn conv(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Convolution, || match self.layout {
-            Layout::Ncdhw => conv.forward(x),
-            // Permutations are stride views: the convolution receives the channels-last
-            // buffer as is, and its output (channels-last on the CubeCL backends) is viewed
-            // back without a copy.
+            Layout::Ncdhw => conv3d(x, conv, self.compute),
+            // Permutations are stride views: the engine receives the channels-last buffer as
+            // is, and its channels-last output is viewed back without a copy.
             Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x),
-            Layout::Ndhwc => conv
-                .forward(x.permute([0, 4, 1, 2, 3]))
-                .permute([0, 2, 3, 4, 1]),
+            Layout::Ndhwc => {
+                conv3d(x.permute([0, 4, 1, 2, 3]), conv, self.compute).permute([0, 2, 3, 4, 1])
+            }
         })
     }
 
@@ -326,6 +273,25 @@ impl<B: Backend> Ctx<'_, B> {
             group_norm(norm, x, self.layout.channel_dim())
         })
     }
+}
+
+/// `conv` applied to `x` (`[b, c, d, h, w]`, possibly a channels-last view) through the
+/// backend extension. burn's `Conv3d` module supplies the weights and geometry; the U-Net only
+/// builds dilation-1, single-group convolutions with symmetric padding.
+fn conv3d<B: KernelBackend>(x: Tensor<B, 5>, conv: &Conv3d<B>, compute: Compute) -> Tensor<B, 5> {
+    let padding = match &conv.padding {
+        PaddingConfig3d::Explicit(a, b, c) => [*a, *b, *c],
+        PaddingConfig3d::Valid => [0, 0, 0],
+        // `Same` with stride 1 and odd kernels pads by half the kernel.
+        PaddingConfig3d::Same => conv.kernel_size.map(|k| k / 2),
+    };
+    let spec = Conv3dSpec {
+        stride: conv.stride,
+        padding,
+        compute,
+    };
+    debug_assert!(conv.groups == 1 && conv.dilation == [1, 1, 1]);
+    medddpm_kernels::conv3d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), spec)
 }
 
 /// Whether `conv` is a plain 1x1x1 convolution (stride 1, no padding, one group).
@@ -614,6 +580,10 @@ mod tests {
         let device = Default::default();
         let ctx = Ctx::<Flex> {
             layout: Layout::Ndhwc,
+            compute: Compute {
+                layout: Layout::Ndhwc,
+                ..Default::default()
+            },
             profile: None,
             device,
         };

@@ -10,6 +10,7 @@ use crate::blocks::{
     conv3, group_norm, AttentionBlock, Downsample, EmbedBlock, ResBlock, Upsample,
 };
 use crate::exec::{cast_to, Ctx, Layout, OpClass, OpProfile};
+use medddpm_kernels::{Compute, KernelBackend};
 use crate::{UNetConfig, UNetError};
 use std::cell::RefCell;
 
@@ -81,8 +82,10 @@ pub struct UNet<B: Backend> {
     pub out: OutHead<B>,
     model_channels: usize,
     size_divisor: usize,
-    /// Activations in channels-last order ([`Layout::Ndhwc`]); a run-time setting, not a weight.
-    channels_last: bool,
+    /// How the forward pass computes (layout, convolution engine, precision); a run-time
+    /// setting, not a weight.
+    #[module(skip)]
+    compute: Compute,
 }
 
 impl UNetConfig {
@@ -165,7 +168,7 @@ impl UNetConfig {
             },
             model_channels: c,
             size_divisor: self.size_divisor(),
-            channels_last: false,
+            compute: Compute::default(),
         })
     }
 }
@@ -225,6 +228,37 @@ impl<B: Backend> UNet<B> {
         self.out.conv.weight.dims()[0]
     }
 
+    /// The memory order the activations use inside the network.
+    pub fn layout(&self) -> Layout {
+        self.compute.layout
+    }
+
+    /// Runs with activations in `layout` from now on (weights and results are unaffected).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.compute.layout = layout;
+        self
+    }
+
+    /// How the forward pass computes.
+    pub fn compute(&self) -> Compute {
+        self.compute
+    }
+
+    /// Runs with `compute`'s layout and convolution engine from now on (the precision is the
+    /// weights' dtype: see [`crate::cast_compute_params`]).
+    pub fn with_compute(mut self, compute: Compute) -> Self {
+        self.compute = compute;
+        self
+    }
+
+    /// The dtype convolutions and matrix products run in: the dtype of the weights.
+    pub fn compute_dtype(&self) -> burn::tensor::DType {
+        self.out.conv.weight.val().dtype()
+    }
+
+}
+
+impl<B: KernelBackend> UNet<B> {
     /// Predicts the noise in `x` (noisy image and condition channels concatenated) at
     /// `timesteps` (one raw step index per batch element).
     ///
@@ -249,26 +283,6 @@ impl<B: Backend> UNet<B> {
         self.forward_ctx(x, timesteps, Some(profile))
     }
 
-    /// The memory order the activations use inside the network.
-    pub fn layout(&self) -> Layout {
-        if self.channels_last {
-            Layout::Ndhwc
-        } else {
-            Layout::Ncdhw
-        }
-    }
-
-    /// Runs with activations in `layout` from now on (weights and results are unaffected).
-    pub fn with_layout(mut self, layout: Layout) -> Self {
-        self.channels_last = layout == Layout::Ndhwc;
-        self
-    }
-
-    /// The dtype convolutions and matrix products run in: the dtype of the weights.
-    pub fn compute_dtype(&self) -> burn::tensor::DType {
-        self.out.conv.weight.val().dtype()
-    }
-
     fn forward_ctx(
         &self,
         x: Tensor<B, 5>,
@@ -280,6 +294,7 @@ impl<B: Backend> UNet<B> {
         }
         let ctx = Ctx::<B> {
             layout: self.layout(),
+            compute: self.compute,
             profile,
             device: x.device(),
         };
@@ -335,7 +350,7 @@ fn channels_last<B: Backend>(x: Tensor<B, 5>) -> Tensor<B, 5> {
         .reshape([b, d, h, w, c])
 }
 
-impl<B: Backend> medddpm_diffusion::Denoiser<B> for UNet<B> {
+impl<B: KernelBackend> medddpm_diffusion::Denoiser<B> for UNet<B> {
     fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
         self.forward(input, timesteps)
     }

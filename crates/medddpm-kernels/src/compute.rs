@@ -1,0 +1,196 @@
+//! How the network computes, apart from its weights: one value the command line builds once and
+//! every layer above passes down.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::DType;
+use serde::{Deserialize, Serialize};
+
+/// How convolutions and matrix products compute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// IEEE f32 everywhere, no tensor cores (PyTorch's "Baseline").
+    #[default]
+    Fp32,
+    /// f32 tensors, TF32 tensor cores for convolutions and products (PyTorch's "OPT1").
+    Tf32,
+    /// bf16 compute with f32 master weights, optimizer state and EMA.
+    Bf16,
+}
+
+impl Precision {
+    /// All three, in the order reports list them.
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::Bf16];
+
+    /// The dtype the network's weights and activations are cast to while computing.
+    pub fn compute_dtype(self) -> DType {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// Relative L2 error of a network output against a float64 reference that this precision
+    /// is held to: a few ulps of accumulated rounding for f32, TF32's 10-bit mantissa, bf16's
+    /// 7-bit one.
+    pub fn agreement_tolerance(self) -> f64 {
+        match self {
+            Precision::Fp32 => 1e-4,
+            Precision::Tf32 => 2e-2,
+            Precision::Bf16 => 1e-1,
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown precision '{s}' (expected fp32, tf32 or bf16)"))
+    }
+}
+
+/// Memory order of the activations inside the network.
+///
+/// `Ncdhw` keeps burn's default: every activation is a contiguous `[batch, channels, d, h, w]`
+/// tensor. `Ndhwc` ("channels-last 3D") keeps every activation as a contiguous
+/// `[batch, d, h, w, channels]` tensor from the first convolution to the last: GroupNorm,
+/// SiLU, the skip concatenation, upsampling and attention all work on channels-last memory,
+/// and each convolution receives a channels-last buffer (burn's CubeCL convolutions and
+/// cuDNN's tensor-core convolutions are channels-last kernels, so nothing is transposed around
+/// them). The network's input and output stay `[batch, channels, d, h, w]`; the order changes
+/// once after the input and once before the output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Channels-first (PyTorch's default, burn's default).
+    #[default]
+    Ncdhw,
+    /// Channels-last 3D.
+    Ndhwc,
+}
+
+impl Layout {
+    /// Axis of the channels in an activation.
+    pub fn channel_dim(self) -> usize {
+        match self {
+            Layout::Ncdhw => 1,
+            Layout::Ndhwc => 4,
+        }
+    }
+
+    /// Both layouts, in the order the benchmark reports them.
+    pub const ALL: [Layout; 2] = [Layout::Ncdhw, Layout::Ndhwc];
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layout::Ncdhw => "ncdhw",
+            Layout::Ndhwc => "ndhwc",
+        })
+    }
+}
+
+impl FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ncdhw" | "channels-first" => Ok(Layout::Ncdhw),
+            "ndhwc" | "channels-last" => Ok(Layout::Ndhwc),
+            other => Err(format!(
+                "unknown layout '{other}' (expected ncdhw or ndhwc)"
+            )),
+        }
+    }
+}
+
+/// Which library computes the 3-D convolutions and their gradients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvEngine {
+    /// cuDNN on CUDA when the library loads, burn's CubeCL kernels otherwise.
+    #[default]
+    Auto,
+    /// NVIDIA's cuDNN (CUDA only; `libcudnn.so.9` at run time).
+    Cudnn,
+    /// burn's portable CubeCL kernels (every backend).
+    Cubecl,
+}
+
+impl ConvEngine {
+    /// All three, as the command line lists them.
+    pub const ALL: [ConvEngine; 3] = [ConvEngine::Auto, ConvEngine::Cudnn, ConvEngine::Cubecl];
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvEngine::Auto => "auto",
+            ConvEngine::Cudnn => "cudnn",
+            ConvEngine::Cubecl => "cubecl",
+        }
+    }
+}
+
+impl fmt::Display for ConvEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ConvEngine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ConvEngine::ALL
+            .into_iter()
+            .find(|e| e.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown convolution engine '{s}' (expected auto, cudnn or cubecl)"))
+    }
+}
+
+/// Everything that decides how the network's operations compute.
+///
+/// Built once by the command line (or a test) and handed down: the U-Net keeps it, and every
+/// heavy operation in [`crate::KernelBackend`] receives it. `conv_engine` is [`ConvEngine::Auto`]
+/// until the backend set-up resolves it to what actually runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Compute {
+    /// Precision of convolutions and products.
+    pub precision: Precision,
+    /// Activation layout inside the network.
+    pub layout: Layout,
+    /// Library for the 3-D convolutions.
+    pub conv_engine: ConvEngine,
+}
+
+impl Compute {
+    /// Whether the convolutions go to cuDNN.
+    pub fn uses_cudnn(&self) -> bool {
+        self.conv_engine == ConvEngine::Cudnn
+    }
+}
+
+impl fmt::Display for Compute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} / {} / {}", self.precision, self.layout, self.conv_engine)
+    }
+}

@@ -1,0 +1,386 @@
+//! 3-D convolution as a backend extension: forward, data gradient and weight gradient.
+//!
+//! [`KernelBackend`]'s provided methods are the plain-burn-op versions (burn's own
+//! `conv3d`, `conv3d_x_backward`, `conv3d_weight_backward`): every backend gets them, and they
+//! are the reference twins the tests compare the engines against. burn's CUDA backend overrides
+//! them with cuDNN (module `cudnn`); the autodiff backend gets a hand-written backward that
+//! calls the inner backend's two gradient methods, so training uses the same engine as the
+//! forward pass.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::NodeId;
+use burn::backend::Autodiff;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
+use burn::tensor::{Tensor, TensorPrimitive};
+
+use crate::compute::{Compute, Layout};
+
+/// Stride and padding of a 3-D convolution (dilation 1, one group: all the U-Net uses), plus
+/// how it should compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conv3dSpec {
+    /// Stride per spatial axis.
+    pub stride: [usize; 3],
+    /// Zero padding per spatial axis (both sides).
+    pub padding: [usize; 3],
+    /// Engine, precision and the activations' layout.
+    pub compute: Compute,
+}
+
+impl Conv3dSpec {
+    /// burn's options for the same convolution.
+    pub fn options(&self) -> ConvOptions<3> {
+        ConvOptions::new(self.stride, self.padding, [1, 1, 1], 1)
+    }
+
+    /// Output spatial size for input size `input` and kernel size `kernel`.
+    pub fn output_size(&self, input: [usize; 3], kernel: [usize; 3]) -> [usize; 3] {
+        std::array::from_fn(|i| (input[i] + 2 * self.padding[i] - kernel[i]) / self.stride[i] + 1)
+    }
+}
+
+/// The U-Net's heavy operations, per backend.
+///
+/// Tensors are logically `[batch, channels, d, h, w]` (weights `[c_out, c_in, kd, kh, kw]`)
+/// whatever `spec.compute.layout` says: the layout tells an engine which memory order to
+/// compute in (channels-last activations arrive as permuted views of `[b, d, h, w, c]`
+/// buffers and the results are returned the same way).
+pub trait KernelBackend: Backend {
+    /// `y = conv(x, weight)`, without bias.
+    fn conv3d_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d(x, weight, None, spec.options())
+    }
+
+    /// `dL/dx` given `dL/dy`.
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d_x_backward(x, weight, grad_out, spec.options())
+    }
+
+    /// `dL/dweight` given `dL/dy`.
+    fn conv3d_weight_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
+    }
+}
+
+/// An autodiff backend whose inner backend has the kernels too: what training needs.
+pub trait KernelAutodiffBackend:
+    AutodiffBackend<InnerBackend: KernelBackend> + KernelBackend
+{
+}
+
+impl<B> KernelAutodiffBackend for B
+where
+    B: AutodiffBackend + KernelBackend,
+    B::InnerBackend: KernelBackend,
+{
+}
+
+impl KernelBackend for burn::backend::Flex {}
+
+#[cfg(feature = "wgpu")]
+impl KernelBackend for burn::backend::Wgpu {}
+
+impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
+    fn conv3d_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Conv3dBackward;
+
+        impl<B: KernelBackend> Backward<B, 2> for Conv3dBackward {
+            type State = (NodeId, NodeId, Conv3dSpec);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let [node_x, node_weight] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x_state, weight_state, spec) = ops.state;
+                let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
+                let weight =
+                    checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight_state);
+                if let Some(node) = node_x {
+                    let dx = B::conv3d_data_grad(x.clone(), weight.clone(), grad.clone(), spec);
+                    grads.register::<B>(node.id, dx);
+                }
+                if let Some(node) = node_weight {
+                    let dw = B::conv3d_weight_grad(x, weight, grad, spec);
+                    grads.register::<B>(node.id, dw);
+                }
+            }
+        }
+
+        match Conv3dBackward
+            .prepare::<C>([x.node.clone(), weight.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let x_state = prep.checkpoint(&x);
+                let weight_state = prep.checkpoint(&weight);
+                let out = B::conv3d_forward(x.primitive, weight.primitive, spec);
+                prep.finish((x_state, weight_state, spec), out)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::conv3d_forward(x.primitive, weight.primitive, spec))
+            }
+        }
+    }
+
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        // Second-order gradients are not needed by any trainer here: burn's own op is exact.
+        Self::conv3d_x_backward(x, weight, grad_out, spec.options())
+    }
+
+    fn conv3d_weight_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
+    }
+}
+
+fn float<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// A 3-D convolution with optional bias on `B`'s engine.
+///
+/// `x` is `[batch, c_in, d, h, w]`; with `spec.compute.layout == Ndhwc` pass the permuted view
+/// of a channels-last buffer (`x_cl.permute([0, 4, 1, 2, 3])`) and permute the result back the
+/// same way: the engines keep channels-last memory on both sides.
+pub fn conv3d<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    bias: Option<Tensor<B, 1>>,
+    spec: Conv3dSpec,
+) -> Tensor<B, 5> {
+    let y: Tensor<B, 5> = tensor(B::conv3d_forward(float(x), float(weight), spec));
+    match bias {
+        Some(bias) => {
+            let c_out = bias.dims()[0];
+            y + bias.reshape([1, c_out, 1, 1, 1])
+        }
+        None => y,
+    }
+}
+
+/// [`KernelBackend::conv3d_data_grad`] on tensors.
+pub fn conv3d_data_grad<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    grad_out: Tensor<B, 5>,
+    spec: Conv3dSpec,
+) -> Tensor<B, 5> {
+    tensor(B::conv3d_data_grad(float(x), float(weight), float(grad_out), spec))
+}
+
+/// [`KernelBackend::conv3d_weight_grad`] on tensors.
+pub fn conv3d_weight_grad<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    grad_out: Tensor<B, 5>,
+    spec: Conv3dSpec,
+) -> Tensor<B, 5> {
+    tensor(B::conv3d_weight_grad(float(x), float(weight), float(grad_out), spec))
+}
+
+/// The plain-op reference twins (burn's own convolution ops), for tests on any backend.
+pub mod reference {
+    use super::*;
+
+    /// Forward.
+    pub fn forward<B: Backend>(x: Tensor<B, 5>, weight: Tensor<B, 5>, spec: Conv3dSpec) -> Tensor<B, 5> {
+        tensor(B::conv3d(float(x), float(weight), None, spec.options()))
+    }
+
+    /// Data gradient.
+    pub fn data_grad<B: Backend>(
+        x: Tensor<B, 5>,
+        weight: Tensor<B, 5>,
+        grad_out: Tensor<B, 5>,
+        spec: Conv3dSpec,
+    ) -> Tensor<B, 5> {
+        tensor(B::conv3d_x_backward(float(x), float(weight), float(grad_out), spec.options()))
+    }
+
+    /// Weight gradient.
+    pub fn weight_grad<B: Backend>(
+        x: Tensor<B, 5>,
+        weight: Tensor<B, 5>,
+        grad_out: Tensor<B, 5>,
+        spec: Conv3dSpec,
+    ) -> Tensor<B, 5> {
+        tensor(B::conv3d_weight_backward(float(x), float(weight), float(grad_out), spec.options()))
+    }
+}
+
+/// Channels-last helper for callers and tests: `[b, c, d, h, w]` as the permuted view of a
+/// contiguous `[b, d, h, w, c]` buffer when `layout` is channels-last.
+pub fn in_layout<B: Backend>(x: Tensor<B, 5>, layout: Layout) -> Tensor<B, 5> {
+    match layout {
+        Layout::Ncdhw => x,
+        Layout::Ndhwc => {
+            let [b, c, d, h, w] = x.dims();
+            x.permute([0, 2, 3, 4, 1])
+                .reshape([b, d * h * w, c])
+                .reshape([b, d, h, w, c])
+                .permute([0, 4, 1, 2, 3])
+        }
+    }
+}
+
+/// One convolution geometry for agreement checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ConvCase {
+    /// Batch size.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Input spatial size (d, h, w).
+    pub size: [usize; 3],
+    /// Cubic kernel size (1 or 3).
+    pub kernel: usize,
+    /// Stride on every axis.
+    pub stride: usize,
+}
+
+impl ConvCase {
+    /// The U-Net's geometries (3x3x3 stride 1 and 2, 1x1x1) at small sizes, and odd ones: 1 to
+    /// 512 channels, odd and non-cubic volumes. `scale` multiplies the spatial sizes.
+    pub fn standard(scale: usize) -> Vec<ConvCase> {
+        let c = |batch, c_in, c_out, size: [usize; 3], kernel, stride| ConvCase {
+            batch,
+            c_in,
+            c_out,
+            size: size.map(|s| s * scale),
+            kernel,
+            stride,
+        };
+        vec![
+            c(1, 5, 16, [8, 8, 8], 3, 1),    // the input convolution (image + mask channels)
+            c(1, 16, 16, [8, 8, 8], 3, 2),   // downsampling
+            c(2, 24, 8, [5, 6, 7], 3, 1),    // odd, non-cubic, batch 2
+            c(1, 7, 3, [7, 5, 3], 3, 2),     // odd sizes with stride 2
+            c(1, 32, 16, [4, 4, 4], 1, 1),   // 1x1x1 skip projection
+            c(1, 1, 1, [6, 6, 6], 3, 1),     // one channel
+            c(1, 512, 8, [2, 2, 2], 3, 1),   // 512 input channels
+            c(1, 8, 512, [2, 2, 2], 1, 1),   // 512 output channels
+        ]
+    }
+
+    /// The spec of this case.
+    pub fn spec(&self, compute: Compute) -> Conv3dSpec {
+        Conv3dSpec {
+            stride: [self.stride; 3],
+            padding: [self.kernel / 2; 3],
+            compute,
+        }
+    }
+}
+
+/// Relative L2 differences of an engine against the plain-op twin for one case:
+/// `[forward, data gradient, weight gradient]`.
+pub fn engine_vs_reference<B: KernelBackend>(
+    device: &B::Device,
+    case: ConvCase,
+    compute: Compute,
+    seed: u64,
+) -> [f64; 3] {
+    use burn::tensor::Distribution;
+    B::seed(device, seed);
+    let dtype = compute.precision.compute_dtype();
+    let [d, h, w] = case.size;
+    let k = case.kernel;
+    let x = Tensor::<B, 5>::random([case.batch, case.c_in, d, h, w], Distribution::Normal(0.0, 1.0), device)
+        .cast(dtype);
+    let fan_in = (case.c_in * k * k * k) as f64;
+    let weight = Tensor::<B, 5>::random(
+        [case.c_out, case.c_in, k, k, k],
+        Distribution::Normal(0.0, 1.0 / fan_in.sqrt()),
+        device,
+    )
+    .cast(dtype);
+    let spec = case.spec(compute);
+    let out = spec.output_size(case.size, [k; 3]);
+    let grad = Tensor::<B, 5>::random(
+        [case.batch, case.c_out, out[0], out[1], out[2]],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    )
+    .cast(dtype);
+    let layout = compute.layout;
+    let (xl, gl) = (in_layout(x.clone(), layout), in_layout(grad.clone(), layout));
+    let fwd = rel_l2(
+        conv3d(xl.clone(), weight.clone(), None, spec),
+        reference::forward(x.clone(), weight.clone(), spec),
+    );
+    let data = rel_l2(
+        conv3d_data_grad(xl.clone(), weight.clone(), gl.clone(), spec),
+        reference::data_grad(x.clone(), weight.clone(), grad.clone(), spec),
+    );
+    let wgrad = rel_l2(
+        conv3d_weight_grad(xl, weight.clone(), gl, spec),
+        reference::weight_grad(x, weight, grad, spec),
+    );
+    [fwd, data, wgrad]
+}
+
+/// `||a - b|| / ||b||`, in f64 on the host.
+pub fn rel_l2<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let f = |t: Tensor<B, D>| -> Vec<f32> {
+        t.cast(burn::tensor::DType::F32)
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 data")
+    };
+    let (a, b) = (f(a), f(b));
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(&b) {
+        num += ((x - y) as f64).powi(2);
+        den += (*y as f64).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}

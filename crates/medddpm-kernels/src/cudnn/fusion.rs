@@ -1,0 +1,144 @@
+//! cuDNN behind burn-fusion's custom operations: the convolution is one operation in the fused
+//! stream (as burn-vision registers its CubeCL kernels), executed on the CubeCL tensors.
+
+use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
+use burn::tensor::Shape;
+use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use cubecl_cuda::CudaRuntime;
+
+use super::{run, warn_fallback, ConvOp, Operands};
+use crate::conv::{Conv3dSpec, KernelBackend};
+
+type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+
+#[derive(Debug, Clone)]
+struct CudnnConv<B> {
+    desc: CustomOpIr,
+    op: ConvOp,
+    spec: Conv3dSpec,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>
+    for CudnnConv<Cube<F, I, BT>>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<
+            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+        >,
+    ) {
+        let options: ConvOptions<3> = self.spec.options();
+        let out = match self.op {
+            ConvOp::Forward => {
+                let ([x, w], [y]) = self.desc.as_fixed();
+                let x = handles.get_float_tensor::<Cube<F, I, BT>>(x);
+                let w = handles.get_float_tensor::<Cube<F, I, BT>>(w);
+                let operands = Operands { x: x.clone(), w: w.clone(), dy: None };
+                let out = run(self.op, operands, &self.spec).unwrap_or_else(|e| {
+                    warn_fallback(&format!("{:?} {:?}", self.op, self.spec), &e);
+                    Cube::<F, I, BT>::conv3d(x, w, None, options)
+                });
+                (y.id, out)
+            }
+            ConvOp::DataGrad | ConvOp::WeightGrad => {
+                let ([x, w, dy], [out_ir]) = self.desc.as_fixed();
+                let x = handles.get_float_tensor::<Cube<F, I, BT>>(x);
+                let w = handles.get_float_tensor::<Cube<F, I, BT>>(w);
+                let dy = handles.get_float_tensor::<Cube<F, I, BT>>(dy);
+                let operands = Operands { x: x.clone(), w: w.clone(), dy: Some(dy.clone()) };
+                let out = run(self.op, operands, &self.spec).unwrap_or_else(|e| {
+                    warn_fallback(&format!("{:?} {:?}", self.op, self.spec), &e);
+                    if self.op == ConvOp::DataGrad {
+                        Cube::<F, I, BT>::conv3d_x_backward(x, w, dy, options)
+                    } else {
+                        Cube::<F, I, BT>::conv3d_weight_backward(x, w, dy, options)
+                    }
+                });
+                (out_ir.id, out)
+            }
+        };
+        handles.register_float_tensor::<Cube<F, I, BT>>(&out.0, out.1);
+    }
+}
+
+type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
+
+fn register<F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: ConvOp,
+    inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
+    out_shape: Shape,
+    spec: Conv3dSpec,
+) -> FloatTensor<Fused<F, I, BT>> {
+    let client = inputs[0].client.clone();
+    let dtype = inputs[0].dtype;
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let out = TensorIr::uninit(client.create_empty_handle(), out_shape, dtype);
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let name = match op {
+        ConvOp::Forward => "medddpm_cudnn_conv3d_forward",
+        ConvOp::DataGrad => "medddpm_cudnn_conv3d_data_grad",
+        ConvOp::WeightGrad => "medddpm_cudnn_conv3d_weight_grad",
+    };
+    let desc = CustomOpIr::new(name, &irs, &[out]);
+    client
+        .register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            CudnnConv::<Cube<F, I, BT>> {
+                desc,
+                op,
+                spec,
+                _b: core::marker::PhantomData,
+            },
+        )
+        .output()
+}
+
+fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
+    let sp = spec.output_size([x[2], x[3], x[4]], [w[2], w[3], w[4]]);
+    Shape::new([x[0], w[0], sp[0], sp[1], sp[2]])
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F, I, BT> {
+    fn conv3d_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        if !spec.compute.uses_cudnn() {
+            return Self::conv3d(x, weight, None, spec.options());
+        }
+        let shape = conv_output_shape(&x.shape, &weight.shape, &spec);
+        register::<F, I, BT>(ConvOp::Forward, vec![x, weight], shape, spec)
+    }
+
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        if !spec.compute.uses_cudnn() {
+            return Self::conv3d_x_backward(x, weight, grad_out, spec.options());
+        }
+        let shape = x.shape.clone();
+        register::<F, I, BT>(ConvOp::DataGrad, vec![x, weight, grad_out], shape, spec)
+    }
+
+    fn conv3d_weight_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        if !spec.compute.uses_cudnn() {
+            return Self::conv3d_weight_backward(x, weight, grad_out, spec.options());
+        }
+        let shape = weight.shape.clone();
+        register::<F, I, BT>(ConvOp::WeightGrad, vec![x, weight, grad_out], shape, spec)
+    }
+}

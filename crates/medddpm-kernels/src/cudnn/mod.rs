@@ -1,0 +1,705 @@
+//! The cuDNN convolution engine on burn's CUDA backend.
+//!
+//! - **Library.** `libcudnn.so.9` is loaded at run time through `cudarc` (the version
+//!   `cubecl-cuda` already uses), so building needs no CUDA toolkit; [`init`] says whether it
+//!   loads and why not.
+//! - **Stream.** Every call is enqueued on the CUDA stream cubecl runs its own kernels on (the
+//!   patched `cubecl-cuda` hands it out with each buffer, see
+//!   `vendor/cubecl-cuda/README.medddpm.md`), so cuDNN and burn's kernels stay ordered without
+//!   any device synchronisation.
+//! - **Memory.** Inputs, outputs and the workspace are buffers of burn's memory pool, borrowed
+//!   by raw device pointer for the duration of the enqueue; nothing here frees them.
+//! - **Algorithms.** Per shape, the first call times the candidates (`cudnnFind*Ex`, what
+//!   PyTorch's `cudnn.benchmark` does) and keeps the winner in a JSON cache file beside the
+//!   kernel-tuning cache, so a warm start does not search again.
+//! - **Failure.** A call cuDNN refuses falls back to burn's kernel for that shape, saying so once.
+
+mod fusion;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use burn::tensor::{DType, Shape};
+use burn_cubecl::cubecl::Runtime;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::ops::permute;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl_cuda::CudaRuntime;
+use cudarc::cudnn::sys;
+use serde::{Deserialize, Serialize};
+
+use crate::compute::{Layout, Precision};
+use crate::conv::Conv3dSpec;
+
+/// Oldest cuDNN this engine accepts (the legacy convolution API of cuDNN 9).
+pub const MIN_CUDNN_VERSION: usize = 90000;
+
+/// Largest workspace an algorithm may use, in bytes: FFT algorithms at 128^3 ask for several
+/// GiB, which would cost more memory than the convolution saves time.
+const MAX_WORKSPACE: usize = 1 << 30;
+
+/// Why cuDNN cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudnnUnavailable {
+    /// The shared library was not found.
+    #[error("libcudnn.so.9 was not found on the library path (install cuDNN 9, e.g. Debian/Ubuntu's libcudnn9-cuda-12, or pip's nvidia-cudnn-cu12 with its lib folder on LD_LIBRARY_PATH)")]
+    NotFound,
+    /// The library is older than [`MIN_CUDNN_VERSION`].
+    #[error("cuDNN {found} is too old: the cudnn engine needs cuDNN 9 or newer")]
+    TooOld {
+        /// Version found, as cuDNN numbers it (e.g. 8907).
+        found: usize,
+    },
+    /// cuDNN loaded but could not start.
+    #[error("cuDNN could not start: {0}")]
+    Failed(String),
+}
+
+/// What [`init`] found.
+#[derive(Debug, Clone)]
+pub struct CudnnInfo {
+    /// cuDNN's version number (e.g. 90100 for 9.1.0).
+    pub version: usize,
+    /// The algorithm cache file, if one is kept.
+    pub cache_file: Option<PathBuf>,
+    /// Algorithms already in it.
+    pub cached: usize,
+}
+
+impl CudnnInfo {
+    /// `9.1.0` for 90100.
+    pub fn version_string(&self) -> String {
+        let v = self.version;
+        format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)
+    }
+}
+
+/// One chosen algorithm.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Choice {
+    algo: u32,
+    workspace: usize,
+    /// Milliseconds cuDNN measured for it.
+    ms: f32,
+}
+
+struct State {
+    handle: sys::cudnnHandle_t,
+    ctx: cudarc::driver::sys::CUcontext,
+    version: usize,
+    cache_file: Option<PathBuf>,
+    algos: BTreeMap<String, Choice>,
+    /// Keys already reported as falling back.
+    warned: HashSet<String>,
+}
+
+// The handle is only used under the mutex.
+unsafe impl Send for State {}
+
+static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+
+/// Loads cuDNN for CUDA device `device_index` and reads the algorithm cache in `cache_dir`
+/// (`cudnn-algorithms.json`; none is kept when `None`). Idempotent: later calls return what the
+/// first found.
+pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, CudnnUnavailable> {
+    if let Some(state) = STATE.get() {
+        let s = state.lock().unwrap_or_else(|e| e.into_inner());
+        return Ok(CudnnInfo {
+            version: s.version,
+            cache_file: s.cache_file.clone(),
+            cached: s.algos.len(),
+        });
+    }
+    // SAFETY: probing for the library only opens it.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudnnUnavailable::NotFound);
+    }
+    // A missing symbol panics inside cudarc's loader: turn it into an error.
+    let probe = std::panic::catch_unwind(|| unsafe { sys::cudnnGetVersion() });
+    let version = probe.map_err(|_| {
+        CudnnUnavailable::Failed("the library has no cudnnGetVersion symbol".into())
+    })?;
+    if version < MIN_CUDNN_VERSION {
+        return Err(CudnnUnavailable::TooOld { found: version });
+    }
+    let ctx = primary_context(device_index).map_err(CudnnUnavailable::Failed)?;
+    let handle = std::panic::catch_unwind(|| {
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: the device's primary context is current on this thread.
+        let status = unsafe { sys::cudnnCreate(&mut handle) };
+        (status, handle)
+    })
+    .map_err(|_| CudnnUnavailable::Failed("the library has no cudnnCreate symbol".into()))?;
+    if handle.0 != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        return Err(CudnnUnavailable::Failed(format!("cudnnCreate: {:?}", handle.0)));
+    }
+    let cache_file = cache_dir.map(|d| d.join("cudnn-algorithms.json"));
+    let algos = cache_file
+        .as_deref()
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|text| serde_json::from_str::<BTreeMap<String, Choice>>(&text).ok())
+        .unwrap_or_default();
+    let info = CudnnInfo {
+        version,
+        cache_file: cache_file.clone(),
+        cached: algos.len(),
+    };
+    let _ = STATE.set(Mutex::new(State {
+        handle: handle.1,
+        ctx,
+        version,
+        cache_file,
+        algos,
+        warned: HashSet::new(),
+    }));
+    Ok(info)
+}
+
+/// Whether [`init`] succeeded in this process.
+pub fn is_initialised() -> bool {
+    STATE.get().is_some()
+}
+
+fn primary_context(device_index: usize) -> Result<cudarc::driver::sys::CUcontext, String> {
+    use cudarc::driver::result;
+    result::init().map_err(|e| format!("CUDA driver: {e}"))?;
+    let device = result::device::get(device_index as i32)
+        .map_err(|e| format!("CUDA device {device_index}: {e}"))?;
+    // SAFETY: the device handle is valid; cubecl retains the same primary context.
+    let ctx = unsafe { result::primary_ctx::retain(device) }
+        .map_err(|e| format!("CUDA context: {e}"))?;
+    unsafe { result::ctx::set_current(ctx) }.map_err(|e| format!("CUDA context: {e}"))?;
+    Ok(ctx)
+}
+
+/// The three convolution operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ConvOp {
+    Forward,
+    DataGrad,
+    WeightGrad,
+}
+
+impl ConvOp {
+    fn name(self) -> &'static str {
+        match self {
+            ConvOp::Forward => "fwd",
+            ConvOp::DataGrad => "bwd-data",
+            ConvOp::WeightGrad => "bwd-filter",
+        }
+    }
+
+    fn algo_count(self) -> u32 {
+        match self {
+            ConvOp::Forward => 8,
+            ConvOp::DataGrad => 6,
+            ConvOp::WeightGrad => 7,
+        }
+    }
+}
+
+type Tensor = CubeTensor<CudaRuntime>;
+
+/// `t` (logically `[b, c, d, h, w]`) with memory packed in `layout`'s order.
+fn packed(t: Tensor, layout: Layout) -> Tensor {
+    match layout {
+        Layout::Ncdhw => {
+            if t.is_contiguous() {
+                t
+            } else {
+                into_contiguous(t)
+            }
+        }
+        Layout::Ndhwc => {
+            let cl = permute(t, &[0, 2, 3, 4, 1]);
+            let cl = if cl.is_contiguous() { cl } else { into_contiguous(cl) };
+            permute(cl, &[0, 4, 1, 2, 3])
+        }
+    }
+}
+
+/// A new `[b, c, d, h, w]` tensor with memory in `layout`'s order.
+fn empty_like_layout(template: &Tensor, dims: [usize; 5], layout: Layout, dtype: DType) -> Tensor {
+    let [b, c, d, h, w] = dims;
+    match layout {
+        Layout::Ncdhw => empty_device_contiguous_dtype(
+            template.client.clone(),
+            template.device.clone(),
+            Shape::new(dims),
+            dtype,
+        ),
+        Layout::Ndhwc => permute(
+            empty_device_contiguous_dtype(
+                template.client.clone(),
+                template.device.clone(),
+                Shape::new([b, d, h, w, c]),
+                dtype,
+            ),
+            &[0, 4, 1, 2, 3],
+        ),
+    }
+}
+
+fn dims5(t: &Tensor) -> [usize; 5] {
+    let s = t.meta.shape();
+    [s[0], s[1], s[2], s[3], s[4]]
+}
+
+fn data_type(dtype: DType) -> Option<sys::cudnnDataType_t> {
+    match dtype {
+        DType::F32 => Some(sys::cudnnDataType_t::CUDNN_DATA_FLOAT),
+        DType::BF16 => Some(sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16),
+        DType::F16 => Some(sys::cudnnDataType_t::CUDNN_DATA_HALF),
+        _ => None,
+    }
+}
+
+fn math_type(precision: Precision) -> sys::cudnnMathType_t {
+    match precision {
+        // No tensor cores, so no TF32 rounding: IEEE f32 fused multiply-adds.
+        Precision::Fp32 => sys::cudnnMathType_t::CUDNN_FMA_MATH,
+        Precision::Tf32 | Precision::Bf16 => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+    }
+}
+
+fn check(status: sys::cudnnStatus_t, what: &str) -> Result<(), String> {
+    if status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {status:?}"))
+    }
+}
+
+/// Descriptors of one convolution, destroyed on drop.
+struct Descriptors {
+    x: sys::cudnnTensorDescriptor_t,
+    y: sys::cudnnTensorDescriptor_t,
+    w: sys::cudnnFilterDescriptor_t,
+    conv: sys::cudnnConvolutionDescriptor_t,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: created by `Descriptors::new` and not used after this.
+        unsafe {
+            sys::cudnnDestroyTensorDescriptor(self.x);
+            sys::cudnnDestroyTensorDescriptor(self.y);
+            sys::cudnnDestroyFilterDescriptor(self.w);
+            sys::cudnnDestroyConvolutionDescriptor(self.conv);
+        }
+    }
+}
+
+fn strides5(t: &Tensor) -> [i32; 5] {
+    let s = t.meta.strides();
+    [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32, s[4] as i32]
+}
+
+impl Descriptors {
+    /// `x` and `y` as they lie in memory; the filter `[k, c, kd, kh, kw]` in `layout`'s format.
+    fn new(
+        x: &Tensor,
+        y: &Tensor,
+        w_dims: [usize; 5],
+        spec: &Conv3dSpec,
+        dtype: sys::cudnnDataType_t,
+    ) -> Result<Self, String> {
+        let mut d = Descriptors {
+            x: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+        };
+        let i32s = |a: [usize; 5]| a.map(|v| v as i32);
+        let i3 = |a: [usize; 3]| a.map(|v| v as i32);
+        // SAFETY: plain descriptor calls on locals; arrays outlive the calls.
+        unsafe {
+            check(sys::cudnnCreateTensorDescriptor(&mut d.x), "create x")?;
+            check(sys::cudnnCreateTensorDescriptor(&mut d.y), "create y")?;
+            check(sys::cudnnCreateFilterDescriptor(&mut d.w), "create w")?;
+            check(sys::cudnnCreateConvolutionDescriptor(&mut d.conv), "create conv")?;
+            let (xd, xs) = (i32s(dims5(x)), strides5(x));
+            check(
+                sys::cudnnSetTensorNdDescriptor(d.x, dtype, 5, xd.as_ptr(), xs.as_ptr()),
+                "x descriptor",
+            )?;
+            let (yd, ys) = (i32s(dims5(y)), strides5(y));
+            check(
+                sys::cudnnSetTensorNdDescriptor(d.y, dtype, 5, yd.as_ptr(), ys.as_ptr()),
+                "y descriptor",
+            )?;
+            let format = match spec.compute.layout {
+                Layout::Ncdhw => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                Layout::Ndhwc => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+            };
+            let wd = i32s(w_dims);
+            check(
+                sys::cudnnSetFilterNdDescriptor(d.w, dtype, format, 5, wd.as_ptr()),
+                "filter descriptor",
+            )?;
+            let (pad, stride, dil) = (i3(spec.padding), i3(spec.stride), [1i32; 3]);
+            check(
+                sys::cudnnSetConvolutionNdDescriptor(
+                    d.conv,
+                    3,
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                    dil.as_ptr(),
+                    sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                ),
+                "convolution descriptor",
+            )?;
+            check(
+                sys::cudnnSetConvolutionMathType(d.conv, math_type(spec.compute.precision)),
+                "math type",
+            )?;
+        }
+        Ok(d)
+    }
+}
+
+/// A tensor's device pointer and the stream to enqueue work on it (the caller keeps the
+/// tensor, and so its buffer, alive until the work is enqueued).
+fn ptr_of(t: &Tensor) -> Result<(u64, cudarc::driver::sys::CUstream), String> {
+    let managed = t
+        .client
+        .get_resource(t.handle.clone())
+        .map_err(|e| format!("buffer: {e:?}"))?;
+    let r = managed.resource();
+    Ok((r.ptr, r.stream))
+}
+
+/// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
+/// for the forward pass and the incoming gradient otherwise.
+pub(crate) struct Operands {
+    pub x: Tensor,
+    pub w: Tensor,
+    pub dy: Option<Tensor>,
+}
+
+/// Runs `op` with cuDNN. `Err` means cuDNN refused this call (the caller falls back).
+pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, String> {
+    let state = STATE.get().ok_or("cuDNN is not initialised")?;
+    let layout = spec.compute.layout;
+    let dtype = operands.x.dtype;
+    if operands.w.dtype != dtype || operands.dy.as_ref().is_some_and(|t| t.dtype != dtype) {
+        return Err(format!(
+            "mixed dtypes (x {:?}, weight {:?})",
+            dtype, operands.w.dtype
+        ));
+    }
+    let cudnn_dtype = data_type(dtype).ok_or_else(|| format!("dtype {dtype:?}"))?;
+    let x = packed(operands.x, layout);
+    let w_dims = dims5(&operands.w);
+    // The filter in the same memory order as the activations: [k, kd, kh, kw, c] for
+    // channels-last (what cuDNN's NHWC tensor-core kernels read).
+    let w = match layout {
+        Layout::Ncdhw => packed(operands.w, Layout::Ncdhw),
+        Layout::Ndhwc => packed(operands.w, Layout::Ndhwc),
+    };
+    let x_dims = dims5(&x);
+    let [n, _, d, h, wd] = x_dims;
+    let out_sp = spec.output_size([d, h, wd], [w_dims[2], w_dims[3], w_dims[4]]);
+    let y_dims = [n, w_dims[0], out_sp[0], out_sp[1], out_sp[2]];
+    let dy = operands.dy.map(|t| packed(t, layout));
+    if let Some(dy) = &dy {
+        if dims5(dy) != y_dims {
+            return Err(format!("gradient shape {:?}, expected {y_dims:?}", dims5(dy)));
+        }
+    }
+    let out = match op {
+        ConvOp::Forward => empty_like_layout(&x, y_dims, layout, dtype),
+        ConvOp::DataGrad => empty_like_layout(&x, x_dims, layout, dtype),
+        ConvOp::WeightGrad => empty_like_layout(&x, w_dims, layout, dtype),
+    };
+    let y_like = match op {
+        ConvOp::Forward => &out,
+        _ => dy.as_ref().ok_or("missing gradient")?,
+    };
+    let desc = Descriptors::new(&x, y_like, w_dims, spec, cudnn_dtype)?;
+
+    let (x_ptr, stream) = ptr_of(&x)?;
+    let (w_ptr, _) = ptr_of(&w)?;
+    let dy_ptr = match &dy {
+        Some(t) => ptr_of(t)?.0,
+        None => 0,
+    };
+    let (out_ptr, _) = ptr_of(&out)?;
+
+    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    let key = format!(
+        "cudnn{}|{}|{:?}|{}|{}|x{:?}|w{:?}|s{:?}|p{:?}",
+        s.version,
+        op.name(),
+        dtype,
+        layout,
+        spec.compute.precision,
+        x_dims,
+        w_dims,
+        spec.stride,
+        spec.padding
+    );
+    // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
+    unsafe { cudarc::driver::result::ctx::set_current(s.ctx) }.map_err(|e| e.to_string())?;
+    let handle = s.handle;
+    // SAFETY: the stream is cubecl's live stream for this thread.
+    check(
+        unsafe { sys::cudnnSetStream(handle, stream as sys::cudaStream_t) },
+        "set stream",
+    )?;
+    let ptrs = Ptrs {
+        x: x_ptr,
+        w: w_ptr,
+        dy: dy_ptr,
+        out: out_ptr,
+    };
+    let choice = match s.algos.get(&key) {
+        Some(c) => *c,
+        None => {
+            let c = find(op, handle, &desc, &ptrs, &x)?;
+            s.algos.insert(key.clone(), c);
+            save_cache(&s);
+            c
+        }
+    };
+    let workspace = match choice.workspace {
+        0 => None,
+        bytes => {
+            let buffer = x.client.empty(bytes);
+            let managed = x
+                .client
+                .get_resource(buffer.clone())
+                .map_err(|e| format!("workspace: {e:?}"))?;
+            Some((managed.resource().ptr, buffer))
+        }
+    };
+    let ws_ptr = workspace.as_ref().map_or(0, |w| w.0);
+    let result = launch(op, handle, &desc, &ptrs, choice.algo, ws_ptr, choice.workspace);
+    drop(workspace);
+    drop(s);
+    result.map_err(|e| format!("{key}: {e}"))?;
+    Ok(out)
+}
+
+/// Reports (once per shape) that cuDNN was not used.
+pub(crate) fn warn_fallback(what: &str, why: &str) {
+    if let Some(state) = STATE.get() {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.warned.insert(what.to_string()) {
+            eprintln!("cuDNN not used for {what} ({why}); burn's kernel computes it instead");
+        }
+    }
+}
+
+struct Ptrs {
+    x: u64,
+    w: u64,
+    dy: u64,
+    out: u64,
+}
+
+fn vp(p: u64) -> *mut std::ffi::c_void {
+    p as usize as *mut std::ffi::c_void
+}
+
+fn launch(
+    op: ConvOp,
+    handle: sys::cudnnHandle_t,
+    d: &Descriptors,
+    p: &Ptrs,
+    algo: u32,
+    ws: u64,
+    ws_size: usize,
+) -> Result<(), String> {
+    if algo >= op.algo_count() {
+        return Err(format!("cached algorithm {algo} out of range"));
+    }
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let a = &alpha as *const f32 as *const std::ffi::c_void;
+    let b = &beta as *const f32 as *const std::ffi::c_void;
+    // SAFETY: pointers are live buffers of the right sizes (descriptors built from the same
+    // tensors); algorithm values are in range (checked above), so the enum transmutes are valid.
+    let status = unsafe {
+        match op {
+            ConvOp::Forward => sys::cudnnConvolutionForward(
+                handle,
+                a,
+                d.x,
+                vp(p.x),
+                d.w,
+                vp(p.w),
+                d.conv,
+                std::mem::transmute::<u32, sys::cudnnConvolutionFwdAlgo_t>(algo),
+                vp(ws),
+                ws_size,
+                b,
+                d.y,
+                vp(p.out),
+            ),
+            ConvOp::DataGrad => sys::cudnnConvolutionBackwardData(
+                handle,
+                a,
+                d.w,
+                vp(p.w),
+                d.y,
+                vp(p.dy),
+                d.conv,
+                std::mem::transmute::<u32, sys::cudnnConvolutionBwdDataAlgo_t>(algo),
+                vp(ws),
+                ws_size,
+                b,
+                d.x,
+                vp(p.out),
+            ),
+            ConvOp::WeightGrad => sys::cudnnConvolutionBackwardFilter(
+                handle,
+                a,
+                d.x,
+                vp(p.x),
+                d.y,
+                vp(p.dy),
+                d.conv,
+                std::mem::transmute::<u32, sys::cudnnConvolutionBwdFilterAlgo_t>(algo),
+                vp(ws),
+                ws_size,
+                b,
+                d.w,
+                vp(p.out),
+            ),
+        }
+    };
+    check(status, op.name())
+}
+
+/// Times the candidate algorithms once and returns the fastest that fits [`MAX_WORKSPACE`].
+fn find(
+    op: ConvOp,
+    handle: sys::cudnnHandle_t,
+    d: &Descriptors,
+    p: &Ptrs,
+    x: &Tensor,
+) -> Result<Choice, String> {
+    const N: usize = 8;
+    let mut returned = 0i32;
+    // Heuristic candidates first, for the workspace they need.
+    let ws_needed: usize = unsafe {
+        match op {
+            ConvOp::Forward => {
+                let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    sys::cudnnGetConvolutionForwardAlgorithm_v7(
+                        handle, d.x, d.w, d.conv, d.y, N as i32, &mut returned, perf.as_mut_ptr(),
+                    ),
+                    "forward heuristics",
+                )?;
+                max_fitting(perf[..returned as usize].iter().map(|r| (r.status, r.memory)))
+            }
+            ConvOp::DataGrad => {
+                let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    sys::cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                        handle, d.w, d.y, d.conv, d.x, N as i32, &mut returned, perf.as_mut_ptr(),
+                    ),
+                    "data-gradient heuristics",
+                )?;
+                max_fitting(perf[..returned as usize].iter().map(|r| (r.status, r.memory)))
+            }
+            ConvOp::WeightGrad => {
+                let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    sys::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                        handle, d.x, d.y, d.conv, d.w, N as i32, &mut returned, perf.as_mut_ptr(),
+                    ),
+                    "weight-gradient heuristics",
+                )?;
+                max_fitting(perf[..returned as usize].iter().map(|r| (r.status, r.memory)))
+            }
+        }
+    };
+    let ws_handle = x.client.empty(ws_needed.max(256));
+    let ws = x
+        .client
+        .get_resource(ws_handle.clone())
+        .map_err(|e| format!("workspace: {e:?}"))?
+        .resource()
+        .ptr;
+    let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+    // SAFETY: as in `launch`; the workspace buffer holds `ws_needed` bytes.
+    let best = unsafe {
+        match op {
+            ConvOp::Forward => {
+                let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    sys::cudnnFindConvolutionForwardAlgorithmEx(
+                        handle, d.x, vp(p.x), d.w, vp(p.w), d.conv, d.y, vp(p.out), N as i32,
+                        &mut returned, perf.as_mut_ptr(), vp(ws), ws_needed,
+                    ),
+                    "forward search",
+                )?;
+                perf[..returned as usize]
+                    .iter()
+                    .find(|r| r.status == ok && r.memory <= ws_needed)
+                    .map(|r| Choice { algo: r.algo as u32, workspace: r.memory, ms: r.time })
+            }
+            ConvOp::DataGrad => {
+                let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
+                        handle, d.w, vp(p.w), d.y, vp(p.dy), d.conv, d.x, vp(p.out), N as i32,
+                        &mut returned, perf.as_mut_ptr(), vp(ws), ws_needed,
+                    ),
+                    "data-gradient search",
+                )?;
+                perf[..returned as usize]
+                    .iter()
+                    .find(|r| r.status == ok && r.memory <= ws_needed)
+                    .map(|r| Choice { algo: r.algo as u32, workspace: r.memory, ms: r.time })
+            }
+            ConvOp::WeightGrad => {
+                let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                        handle, d.x, vp(p.x), d.y, vp(p.dy), d.conv, d.w, vp(p.out), N as i32,
+                        &mut returned, perf.as_mut_ptr(), vp(ws), ws_needed,
+                    ),
+                    "weight-gradient search",
+                )?;
+                perf[..returned as usize]
+                    .iter()
+                    .find(|r| r.status == ok && r.memory <= ws_needed)
+                    .map(|r| Choice { algo: r.algo as u32, workspace: r.memory, ms: r.time })
+            }
+        }
+    };
+    drop(ws_handle);
+    best.ok_or_else(|| "no algorithm ran".to_string())
+}
+
+/// The largest workspace among the usable candidates, capped at [`MAX_WORKSPACE`].
+fn max_fitting(candidates: impl Iterator<Item = (sys::cudnnStatus_t, usize)>) -> usize {
+    candidates
+        .filter(|(status, _)| *status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+        .map(|(_, memory)| memory)
+        .filter(|m| *m <= MAX_WORKSPACE)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Writes the algorithm cache atomically (a temporary file renamed over the old one).
+fn save_cache(s: &State) {
+    let Some(file) = &s.cache_file else { return };
+    let Ok(text) = serde_json::to_string_pretty(&s.algos) else { return };
+    let tmp = file.with_extension("json.tmp");
+    let written = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        eprintln!("cannot write the cuDNN algorithm cache {}: {e}", file.display());
+    }
+}
+
+/// The CUDA device index of a cubecl CUDA device.
+pub fn device_index(device: &<CudaRuntime as Runtime>::Device) -> usize {
+    device.index
+}
