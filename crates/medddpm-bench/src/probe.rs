@@ -21,6 +21,35 @@ pub const PROBE_TIMESTEP: usize = 137;
 /// reference from an older build is not reused.
 pub const PROBE_VERSION: u32 = 2;
 
+/// Names the probe of `unet` at `size` with `seed` in cache file names.
+pub fn probe_key(unet: &UNetConfig, size: [usize; 3], seed: u64) -> anyhow::Result<String> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(unet)?.hash(&mut hasher);
+    (size, seed, PROBE_TIMESTEP, PROBE_VERSION).hash(&mut hasher);
+    Ok(format!("{:016x}", hasher.finish()))
+}
+
+/// Reads a little-endian f64 file.
+pub fn read_f64(path: &Path) -> anyhow::Result<Vec<f64>> {
+    Ok(std::fs::read(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .collect())
+}
+
+/// Writes a little-endian f64 file atomically.
+pub fn write_f64(path: &Path, values: &[f64]) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
 /// The probe's weights, input and float64 reference output.
 pub struct Probe {
     /// Probe volume (the benchmarked size: its kernels are the ones measured, already tuned).
@@ -146,13 +175,7 @@ impl Probe {
             &device,
         );
         let weights = weight_values(&model);
-        let key = {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            serde_json::to_string(unet)?.hash(&mut hasher);
-            (size, seed, PROBE_TIMESTEP, PROBE_VERSION).hash(&mut hasher);
-            format!("reference-{:016x}.f64", hasher.finish())
-        };
+        let key = format!("reference-{}.f64", probe_key(unet, size, seed)?);
         let cache_stem = cache.map(|dir| dir.join(&key));
         let cached = cache_stem.clone().filter(|p| p.is_file());
         let reference: Vec<f64> = match cached {
@@ -208,6 +231,53 @@ impl Probe {
 }
 
 impl Probe {
+    /// The probe's weights and input at `size` (the same weights at every size: they are drawn
+    /// before the input), compared with `reference` (e.g. the strict-FP32 output of the same
+    /// backend at this size) instead of a float64 evaluation.
+    pub fn against(
+        unet: &UNetConfig,
+        size: [usize; 3],
+        seed: u64,
+        reference: Vec<f64>,
+    ) -> anyhow::Result<Self> {
+        let device = Default::default();
+        Flex::seed(&device, seed);
+        let model = randomize_weights(unet.init::<Flex>(&device)?);
+        let [d, h, w] = size;
+        let x = Tensor::<Flex, 5>::random(
+            [1, unet.in_channels, d, h, w],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        Ok(Self {
+            size,
+            weights: weight_values(&model),
+            input: x.into_data(),
+            reference,
+            cache_stem: None,
+        })
+    }
+
+    /// The probe's output on backend `B` as `case` says, in f64.
+    pub fn output<B: KernelBackend>(
+        &self,
+        case: &ProbeCase,
+        device: &B::Device,
+    ) -> anyhow::Result<Vec<f64>> {
+        let (model, x) = self.model_and_input::<B>(case, device)?;
+        model
+            .forward(x, &[PROBE_TIMESTEP])
+            .cast(FloatDType::F64)
+            .into_data()
+            .to_vec()
+            .map_err(|e| anyhow::anyhow!("reading the probe output: {e:?}"))
+    }
+
+    /// Compares an output of this probe with its reference.
+    pub fn compare(&self, out: &[f64], tolerance: f64) -> ProbeResult {
+        compare(out, &self.reference, tolerance)
+    }
+
     fn model_and_input<B: KernelBackend>(
         &self,
         case: &ProbeCase,

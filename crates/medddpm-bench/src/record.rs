@@ -45,6 +45,9 @@ pub struct BenchRecord {
     pub agreement_rel_l2: Option<f64>,
     /// Tolerance the agreement probe was held to for this precision.
     pub agreement_tolerance: Option<f64>,
+    /// What the output was compared with (`float64 cpu at 32x32x32`, `cuda fp32 at 128x128x128`).
+    #[serde(default)]
+    pub agreement_reference: Option<String>,
     /// First sampling step (network forward), seconds: compilation and autotuning included.
     pub first_sample_step_s: Option<f64>,
     /// First training micro-step, seconds: compilation and autotuning included.
@@ -60,6 +63,11 @@ pub struct BenchRecord {
     /// Forward pass split by operation class (`convolution`, `normalisation`, `attention`,
     /// `elementwise`, `upsample`), milliseconds, each op synchronised on its own.
     pub breakdown_ms: BTreeMap<String, f64>,
+    /// One training micro-step split into its phases (forward and loss; backward, with the
+    /// convolution data and weight gradients timed on their own; the Adam step), milliseconds,
+    /// the phases synchronised.
+    #[serde(default)]
+    pub train_breakdown_ms: BTreeMap<String, f64>,
     /// Whether the tuning cache of this backend and precision already held results when the
     /// run started (it may still have lacked some kernels of this layout or size).
     pub tune_cache_warm: Option<bool>,
@@ -101,6 +109,8 @@ impl BenchRecord {
             peak_memory_mib: None,
             memory_source: None,
             breakdown_ms: BTreeMap::new(),
+            train_breakdown_ms: BTreeMap::new(),
+            agreement_reference: None,
             tune_cache_warm: None,
         }
     }

@@ -464,6 +464,50 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
         row.push(fmt_ms(sum));
         out.push_str(&md_row(&row));
     }
+    out.push_str(&train_breakdown_table(records));
+    out
+}
+
+/// The training micro-step by phase, for the records that measured it.
+fn train_breakdown_table(records: &[BenchRecord]) -> String {
+    const PHASES: [&str; 5] = [
+        "forward and loss",
+        "backward: convolution data gradients",
+        "backward: convolution weight gradients",
+        "backward: everything else",
+        "Adam step",
+    ];
+    let rows: Vec<&BenchRecord> = records
+        .iter()
+        .filter(|r| !r.train_breakdown_ms.is_empty())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nOne training micro-step by phase, ms (% of the sum); the phases, and in the backward \
+         pass each convolution gradient, are synchronised on their own.\n\n",
+    );
+    let mut header = vec!["Configuration".to_string()];
+    header.extend(PHASES.iter().map(|p| p.to_string()));
+    header.push("Sum (ms)".to_string());
+    out.push_str(&md_row(&header));
+    let mut align = vec!["---".to_string()];
+    align.extend(std::iter::repeat_n("---:".to_string(), PHASES.len() + 1));
+    out.push_str(&md_row(&align));
+    for r in rows {
+        let sum: f64 = r.train_breakdown_ms.values().sum();
+        let mut row = vec![md_cell(&config_label(r))];
+        for p in PHASES {
+            row.push(match r.train_breakdown_ms.get(p) {
+                Some(&v) if sum > 0.0 => format!("{} ({:.1}%)", fmt_ms(v), 100.0 * v / sum),
+                Some(&v) => fmt_ms(v),
+                None => DASH.to_string(),
+            });
+        }
+        row.push(fmt_ms(sum));
+        out.push_str(&md_row(&row));
+    }
     out
 }
 
@@ -931,6 +975,8 @@ mod tests {
             peak_memory_mib: ok.then_some(30512.0),
             memory_source: ok.then(|| "nvidia-smi used_memory".to_string()),
             breakdown_ms: BTreeMap::new(),
+            train_breakdown_ms: BTreeMap::new(),
+            agreement_reference: None,
             tune_cache_warm: ok.then_some(false),
         }
     }

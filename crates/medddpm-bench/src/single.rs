@@ -10,13 +10,14 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use medddpm_backend::KernelAutodiffBackend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
-use medddpm_backend::RunEnv;
+use medddpm_backend::{Precision, RunEnv};
+use medddpm_train::{micro_step, MicroBatch};
 use medddpm_diffusion::{network_input, training_loss, CosineSchedule, DdpmSampler, LossType};
 use medddpm_unet::{cast_compute_params, OpProfile, UNet, UNetConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::memory::{nvidia_gpu_name, PeakMemory};
-use crate::probe::{Probe, ProbeCase};
+use crate::probe::{probe_key, read_f64, write_f64, Probe, ProbeCase};
 use crate::record::{BenchRecord, RecordStatus};
 
 /// What to measure for one configuration.
@@ -180,7 +181,20 @@ pub fn bench_one_with_partial<B: KernelAutodiffBackend>(
     Ok(record)
 }
 
-/// The agreement probe; fills the record's agreement fields.
+fn size_label(size: [usize; 3]) -> String {
+    format!("{}x{}x{}", size[0], size[1], size[2])
+}
+
+/// The float64 probe's size: at most 32 per axis, a multiple of the network's size divisor.
+fn small_probe_size(unet: &medddpm_unet::UNetConfig, size: [usize; 3]) -> [usize; 3] {
+    let divisor = unet.size_divisor();
+    let cap = 32usize.max(divisor).div_ceil(divisor) * divisor;
+    size.map(|s| s.min(cap))
+}
+
+/// The agreement probe; fills the record's agreement fields. Strict FP32 (and the CPU) is
+/// compared with a float64 CPU evaluation at a small size; on a GPU its output at the
+/// benchmarked size is then kept, and the other precisions are compared with it there.
 fn agreement<B: KernelAutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,
@@ -188,17 +202,6 @@ fn agreement<B: KernelAutodiffBackend>(
     record: &mut BenchRecord,
     progress: &mut impl FnMut(&str),
 ) -> anyhow::Result<()> {
-    progress("agreement probe: float64 reference on the CPU (cached after the first run)");
-    let probe = Probe::new(
-        &config.unet,
-        config.size,
-        config.seed,
-        config.probe_cache.as_deref(),
-    )?;
-    progress(&format!(
-        "agreement probe: {:?} on {} {} {}",
-        probe.size, env.backend, env.precision, env.layout
-    ));
     let tolerance = env.precision.agreement_tolerance();
     let case = ProbeCase {
         unet: &config.unet,
@@ -206,13 +209,84 @@ fn agreement<B: KernelAutodiffBackend>(
         layout: env.layout,
         tolerance,
     };
+    let gpu = env.backend != medddpm_backend::BackendKind::Cpu;
+    // The strict-FP32 output of this backend at the benchmarked size, written by its fp32 run.
+    let fp32_path = config.probe_cache.as_ref().map(|dir| -> anyhow::Result<_> {
+        Ok(dir.join(format!(
+            "{}-fp32-{}.f64",
+            env.backend,
+            probe_key(&config.unet, config.size, config.seed)?
+        )))
+    });
+    let fp32_path = fp32_path.transpose()?;
+    if env.precision != Precision::Fp32 {
+        if let Some(path) = fp32_path.as_ref().filter(|p| p.is_file()) {
+            progress(&format!(
+                "agreement probe: {:?} on {} {} {} against this backend's strict-FP32 output",
+                config.size, env.backend, env.precision, env.layout
+            ));
+            let probe = Probe::against(&config.unet, config.size, config.seed, read_f64(path)?)?;
+            let out = probe.output::<B::InnerBackend>(&case, device)?;
+            let result = probe.compare(&out, tolerance);
+            record.agreement_rel_l2 = Some(result.rel_l2);
+            record.agreement_tolerance = Some(tolerance);
+            record.agreement_reference = Some(format!(
+                "{} fp32 at {}",
+                env.backend,
+                size_label(config.size)
+            ));
+            progress(&format!(
+                "agreement: rel. L2 {:.3e} (max abs {:.3e}) against {} fp32, tolerance {:.0e}",
+                result.rel_l2, result.max_abs, env.backend, tolerance
+            ));
+            if !result.agrees() {
+                record.message = Some(format!(
+                    "output {:.2e} from the strict-FP32 output of the same backend (tolerance {tolerance:.0e})",
+                    result.rel_l2
+                ));
+            }
+            return Ok(());
+        }
+        if gpu {
+            progress(&format!(
+                "no strict-FP32 output of {} at {} is cached (run fp32 first): checking against float64 at the small size instead",
+                env.backend,
+                size_label(config.size)
+            ));
+        }
+    }
+    // Float64 on the CPU costs minutes at 128^3: check at a small size.
+    let small = small_probe_size(&config.unet, config.size);
+    progress(&format!(
+        "agreement probe: float64 reference on the CPU at {} (cached after the first run)",
+        size_label(small)
+    ));
+    let probe = Probe::new(&config.unet, small, config.seed, config.probe_cache.as_deref())?;
+    progress(&format!(
+        "agreement probe: {:?} on {} {} {}",
+        probe.size, env.backend, env.precision, env.layout
+    ));
     let result = probe.run::<B::InnerBackend>(&case, device)?;
     record.agreement_rel_l2 = Some(result.rel_l2);
     record.agreement_tolerance = Some(tolerance);
+    record.agreement_reference = Some(format!("float64 cpu at {}", size_label(small)));
     progress(&format!(
         "agreement: rel. L2 {:.3e} (max abs {:.3e}) against float64, tolerance {:.0e}",
         result.rel_l2, result.max_abs, tolerance
     ));
+    if env.precision == Precision::Fp32 && gpu && result.agrees() {
+        if let Some(path) = &fp32_path {
+            // The reference for this backend's other precisions at the benchmarked size.
+            let at_size = Probe::against(&config.unet, config.size, config.seed, Vec::new())?;
+            let out = at_size.output::<B::InnerBackend>(&case, device)?;
+            write_f64(path, &out)?;
+            progress(&format!(
+                "kept the strict-FP32 output at {} as the other precisions' reference: {}",
+                size_label(config.size),
+                path.display()
+            ));
+        }
+    }
     if !result.rel_l2.is_finite() {
         progress(
             "the output is not finite: locating the first operation that produced NaN or infinity",
@@ -392,26 +466,23 @@ fn measure<B: KernelAutodiffBackend>(
     // master weights.
     let mut optim = AdamConfig::new().with_epsilon(1e-8).init::<B, UNet<B>>();
     let mut last_loss = f32::NAN;
+    // The trainer's own micro-step (medddpm_train::micro_step), then the Adam step.
     let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
         let noise = Tensor::<B, 5>::random(
             [b, image_channels, d, h, w],
             Distribution::Normal(0.0, 1.0),
             device,
         );
-        let work = cast_compute_params(model.clone(), compute);
-        let out = training_loss(
-            &work,
-            &schedule,
-            x0.clone(),
-            Some(cond.clone()),
-            &timesteps,
+        let batch = MicroBatch {
+            x0: x0.clone(),
+            cond: Some(cond.clone()),
+            timesteps: timesteps.clone(),
             noise,
-            LossType::L1,
-        );
-        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        };
+        let (grads, loss) = micro_step(&model, &schedule, batch, LossType::L1, env.compute(), 1.0);
         let model = optim.step(config.lr, model, grads);
         if read_loss {
-            last_loss = out.loss.inner().into_scalar().elem();
+            last_loss = loss.inner().into_scalar().elem();
         }
         sync::<B>(device)?;
         Ok(model)
@@ -433,7 +504,7 @@ fn measure<B: KernelAutodiffBackend>(
             train_ms.push(ms_since(start));
         }
     }
-    let _ = train_step(model, true)?;
+    let model = train_step(model, true)?;
     if !last_loss.is_finite() {
         anyhow::bail!("the training loss is not finite ({last_loss})");
     }
@@ -444,5 +515,54 @@ fn measure<B: KernelAutodiffBackend>(
         median(&train_ms),
         train_ms.len()
     ));
+
+    if config.breakdown {
+        // One more micro-step, synchronised between its phases, with the convolution
+        // gradients of the backward pass timed on their own.
+        progress("training breakdown (1 profiled micro-step)");
+        let noise = Tensor::<B, 5>::random(
+            [b, image_channels, d, h, w],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
+        sync::<B>(device)?;
+        let t0 = Instant::now();
+        let work = cast_compute_params(model.clone(), compute);
+        let out = training_loss(
+            &work,
+            &schedule,
+            x0.clone(),
+            Some(cond.clone()),
+            &timesteps,
+            noise,
+            LossType::L1,
+        );
+        sync::<B>(device)?;
+        let forward_ms = ms_since(t0);
+        let t1 = Instant::now();
+        medddpm_kernels::conv::backward_profile::start();
+        let grads = out.loss.backward();
+        sync::<B>(device)?;
+        let [data_ms, weight_ms] = medddpm_kernels::conv::backward_profile::stop();
+        let backward_ms = ms_since(t1);
+        let t2 = Instant::now();
+        let grads = GradientsParams::from_grads(grads, &model);
+        drop(optim.step(config.lr, model, grads));
+        sync::<B>(device)?;
+        let optim_ms = ms_since(t2);
+        for (k, v) in [
+            ("forward and loss", forward_ms),
+            ("backward: convolution data gradients", data_ms),
+            ("backward: convolution weight gradients", weight_ms),
+            ("backward: everything else", (backward_ms - data_ms - weight_ms).max(0.0)),
+            ("Adam step", optim_ms),
+        ] {
+            record.train_breakdown_ms.insert(k.to_string(), v);
+        }
+        save(record, "the training breakdown");
+        progress(&format!(
+            "training breakdown: forward {forward_ms:.1} ms, backward {backward_ms:.1} ms (convolution data gradients {data_ms:.1}, weight gradients {weight_ms:.1}), Adam {optim_ms:.1} ms"
+        ));
+    }
     Ok(())
 }

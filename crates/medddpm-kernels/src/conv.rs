@@ -122,12 +122,15 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
                 let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
                 let weight =
                     checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight_state);
+                let timer = backward_profile::Timer::<B>::start(&x);
                 if let Some(node) = node_x {
                     let dx = B::conv3d_data_grad(x.clone(), weight.clone(), grad.clone(), spec);
+                    let dx = timer.lap(0, dx);
                     grads.register::<B>(node.id, dx);
                 }
                 if let Some(node) = node_weight {
                     let dw = B::conv3d_weight_grad(x, weight, grad, spec);
+                    let dw = timer.lap(1, dw);
                     grads.register::<B>(node.id, dw);
                 }
             }
@@ -382,5 +385,65 @@ pub fn rel_l2<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f
         num.sqrt()
     } else {
         (num / den).sqrt()
+    }
+}
+
+/// Time spent in the convolution gradients of autodiff backward passes, for the bench's
+/// breakdown. Off by default; when on, every gradient is synchronised before and after, so
+/// the backward pass runs slower than unprofiled.
+pub mod backward_profile {
+    use std::cell::Cell;
+    use std::marker::PhantomData;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use burn::tensor::backend::Backend;
+    use burn::tensor::ops::FloatTensor;
+
+    static ON: AtomicBool = AtomicBool::new(false);
+    static MS: Mutex<[f64; 2]> = Mutex::new([0.0; 2]);
+
+    /// Starts accumulating (and clears what was accumulated).
+    pub fn start() {
+        *MS.lock().unwrap_or_else(|e| e.into_inner()) = [0.0; 2];
+        ON.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops and returns the milliseconds in `[data gradients, weight gradients]`.
+    pub fn stop() -> [f64; 2] {
+        ON.store(false, Ordering::SeqCst);
+        *MS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) struct Timer<B: Backend> {
+        device: Option<B::Device>,
+        last: Cell<Instant>,
+        _b: PhantomData<B>,
+    }
+
+    impl<B: Backend> Timer<B> {
+        pub(crate) fn start(x: &FloatTensor<B>) -> Self {
+            let device = ON.load(Ordering::Relaxed).then(|| B::float_device(x));
+            if let Some(d) = &device {
+                let _ = B::sync(d);
+            }
+            Timer {
+                device,
+                last: Cell::new(Instant::now()),
+                _b: PhantomData,
+            }
+        }
+
+        /// Charges the time since the previous lap to slot `i`, once `out` is computed.
+        pub(crate) fn lap(&self, i: usize, out: FloatTensor<B>) -> FloatTensor<B> {
+            if let Some(d) = &self.device {
+                let _ = B::sync(d);
+                let now = Instant::now();
+                let ms = (now - self.last.replace(now)).as_secs_f64() * 1e3;
+                MS.lock().unwrap_or_else(|e| e.into_inner())[i] += ms;
+            }
+            out
+        }
     }
 }

@@ -16,4 +16,4 @@ pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, TrainSettings};
 pub use error::TrainError;
 pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};
-pub use trainer::{train, Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary};
+pub use trainer::{micro_step, train, MicroBatch, Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary};

@@ -10,7 +10,7 @@ use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
-use medddpm_diffusion::{training_loss, CosineSchedule, DdpmSampler};
+use medddpm_diffusion::{training_loss, CosineSchedule, DdpmSampler, LossType};
 use medddpm_unet::{cast_compute_params, Compute, KernelAutodiffBackend, KernelBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -138,6 +138,46 @@ fn batch_tensor<B: Backend>(examples: &[Example], image: bool, device: &B::Devic
         TensorData::new(data, [examples.len(), channels, d, h, w]),
         device,
     )
+}
+
+/// What one micro-step trains on: clean images, their condition, one timestep per example and
+/// the noise to add.
+pub struct MicroBatch<B: Backend> {
+    /// Clean images `[batch, image_channels, d, h, w]`.
+    pub x0: Tensor<B, 5>,
+    /// Condition channels `[batch, cond_channels, d, h, w]`, if the model is conditioned.
+    pub cond: Option<Tensor<B, 5>>,
+    /// One raw timestep per example.
+    pub timesteps: Vec<usize>,
+    /// Noise like `x0`.
+    pub noise: Tensor<B, 5>,
+}
+
+/// The training micro-step: the loss on the predicted noise, its backward pass scaled by
+/// `1 / divisor` (gradient accumulation), and the gradients of `model`'s f32 master weights.
+/// Computes in `compute` (bf16: a working copy whose casts are part of the graph). Returns the
+/// gradients and the unscaled loss, still on the device (reading it waits for the device). The
+/// trainer and `medddpm bench` both run this function.
+pub fn micro_step<B: KernelAutodiffBackend>(
+    model: &UNet<B>,
+    schedule: &CosineSchedule,
+    batch: MicroBatch<B>,
+    loss: LossType,
+    compute: Compute,
+    divisor: f64,
+) -> (GradientsParams, Tensor<B, 1>) {
+    let work = cast_compute_params(model.clone(), compute.precision.compute_dtype());
+    let out = training_loss(
+        &work,
+        schedule,
+        batch.x0,
+        batch.cond,
+        &batch.timesteps,
+        batch.noise,
+        loss,
+    );
+    let grads = out.loss.clone().div_scalar(divisor).backward();
+    (GradientsParams::from_grads(grads, model), out.loss)
 }
 
 /// Trains (or resumes) the experiment in `run`, on backend `B`.
@@ -283,26 +323,28 @@ pub fn train<B: KernelAutodiffBackend>(
             let noise = Tensor::<B, 5>::random(x0.shape(), Distribution::Normal(0.0, 1.0), device);
 
             // 2. The loss on the predicted noise, scaled as the reference scales it.
-            // bf16: a working copy whose casts are part of the graph; a no-op in f32.
-            let work = cast_compute_params(model.clone(), options.compute.precision.compute_dtype());
-            let out = training_loss(
-                &work,
-                &schedule,
-                x0,
-                Some(cond),
-                &timesteps,
-                noise,
-                config.diffusion.loss,
-            );
             let mut divisor = settings.grad_accum as f64;
             if settings.reference_batch_scaling {
                 divisor *= settings.batch_size as f64;
             }
-            let grads = out.loss.clone().div_scalar(divisor).backward();
-            accumulator.accumulate(&model, GradientsParams::from_grads(grads, &model));
+            let batch = MicroBatch {
+                x0,
+                cond: Some(cond),
+                timesteps,
+                noise,
+            };
+            let (grads, loss) = micro_step(
+                &model,
+                &schedule,
+                batch,
+                config.diffusion.loss,
+                options.compute,
+                divisor,
+            );
+            accumulator.accumulate(&model, grads);
             // Read the value only now: on a GPU this waits for the device, and the backward
             // pass is already queued ahead of it.
-            let value: f32 = out.loss.inner().into_scalar().elem();
+            let value: f32 = loss.inner().into_scalar().elem();
             loss_sum += value;
             state.micro_batches += 1;
         }

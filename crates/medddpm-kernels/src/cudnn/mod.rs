@@ -260,7 +260,9 @@ fn math_type(precision: Precision) -> sys::cudnnMathType_t {
     match precision {
         // No tensor cores, so no TF32 rounding: IEEE f32 fused multiply-adds.
         Precision::Fp32 => sys::cudnnMathType_t::CUDNN_FMA_MATH,
-        Precision::Tf32 | Precision::Bf16 => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+        // What PyTorch uses for f32 with TF32 allowed: tensor cores with TF32 operands.
+        Precision::Tf32 => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
+        Precision::Bf16 => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
     }
 }
 
