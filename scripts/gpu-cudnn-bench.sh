@@ -22,7 +22,7 @@ if [ "${CHECK_KERNELS:-1}" = 1 ]; then
       --scale 4 --out "$out/check-kernels-$p.json" 2>&1 | tee -a "$out/check-kernels.log"
   done
 fi
-for e in $engines; do
+for e in $engines; do  # one bench call per engine and layout; pass no --precisions in the extra arguments
   for l in $layouts; do
     timeout "${CELL_TIMEOUT:-900}" /tmp/medddpm bench --backends cuda --precisions "$(echo $precisions | tr ' ' ,)" \
       --layouts "$l" --conv-engine "$e" --out "$out/bench" --tune-cache "$MEDDDPM_TUNE_CACHE" "$@" 2>&1 \

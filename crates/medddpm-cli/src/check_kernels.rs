@@ -1,5 +1,5 @@
 //! `medddpm check-kernels`: the backend's convolution engine against the plain-op reference
-//! twin (burn's own convolution kernels) on the U-Net's geometries and odd ones, forward and
+//! twin (burn's convolution in f32 on the CPU, on the same rounded operands) on the U-Net's geometries and odd ones, forward and
 //! both gradients, per precision and layout.
 
 use std::path::PathBuf;
@@ -58,13 +58,13 @@ struct Task {
     scale: usize,
 }
 
-/// How far the engine may be from burn's kernel. Both compute the same sums in a different
-/// order (and, for tf32/bf16, with different rounding of the operands).
+/// How far the engine may be from the f32 CPU convolution of the same (rounded) operands: f32
+/// summation order; TF32's 10-bit operand mantissa; bf16 outputs (8-bit mantissa, f32 sums).
 fn tolerance(precision: Precision) -> f64 {
     match precision {
         Precision::Fp32 => 1e-5,
-        Precision::Tf32 => 1e-2,
-        Precision::Bf16 => 3e-2,
+        Precision::Tf32 => 5e-3,
+        Precision::Bf16 => 1e-2,
     }
 }
 

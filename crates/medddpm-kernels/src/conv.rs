@@ -318,51 +318,76 @@ impl ConvCase {
     }
 }
 
-/// Relative L2 differences of an engine against the plain-op twin for one case:
-/// `[forward, data gradient, weight gradient]`.
+/// Relative L2 differences of backend `B`'s engine against the plain-op twin computed in f32 on
+/// the CPU (burn's Flex convolution) for one case: `[forward, data gradient, weight gradient]`.
+///
+/// The inputs are drawn on the CPU and rounded to the compute dtype first, so the reference
+/// sees exactly the operands the engine sees: what remains is the engine's own arithmetic
+/// (f32 summation order; TF32 operand rounding; bf16 output rounding).
 pub fn engine_vs_reference<B: KernelBackend>(
     device: &B::Device,
     case: ConvCase,
     compute: Compute,
     seed: u64,
 ) -> [f64; 3] {
+    use burn::backend::Flex;
     use burn::tensor::Distribution;
-    B::seed(device, seed);
+    let cpu = Default::default();
+    Flex::seed(&cpu, seed);
     let dtype = compute.precision.compute_dtype();
+    let round = |t: Tensor<Flex, 5>| t.cast(dtype).cast(burn::tensor::DType::F32);
     let [d, h, w] = case.size;
     let k = case.kernel;
-    let x = Tensor::<B, 5>::random([case.batch, case.c_in, d, h, w], Distribution::Normal(0.0, 1.0), device)
-        .cast(dtype);
+    let x = round(Tensor::<Flex, 5>::random(
+        [case.batch, case.c_in, d, h, w],
+        Distribution::Normal(0.0, 1.0),
+        &cpu,
+    ));
     let fan_in = (case.c_in * k * k * k) as f64;
-    let weight = Tensor::<B, 5>::random(
+    let weight = round(Tensor::<Flex, 5>::random(
         [case.c_out, case.c_in, k, k, k],
         Distribution::Normal(0.0, 1.0 / fan_in.sqrt()),
-        device,
-    )
-    .cast(dtype);
+        &cpu,
+    ));
     let spec = case.spec(compute);
     let out = spec.output_size(case.size, [k; 3]);
-    let grad = Tensor::<B, 5>::random(
+    let grad = round(Tensor::<Flex, 5>::random(
         [case.batch, case.c_out, out[0], out[1], out[2]],
         Distribution::Normal(0.0, 1.0),
-        device,
-    )
-    .cast(dtype);
+        &cpu,
+    ));
+    let reference_spec = Conv3dSpec {
+        compute: Compute {
+            layout: Layout::Ncdhw,
+            ..compute
+        },
+        ..spec
+    };
+    let want = [
+        reference::forward(x.clone(), weight.clone(), reference_spec),
+        reference::data_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
+        reference::weight_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
+    ];
+    let on_b = |t: &Tensor<Flex, 5>| {
+        Tensor::<B, 5>::from_data(t.to_data(), device).cast(dtype)
+    };
     let layout = compute.layout;
-    let (xl, gl) = (in_layout(x.clone(), layout), in_layout(grad.clone(), layout));
-    let fwd = rel_l2(
-        conv3d(xl.clone(), weight.clone(), None, spec),
-        reference::forward(x.clone(), weight.clone(), spec),
+    let (xb, wb, gb) = (
+        in_layout(on_b(&x), layout),
+        on_b(&weight),
+        in_layout(on_b(&grad), layout),
     );
-    let data = rel_l2(
-        conv3d_data_grad(xl.clone(), weight.clone(), gl.clone(), spec),
-        reference::data_grad(x.clone(), weight.clone(), grad.clone(), spec),
-    );
-    let wgrad = rel_l2(
-        conv3d_weight_grad(xl, weight.clone(), gl, spec),
-        reference::weight_grad(x, weight, grad, spec),
-    );
-    [fwd, data, wgrad]
+    let got = [
+        conv3d(xb.clone(), wb.clone(), None, spec),
+        conv3d_data_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+        conv3d_weight_grad(xb, wb, gb, spec),
+    ];
+    let mut errs = [0.0; 3];
+    for (i, (g, w)) in got.into_iter().zip(want).enumerate() {
+        let g = Tensor::<Flex, 5>::from_data(g.cast(burn::tensor::DType::F32).to_data(), &cpu);
+        errs[i] = rel_l2(g, w);
+    }
+    errs
 }
 
 /// `||a - b|| / ||b||`, in f64 on the host.

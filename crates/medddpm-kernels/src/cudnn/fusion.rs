@@ -39,7 +39,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Operation<<Cube<F, I, BT> 
                 let w = handles.get_float_tensor::<Cube<F, I, BT>>(w);
                 let operands = Operands { x: x.clone(), w: w.clone(), dy: None };
                 let out = run(self.op, operands, &self.spec).unwrap_or_else(|e| {
-                    warn_fallback(&format!("{:?} {:?}", self.op, self.spec), &e);
+                    warn_fallback(&e);
                     Cube::<F, I, BT>::conv3d(x, w, None, options)
                 });
                 (y.id, out)
@@ -51,7 +51,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Operation<<Cube<F, I, BT> 
                 let dy = handles.get_float_tensor::<Cube<F, I, BT>>(dy);
                 let operands = Operands { x: x.clone(), w: w.clone(), dy: Some(dy.clone()) };
                 let out = run(self.op, operands, &self.spec).unwrap_or_else(|e| {
-                    warn_fallback(&format!("{:?} {:?}", self.op, self.spec), &e);
+                    warn_fallback(&e);
                     if self.op == ConvOp::DataGrad {
                         Cube::<F, I, BT>::conv3d_x_backward(x, w, dy, options)
                     } else {

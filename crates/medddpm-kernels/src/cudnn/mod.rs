@@ -36,9 +36,16 @@ use crate::conv::Conv3dSpec;
 /// Oldest cuDNN this engine accepts (the legacy convolution API of cuDNN 9).
 pub const MIN_CUDNN_VERSION: usize = 90000;
 
-/// Largest workspace an algorithm may use, in bytes: FFT algorithms at 128^3 ask for several
-/// GiB, which would cost more memory than the convolution saves time.
-const MAX_WORKSPACE: usize = 1 << 30;
+/// Largest workspace an algorithm may use, in bytes. At 128^3 the precomputed-index implicit
+/// GEMM that strict FP32 needs in channels-last asks for about 1 GiB for the 64-channel
+/// convolutions (with a 1 GiB cap, on an H100, none of those shapes had an algorithm left and
+/// they fell back to burn's kernels), while FFT algorithms ask for several GiB.
+const MAX_WORKSPACE: usize = 3 << 30;
+
+/// Among candidates whose time is within this factor of the fastest, the one with the smallest
+/// workspace wins: burn's pool keeps what it once allocated, so memory matters as much as a few
+/// percent of speed.
+const NEAR_FASTEST: f32 = 1.05;
 
 /// Why cuDNN cannot be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -461,7 +468,7 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     let choice = match s.algos.get(&key) {
         Some(c) => *c,
         None => {
-            let c = find(op, handle, &desc, &ptrs, &x)?;
+            let c = find(op, handle, &desc, &ptrs, &x).map_err(|e| format!("{key}: {e}"))?;
             s.algos.insert(key.clone(), c);
             save_cache(&s);
             c
@@ -486,12 +493,12 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     Ok(out)
 }
 
-/// Reports (once per shape) that cuDNN was not used.
-pub(crate) fn warn_fallback(what: &str, why: &str) {
+/// Reports (once per shape and reason) that cuDNN was not used.
+pub(crate) fn warn_fallback(why: &str) {
     if let Some(state) = STATE.get() {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.warned.insert(what.to_string()) {
-            eprintln!("cuDNN not used for {what} ({why}); burn's kernel computes it instead");
+        if s.warned.insert(why.to_string()) {
+            eprintln!("cuDNN not used for {why}; burn's kernel computes it instead");
         }
     }
 }
@@ -628,7 +635,6 @@ fn find(
         .map_err(|e| format!("workspace: {e:?}"))?
         .resource()
         .ptr;
-    let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
     // SAFETY: as in `launch`; the workspace buffer holds `ws_needed` bytes.
     let best = unsafe {
         match op {
@@ -641,10 +647,7 @@ fn find(
                     ),
                     "forward search",
                 )?;
-                perf[..returned as usize]
-                    .iter()
-                    .find(|r| r.status == ok && r.memory <= ws_needed)
-                    .map(|r| Choice { algo: r.algo as u32, workspace: r.memory, ms: r.time })
+                pick(perf[..returned as usize].iter().map(|r| (r.algo as u32, r.status, r.memory, r.time)), ws_needed)
             }
             ConvOp::DataGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
@@ -655,10 +658,7 @@ fn find(
                     ),
                     "data-gradient search",
                 )?;
-                perf[..returned as usize]
-                    .iter()
-                    .find(|r| r.status == ok && r.memory <= ws_needed)
-                    .map(|r| Choice { algo: r.algo as u32, workspace: r.memory, ms: r.time })
+                pick(perf[..returned as usize].iter().map(|r| (r.algo as u32, r.status, r.memory, r.time)), ws_needed)
             }
             ConvOp::WeightGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
@@ -669,15 +669,41 @@ fn find(
                     ),
                     "weight-gradient search",
                 )?;
-                perf[..returned as usize]
-                    .iter()
-                    .find(|r| r.status == ok && r.memory <= ws_needed)
-                    .map(|r| Choice { algo: r.algo as u32, workspace: r.memory, ms: r.time })
+                pick(perf[..returned as usize].iter().map(|r| (r.algo as u32, r.status, r.memory, r.time)), ws_needed)
             }
         }
     };
     drop(ws_handle);
-    best.ok_or_else(|| "no algorithm ran".to_string())
+    best
+}
+
+/// The fastest candidate that ran within the workspace, or what each candidate reported.
+fn pick(
+    results: impl Iterator<Item = (u32, sys::cudnnStatus_t, usize, f32)>,
+    ws: usize,
+) -> Result<Choice, String> {
+    let results: Vec<_> = results.collect();
+    let ran = |r: &&(u32, sys::cudnnStatus_t, usize, f32)| {
+        r.1 == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.2 <= ws && r.3 >= 0.0
+    };
+    let fastest = results.iter().filter(ran).map(|r| r.3).fold(f32::INFINITY, f32::min);
+    results
+        .iter()
+        .filter(ran)
+        .filter(|r| r.3 <= fastest * NEAR_FASTEST)
+        .min_by_key(|r| r.2)
+        .map(|r| Choice { algo: r.0, workspace: r.2, ms: r.3 })
+        .ok_or_else(|| {
+            let tried: Vec<String> = results
+                .iter()
+                .map(|(a, st, m, _)| format!("algo {a}: {st:?}, {} MiB", m >> 20))
+                .collect();
+            format!(
+                "no algorithm ran within a {} MiB workspace ({})",
+                ws >> 20,
+                tried.join("; ")
+            )
+        })
 }
 
 /// The largest workspace among the usable candidates, capped at [`MAX_WORKSPACE`].
