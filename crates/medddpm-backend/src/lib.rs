@@ -99,7 +99,9 @@ fn nvidia_present() -> bool {
     std::path::Path::new("/dev/nvidiactl").exists()
 }
 
-pub use medddpm_kernels::{Compute, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout, Precision};
+pub use medddpm_kernels::{
+    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout, Precision,
+};
 
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -157,13 +159,14 @@ pub struct ComputeArgs {
     /// fp32 is many times slower there), fp32 elsewhere.
     #[arg(long)]
     pub precision: Option<Precision>,
-    /// Memory layout of the activations: ncdhw (channels-first) or ndhwc (channels-last).
-    #[arg(long, default_value = "ncdhw")]
-    pub layout: Layout,
-    /// Library for the 3-D convolutions: auto (cuDNN on CUDA when libcudnn.so.9 loads, else
-    /// burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
-    #[arg(long, default_value = "auto")]
-    pub conv_engine: ConvEngine,
+    /// Memory layout of the activations: ncdhw (channels-first, the default) or ndhwc
+    /// (channels-last).
+    #[arg(long)]
+    pub layout: Option<Layout>,
+    /// Library for the 3-D convolutions: auto (the default: cuDNN on CUDA when libcudnn.so.9
+    /// loads, else burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
+    #[arg(long)]
+    pub conv_engine: Option<ConvEngine>,
     /// Kernel-tuning cache folder of the GPU backends (default: $MEDDDPM_TUNE_CACHE,
     /// ~/.cache/medddpm/tune).
     #[arg(long)]
@@ -173,13 +176,20 @@ pub struct ComputeArgs {
 impl ComputeArgs {
     /// The settings these switches select.
     pub fn settings(&self) -> ComputeSettings {
+        self.settings_with(&ComputeConfig::default())
+    }
+
+    /// The settings these switches select, with an experiment's `[compute]` table filling in
+    /// what was not given on the command line.
+    pub fn settings_with(&self, config: &ComputeConfig) -> ComputeSettings {
         ComputeSettings {
             backend: self.backend,
             precision: self
                 .precision
+                .or(config.precision)
                 .unwrap_or_else(|| default_precision(self.backend)),
-            layout: self.layout,
-            conv_engine: self.conv_engine,
+            layout: self.layout.or(config.layout).unwrap_or_default(),
+            conv_engine: self.conv_engine.or(config.conv_engine).unwrap_or_default(),
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
         }
@@ -330,6 +340,31 @@ mod tests {
         }
         assert!("fp16".parse::<Precision>().is_err());
         assert_eq!("CUDA".parse::<BackendKind>().unwrap(), BackendKind::Cuda);
+    }
+
+    #[test]
+    fn switches_win_over_the_experiment_file() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            compute: ComputeArgs,
+        }
+        let file = ComputeConfig {
+            precision: Some(Precision::Bf16),
+            layout: Some(Layout::Ndhwc),
+            conv_engine: Some(ConvEngine::Cubecl),
+        };
+        let s = Cli::parse_from(["x", "--backend", "cpu"]).compute.settings_with(&file);
+        assert_eq!(
+            (s.precision, s.layout, s.conv_engine),
+            (Precision::Bf16, Layout::Ndhwc, ConvEngine::Cubecl)
+        );
+        let cli = Cli::parse_from(["x", "--backend", "cpu", "--layout", "ncdhw", "--conv-engine", "auto"]);
+        let s = cli.compute.settings_with(&file);
+        assert_eq!((s.layout, s.conv_engine), (Layout::Ncdhw, ConvEngine::Auto));
+        let s = cli.compute.settings();
+        assert_eq!(s.precision, Precision::Fp32);
     }
 
     #[test]

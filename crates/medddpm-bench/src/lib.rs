@@ -76,9 +76,42 @@ mod tests {
                 for class in medddpm_unet::OpClass::ALL.map(medddpm_unet::OpClass::name) {
                     assert!(r.breakdown_ms[class] > 0.0, "{class}");
                 }
+                // The training micro-step by phase, the convolution gradients on their own.
+                for phase in [
+                    "forward and loss",
+                    "backward: convolution data gradients",
+                    "backward: convolution weight gradients",
+                    "Adam step",
+                ] {
+                    assert!(r.train_breakdown_ms[phase] > 0.0, "{phase}: {:?}", r.train_breakdown_ms);
+                }
+                assert_eq!(r.agreement_reference.as_deref(), Some("float64 cpu at 8x8x8"));
                 assert!(r.peak_memory_mib.unwrap() > 0.0);
             }
         }
+    }
+
+    #[test]
+    fn more_steps_than_timesteps_is_an_error() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: crate::BenchArgs,
+        }
+        let out = std::env::temp_dir().join(format!("medddpm-steps-{}", std::process::id()));
+        let cli = Cli::parse_from([
+            "bench",
+            "--backends",
+            "cpu",
+            "--steps",
+            "300",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = crate::run_bench(cli.bench, vec!["unused".into()]).unwrap_err();
+        assert!(err.to_string().contains("250 timesteps"), "{err}");
+        let _ = std::fs::remove_dir_all(out);
     }
 
     #[test]

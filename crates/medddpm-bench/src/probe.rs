@@ -50,6 +50,25 @@ pub fn write_f64(path: &Path, values: &[f64]) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The probe's network (seeded random weights, the same at every size: they are drawn before
+/// the input) and input at `size`, on the CPU.
+fn seeded(
+    unet: &UNetConfig,
+    size: [usize; 3],
+    seed: u64,
+) -> anyhow::Result<(medddpm_unet::UNet<Flex>, Tensor<Flex, 5>)> {
+    let device = Default::default();
+    Flex::seed(&device, seed);
+    let model = randomize_weights(unet.init::<Flex>(&device)?);
+    let [d, h, w] = size;
+    let x = Tensor::<Flex, 5>::random(
+        [1, unet.in_channels, d, h, w],
+        Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    Ok((model, x))
+}
+
 /// The probe's weights, input and float64 reference output.
 pub struct Probe {
     /// Probe volume (the benchmarked size: its kernels are the ones measured, already tuned).
@@ -165,15 +184,7 @@ impl Probe {
         seed: u64,
         cache: Option<&Path>,
     ) -> anyhow::Result<Self> {
-        let device = Default::default();
-        Flex::seed(&device, seed);
-        let model = randomize_weights(unet.init::<Flex>(&device)?);
-        let [d, h, w] = size;
-        let x = Tensor::<Flex, 5>::random(
-            [1, unet.in_channels, d, h, w],
-            Distribution::Normal(0.0, 1.0),
-            &device,
-        );
+        let (model, x) = seeded(unet, size, seed)?;
         let weights = weight_values(&model);
         let key = format!("reference-{}.f64", probe_key(unet, size, seed)?);
         let cache_stem = cache.map(|dir| dir.join(&key));
@@ -240,15 +251,7 @@ impl Probe {
         seed: u64,
         reference: Vec<f64>,
     ) -> anyhow::Result<Self> {
-        let device = Default::default();
-        Flex::seed(&device, seed);
-        let model = randomize_weights(unet.init::<Flex>(&device)?);
-        let [d, h, w] = size;
-        let x = Tensor::<Flex, 5>::random(
-            [1, unet.in_channels, d, h, w],
-            Distribution::Normal(0.0, 1.0),
-            &device,
-        );
+        let (model, x) = seeded(unet, size, seed)?;
         Ok(Self {
             size,
             weights: weight_values(&model),

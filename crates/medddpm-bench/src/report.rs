@@ -6,7 +6,7 @@
 //! `assets/DejaVuSans-LICENSE.txt`), so that charts render on a bare GPU machine with no
 //! fontconfig or system fonts.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -380,7 +380,10 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
             row.extend(std::iter::repeat_n(DASH.to_string(), 5));
         }
         row.push(match (r.agreement_rel_l2, r.agreement_tolerance) {
-            (Some(e), Some(t)) => format!("{e:.1e} ({})", fmt_tolerance(t)),
+            (Some(e), Some(t)) => match &r.agreement_reference {
+                Some(against) => format!("{e:.1e} ({}; vs {against})", fmt_tolerance(t)),
+                None => format!("{e:.1e} ({})", fmt_tolerance(t)),
+            },
             (Some(e), None) => format!("{e:.1e}"),
             (None, Some(t)) => format!("{DASH} ({})", fmt_tolerance(t)),
             (None, None) => DASH.to_string(),
@@ -449,19 +452,11 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
     align.extend(std::iter::repeat_n("---:".to_string(), classes.len() + 1));
     out.push_str(&md_row(&align));
     for r in with_breakdown {
-        let sum: f64 = r.breakdown_ms.values().sum();
         let mut row = vec![md_cell(&config_label(r))];
         if !uniform {
             row.push(md_cell(&workload(r)));
         }
-        for c in &classes {
-            row.push(match r.breakdown_ms.get(c) {
-                Some(&v) if sum > 0.0 => format!("{} ({:.1}%)", fmt_ms(v), 100.0 * v / sum),
-                Some(&v) => fmt_ms(v),
-                None => DASH.to_string(),
-            });
-        }
-        row.push(fmt_ms(sum));
+        row.extend(share_cells(&r.breakdown_ms, &classes));
         out.push_str(&md_row(&row));
     }
     out.push_str(&train_breakdown_table(records));
@@ -495,20 +490,28 @@ fn train_breakdown_table(records: &[BenchRecord]) -> String {
     let mut align = vec!["---".to_string()];
     align.extend(std::iter::repeat_n("---:".to_string(), PHASES.len() + 1));
     out.push_str(&md_row(&align));
+    let phases: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
     for r in rows {
-        let sum: f64 = r.train_breakdown_ms.values().sum();
         let mut row = vec![md_cell(&config_label(r))];
-        for p in PHASES {
-            row.push(match r.train_breakdown_ms.get(p) {
-                Some(&v) if sum > 0.0 => format!("{} ({:.1}%)", fmt_ms(v), 100.0 * v / sum),
-                Some(&v) => fmt_ms(v),
-                None => DASH.to_string(),
-            });
-        }
-        row.push(fmt_ms(sum));
+        row.extend(share_cells(&r.train_breakdown_ms, &phases));
         out.push_str(&md_row(&row));
     }
     out
+}
+
+/// `ms (share%)` for each of `keys` in `ms`, then the sum of all of `ms`.
+fn share_cells(ms: &BTreeMap<String, f64>, keys: &[String]) -> Vec<String> {
+    let sum: f64 = ms.values().sum();
+    let mut cells: Vec<String> = keys
+        .iter()
+        .map(|k| match ms.get(k) {
+            Some(&v) if sum > 0.0 => format!("{} ({:.1}%)", fmt_ms(v), 100.0 * v / sum),
+            Some(&v) => fmt_ms(v),
+            None => DASH.to_string(),
+        })
+        .collect();
+    cells.push(fmt_ms(sum));
+    cells
 }
 
 // ---------------------------------------------------------------------------------------------

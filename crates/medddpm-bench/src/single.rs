@@ -566,3 +566,21 @@ fn measure<B: KernelAutodiffBackend>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::small_probe_size;
+    use medddpm_unet::UNetConfig;
+
+    #[test]
+    fn the_float64_probe_is_small_and_fits_the_network() {
+        let unet = UNetConfig::whole_head(); // size divisor 16
+        assert_eq!(small_probe_size(&unet, [128, 128, 128]), [32, 32, 32]);
+        assert_eq!(small_probe_size(&unet, [16, 48, 128]), [16, 32, 32]);
+        let tiny = UNetConfig::tiny();
+        assert_eq!(small_probe_size(&tiny, [8, 8, 8]), [8, 8, 8]);
+        for s in small_probe_size(&unet, [64, 96, 160]) {
+            assert_eq!(s % unet.size_divisor(), 0);
+        }
+    }
+}

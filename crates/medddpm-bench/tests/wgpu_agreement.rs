@@ -3,7 +3,8 @@
 //! temporary tuning cache, so the ones autotune picks on the machine are the ones checked.
 #![cfg(feature = "wgpu")]
 
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
+use medddpm_backend::KernelAutodiffBackend;
 use burn::tensor::{DType, Distribution, Tensor};
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
@@ -43,7 +44,7 @@ struct Products;
 
 impl BackendTask for Products {
     type Output = Vec<(usize, usize, f64)>;
-    fn run<B: AutodiffBackend>(
+    fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
         _: &RunEnv,
@@ -91,7 +92,7 @@ struct TinyProbe;
 
 impl BackendTask for TinyProbe {
     type Output = Vec<(Layout, f64, Option<String>)>;
-    fn run<B: AutodiffBackend>(
+    fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
         _: &RunEnv,
@@ -123,4 +124,41 @@ fn the_small_network_agrees_with_float64_in_both_layouts() {
             "{layout}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
         );
     }
+}
+
+/// burn's CubeCL convolutions through the kernels extension (forward, data and weight
+/// gradient, both layouts) against the f32 CPU convolution, on the U-Net's geometries and odd
+/// ones.
+struct Convolutions;
+
+impl BackendTask for Convolutions {
+    type Output = Vec<String>;
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        env: &RunEnv,
+    ) -> anyhow::Result<Self::Output> {
+        let mut bad = Vec::new();
+        for layout in Layout::ALL {
+            let compute = medddpm_kernels::Compute {
+                layout,
+                ..env.compute()
+            };
+            for (i, case) in medddpm_kernels::conv::ConvCase::standard(1).into_iter().enumerate() {
+                let errs = medddpm_kernels::conv::engine_vs_reference::<B::InnerBackend>(
+                    &device, case, compute, i as u64,
+                );
+                if errs.iter().any(|e| !(*e < 1e-4)) {
+                    bad.push(format!("{layout} {case:?}: {errs:?}"));
+                }
+            }
+        }
+        Ok(bad)
+    }
+}
+
+#[test]
+fn convolutions_and_their_gradients_agree_with_the_cpu() {
+    let bad = on_wgpu(Convolutions);
+    assert!(bad.is_empty(), "{bad:#?}");
 }

@@ -118,7 +118,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     run_on(
-        &args.compute.settings(),
+        &args.compute.settings_with(&config.compute),
         TrainTask {
             config,
             run,

@@ -133,7 +133,8 @@ pub enum ConvEngine {
     Auto,
     /// NVIDIA's cuDNN (CUDA only; `libcudnn.so.9` at run time).
     Cudnn,
-    /// burn's portable CubeCL kernels (every backend).
+    /// burn's own kernels: the portable CubeCL ones on the GPU backends (Flex's on the CPU,
+    /// where this is the only engine).
     Cubecl,
 }
 
@@ -193,4 +194,20 @@ impl fmt::Display for Compute {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} / {} / {}", self.precision, self.layout, self.conv_engine)
     }
+}
+
+/// What an experiment file asks for under `[compute]`; every field is optional, and a
+/// command-line switch given explicitly wins over it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComputeConfig {
+    /// `fp32`, `tf32` or `bf16`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
+    /// `ncdhw` or `ndhwc`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
+    /// `auto`, `cudnn` or `cubecl`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conv_engine: Option<ConvEngine>,
 }

@@ -78,6 +78,24 @@ pub trait KernelBackend: Backend {
     ) -> FloatTensor<Self> {
         Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
     }
+
+    /// Trilinear x2 upsampling (`align_corners = False`) of a `[b, c, d, h, w]` tensor, or of a
+    /// contiguous channels-last `[b, d, h, w, c]` one when `layout` is `Ndhwc`. The provided
+    /// body is the separable plain-op version (autodiff differentiates it); a fused kernel
+    /// overrides it per backend with this as its reference.
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        let x: Tensor<Self, 5> = tensor(x);
+        float(match layout {
+            Layout::Ncdhw => crate::upsample::upsample_trilinear_x2(x),
+            Layout::Ndhwc => crate::upsample::upsample_trilinear_x2_channels_last(x),
+        })
+    }
+}
+
+/// [`KernelBackend::upsample_trilinear_x2`] on tensors: `x` in `layout`'s memory order
+/// (`[b, c, d, h, w]` or `[b, d, h, w, c]`), every spatial size doubled.
+pub fn upsample_x2<B: KernelBackend>(x: Tensor<B, 5>, layout: Layout) -> Tensor<B, 5> {
+    tensor(B::upsample_trilinear_x2(float(x), layout))
 }
 
 /// An autodiff backend whose inner backend has the kernels too: what training needs.
@@ -153,24 +171,8 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         }
     }
 
-    fn conv3d_data_grad(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad_out: FloatTensor<Self>,
-        spec: Conv3dSpec,
-    ) -> FloatTensor<Self> {
-        // Second-order gradients are not needed by any trainer here: burn's own op is exact.
-        Self::conv3d_x_backward(x, weight, grad_out, spec.options())
-    }
-
-    fn conv3d_weight_grad(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad_out: FloatTensor<Self>,
-        spec: Conv3dSpec,
-    ) -> FloatTensor<Self> {
-        Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
-    }
+    // The two gradient methods keep their provided bodies (burn's own ops, which autodiff
+    // differentiates): nothing here needs second-order gradients.
 }
 
 fn float<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {

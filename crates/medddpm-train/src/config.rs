@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::DataConfig;
 use crate::TrainError;
+use medddpm_unet::ComputeConfig;
 
 /// A whole experiment: network, diffusion, data, optimisation and sampling settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -22,6 +23,14 @@ pub struct ExperimentConfig {
     pub data: DataConfig,
     /// Optimisation, EMA and checkpoint cadence.
     pub train: TrainSettings,
+    /// Precision, activation layout and convolution engine, if the experiment fixes them
+    /// (`medddpm train`'s switches win over these).
+    #[serde(skip_serializing_if = "is_default_compute")]
+    pub compute: ComputeConfig,
+}
+
+fn is_default_compute(c: &ComputeConfig) -> bool {
+    *c == ComputeConfig::default()
 }
 
 /// Schedule and loss.

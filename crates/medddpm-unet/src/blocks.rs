@@ -259,10 +259,7 @@ impl<B: Backend> Upsample<B> {
     where
         B: KernelBackend,
     {
-        let up = ctx.op(OpClass::Upsample, || match ctx.layout {
-            Layout::Ncdhw => medddpm_kernels::upsample_trilinear_x2(x),
-            Layout::Ndhwc => medddpm_kernels::upsample_trilinear_x2_channels_last(x),
-        });
+        let up = ctx.op(OpClass::Upsample, || medddpm_kernels::upsample_x2(x, ctx.layout));
         ctx.conv(&self.conv, up)
     }
 }

@@ -26,7 +26,9 @@ mod model;
 
 pub use config::UNetConfig;
 pub use error::UNetError;
-pub use medddpm_kernels::{Compute, ConvEngine, KernelAutodiffBackend, KernelBackend, Precision};
+pub use medddpm_kernels::{
+    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Precision,
+};
 pub use exec::{
     cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
     OpProfile, OpStats,

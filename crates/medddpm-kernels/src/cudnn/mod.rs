@@ -405,9 +405,10 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     let w_dims = dims5(&operands.w);
     // The filter in the same memory order as the activations: [k, kd, kh, kw, c] for
     // channels-last (what cuDNN's NHWC tensor-core kernels read).
-    let w = match layout {
-        Layout::Ncdhw => packed(operands.w, Layout::Ncdhw),
-        Layout::Ndhwc => packed(operands.w, Layout::Ndhwc),
+    // (The weight gradient only needs the filter's shape.)
+    let w = match op {
+        ConvOp::WeightGrad => operands.w,
+        _ => packed(operands.w, layout),
     };
     let x_dims = dims5(&x);
     let [n, _, d, h, wd] = x_dims;
@@ -431,7 +432,10 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     let desc = Descriptors::new(&x, y_like, w_dims, spec, cudnn_dtype)?;
 
     let (x_ptr, stream) = ptr_of(&x)?;
-    let (w_ptr, _) = ptr_of(&w)?;
+    let w_ptr = match op {
+        ConvOp::WeightGrad => 0,
+        _ => ptr_of(&w)?.0,
+    };
     let dy_ptr = match &dy {
         Some(t) => ptr_of(t)?.0,
         None => 0,
