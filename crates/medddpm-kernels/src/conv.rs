@@ -14,7 +14,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
+use burn::tensor::ops::{ConvOptions, FloatTensor};
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::compute::{Compute, Layout};
