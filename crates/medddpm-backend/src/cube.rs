@@ -13,8 +13,8 @@ use cubecl::Runtime;
 
 use crate::tune_watch::{count_entries, TuneWatcher};
 use crate::{
-    default_tune_cache, BackendKind, BackendTask, ComputeSettings, ConvEngine, KernelAutodiffBackend,
-    Precision, RunEnv,
+    default_tune_cache, BackendKind, BackendTask, ComputeSettings, ConvEngine,
+    KernelAutodiffBackend, Precision, RunEnv,
 };
 
 /// Points cubecl's autotune cache at `root` (once per process).

@@ -355,12 +355,22 @@ mod tests {
             layout: Some(Layout::Ndhwc),
             conv_engine: Some(ConvEngine::Cubecl),
         };
-        let s = Cli::parse_from(["x", "--backend", "cpu"]).compute.settings_with(&file);
+        let s = Cli::parse_from(["x", "--backend", "cpu"])
+            .compute
+            .settings_with(&file);
         assert_eq!(
             (s.precision, s.layout, s.conv_engine),
             (Precision::Bf16, Layout::Ndhwc, ConvEngine::Cubecl)
         );
-        let cli = Cli::parse_from(["x", "--backend", "cpu", "--layout", "ncdhw", "--conv-engine", "auto"]);
+        let cli = Cli::parse_from([
+            "x",
+            "--backend",
+            "cpu",
+            "--layout",
+            "ncdhw",
+            "--conv-engine",
+            "auto",
+        ]);
         let s = cli.compute.settings_with(&file);
         assert_eq!((s.layout, s.conv_engine), (Layout::Ncdhw, ConvEngine::Auto));
         let s = cli.compute.settings();

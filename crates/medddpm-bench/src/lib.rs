@@ -83,9 +83,16 @@ mod tests {
                     "backward: convolution weight gradients",
                     "Adam step",
                 ] {
-                    assert!(r.train_breakdown_ms[phase] > 0.0, "{phase}: {:?}", r.train_breakdown_ms);
+                    assert!(
+                        r.train_breakdown_ms[phase] > 0.0,
+                        "{phase}: {:?}",
+                        r.train_breakdown_ms
+                    );
                 }
-                assert_eq!(r.agreement_reference.as_deref(), Some("float64 cpu at 8x8x8"));
+                assert_eq!(
+                    r.agreement_reference.as_deref(),
+                    Some("float64 cpu at 8x8x8")
+                );
                 assert!(r.peak_memory_mib.unwrap() > 0.0);
             }
         }

@@ -8,9 +8,8 @@ use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
 use medddpm_unet::{
-    KernelBackend,
-    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpStats,
-    UNetConfig,
+    cast_compute_params, load_weight_values, randomize_weights, weight_values, KernelBackend,
+    Layout, OpStats, UNetConfig,
 };
 use serde::{Deserialize, Serialize};
 

@@ -8,11 +8,11 @@ use anyhow::Context;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
-use medddpm_backend::KernelAutodiffBackend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
+use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{Precision, RunEnv};
-use medddpm_train::{micro_step, MicroBatch};
 use medddpm_diffusion::{network_input, training_loss, CosineSchedule, DdpmSampler, LossType};
+use medddpm_train::{micro_step, MicroBatch};
 use medddpm_unet::{cast_compute_params, OpProfile, UNet, UNetConfig};
 use serde::{Deserialize, Serialize};
 
@@ -261,7 +261,12 @@ fn agreement<B: KernelAutodiffBackend>(
         "agreement probe: float64 reference on the CPU at {} (cached after the first run)",
         size_label(small)
     ));
-    let probe = Probe::new(&config.unet, small, config.seed, config.probe_cache.as_deref())?;
+    let probe = Probe::new(
+        &config.unet,
+        small,
+        config.seed,
+        config.probe_cache.as_deref(),
+    )?;
     progress(&format!(
         "agreement probe: {:?} on {} {} {}",
         probe.size, env.backend, env.precision, env.layout
@@ -554,7 +559,10 @@ fn measure<B: KernelAutodiffBackend>(
             ("forward and loss", forward_ms),
             ("backward: convolution data gradients", data_ms),
             ("backward: convolution weight gradients", weight_ms),
-            ("backward: everything else", (backward_ms - data_ms - weight_ms).max(0.0)),
+            (
+                "backward: everything else",
+                (backward_ms - data_ms - weight_ms).max(0.0),
+            ),
             ("Adam step", optim_ms),
         ] {
             record.train_breakdown_ms.insert(k.to_string(), v);

@@ -4,8 +4,8 @@
 #![cfg(feature = "wgpu")]
 
 use burn::tensor::backend::Backend;
-use medddpm_backend::KernelAutodiffBackend;
 use burn::tensor::{DType, Distribution, Tensor};
+use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
 use medddpm_bench::ModelArg;
@@ -144,7 +144,10 @@ impl BackendTask for Convolutions {
                 layout,
                 ..env.compute()
             };
-            for (i, case) in medddpm_kernels::conv::ConvCase::standard(1).into_iter().enumerate() {
+            for (i, case) in medddpm_kernels::conv::ConvCase::standard(1)
+                .into_iter()
+                .enumerate()
+            {
                 let errs = medddpm_kernels::conv::engine_vs_reference::<B::InnerBackend>(
                     &device, case, compute, i as u64,
                 );

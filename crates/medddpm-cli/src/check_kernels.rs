@@ -70,7 +70,11 @@ fn tolerance(precision: Precision) -> f64 {
 
 impl BackendTask for Task {
     type Output = Report;
-    fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<Report> {
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        env: &RunEnv,
+    ) -> anyhow::Result<Report> {
         let mut rows = Vec::new();
         let tol = tolerance(env.precision);
         for layout in Layout::ALL {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use medddpm_backend::KernelAutodiffBackend;
 use clap::{Args, ValueEnum};
+use medddpm_backend::KernelAutodiffBackend;
 use medddpm_train::data::list_masks;
 use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, WeightsSource};
 use medddpm_unet::{cast_compute_params, UNetConfig};
@@ -74,7 +74,8 @@ impl BackendTask for SampleTask {
     type Output = ();
     fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         let mut model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
-        model.unet = cast_compute_params(model.unet, env.compute_dtype()).with_compute(env.compute());
+        model.unet =
+            cast_compute_params(model.unet, env.compute_dtype()).with_compute(env.compute());
         let steps = model.schedule.num_timesteps();
         eprintln!(
             "sampling {} mask(s) x {} on the {} backend ({}, {}), {steps} reverse steps each",

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use medddpm_backend::KernelAutodiffBackend;
 use clap::Args;
+use medddpm_backend::KernelAutodiffBackend;
 use medddpm_train::{train, ExperimentConfig, RunDir, SessionOptions};
 
 use crate::progress::TrainBar;

@@ -164,7 +164,9 @@ impl FromStr for ConvEngine {
         ConvEngine::ALL
             .into_iter()
             .find(|e| e.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown convolution engine '{s}' (expected auto, cudnn or cubecl)"))
+            .ok_or_else(|| {
+                format!("unknown convolution engine '{s}' (expected auto, cudnn or cubecl)")
+            })
     }
 }
 
@@ -192,7 +194,11 @@ impl Compute {
 
 impl fmt::Display for Compute {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} / {} / {}", self.precision, self.layout, self.conv_engine)
+        write!(
+            f,
+            "{} / {} / {}",
+            self.precision, self.layout, self.conv_engine
+        )
     }
 }
 

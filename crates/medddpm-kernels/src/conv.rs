@@ -211,7 +211,12 @@ pub fn conv3d_data_grad<B: KernelBackend>(
     grad_out: Tensor<B, 5>,
     spec: Conv3dSpec,
 ) -> Tensor<B, 5> {
-    tensor(B::conv3d_data_grad(float(x), float(weight), float(grad_out), spec))
+    tensor(B::conv3d_data_grad(
+        float(x),
+        float(weight),
+        float(grad_out),
+        spec,
+    ))
 }
 
 /// [`KernelBackend::conv3d_weight_grad`] on tensors.
@@ -221,7 +226,12 @@ pub fn conv3d_weight_grad<B: KernelBackend>(
     grad_out: Tensor<B, 5>,
     spec: Conv3dSpec,
 ) -> Tensor<B, 5> {
-    tensor(B::conv3d_weight_grad(float(x), float(weight), float(grad_out), spec))
+    tensor(B::conv3d_weight_grad(
+        float(x),
+        float(weight),
+        float(grad_out),
+        spec,
+    ))
 }
 
 /// The plain-op reference twins (burn's own convolution ops), for tests on any backend.
@@ -229,7 +239,11 @@ pub mod reference {
     use super::*;
 
     /// Forward.
-    pub fn forward<B: Backend>(x: Tensor<B, 5>, weight: Tensor<B, 5>, spec: Conv3dSpec) -> Tensor<B, 5> {
+    pub fn forward<B: Backend>(
+        x: Tensor<B, 5>,
+        weight: Tensor<B, 5>,
+        spec: Conv3dSpec,
+    ) -> Tensor<B, 5> {
         tensor(B::conv3d(float(x), float(weight), None, spec.options()))
     }
 
@@ -240,7 +254,12 @@ pub mod reference {
         grad_out: Tensor<B, 5>,
         spec: Conv3dSpec,
     ) -> Tensor<B, 5> {
-        tensor(B::conv3d_x_backward(float(x), float(weight), float(grad_out), spec.options()))
+        tensor(B::conv3d_x_backward(
+            float(x),
+            float(weight),
+            float(grad_out),
+            spec.options(),
+        ))
     }
 
     /// Weight gradient.
@@ -250,7 +269,12 @@ pub mod reference {
         grad_out: Tensor<B, 5>,
         spec: Conv3dSpec,
     ) -> Tensor<B, 5> {
-        tensor(B::conv3d_weight_backward(float(x), float(weight), float(grad_out), spec.options()))
+        tensor(B::conv3d_weight_backward(
+            float(x),
+            float(weight),
+            float(grad_out),
+            spec.options(),
+        ))
     }
 }
 
@@ -299,14 +323,14 @@ impl ConvCase {
             stride,
         };
         vec![
-            c(1, 5, 16, [8, 8, 8], 3, 1),    // the input convolution (image + mask channels)
-            c(1, 16, 16, [8, 8, 8], 3, 2),   // downsampling
-            c(2, 24, 8, [5, 6, 7], 3, 1),    // odd, non-cubic, batch 2
-            c(1, 7, 3, [7, 5, 3], 3, 2),     // odd sizes with stride 2
-            c(1, 32, 16, [4, 4, 4], 1, 1),   // 1x1x1 skip projection
-            c(1, 1, 1, [6, 6, 6], 3, 1),     // one channel
-            c(1, 512, 8, [2, 2, 2], 3, 1),   // 512 input channels
-            c(1, 8, 512, [2, 2, 2], 1, 1),   // 512 output channels
+            c(1, 5, 16, [8, 8, 8], 3, 1), // the input convolution (image + mask channels)
+            c(1, 16, 16, [8, 8, 8], 3, 2), // downsampling
+            c(2, 24, 8, [5, 6, 7], 3, 1), // odd, non-cubic, batch 2
+            c(1, 7, 3, [7, 5, 3], 3, 2),  // odd sizes with stride 2
+            c(1, 32, 16, [4, 4, 4], 1, 1), // 1x1x1 skip projection
+            c(1, 1, 1, [6, 6, 6], 3, 1),  // one channel
+            c(1, 512, 8, [2, 2, 2], 3, 1), // 512 input channels
+            c(1, 8, 512, [2, 2, 2], 1, 1), // 512 output channels
         ]
     }
 
@@ -370,9 +394,7 @@ pub fn engine_vs_reference<B: KernelBackend>(
         reference::data_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
         reference::weight_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
     ];
-    let on_b = |t: &Tensor<Flex, 5>| {
-        Tensor::<B, 5>::from_data(t.to_data(), device).cast(dtype)
-    };
+    let on_b = |t: &Tensor<Flex, 5>| Tensor::<B, 5>::from_data(t.to_data(), device).cast(dtype);
     let layout = compute.layout;
     let (xb, wb, gb) = (
         in_layout(on_b(&x), layout),

@@ -63,7 +63,6 @@ pub fn upsample_linear_x2_along<B: Backend>(x: Tensor<B, 5>, dim: usize) -> Tens
     interleaved.reshape(dims)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

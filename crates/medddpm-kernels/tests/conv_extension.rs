@@ -22,7 +22,10 @@ fn inner_ops_match_the_reference_twin_in_both_layouts() {
     for layout in Layout::ALL {
         for (i, case) in ConvCase::standard(1).into_iter().enumerate() {
             let errs = engine_vs_reference::<Flex>(&device, case, compute(layout), i as u64);
-            for (what, e) in ["forward", "data gradient", "weight gradient"].iter().zip(errs) {
+            for (what, e) in ["forward", "data gradient", "weight gradient"]
+                .iter()
+                .zip(errs)
+            {
                 assert!(e < 1e-6, "{layout} {case:?} {what}: {e:e}");
             }
         }
@@ -36,22 +39,53 @@ fn autodiff_backward_matches_burns_conv3d_gradients() {
         for case in ConvCase::standard(1) {
             let [d, h, w] = case.size;
             let k = case.kernel;
-            let x = Tensor::<A, 5>::random([case.batch, case.c_in, d, h, w], Distribution::Normal(0.0, 1.0), &device);
-            let weight = Tensor::<A, 5>::random([case.c_out, case.c_in, k, k, k], Distribution::Normal(0.0, 0.2), &device);
-            let bias = Tensor::<A, 1>::random([case.c_out], Distribution::Normal(0.0, 1.0), &device);
+            let x = Tensor::<A, 5>::random(
+                [case.batch, case.c_in, d, h, w],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let weight = Tensor::<A, 5>::random(
+                [case.c_out, case.c_in, k, k, k],
+                Distribution::Normal(0.0, 0.2),
+                &device,
+            );
+            let bias =
+                Tensor::<A, 1>::random([case.c_out], Distribution::Normal(0.0, 1.0), &device);
             let spec = case.spec(compute(layout));
             let out = spec.output_size(case.size, [k; 3]);
-            let upstream = Tensor::<A, 5>::random([case.batch, case.c_out, out[0], out[1], out[2]], Distribution::Normal(0.0, 1.0), &device);
+            let upstream = Tensor::<A, 5>::random(
+                [case.batch, case.c_out, out[0], out[1], out[2]],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
 
             // The extension, with x in the layout under test.
-            let (xe, we, be) = (x.clone().require_grad(), weight.clone().require_grad(), bias.clone().require_grad());
-            let y = conv3d(in_layout(xe.clone(), layout), we.clone(), Some(be.clone()), spec);
+            let (xe, we, be) = (
+                x.clone().require_grad(),
+                weight.clone().require_grad(),
+                bias.clone().require_grad(),
+            );
+            let y = conv3d(
+                in_layout(xe.clone(), layout),
+                we.clone(),
+                Some(be.clone()),
+                spec,
+            );
             let grads = (y.clone() * upstream.clone()).sum().backward();
-            let (gx, gw, gb) = (xe.grad(&grads).unwrap(), we.grad(&grads).unwrap(), be.grad(&grads).unwrap());
+            let (gx, gw, gb) = (
+                xe.grad(&grads).unwrap(),
+                we.grad(&grads).unwrap(),
+                be.grad(&grads).unwrap(),
+            );
 
             // burn's own convolution and autodiff.
             let (xr, wr, br) = (x.require_grad(), weight.require_grad(), bias.require_grad());
-            let yr = burn::tensor::module::conv3d(xr.clone(), wr.clone(), Some(br.clone()), spec.options());
+            let yr = burn::tensor::module::conv3d(
+                xr.clone(),
+                wr.clone(),
+                Some(br.clone()),
+                spec.options(),
+            );
             let grads_r = (yr.clone() * upstream).sum().backward();
 
             let tol = 1e-5;

@@ -16,4 +16,6 @@ pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, TrainSettings};
 pub use error::TrainError;
 pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};
-pub use trainer::{micro_step, train, MicroBatch, Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary};
+pub use trainer::{
+    micro_step, train, MicroBatch, Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary,
+};

@@ -403,7 +403,8 @@ pub fn train<B: KernelAutodiffBackend>(
             observer.checkpoint(&path);
             last_checkpoint = Some(path);
             if settings.samples_per_checkpoint > 0 && state.step % settings.save_every == 0 {
-                let ema_compute = cast_compute_params(ema.clone(), options.compute.precision.compute_dtype());
+                let ema_compute =
+                    cast_compute_params(ema.clone(), options.compute.precision.compute_dtype());
                 samples.extend(periodic_samples::<B::InnerBackend>(
                     config,
                     &dataset,

@@ -8,8 +8,8 @@ use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, Pa
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{backend::Backend, Tensor};
 
-use medddpm_kernels::KernelBackend;
 use crate::exec::{cast_to, to_stats, Ctx, Layout, OpClass};
+use medddpm_kernels::KernelBackend;
 
 /// GroupNorm epsilon of PyTorch's `nn.GroupNorm`, which the reference uses.
 pub const GROUP_NORM_EPS: f64 = 1e-5;
@@ -259,7 +259,9 @@ impl<B: Backend> Upsample<B> {
     where
         B: KernelBackend,
     {
-        let up = ctx.op(OpClass::Upsample, || medddpm_kernels::upsample_x2(x, ctx.layout));
+        let up = ctx.op(OpClass::Upsample, || {
+            medddpm_kernels::upsample_x2(x, ctx.layout)
+        });
         ctx.conv(&self.conv, up)
     }
 }

@@ -26,12 +26,12 @@ mod model;
 
 pub use config::UNetConfig;
 pub use error::UNetError;
-pub use medddpm_kernels::{
-    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Precision,
-};
 pub use exec::{
     cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
     OpProfile, OpStats,
 };
 pub use import::{load_reference_checkpoint, ImportReport, WeightsEntry};
+pub use medddpm_kernels::{
+    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Precision,
+};
 pub use model::{timestep_embedding, UNet};

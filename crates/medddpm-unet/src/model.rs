@@ -10,8 +10,8 @@ use crate::blocks::{
     conv3, group_norm, AttentionBlock, Downsample, EmbedBlock, ResBlock, Upsample,
 };
 use crate::exec::{cast_to, Ctx, Layout, OpClass, OpProfile};
-use medddpm_kernels::{Compute, KernelBackend};
 use crate::{UNetConfig, UNetError};
+use medddpm_kernels::{Compute, KernelBackend};
 use std::cell::RefCell;
 
 /// Period of the slowest sinusoid of the timestep embedding.
@@ -255,7 +255,6 @@ impl<B: Backend> UNet<B> {
     pub fn compute_dtype(&self) -> burn::tensor::DType {
         self.out.conv.weight.val().dtype()
     }
-
 }
 
 impl<B: KernelBackend> UNet<B> {

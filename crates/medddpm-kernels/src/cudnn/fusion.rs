@@ -22,8 +22,8 @@ struct CudnnConv<B> {
     _b: core::marker::PhantomData<B>,
 }
 
-impl<F: FloatElement, I: IntElement, BT: BoolElement> Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>
-    for CudnnConv<Cube<F, I, BT>>
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for CudnnConv<Cube<F, I, BT>>
 {
     fn execute(
         &self,
@@ -37,7 +37,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Operation<<Cube<F, I, BT> 
                 let ([x, w], [y]) = self.desc.as_fixed();
                 let x = handles.get_float_tensor::<Cube<F, I, BT>>(x);
                 let w = handles.get_float_tensor::<Cube<F, I, BT>>(w);
-                let operands = Operands { x: x.clone(), w: w.clone(), dy: None };
+                let operands = Operands {
+                    x: x.clone(),
+                    w: w.clone(),
+                    dy: None,
+                };
                 let out = run(self.op, operands, &self.spec).unwrap_or_else(|e| {
                     warn_fallback(&e);
                     Cube::<F, I, BT>::conv3d(x, w, None, options)
@@ -49,7 +53,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> Operation<<Cube<F, I, BT> 
                 let x = handles.get_float_tensor::<Cube<F, I, BT>>(x);
                 let w = handles.get_float_tensor::<Cube<F, I, BT>>(w);
                 let dy = handles.get_float_tensor::<Cube<F, I, BT>>(dy);
-                let operands = Operands { x: x.clone(), w: w.clone(), dy: Some(dy.clone()) };
+                let operands = Operands {
+                    x: x.clone(),
+                    w: w.clone(),
+                    dy: Some(dy.clone()),
+                };
                 let out = run(self.op, operands, &self.spec).unwrap_or_else(|e| {
                     warn_fallback(&e);
                     if self.op == ConvOp::DataGrad {

@@ -140,7 +140,10 @@ pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, 
     })
     .map_err(|_| CudnnUnavailable::Failed("the library has no cudnnCreate symbol".into()))?;
     if handle.0 != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        return Err(CudnnUnavailable::Failed(format!("cudnnCreate: {:?}", handle.0)));
+        return Err(CudnnUnavailable::Failed(format!(
+            "cudnnCreate: {:?}",
+            handle.0
+        )));
     }
     let cache_file = cache_dir.map(|d| d.join("cudnn-algorithms.json"));
     let algos = cache_file
@@ -175,8 +178,8 @@ fn primary_context(device_index: usize) -> Result<cudarc::driver::sys::CUcontext
     let device = result::device::get(device_index as i32)
         .map_err(|e| format!("CUDA device {device_index}: {e}"))?;
     // SAFETY: the device handle is valid; cubecl retains the same primary context.
-    let ctx = unsafe { result::primary_ctx::retain(device) }
-        .map_err(|e| format!("CUDA context: {e}"))?;
+    let ctx =
+        unsafe { result::primary_ctx::retain(device) }.map_err(|e| format!("CUDA context: {e}"))?;
     unsafe { result::ctx::set_current(ctx) }.map_err(|e| format!("CUDA context: {e}"))?;
     Ok(ctx)
 }
@@ -221,7 +224,11 @@ fn packed(t: Tensor, layout: Layout) -> Tensor {
         }
         Layout::Ndhwc => {
             let cl = permute(t, &[0, 2, 3, 4, 1]);
-            let cl = if cl.is_contiguous() { cl } else { into_contiguous(cl) };
+            let cl = if cl.is_contiguous() {
+                cl
+            } else {
+                into_contiguous(cl)
+            };
             permute(cl, &[0, 4, 1, 2, 3])
         }
     }
@@ -303,7 +310,13 @@ impl Drop for Descriptors {
 
 fn strides5(t: &Tensor) -> [i32; 5] {
     let s = t.meta.strides();
-    [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32, s[4] as i32]
+    [
+        s[0] as i32,
+        s[1] as i32,
+        s[2] as i32,
+        s[3] as i32,
+        s[4] as i32,
+    ]
 }
 
 impl Descriptors {
@@ -328,7 +341,10 @@ impl Descriptors {
             check(sys::cudnnCreateTensorDescriptor(&mut d.x), "create x")?;
             check(sys::cudnnCreateTensorDescriptor(&mut d.y), "create y")?;
             check(sys::cudnnCreateFilterDescriptor(&mut d.w), "create w")?;
-            check(sys::cudnnCreateConvolutionDescriptor(&mut d.conv), "create conv")?;
+            check(
+                sys::cudnnCreateConvolutionDescriptor(&mut d.conv),
+                "create conv",
+            )?;
             let (xd, xs) = (i32s(dims5(x)), strides5(x));
             check(
                 sys::cudnnSetTensorNdDescriptor(d.x, dtype, 5, xd.as_ptr(), xs.as_ptr()),
@@ -417,7 +433,10 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     let dy = operands.dy.map(|t| packed(t, layout));
     if let Some(dy) = &dy {
         if dims5(dy) != y_dims {
-            return Err(format!("gradient shape {:?}, expected {y_dims:?}", dims5(dy)));
+            return Err(format!(
+                "gradient shape {:?}, expected {y_dims:?}",
+                dims5(dy)
+            ));
         }
     }
     let out = match op {
@@ -490,7 +509,15 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
         }
     };
     let ws_ptr = workspace.as_ref().map_or(0, |w| w.0);
-    let result = launch(op, handle, &desc, &ptrs, choice.algo, ws_ptr, choice.workspace);
+    let result = launch(
+        op,
+        handle,
+        &desc,
+        &ptrs,
+        choice.algo,
+        ws_ptr,
+        choice.workspace,
+    );
     drop(workspace);
     drop(s);
     result.map_err(|e| format!("{key}: {e}"))?;
@@ -604,31 +631,64 @@ fn find(
                 let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; N] = std::mem::zeroed();
                 check(
                     sys::cudnnGetConvolutionForwardAlgorithm_v7(
-                        handle, d.x, d.w, d.conv, d.y, N as i32, &mut returned, perf.as_mut_ptr(),
+                        handle,
+                        d.x,
+                        d.w,
+                        d.conv,
+                        d.y,
+                        N as i32,
+                        &mut returned,
+                        perf.as_mut_ptr(),
                     ),
                     "forward heuristics",
                 )?;
-                max_fitting(perf[..returned as usize].iter().map(|r| (r.status, r.memory)))
+                max_fitting(
+                    perf[..returned as usize]
+                        .iter()
+                        .map(|r| (r.status, r.memory)),
+                )
             }
             ConvOp::DataGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
                 check(
                     sys::cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                        handle, d.w, d.y, d.conv, d.x, N as i32, &mut returned, perf.as_mut_ptr(),
+                        handle,
+                        d.w,
+                        d.y,
+                        d.conv,
+                        d.x,
+                        N as i32,
+                        &mut returned,
+                        perf.as_mut_ptr(),
                     ),
                     "data-gradient heuristics",
                 )?;
-                max_fitting(perf[..returned as usize].iter().map(|r| (r.status, r.memory)))
+                max_fitting(
+                    perf[..returned as usize]
+                        .iter()
+                        .map(|r| (r.status, r.memory)),
+                )
             }
             ConvOp::WeightGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
                 check(
                     sys::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                        handle, d.x, d.y, d.conv, d.w, N as i32, &mut returned, perf.as_mut_ptr(),
+                        handle,
+                        d.x,
+                        d.y,
+                        d.conv,
+                        d.w,
+                        N as i32,
+                        &mut returned,
+                        perf.as_mut_ptr(),
                     ),
                     "weight-gradient heuristics",
                 )?;
-                max_fitting(perf[..returned as usize].iter().map(|r| (r.status, r.memory)))
+                max_fitting(
+                    perf[..returned as usize]
+                        .iter()
+                        .map(|r| (r.status, r.memory)),
+                )
             }
         }
     };
@@ -646,34 +706,82 @@ fn find(
                 let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; N] = std::mem::zeroed();
                 check(
                     sys::cudnnFindConvolutionForwardAlgorithmEx(
-                        handle, d.x, vp(p.x), d.w, vp(p.w), d.conv, d.y, vp(p.out), N as i32,
-                        &mut returned, perf.as_mut_ptr(), vp(ws), ws_needed,
+                        handle,
+                        d.x,
+                        vp(p.x),
+                        d.w,
+                        vp(p.w),
+                        d.conv,
+                        d.y,
+                        vp(p.out),
+                        N as i32,
+                        &mut returned,
+                        perf.as_mut_ptr(),
+                        vp(ws),
+                        ws_needed,
                     ),
                     "forward search",
                 )?;
-                pick(perf[..returned as usize].iter().map(|r| (r.algo as u32, r.status, r.memory, r.time)), ws_needed)
+                pick(
+                    perf[..returned as usize]
+                        .iter()
+                        .map(|r| (r.algo as u32, r.status, r.memory, r.time)),
+                    ws_needed,
+                )
             }
             ConvOp::DataGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
                 check(
                     sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
-                        handle, d.w, vp(p.w), d.y, vp(p.dy), d.conv, d.x, vp(p.out), N as i32,
-                        &mut returned, perf.as_mut_ptr(), vp(ws), ws_needed,
+                        handle,
+                        d.w,
+                        vp(p.w),
+                        d.y,
+                        vp(p.dy),
+                        d.conv,
+                        d.x,
+                        vp(p.out),
+                        N as i32,
+                        &mut returned,
+                        perf.as_mut_ptr(),
+                        vp(ws),
+                        ws_needed,
                     ),
                     "data-gradient search",
                 )?;
-                pick(perf[..returned as usize].iter().map(|r| (r.algo as u32, r.status, r.memory, r.time)), ws_needed)
+                pick(
+                    perf[..returned as usize]
+                        .iter()
+                        .map(|r| (r.algo as u32, r.status, r.memory, r.time)),
+                    ws_needed,
+                )
             }
             ConvOp::WeightGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
                 check(
                     sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                        handle, d.x, vp(p.x), d.y, vp(p.dy), d.conv, d.w, vp(p.out), N as i32,
-                        &mut returned, perf.as_mut_ptr(), vp(ws), ws_needed,
+                        handle,
+                        d.x,
+                        vp(p.x),
+                        d.y,
+                        vp(p.dy),
+                        d.conv,
+                        d.w,
+                        vp(p.out),
+                        N as i32,
+                        &mut returned,
+                        perf.as_mut_ptr(),
+                        vp(ws),
+                        ws_needed,
                     ),
                     "weight-gradient search",
                 )?;
-                pick(perf[..returned as usize].iter().map(|r| (r.algo as u32, r.status, r.memory, r.time)), ws_needed)
+                pick(
+                    perf[..returned as usize]
+                        .iter()
+                        .map(|r| (r.algo as u32, r.status, r.memory, r.time)),
+                    ws_needed,
+                )
             }
         }
     };
@@ -690,13 +798,21 @@ fn pick(
     let ran = |r: &&(u32, sys::cudnnStatus_t, usize, f32)| {
         r.1 == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.2 <= ws && r.3 >= 0.0
     };
-    let fastest = results.iter().filter(ran).map(|r| r.3).fold(f32::INFINITY, f32::min);
+    let fastest = results
+        .iter()
+        .filter(ran)
+        .map(|r| r.3)
+        .fold(f32::INFINITY, f32::min);
     results
         .iter()
         .filter(ran)
         .filter(|r| r.3 <= fastest * NEAR_FASTEST)
         .min_by_key(|r| r.2)
-        .map(|r| Choice { algo: r.0, workspace: r.2, ms: r.3 })
+        .map(|r| Choice {
+            algo: r.0,
+            workspace: r.2,
+            ms: r.3,
+        })
         .ok_or_else(|| {
             let tried: Vec<String> = results
                 .iter()
@@ -723,11 +839,16 @@ fn max_fitting(candidates: impl Iterator<Item = (sys::cudnnStatus_t, usize)>) ->
 /// Writes the algorithm cache atomically (a temporary file renamed over the old one).
 fn save_cache(s: &State) {
     let Some(file) = &s.cache_file else { return };
-    let Ok(text) = serde_json::to_string_pretty(&s.algos) else { return };
+    let Ok(text) = serde_json::to_string_pretty(&s.algos) else {
+        return;
+    };
     let tmp = file.with_extension("json.tmp");
     let written = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, file));
     if let Err(e) = written {
-        eprintln!("cannot write the cuDNN algorithm cache {}: {e}", file.display());
+        eprintln!(
+            "cannot write the cuDNN algorithm cache {}: {e}",
+            file.display()
+        );
     }
 }
 
