@@ -15,9 +15,6 @@ use crate::record::{BenchRecord, RecordStatus};
 use crate::report::{append_jsonl, read_jsonl, to_csv, to_markdown, write_png_chart};
 use crate::single::{bench_one_with_partial, SingleConfig};
 
-/// Timesteps of the schedule the sampling steps walk (the reference's T).
-const SAMPLING_TIMESTEPS: usize = 250;
-
 /// Networks the benchmark knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModelArg {
@@ -333,7 +330,7 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
             bail!("--steps must be at least 1");
         }
         // The sampling steps walk down from the last timestep, one per step.
-        let timesteps = SAMPLING_TIMESTEPS;
+        let timesteps = crate::single::TIMESTEPS;
         if 1 + args.warmup + args.steps > timesteps {
             bail!(
                 "--warmup {} and --steps {} need {} sampling steps, more than the {timesteps} timesteps of the schedule",

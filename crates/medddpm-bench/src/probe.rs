@@ -189,27 +189,15 @@ impl Probe {
         let cache_stem = cache.map(|dir| dir.join(&key));
         let cached = cache_stem.clone().filter(|p| p.is_file());
         let reference: Vec<f64> = match cached {
-            Some(path) => std::fs::read(&path)
-                .with_context(|| format!("reading {}", path.display()))?
-                .chunks_exact(8)
-                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .collect(),
+            Some(path) => read_f64(&path)?,
             None => {
                 let out: Vec<f64> = cast_compute_params(model, DType::F64)
                     .forward(x.clone().cast(FloatDType::F64), &[PROBE_TIMESTEP])
                     .into_data()
                     .to_vec()
                     .map_err(|e| anyhow::anyhow!("reading the reference output: {e:?}"))?;
-                if let Some(dir) = cache {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("creating {}", dir.display()))?;
-                    let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    let path = dir.join(&key);
-                    let tmp = path.with_extension("tmp");
-                    std::fs::write(&tmp, bytes)
-                        .with_context(|| format!("writing {}", tmp.display()))?;
-                    std::fs::rename(&tmp, &path)
-                        .with_context(|| format!("writing {}", path.display()))?;
+                if let Some(path) = &cache_stem {
+                    write_f64(path, &out)?;
                 }
                 out
             }

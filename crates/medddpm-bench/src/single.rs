@@ -11,8 +11,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{Precision, RunEnv};
-use medddpm_diffusion::{network_input, training_loss, CosineSchedule, DdpmSampler, LossType};
-use medddpm_train::{micro_step, MicroBatch};
+use medddpm_diffusion::{network_input, CosineSchedule, DdpmSampler, LossType};
+use medddpm_train::{micro_step, micro_step_loss, MicroBatch};
 use medddpm_unet::{cast_compute_params, OpProfile, UNet, UNetConfig};
 use serde::{Deserialize, Serialize};
 
@@ -180,6 +180,9 @@ pub fn bench_one_with_partial<B: KernelAutodiffBackend>(
     record.memory_source = Some(source);
     Ok(record)
 }
+
+/// Timesteps of the schedule the benchmark's sampling steps walk down (the reference's T).
+pub(crate) const TIMESTEPS: usize = 250;
 
 fn size_label(size: [usize; 3]) -> String {
     format!("{}x{}x{}", size[0], size[1], size[2])
@@ -358,7 +361,7 @@ fn measure<B: KernelAutodiffBackend>(
     let unet: &UNetConfig = &config.unet;
     let image_channels = unet.out_channels;
     let cond_channels = unet.in_channels - image_channels;
-    let schedule = CosineSchedule::new(250);
+    let schedule = CosineSchedule::new(TIMESTEPS);
     let sampler = DdpmSampler::new(schedule.clone());
     let compute = env.compute_dtype();
     B::seed(device, config.seed);
@@ -377,7 +380,7 @@ fn measure<B: KernelAutodiffBackend>(
         device,
     )
     .sign();
-    let timesteps: Vec<usize> = (0..b).map(|i| (100 + 37 * i) % 250).collect();
+    let timesteps: Vec<usize> = (0..b).map(|i| (100 + 37 * i) % TIMESTEPS).collect();
     model.check_input([b, unet.in_channels, d, h, w], b)?;
 
     // Sampling steps: network forward and DDPM update, no autodiff.
@@ -388,7 +391,7 @@ fn measure<B: KernelAutodiffBackend>(
         Distribution::Normal(0.0, 1.0),
         device,
     );
-    let mut t = 249usize;
+    let mut t = TIMESTEPS - 1;
     let sample_step = |x_t: Tensor<B::InnerBackend, 5>, t: usize| {
         let input = network_input(x_t.clone(), Some(cond_i.clone()));
         let eps = inference.forward(input, &vec![t; b]);
@@ -530,23 +533,20 @@ fn measure<B: KernelAutodiffBackend>(
             Distribution::Normal(0.0, 1.0),
             device,
         );
+        let batch = MicroBatch {
+            x0: x0.clone(),
+            cond: Some(cond.clone()),
+            timesteps: timesteps.clone(),
+            noise,
+        };
         sync::<B>(device)?;
         let t0 = Instant::now();
-        let work = cast_compute_params(model.clone(), compute);
-        let out = training_loss(
-            &work,
-            &schedule,
-            x0.clone(),
-            Some(cond.clone()),
-            &timesteps,
-            noise,
-            LossType::L1,
-        );
+        let loss = micro_step_loss(&model, &schedule, batch, LossType::L1, env.compute());
         sync::<B>(device)?;
         let forward_ms = ms_since(t0);
         let t1 = Instant::now();
         medddpm_kernels::conv::backward_profile::start();
-        let grads = out.loss.backward();
+        let grads = loss.backward();
         sync::<B>(device)?;
         let [data_ms, weight_ms] = medddpm_kernels::conv::backward_profile::stop();
         let backward_ms = ms_since(t1);

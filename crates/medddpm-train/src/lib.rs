@@ -17,5 +17,6 @@ pub use config::{DiffusionConfig, ExperimentConfig, TrainSettings};
 pub use error::TrainError;
 pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};
 pub use trainer::{
-    micro_step, train, MicroBatch, Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary,
+    micro_step, micro_step_loss, train, MicroBatch, Quiet, SessionOptions, StepMetrics,
+    TrainObserver, TrainSummary,
 };

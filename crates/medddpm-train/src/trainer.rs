@@ -153,11 +153,10 @@ pub struct MicroBatch<B: Backend> {
     pub noise: Tensor<B, 5>,
 }
 
-/// The training micro-step: the loss on the predicted noise, its backward pass scaled by
-/// `1 / divisor` (gradient accumulation), and the gradients of `model`'s f32 master weights.
-/// Computes in `compute` (bf16: a working copy whose casts are part of the graph). Returns the
-/// gradients and the unscaled loss, still on the device (reading it waits for the device). The
-/// trainer and `medddpm bench` both run this function.
+/// The training micro-step: [`micro_step_loss`], its backward pass scaled by `1 / divisor`
+/// (gradient accumulation), and the gradients of `model`'s f32 master weights. Returns them and
+/// the unscaled loss, still on the device (reading it waits for the device). The trainer and
+/// `medddpm bench` both run this function.
 pub fn micro_step<B: KernelAutodiffBackend>(
     model: &UNet<B>,
     schedule: &CosineSchedule,
@@ -166,8 +165,23 @@ pub fn micro_step<B: KernelAutodiffBackend>(
     compute: Compute,
     divisor: f64,
 ) -> (GradientsParams, Tensor<B, 1>) {
+    let loss = micro_step_loss(model, schedule, batch, loss, compute);
+    let grads = loss.clone().div_scalar(divisor).backward();
+    (GradientsParams::from_grads(grads, model), loss)
+}
+
+/// The forward half of [`micro_step`]: the loss on the predicted noise, computed in `compute`
+/// (bf16: a working copy of the weights whose casts are part of the graph, so gradients reach
+/// the f32 master weights).
+pub fn micro_step_loss<B: KernelAutodiffBackend>(
+    model: &UNet<B>,
+    schedule: &CosineSchedule,
+    batch: MicroBatch<B>,
+    loss: LossType,
+    compute: Compute,
+) -> Tensor<B, 1> {
     let work = cast_compute_params(model.clone(), compute.precision.compute_dtype());
-    let out = training_loss(
+    training_loss(
         &work,
         schedule,
         batch.x0,
@@ -175,9 +189,8 @@ pub fn micro_step<B: KernelAutodiffBackend>(
         &batch.timesteps,
         batch.noise,
         loss,
-    );
-    let grads = out.loss.clone().div_scalar(divisor).backward();
-    (GradientsParams::from_grads(grads, model), out.loss)
+    )
+    .loss
 }
 
 /// Trains (or resumes) the experiment in `run`, on backend `B`.

@@ -309,7 +309,7 @@ impl<B: KernelBackend> UNet<B> {
             let x = cast_to(x, compute);
             match ctx.layout {
                 Layout::Ncdhw => x,
-                Layout::Ndhwc => channels_last(x),
+                Layout::Ndhwc => medddpm_kernels::conv::channels_last(x),
             }
         });
         let cat_dim = ctx.layout.channel_dim();
@@ -337,16 +337,6 @@ impl<B: KernelBackend> UNet<B> {
             cast_to(out, out_dtype)
         })
     }
-}
-
-/// `[b, c, d, h, w]` -> contiguous `[b, d, h, w, c]`.
-fn channels_last<B: Backend>(x: Tensor<B, 5>) -> Tensor<B, 5> {
-    // A permuted view is not enough: the first convolution should read channels-last memory.
-    // reshape of a non-contiguous view copies into the new order.
-    let [b, c, d, h, w] = x.dims();
-    x.permute([0, 2, 3, 4, 1])
-        .reshape([b, d * h * w, c])
-        .reshape([b, d, h, w, c])
 }
 
 impl<B: KernelBackend> medddpm_diffusion::Denoiser<B> for UNet<B> {

@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use burn::tensor::{DType, Shape};
-use burn_cubecl::cubecl::Runtime;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::ops::permute;
@@ -69,8 +68,6 @@ pub enum CudnnUnavailable {
 pub struct CudnnInfo {
     /// cuDNN's version number (e.g. 90100 for 9.1.0).
     pub version: usize,
-    /// The algorithm cache file, if one is kept.
-    pub cache_file: Option<PathBuf>,
     /// Algorithms already in it.
     pub cached: usize,
 }
@@ -115,7 +112,6 @@ pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, 
         let s = state.lock().unwrap_or_else(|e| e.into_inner());
         return Ok(CudnnInfo {
             version: s.version,
-            cache_file: s.cache_file.clone(),
             cached: s.algos.len(),
         });
     }
@@ -153,7 +149,6 @@ pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, 
         .unwrap_or_default();
     let info = CudnnInfo {
         version,
-        cache_file: cache_file.clone(),
         cached: algos.len(),
     };
     let _ = STATE.set(Mutex::new(State {
@@ -165,11 +160,6 @@ pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, 
         warned: HashSet::new(),
     }));
     Ok(info)
-}
-
-/// Whether [`init`] succeeded in this process.
-pub fn is_initialised() -> bool {
-    STATE.get().is_some()
 }
 
 fn primary_context(device_index: usize) -> Result<cudarc::driver::sys::CUcontext, String> {
@@ -850,9 +840,4 @@ fn save_cache(s: &State) {
             file.display()
         );
     }
-}
-
-/// The CUDA device index of a cubecl CUDA device.
-pub fn device_index(device: &<CudaRuntime as Runtime>::Device) -> usize {
-    device.index
 }
