@@ -17,7 +17,7 @@ use crate::{
     KernelAutodiffBackend, Precision, RunEnv,
 };
 
-/// Points cubecl's autotune cache at `root` (once per process).
+/// Points cubecl's autotune and compilation caches at `root` (once per process).
 fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
     let mut state = CubeClRuntimeConfig::storage().lock();
     if let Some(existing) = state.as_ref() {
@@ -34,6 +34,11 @@ fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
     // Respect a user's cubecl.toml / CUBECL_* variables for everything but the cache folder.
     let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
     config.autotune.cache = CacheConfig::File(root.clone());
+    // Compiled kernels (PTX on CUDA) beside the tuning results: with both warm, a first step
+    // neither tunes nor compiles with NVRTC again.
+    if config.compilation.cache.is_none() {
+        config.compilation.cache = Some(CacheConfig::File(root.clone()));
+    }
     *state = Some(std::sync::Arc::new(config));
     Ok(())
 }

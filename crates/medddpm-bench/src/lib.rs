@@ -140,8 +140,11 @@ mod tests {
         for layout in Layout::ALL {
             let case = crate::probe::ProbeCase {
                 unet: &config.unet,
-                compute: burn::tensor::DType::F32,
-                layout,
+                dtype: burn::tensor::DType::F32,
+                compute: medddpm_unet::Compute {
+                    layout,
+                    ..Default::default()
+                },
                 tolerance: 1e-4,
             };
             let located = probe

@@ -8,8 +8,8 @@ use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
 use medddpm_unet::{
-    cast_compute_params, load_weight_values, randomize_weights, weight_values, KernelBackend,
-    Layout, OpStats, UNetConfig,
+    cast_compute_params, load_weight_values, randomize_weights, weight_values, Compute,
+    KernelBackend, OpStats, UNetConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -141,15 +141,16 @@ impl Located {
     }
 }
 
-/// What the probe is evaluated as: the network, the dtype of its convolutions and products, the
-/// activation layout, and the precision's tolerance.
+/// What the probe is evaluated as: the network, the dtype of its convolutions and products, how
+/// it computes (layout and convolution engine: the probe checks the engine the run uses), and
+/// the precision's tolerance.
 pub struct ProbeCase<'a> {
     /// The network.
     pub unet: &'a UNetConfig,
     /// Compute dtype.
-    pub compute: DType,
-    /// Activation layout.
-    pub layout: Layout,
+    pub dtype: DType,
+    /// Activation layout, convolution engine and precision.
+    pub compute: Compute,
     /// Largest relative L2 error (and per-operation deviation) that agrees.
     pub tolerance: f64,
 }
@@ -274,7 +275,7 @@ impl Probe {
         device: &B::Device,
     ) -> anyhow::Result<(medddpm_unet::UNet<B>, Tensor<B, 5>)> {
         let model = load_weight_values(case.unet.init::<B>(device)?, self.weights.clone());
-        let model = cast_compute_params(model, case.compute).with_layout(case.layout);
+        let model = cast_compute_params(model, case.dtype).with_compute(case.compute);
         Ok((model, Tensor::<B, 5>::from_data(self.input.clone(), device)))
     }
 
@@ -343,8 +344,8 @@ impl Probe {
         let device = Default::default();
         let case = ProbeCase {
             unet,
-            compute: DType::F64,
-            layout: Layout::Ncdhw,
+            dtype: DType::F64,
+            compute: Compute::default(),
             tolerance: 0.0,
         };
         let (model, x) = self.model_and_input::<Flex>(&case, &device)?;

@@ -9,7 +9,7 @@ use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
 use medddpm_bench::ModelArg;
-use medddpm_unet::Layout;
+use medddpm_unet::{Compute, Layout};
 
 fn on_wgpu<T: BackendTask>(task: T) -> T::Output {
     // cubecl takes one tuning cache per process: the tests share a fresh one.
@@ -103,8 +103,11 @@ impl BackendTask for TinyProbe {
         for layout in Layout::ALL {
             let case = ProbeCase {
                 unet: &unet,
-                compute: DType::F32,
-                layout,
+                dtype: DType::F32,
+                compute: Compute {
+                    layout,
+                    ..Compute::default()
+                },
                 tolerance: 1e-4,
             };
             let result = probe.run::<B::InnerBackend>(&case, &device)?;

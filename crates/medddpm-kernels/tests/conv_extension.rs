@@ -134,3 +134,53 @@ fn upsampling_through_the_extension_is_layout_independent() {
         assert!((g - 8.0).abs() < 1e-5, "{g}");
     }
 }
+
+#[test]
+fn strided_data_gradient_as_a_forward_convolution_matches_the_reference() {
+    use medddpm_kernels::conv::{data_grad_via_forward, is_strided_same, Conv3dSpec};
+    let device = Default::default();
+    // (batch, c_in, c_out, input size, stride): the U-Net's stride 2, odd and unequal sizes,
+    // one channel, a stride of 3 and a stride on one axis only.
+    let cases = [
+        (1, 4, 4, [8, 8, 8], [2, 2, 2]),
+        (2, 3, 5, [7, 6, 5], [2, 2, 2]),
+        (1, 1, 1, [9, 9, 9], [2, 2, 2]),
+        (1, 2, 3, [10, 7, 8], [3, 3, 3]),
+        (1, 3, 2, [6, 6, 6], [1, 2, 1]),
+    ];
+    for layout in Layout::ALL {
+        for (i, &(b, ci, co, size, stride)) in cases.iter().enumerate() {
+            let spec = Conv3dSpec {
+                stride,
+                padding: [1, 1, 1],
+                compute: compute(layout),
+            };
+            assert!(is_strided_same([3, 3, 3], &spec));
+            let x = Tensor::<Flex, 5>::random(
+                [b, ci, size[0], size[1], size[2]],
+                Distribution::Default,
+                &device,
+            );
+            let w = Tensor::<Flex, 5>::random([co, ci, 3, 3, 3], Distribution::Default, &device);
+            let y = reference::forward(x.clone(), w.clone(), spec);
+            let dy = Tensor::<Flex, 5>::random(y.dims(), Distribution::Default, &device);
+            let want = reference::data_grad(x, w.clone(), dy.clone(), spec);
+            let got = data_grad_via_forward(size, w, in_layout(dy, layout), spec);
+            assert_eq!(got.dims(), want.dims(), "case {i} {layout}");
+            let e = rel_l2(got, want);
+            assert!(e < 1e-6, "case {i} {layout}: {e:e}");
+        }
+    }
+    let stride_one = Conv3dSpec {
+        stride: [1, 1, 1],
+        padding: [1, 1, 1],
+        compute: compute(Layout::Ncdhw),
+    };
+    assert!(!is_strided_same([3, 3, 3], &stride_one));
+    let unpadded = Conv3dSpec {
+        padding: [0, 0, 0],
+        stride: [2, 2, 2],
+        ..stride_one
+    };
+    assert!(!is_strided_same([3, 3, 3], &unpadded));
+}
