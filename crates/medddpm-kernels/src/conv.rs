@@ -18,6 +18,7 @@ use burn::tensor::ops::{ConvOptions, FloatTensor};
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::compute::{Compute, Layout};
+use crate::norm::{self, GroupNormGrads, GroupNormOutput, GroupNormSpec};
 
 /// Stride and padding of a 3-D convolution (dilation 1, one group: all the U-Net uses), plus
 /// how it should compute.
@@ -77,6 +78,62 @@ pub trait KernelBackend: Backend {
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
         Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
+    }
+
+    /// GroupNorm forward (SiLU fused in when `spec.silu`): the output and the per-group
+    /// statistics the backward pass needs. Provided body: the plain-op reference
+    /// ([`crate::norm::forward`]).
+    fn group_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormOutput<Self> {
+        let (y, mean, rstd) = norm::forward::<Self>(tensor(x), tensor(gamma), tensor(beta), &spec);
+        GroupNormOutput {
+            y: float(y),
+            mean: float(mean),
+            rstd: float(rstd),
+        }
+    }
+
+    /// GroupNorm backward from the input, the parameters and the forward's statistics.
+    /// Provided body: the plain-op reference ([`crate::norm::backward`]).
+    #[allow(clippy::too_many_arguments)]
+    fn group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormGrads<Self> {
+        let (dx, dgamma, dbeta) = norm::backward::<Self>(
+            tensor(x),
+            tensor(gamma),
+            tensor(beta),
+            tensor(mean),
+            tensor(rstd),
+            tensor(grad),
+            &spec,
+        );
+        GroupNormGrads {
+            x: float(dx),
+            gamma: float(dgamma),
+            beta: float(dbeta),
+        }
+    }
+
+    /// GroupNorm as a network layer: the forward's output. The autodiff backend overrides it
+    /// with a node whose backward is [`KernelBackend::group_norm_backward`].
+    fn group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> FloatTensor<Self> {
+        Self::group_norm_forward(x, gamma, beta, spec).y
     }
 
     /// Trilinear x2 upsampling (`align_corners = False`) of a `[b, c, d, h, w]` tensor, or of a
@@ -171,7 +228,78 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         }
     }
 
-    // The two gradient methods keep their provided bodies (burn's own ops, which autodiff
+    fn group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct GroupNormBackward;
+
+        type GroupNormState<B> = (
+            NodeId,
+            NodeId,
+            NodeId,
+            FloatTensor<B>,
+            FloatTensor<B>,
+            GroupNormSpec,
+        );
+
+        impl<B: KernelBackend> Backward<B, 3> for GroupNormBackward {
+            type State = GroupNormState<B>;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 3>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let [node_x, node_gamma, node_beta] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x_state, gamma_state, beta_state, mean, rstd, spec) = ops.state;
+                let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
+                let gamma =
+                    checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(gamma_state);
+                let beta = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(beta_state);
+                let g = B::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec);
+                if let Some(node) = node_x {
+                    grads.register::<B>(node.id, g.x);
+                }
+                if let Some(node) = node_gamma {
+                    grads.register::<B>(node.id, g.gamma);
+                }
+                if let Some(node) = node_beta {
+                    grads.register::<B>(node.id, g.beta);
+                }
+            }
+        }
+
+        match GroupNormBackward
+            .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let x_state = prep.checkpoint(&x);
+                let gamma_state = prep.checkpoint(&gamma);
+                let beta_state = prep.checkpoint(&beta);
+                let out = B::group_norm_forward(x.primitive, gamma.primitive, beta.primitive, spec);
+                prep.finish(
+                    (x_state, gamma_state, beta_state, out.mean, out.rstd, spec),
+                    out.y,
+                )
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::group_norm(
+                x.primitive,
+                gamma.primitive,
+                beta.primitive,
+                spec,
+            )),
+        }
+    }
+
+    // The other gradient methods keep their provided bodies (burn's own ops, which autodiff
     // differentiates): nothing here needs second-order gradients.
 }
 

@@ -3,8 +3,8 @@
 //!
 //! - [`Compute`]: precision, activation layout and convolution engine, built once by the
 //!   command line and passed down to every layer.
-//! - [`KernelBackend`]: 3-D convolution with its data and weight gradients, and trilinear x2
-//!   upsampling. Every backend gets
+//! - [`KernelBackend`]: 3-D convolution with its data and weight gradients, GroupNorm (SiLU
+//!   fused in) with a hand-written backward, and trilinear x2 upsampling. Every backend gets
 //!   the plain-burn-op versions (the reference twins in [`conv::reference`]); burn's CUDA backend
 //!   computes them with cuDNN when [`ConvEngine::Cudnn`] is chosen (feature `cuda`), and the
 //!   autodiff backend has a hand-written backward that calls the same engine.
@@ -27,10 +27,12 @@ mod compute;
 pub mod conv;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
+pub mod norm;
 mod upsample;
 
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, Precision};
 pub use conv::{conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend};
+pub use norm::{cast_to, group_norm, to_stats, GroupNormSpec};
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
 };

@@ -5,7 +5,7 @@
 use burn::module::Module;
 use burn::nn::conv::{Conv1d, Conv1dConfig, Conv3d, Conv3dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, PaddingConfig3d};
-use burn::tensor::activation::{silu, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::exec::{cast_to, to_stats, Ctx, Layout, OpClass};
@@ -57,8 +57,7 @@ impl<B: Backend> NormActConv<B> {
     where
         B: KernelBackend,
     {
-        let h = ctx.norm(&self.norm, x);
-        let h = ctx.op(OpClass::Elementwise, || silu(h));
+        let h = ctx.norm_silu(&self.norm, x);
         ctx.conv(&self.conv, h)
     }
 }
@@ -174,10 +173,8 @@ impl<B: Backend> AttentionBlock<B> {
             Layout::Ncdhw => {
                 let [b, c] = [dims[0], dims[1]];
                 let n = dims[2] * dims[3] * dims[4];
+                let normed = ctx.norm(&self.norm, x.clone()).reshape([b, c, n]);
                 let x = x.reshape([b, c, n]);
-                let normed = ctx.op(OpClass::Normalisation, || {
-                    crate::exec::group_norm(&self.norm, x.clone(), 1)
-                });
                 ctx.op(OpClass::Attention, || {
                     let qkv = self.qkv.forward(normed);
                     let scale = (c as f64).powf(-0.25);
@@ -196,10 +193,8 @@ impl<B: Backend> AttentionBlock<B> {
             Layout::Ndhwc => {
                 let [b, c] = [dims[0], dims[4]];
                 let n = dims[1] * dims[2] * dims[3];
+                let normed = ctx.norm(&self.norm, x.clone()).reshape([b, n, c]);
                 let x = x.reshape([b, n, c]);
-                let normed = ctx.op(OpClass::Normalisation, || {
-                    crate::exec::group_norm(&self.norm, x.clone(), 2)
-                });
                 ctx.op(OpClass::Attention, || {
                     // The k=1 Conv1d projections as products with the transposed kernels, so
                     // the tokens stay channels-last.

@@ -8,11 +8,11 @@ use std::time::Instant;
 use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, PaddingConfig3d};
-use burn::tensor::{backend::Backend, DType, ElementConversion, FloatDType, Tensor};
-use medddpm_kernels::{Compute, Conv3dSpec, KernelBackend};
+use burn::tensor::{backend::Backend, DType, ElementConversion, Tensor};
+use medddpm_kernels::{Compute, Conv3dSpec, GroupNormSpec, KernelBackend};
 use serde::{Deserialize, Serialize};
 
-pub use medddpm_kernels::Layout;
+pub use medddpm_kernels::{cast_to, to_stats, Layout};
 
 /// Operation classes of the per-operation breakdown (the paper's kernel mix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,7 +265,15 @@ impl<B: KernelBackend> Ctx<'_, B> {
     /// compute dtype (as mixed-precision training does: the statistics need f32's mantissa).
     pub fn norm(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Normalisation, || {
-            group_norm(norm, x, self.layout.channel_dim())
+            group_norm(norm, x, self.layout, false)
+        })
+    }
+
+    /// SiLU(GroupNorm(x)) as one operation of the backend extension (the U-Net applies SiLU
+    /// after every GroupNorm but the attention block's).
+    pub fn norm_silu(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Normalisation, || {
+            group_norm(norm, x, self.layout, true)
         })
     }
 }
@@ -354,107 +362,32 @@ pub(crate) fn pointwise_tokens<B: Backend>(
     }
 }
 
-/// GroupNorm over a tensor whose channel axis is `channel_dim` (1 or the last), with PyTorch's
-/// biased variance; input of any float dtype, statistics in f32 (f64 for f64 input), output
-/// in the input's dtype.
-pub fn group_norm<B: Backend, const D: usize>(
+/// GroupNorm (then SiLU when `silu`) of `x` in `layout`'s logical shape through the backend
+/// extension ([`medddpm_kernels::group_norm`]: a hand-written backward that keeps the input and
+/// the per-group statistics). burn's `GroupNorm` module supplies the parameters; without affine
+/// parameters the identity ones are used.
+pub fn group_norm<B: KernelBackend>(
     norm: &GroupNorm<B>,
-    x: Tensor<B, D>,
-    channel_dim: usize,
-) -> Tensor<B, D> {
-    let dtype = x.dtype();
-    let x = to_stats(x);
-    let shape = x.dims();
-    let b = shape[0];
-    let c = shape[channel_dim];
-    let g = norm.num_groups;
-    let spatial: usize = shape.iter().product::<usize>() / (b * c);
-    let stats = x.dtype();
-    let gamma = norm.gamma.as_ref().map(|p| cast_to(p.val(), stats));
-    let beta = norm.beta.as_ref().map(|p| cast_to(p.val(), stats));
-    let mut affine_shape = [1; D];
-    affine_shape[channel_dim] = c;
-    let y = if channel_dim == 1 {
-        let n = spatial * c / g;
-        // Blocked sums: a group holds millions of values at 128^3, and one running f32 sum
-        // over them (as some backends reduce) loses ~1e-3 of the mean; two levels of
-        // sqrt(n)-sized partial sums keep the statistics at f32 rounding.
-        let k = block_len(n);
-        let xg = x.reshape([b, g, n / k, k]);
-        let mean = xg.clone().sum_dim(3).sum_dim(2).div_scalar(n as f64);
-        let centred = xg.sub(mean);
-        let var = centred
-            .clone()
-            .square()
-            .sum_dim(3)
-            .sum_dim(2)
-            .div_scalar(n as f64);
-        centred
-            .div(var.add_scalar(norm.epsilon).sqrt())
-            .reshape(shape)
-    } else {
-        assert_eq!(
-            channel_dim,
-            D - 1,
-            "channels must be first (after batch) or last"
-        );
-        let n = (spatial * (c / g)) as f64;
-        let k = block_len(spatial);
-        let xg = x.reshape([b, spatial / k, k, g, c / g]);
-        let mean = xg.clone().sum_dim(4).sum_dim(2).sum_dim(1).div_scalar(n);
-        let centred = xg.sub(mean);
-        let var = centred
-            .clone()
-            .square()
-            .sum_dim(4)
-            .sum_dim(2)
-            .sum_dim(1)
-            .div_scalar(n);
-        centred
-            .div(var.add_scalar(norm.epsilon).sqrt())
-            .reshape(shape)
+    x: Tensor<B, 5>,
+    layout: Layout,
+    silu: bool,
+) -> Tensor<B, 5> {
+    let c = x.dims()[layout.channel_dim()];
+    let device = x.device();
+    let gamma = norm.gamma.as_ref().map(|p| p.val());
+    let beta = norm.beta.as_ref().map(|p| p.val());
+    let spec = GroupNormSpec {
+        num_groups: norm.num_groups,
+        epsilon: norm.epsilon,
+        silu,
+        layout,
     };
-    let y = match (gamma, beta) {
-        (Some(gamma), Some(beta)) => y
-            .mul(gamma.reshape(affine_shape))
-            .add(beta.reshape(affine_shape)),
-        _ => y,
-    };
-    cast_to(y, dtype)
-}
-
-/// The largest power of two that divides `n` and is at most sqrt(n) (the inner block of a
-/// two-level sum).
-fn block_len(n: usize) -> usize {
-    let mut k = 1;
-    while n % (2 * k) == 0 && (2 * k) * (2 * k) <= n {
-        k *= 2;
-    }
-    k
-}
-
-/// `x` in the dtype reductions (normalisation statistics, softmax) run in: f64 stays f64,
-/// everything else goes to f32.
-pub fn to_stats<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    match x.dtype() {
-        DType::F64 | DType::F32 => x,
-        _ => cast_to(x, DType::F32),
-    }
-}
-
-/// `x` in `dtype` (a no-op when it already is); `dtype` must be a float type.
-pub fn cast_to<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
-    if x.dtype() == dtype {
-        return x;
-    }
-    let target = match dtype {
-        DType::F64 => FloatDType::F64,
-        DType::F32 => FloatDType::F32,
-        DType::F16 => FloatDType::F16,
-        DType::BF16 => FloatDType::BF16,
-        other => panic!("cast_to: {other:?} is not a float dtype"),
-    };
-    x.cast(target)
+    medddpm_kernels::group_norm(
+        x,
+        gamma.unwrap_or_else(|| Tensor::ones([c], &device)),
+        beta.unwrap_or_else(|| Tensor::zeros([c], &device)),
+        spec,
+    )
 }
 
 /// Casts the parameters of convolutions and linear layers to `dtype`, leaving GroupNorm's in

@@ -326,8 +326,7 @@ impl<B: KernelBackend> UNet<B> {
             let joined = ctx.op(OpClass::Elementwise, || Tensor::cat(vec![h, skip], cat_dim));
             h = block.forward(joined, emb_act.clone(), &ctx);
         }
-        let h = ctx.norm(&self.out.norm, h);
-        let h = ctx.op(OpClass::Elementwise, || silu(h));
+        let h = ctx.norm_silu(&self.out.norm, h);
         let out = ctx.conv(&self.out.conv, h);
         ctx.op(OpClass::Elementwise, || {
             let out = match ctx.layout {
