@@ -71,6 +71,12 @@ pub struct BenchRecord {
     /// Whether the tuning cache of this backend and precision already held results when the
     /// run started (it may still have lacked some kernels of this layout or size).
     pub tune_cache_warm: Option<bool>,
+    /// burn's own memory statistics in MiB (the CubeCL backends), read in the reported
+    /// profiled training step: `in use after the forward pass` (the live tensors, the saved
+    /// activations among them, when memory peaks) and `reserved after the forward pass` (what
+    /// the pools hold from the device).
+    #[serde(default)]
+    pub burn_memory_mib: BTreeMap<String, f64>,
 }
 
 /// Separates a failed run's message from the tail of its log (the markdown report drops the
@@ -112,6 +118,7 @@ impl BenchRecord {
             train_breakdown_ms: BTreeMap::new(),
             agreement_reference: None,
             tune_cache_warm: None,
+            burn_memory_mib: BTreeMap::new(),
         }
     }
 

@@ -460,6 +460,46 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
         out.push_str(&md_row(&row));
     }
     out.push_str(&train_breakdown_table(records));
+    out.push_str(&burn_memory_table(records));
+    out
+}
+
+/// burn's own memory statistics, for the records that read them.
+fn burn_memory_table(records: &[BenchRecord]) -> String {
+    use crate::single::{MEMORY_IN_USE, MEMORY_RESERVED};
+    let rows: Vec<&BenchRecord> = records
+        .iter()
+        .filter(|r| !r.burn_memory_mib.is_empty())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nburn's memory pools after the forward pass of the profiled training step, MiB (the \
+         live tensors, saved activations among them; and what the pools hold from the device), \
+         beside the nvidia-smi peak.\n\n",
+    );
+    out.push_str(&md_row(&[
+        "Configuration".to_string(),
+        "in use".to_string(),
+        "reserved".to_string(),
+        "nvidia-smi peak".to_string(),
+    ]));
+    out.push_str(&md_row(&[
+        "---".to_string(),
+        "---:".to_string(),
+        "---:".to_string(),
+        "---:".to_string(),
+    ]));
+    for r in rows {
+        let get = |k: &str| opt(r.burn_memory_mib.get(k).copied(), fmt_mib);
+        out.push_str(&md_row(&[
+            md_cell(&config_label(r)),
+            get(MEMORY_IN_USE),
+            get(MEMORY_RESERVED),
+            opt(r.peak_memory_mib, fmt_mib),
+        ]));
+    }
     out
 }
 
@@ -981,6 +1021,7 @@ mod tests {
             train_breakdown_ms: BTreeMap::new(),
             agreement_reference: None,
             tune_cache_warm: ok.then_some(false),
+            burn_memory_mib: BTreeMap::new(),
         }
     }
 
@@ -993,6 +1034,10 @@ mod tests {
             ("attention".to_string(), 30.0),
             ("elementwise".to_string(), 20.0),
             ("normalisation".to_string(), 25.0),
+        ]);
+        cuda.burn_memory_mib = BTreeMap::from([
+            (crate::single::MEMORY_IN_USE.to_string(), 12000.0),
+            (crate::single::MEMORY_RESERVED.to_string(), 20480.0),
         ]);
         let mut wgpu = record("wgpu", "fp32", RecordStatus::Ok);
         wgpu.train_step_median_ms = Some(1500.0);
@@ -1201,11 +1246,19 @@ mod tests {
             .lines()
             .skip_while(|l| !l.starts_with("| Configuration | convolution"))
             .skip(2)
+            .take_while(|l| l.starts_with('|'))
             .collect();
         assert_eq!(rows.len(), 2, "{md}");
         assert!(rows[0].starts_with("| cuda/bf16/ncdhw | 120.0 (59.6%) |"));
         assert!(rows[0].ends_with("| 201.5 |"));
         assert!(rows[1].contains(DASH));
+
+        // burn's memory statistics beside the nvidia-smi peak, for the record that read them.
+        assert!(
+            md.contains("| cuda/bf16/ncdhw | 12000 | 20480 | 30512 |"),
+            "{md}"
+        );
+        assert!(!md.contains("| wgpu/fp32/ncdhw | 1"), "{md}");
     }
 
     #[test]

@@ -184,6 +184,11 @@ pub fn bench_one_with_partial<B: KernelAutodiffBackend>(
 /// Timesteps of the schedule the benchmark's sampling steps walk down (the reference's T).
 pub(crate) const TIMESTEPS: usize = 250;
 
+/// Keys of [`BenchRecord::burn_memory_mib`].
+pub(crate) const MEMORY_IN_USE: &str = "in use after the forward pass";
+/// See [`MEMORY_IN_USE`].
+pub(crate) const MEMORY_RESERVED: &str = "reserved after the forward pass";
+
 fn size_label(size: [usize; 3]) -> String {
     format!("{}x{}x{}", size[0], size[1], size[2])
 }
@@ -533,6 +538,7 @@ fn measure<B: KernelAutodiffBackend>(
         progress("training breakdown (2 profiled micro-steps, the second reported)");
         let mut model = model;
         let mut phases = [0.0f64; 5];
+        let mut memory = None;
         for _ in 0..2 {
             let noise = Tensor::<B, 5>::random(
                 [b, image_channels, d, h, w],
@@ -550,6 +556,7 @@ fn measure<B: KernelAutodiffBackend>(
             let loss = micro_step_loss(&model, &schedule, batch, LossType::L1, env.compute());
             sync::<B>(device)?;
             let forward_ms = ms_since(t0);
+            memory = B::memory_usage(device);
             let t1 = Instant::now();
             medddpm_kernels::conv::backward_profile::start();
             let grads = loss.backward();
@@ -565,6 +572,15 @@ fn measure<B: KernelAutodiffBackend>(
         }
         drop(model);
         let [forward_ms, data_ms, weight_ms, backward_ms, optim_ms] = phases;
+        if let Some(m) = memory {
+            let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+            for (k, v) in [
+                (MEMORY_IN_USE, mib(m.in_use)),
+                (MEMORY_RESERVED, mib(m.reserved)),
+            ] {
+                record.burn_memory_mib.insert(k.to_string(), v);
+            }
+        }
         for (k, v) in [
             ("forward and loss", forward_ms),
             ("backward: convolution data gradients", data_ms),

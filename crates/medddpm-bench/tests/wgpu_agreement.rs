@@ -168,3 +168,97 @@ fn convolutions_and_their_gradients_agree_with_the_cpu() {
     let bad = on_wgpu(Convolutions);
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// GroupNorm (SiLU fused) through the extension on wgpu: output and the three gradients against
+/// the CPU, both layouts; and burn's memory statistics are read.
+struct GroupNormAndMemory;
+
+impl BackendTask for GroupNormAndMemory {
+    type Output = (Vec<String>, Option<medddpm_kernels::MemoryStats>);
+
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        _: &RunEnv,
+    ) -> anyhow::Result<Self::Output> {
+        use medddpm_kernels::{group_norm, GroupNormSpec};
+        type Cpu = burn::backend::Autodiff<burn::backend::Flex>;
+        let cpu = Default::default();
+        let mut bad = Vec::new();
+        for layout in Layout::ALL {
+            let spec = GroupNormSpec {
+                num_groups: 4,
+                epsilon: 1e-5,
+                silu: true,
+                layout,
+            };
+            let shape = match layout {
+                Layout::Ncdhw => [2, 8, 6, 5, 7],
+                Layout::Ndhwc => [2, 6, 5, 7, 8],
+            };
+            let x = Tensor::<Cpu, 5>::random(shape, Distribution::Normal(0.3, 2.0), &cpu);
+            let gamma = Tensor::<Cpu, 1>::random([8], Distribution::Normal(1.0, 0.5), &cpu);
+            let beta = Tensor::<Cpu, 1>::random([8], Distribution::Normal(0.0, 0.5), &cpu);
+            let probe = Tensor::<Cpu, 5>::random(shape, Distribution::Normal(0.0, 1.0), &cpu);
+            let data = |t: Tensor<Cpu, 5>| t.into_data().to_vec::<f32>().unwrap();
+            // CPU.
+            let (xc, gc, bc) = (
+                x.clone().require_grad(),
+                gamma.clone().require_grad(),
+                beta.clone().require_grad(),
+            );
+            let yc = group_norm(xc.clone(), gc.clone(), bc.clone(), spec);
+            let grads = yc.clone().mul(probe.clone()).sum().backward();
+            let inner = |t: burn::tensor::TensorData| t.to_vec::<f32>().unwrap();
+            let want = [
+                data(yc),
+                inner(xc.grad(&grads).unwrap().into_data()),
+                inner(gc.grad(&grads).unwrap().into_data()),
+                inner(bc.grad(&grads).unwrap().into_data()),
+            ];
+            // wgpu.
+            let to5 = |t: Tensor<Cpu, 5>| {
+                Tensor::<B, 5>::from_data(t.into_data(), &device).require_grad()
+            };
+            let to1 = |t: Tensor<Cpu, 1>| {
+                Tensor::<B, 1>::from_data(t.into_data(), &device).require_grad()
+            };
+            let (xg, gg, bg) = (to5(x), to1(gamma), to1(beta));
+            let yg = group_norm(xg.clone(), gg.clone(), bg.clone(), spec);
+            let grads = yg
+                .clone()
+                .mul(Tensor::from_data(probe.into_data(), &device))
+                .sum()
+                .backward();
+            let v5 = |t: Tensor<B::InnerBackend, 5>| t.into_data().to_vec::<f32>().unwrap();
+            let v1 = |t: Tensor<B::InnerBackend, 1>| t.into_data().to_vec::<f32>().unwrap();
+            let got = [
+                yg.into_data().to_vec::<f32>().unwrap(),
+                v5(xg.grad(&grads).unwrap()),
+                v1(gg.grad(&grads).unwrap()),
+                v1(bg.grad(&grads).unwrap()),
+            ];
+            for (what, (g, w)) in ["y", "dx", "dgamma", "dbeta"]
+                .iter()
+                .zip(got.into_iter().zip(want))
+            {
+                let e = rel_l2(g, w);
+                if !(e < 1e-4) {
+                    bad.push(format!("{layout} {what}: {e:e}"));
+                }
+            }
+        }
+        Ok((bad, B::memory_usage(&device)))
+    }
+}
+
+#[test]
+fn group_norm_agrees_with_the_cpu_and_memory_statistics_are_read() {
+    let (bad, memory) = on_wgpu(GroupNormAndMemory);
+    assert!(bad.is_empty(), "{bad:#?}");
+    let memory = memory.expect("wgpu reports burn's memory statistics");
+    assert!(
+        memory.in_use > 0 && memory.reserved >= memory.in_use,
+        "{memory:?}"
+    );
+}

@@ -136,6 +136,13 @@ pub trait KernelBackend: Backend {
         Self::group_norm_forward(x, gamma, beta, spec).y
     }
 
+    /// What burn's memory pools hold on `device` now, where the backend says (the CubeCL
+    /// backends); `None` elsewhere. nvidia-smi sees the pools' reservations and the CUDA
+    /// context, not what the live tensors need: this tells the two apart.
+    fn memory_usage(_device: &Self::Device) -> Option<MemoryStats> {
+        None
+    }
+
     /// Trilinear x2 upsampling (`align_corners = False`) of a `[b, c, d, h, w]` tensor, or of a
     /// contiguous channels-last `[b, d, h, w, c]` one when `layout` is `Ndhwc`. The provided
     /// body is the separable plain-op version (autodiff differentiates it); a fused kernel
@@ -168,12 +175,41 @@ where
 {
 }
 
+/// Device memory held by burn's pools, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryStats {
+    /// Bytes of the live tensors (allocations in use, without padding).
+    pub in_use: u64,
+    /// Bytes the pools have reserved from the device.
+    pub reserved: u64,
+}
+
+/// [`KernelBackend::memory_usage`] of a CubeCL runtime's client.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn cube_memory_usage<R: burn_cubecl::cubecl::Runtime>(
+    device: &R::Device,
+) -> Option<MemoryStats> {
+    let usage = R::client(device).memory_usage().ok()?;
+    Some(MemoryStats {
+        in_use: usage.bytes_in_use,
+        reserved: usage.bytes_reserved,
+    })
+}
+
 impl KernelBackend for burn::backend::Flex {}
 
 #[cfg(feature = "wgpu")]
-impl KernelBackend for burn::backend::Wgpu {}
+impl KernelBackend for burn::backend::Wgpu {
+    fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
+        cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
+    }
+}
 
 impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
+    fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
+        B::memory_usage(device)
+    }
+
     fn conv3d_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

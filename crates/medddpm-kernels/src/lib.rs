@@ -31,7 +31,9 @@ pub mod norm;
 mod upsample;
 
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, Precision};
-pub use conv::{conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend};
+pub use conv::{
+    conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
+};
 pub use norm::{cast_to, group_norm, to_stats, GroupNormSpec};
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,

@@ -112,6 +112,10 @@ fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F, I, BT> {
+    fn memory_usage(device: &Self::Device) -> Option<crate::conv::MemoryStats> {
+        crate::conv::cube_memory_usage::<CudaRuntime>(device)
+    }
+
     fn conv3d_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
