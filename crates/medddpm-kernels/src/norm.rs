@@ -82,73 +82,58 @@ pub fn cast_to<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: DType) -> Ten
 /// two-level sum).
 pub fn block_len(n: usize) -> usize {
     let mut k = 1;
-    while n % (2 * k) == 0 && (2 * k) * (2 * k) <= n {
+    while n.is_multiple_of(2 * k) && (2 * k) * (2 * k) <= n {
         k *= 2;
     }
     k
 }
 
-/// How a `[b, c, d, h, w]` or `[b, d, h, w, c]` activation is viewed so that each group's
-/// values can be summed in two levels: the view's shape, the axes to sum (keeping them), and the
-/// shape of `[b, g]` statistics that broadcasts against the view.
-struct GroupView {
-    dims: [usize; 5],
-    sum_axes: &'static [usize],
-    stat: [usize; 5],
-    /// Values per group.
-    n: usize,
-}
-
-fn group_view(shape: [usize; 5], g: usize, layout: Layout) -> GroupView {
-    match layout {
-        Layout::Ncdhw => {
-            let [b, c, d, h, w] = shape;
-            let n = c / g * d * h * w;
-            let k = block_len(n);
-            GroupView {
-                dims: [b, g, 1, n / k, k],
-                sum_axes: &[4, 3],
-                stat: [b, g, 1, 1, 1],
-                n,
-            }
-        }
-        Layout::Ndhwc => {
-            let [b, d, h, w, c] = shape;
-            let s = d * h * w;
-            let k = block_len(s);
-            GroupView {
-                dims: [b, s / k, k, g, c / g],
-                sum_axes: &[4, 2, 1],
-                stat: [b, 1, 1, g, 1],
-                n: s * (c / g),
-            }
-        }
-    }
-}
-
-fn sum_axes<B: Backend>(mut t: Tensor<B, 5>, axes: &[usize]) -> Tensor<B, 5> {
-    for &a in axes {
-        t = t.sum_dim(a);
-    }
-    t
-}
-
-/// Per-channel sums over batch and space (two-level), as `[c]`.
-fn channel_sum<B: Backend>(t: Tensor<B, 5>, layout: Layout) -> Tensor<B, 1> {
+/// Sums over space per (batch, channel), `[b, c]`, in two levels (blocks of `block_len(s)`
+/// voxels, then the blocks). Both layouts reduce an axis whose neighbours in memory are other
+/// outputs or the same block, so every level reads its input once, in order, and writes a small
+/// result; the group sums come from these per-channel sums (a view that reduced the channels
+/// within a group first wrote an intermediate half the size of the input when a group has two
+/// channels).
+fn channel_sums<B: Backend>(t: Tensor<B, 5>, layout: Layout) -> Tensor<B, 2> {
     let shape = t.dims();
+    let b = shape[0];
+    let c = channels(shape, layout);
+    let s = shape.iter().product::<usize>() / (b * c);
+    let k = block_len(s);
     match layout {
-        Layout::Ncdhw => {
-            let [b, c, d, h, w] = shape;
-            let s = d * h * w;
-            let k = block_len(s);
-            sum_axes(t.reshape([b, c, s / k, k, 1]), &[3, 2, 0]).reshape([c])
-        }
-        Layout::Ndhwc => {
-            let [b, d, h, w, c] = shape;
-            let s = d * h * w;
-            let k = block_len(s);
-            sum_axes(t.reshape([b, s / k, k, c, 1]), &[2, 1, 0]).reshape([c])
-        }
+        Layout::Ncdhw => t
+            .reshape([b, c, s / k, k])
+            .sum_dim(3)
+            .sum_dim(2)
+            .reshape([b, c]),
+        Layout::Ndhwc => t
+            .reshape([b, s / k, k, c])
+            .sum_dim(2)
+            .sum_dim(1)
+            .reshape([b, c]),
+    }
+}
+
+/// Per-(batch, group) sums, `[b, g]`, of per-channel sums `[b, c]`.
+fn group_sums<B: Backend>(per_channel: Tensor<B, 2>, g: usize) -> Tensor<B, 2> {
+    let [b, c] = per_channel.dims();
+    per_channel
+        .reshape([b, g, c / g])
+        .sum_dim(2)
+        .reshape([b, g])
+}
+
+/// `[b, g]` statistics as one value per channel, shaped to broadcast against an activation in
+/// `layout`'s logical shape.
+fn per_channel<B: Backend>(stat: Tensor<B, 2>, c: usize, layout: Layout) -> Tensor<B, 5> {
+    let [b, g] = stat.dims();
+    let per_c = stat
+        .reshape([b, g, 1])
+        .expand([b, g, c / g])
+        .reshape([b, c]);
+    match layout {
+        Layout::Ncdhw => per_c.reshape([b, c, 1, 1, 1]),
+        Layout::Ndhwc => per_c.reshape([b, 1, 1, 1, c]),
     }
 }
 
@@ -163,19 +148,10 @@ fn channels(shape: [usize; 5], layout: Layout) -> usize {
     shape[layout.channel_dim()]
 }
 
-/// `x_hat = (x - mean) * rstd` in the statistics dtype, in `x`'s logical shape.
-fn normalised<B: Backend>(
-    x: Tensor<B, 5>,
-    mean: Tensor<B, 2>,
-    rstd: Tensor<B, 2>,
-    spec: &GroupNormSpec,
-) -> Tensor<B, 5> {
-    let shape = x.dims();
-    let v = group_view(shape, spec.num_groups, spec.layout);
-    let xv = to_stats(x).reshape(v.dims);
-    xv.sub(mean.reshape(v.stat))
-        .mul(rstd.reshape(v.stat))
-        .reshape(shape)
+/// Values per group.
+fn group_len(shape: [usize; 5], g: usize, layout: Layout) -> usize {
+    debug_assert_eq!(channels(shape, layout) % g, 0);
+    shape.iter().product::<usize>() / shape[0] / g
 }
 
 fn sigmoid<B: Backend>(a: Tensor<B, 5>) -> Tensor<B, 5> {
@@ -193,17 +169,18 @@ pub fn forward<B: Backend>(
 ) -> (Tensor<B, 5>, Tensor<B, 2>, Tensor<B, 2>) {
     let dtype = x.dtype();
     let shape = x.dims();
-    let b = shape[0];
+    let layout = spec.layout;
     let g = spec.num_groups;
-    let v = group_view(shape, g, spec.layout);
-    let xv = to_stats(x).reshape(v.dims);
-    let stats = xv.dtype();
-    let mean = sum_axes(xv.clone(), v.sum_axes).div_scalar(v.n as f64);
-    let centred = xv.sub(mean.clone());
-    let var = sum_axes(centred.clone().square(), v.sum_axes).div_scalar(v.n as f64);
+    let c = channels(shape, layout);
+    let n = group_len(shape, g, layout) as f64;
+    let x = to_stats(x);
+    let stats = x.dtype();
+    let mean = group_sums(channel_sums(x.clone(), layout), g).div_scalar(n);
+    let centred = x.sub(per_channel(mean.clone(), c, layout));
+    let var = group_sums(channel_sums(centred.clone().square(), layout), g).div_scalar(n);
     let rstd = var.add_scalar(spec.epsilon).sqrt().recip();
-    let x_hat = centred.mul(rstd.clone()).reshape(shape);
-    let affine = affine_shape(channels(shape, spec.layout), spec.layout);
+    let x_hat = centred.mul(per_channel(rstd.clone(), c, layout));
+    let affine = affine_shape(c, layout);
     let a = x_hat
         .mul(cast_to(gamma, stats).reshape(affine))
         .add(cast_to(beta, stats).reshape(affine));
@@ -212,15 +189,13 @@ pub fn forward<B: Backend>(
     } else {
         a
     };
-    (
-        cast_to(y, dtype),
-        mean.reshape([b, g]),
-        rstd.reshape([b, g]),
-    )
+    (cast_to(y, dtype), mean, rstd)
 }
 
 /// The plain-op backward: the reference twin of [`KernelBackend::group_norm_backward`].
-/// Recomputes `x_hat` (and the SiLU input) from `x` and the statistics.
+/// Recomputes `x_hat` (and the SiLU input) from `x` and the statistics. Two reductions over the
+/// input's size: the per-channel sums of `dL/da` and of `dL/da * x_hat` give dbeta and dgamma
+/// and, weighted by gamma and summed per group, the two group means of dL/dx.
 ///
 /// [`KernelBackend::group_norm_backward`]: crate::KernelBackend::group_norm_backward
 #[allow(clippy::too_many_arguments)]
@@ -237,18 +212,22 @@ pub fn backward<B: Backend>(
     let param_dtype = gamma.dtype();
     let shape = x.dims();
     let layout = spec.layout;
-    let affine = affine_shape(channels(shape, layout), layout);
-    let x_hat = normalised(x, mean, rstd.clone(), spec);
-    let stats = x_hat.dtype();
-    let gamma = cast_to(gamma, stats).reshape(affine);
-    let grad = to_stats(grad);
+    let g = spec.num_groups;
+    let c = channels(shape, layout);
+    let n = group_len(shape, g, layout) as f64;
+    let x = to_stats(x);
+    let stats = x.dtype();
+    let rstd_c = per_channel(rstd, c, layout);
+    let x_hat = x.sub(per_channel(mean, c, layout)).mul(rstd_c.clone());
+    let gamma = cast_to(gamma, stats);
+    let gamma_b = gamma.clone().reshape(affine_shape(c, layout));
     let grad = cast_to(grad, stats);
     // dL/da, a = gamma * x_hat + beta.
     let da = if spec.silu {
         let a = x_hat
             .clone()
-            .mul(gamma.clone())
-            .add(cast_to(beta, stats).reshape(affine));
+            .mul(gamma_b.clone())
+            .add(cast_to(beta, stats).reshape(affine_shape(c, layout)));
         let s = sigmoid(a.clone());
         // silu'(a) = s (1 + a (1 - s)).
         let ds = s
@@ -258,20 +237,19 @@ pub fn backward<B: Backend>(
     } else {
         grad
     };
-    let d_beta = channel_sum(da.clone(), layout);
-    let d_gamma = channel_sum(da.clone().mul(x_hat.clone()), layout);
-    // dL/dx = rstd (g - mean(g) - x_hat mean(g x_hat)) with g = dL/dx_hat, means per group.
-    let v = group_view(shape, spec.num_groups, layout);
-    let gv = da.mul(gamma).reshape(v.dims);
-    let xv = x_hat.reshape(v.dims);
-    let n = v.n as f64;
-    let m1 = sum_axes(gv.clone(), v.sum_axes).div_scalar(n);
-    let m2 = sum_axes(gv.clone().mul(xv.clone()), v.sum_axes).div_scalar(n);
-    let dx = gv
-        .sub(m1)
-        .sub(xv.mul(m2))
-        .mul(rstd.reshape(v.stat))
-        .reshape(shape);
+    let sum_da = channel_sums(da.clone(), layout);
+    let sum_da_xhat = channel_sums(da.clone().mul(x_hat.clone()), layout);
+    let d_beta = sum_da.clone().sum_dim(0).reshape([c]);
+    let d_gamma = sum_da_xhat.clone().sum_dim(0).reshape([c]);
+    // dL/dx = rstd (g - mean(g) - x_hat mean(g x_hat)) with g = gamma dL/da, means per group.
+    let gamma_row = gamma.reshape([1, c]);
+    let m1 = group_sums(sum_da.mul(gamma_row.clone()), g).div_scalar(n);
+    let m2 = group_sums(sum_da_xhat.mul(gamma_row), g).div_scalar(n);
+    let dx = da
+        .mul(gamma_b)
+        .sub(per_channel(m1, c, layout))
+        .sub(x_hat.mul(per_channel(m2, c, layout)))
+        .mul(rstd_c);
     (
         cast_to(dx, dtype),
         cast_to(d_gamma, param_dtype),
