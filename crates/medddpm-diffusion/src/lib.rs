@@ -1,4 +1,5 @@
-//! The Med-DDPM diffusion process: cosine schedule, `q_sample`, training loss and DDPM sampler.
+//! The Med-DDPM diffusion process: cosine schedule, `q_sample`, training loss, and the DDPM and
+//! DDIM samplers.
 //!
 //! The schedule is plain f64 data ([`CosineSchedule`]); tensors appear only where a buffer meets
 //! a batch. The sampler and the loss are generic over burn's `Backend` and over a [`Denoiser`], so
@@ -24,10 +25,12 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod ddim;
 pub mod process;
 pub mod sampler;
 pub mod schedule;
 
+pub use ddim::{DdimError, DdimSampler};
 pub use process::{network_input, noise_loss, training_loss, LossType, TrainingLoss};
 pub use sampler::{DdpmSampler, Denoiser, StepOutput};
 pub use schedule::{CosineSchedule, ScheduleConfig};

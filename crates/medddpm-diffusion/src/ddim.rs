@@ -1,0 +1,165 @@
+//! DDIM sampling (Song et al. 2021) of a model trained with the DDPM objective: fewer network
+//! calls on a subsequence of the training timesteps, deterministic at `eta = 0`.
+//!
+//! The scheduler is apart from the model, as in diffusers: [`DdimSampler::set_timesteps`] picks
+//! the subsequence and [`DdimSampler::step`] moves one step along it given the predicted noise.
+
+use burn::tensor::{backend::Backend, Distribution, Tensor};
+
+use crate::process::network_input;
+use crate::sampler::{Denoiser, StepOutput};
+use crate::schedule::CosineSchedule;
+
+/// Why a DDIM sampler cannot be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DdimError {
+    /// Zero steps, or more than the schedule has.
+    #[error("DDIM needs between 1 and {max} steps (the training timesteps), got {got}")]
+    Steps {
+        /// Steps asked for.
+        got: usize,
+        /// The schedule's timesteps.
+        max: usize,
+    },
+    /// `eta` outside [0, 1] or not finite.
+    #[error("DDIM eta must be in [0, 1] (0: deterministic, 1: DDPM's variance), got {0}")]
+    Eta(f64),
+}
+
+/// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
+#[derive(Debug, Clone)]
+pub struct DdimSampler {
+    schedule: CosineSchedule,
+    timesteps: Vec<usize>,
+    /// Noise scale: 0 is deterministic DDIM, 1 gives each step DDPM's posterior variance.
+    pub eta: f64,
+    /// Clamp x0 to [-1, 1] at every step (as the reference's DDPM sampler does).
+    pub clip_denoised: bool,
+}
+
+impl DdimSampler {
+    /// A sampler over `schedule` taking `steps` steps with noise scale `eta`.
+    pub fn new(schedule: CosineSchedule, steps: usize, eta: f64) -> Result<Self, DdimError> {
+        if !(0.0..=1.0).contains(&eta) {
+            return Err(DdimError::Eta(eta));
+        }
+        let mut sampler = Self {
+            schedule,
+            timesteps: Vec::new(),
+            eta,
+            clip_denoised: true,
+        };
+        sampler.set_timesteps(steps)?;
+        Ok(sampler)
+    }
+
+    /// Chooses `steps` timesteps, evenly spaced from the last training timestep down
+    /// ("trailing" spacing: the first step always starts from pure noise at T - 1; with
+    /// `steps = T` they are all of them).
+    pub fn set_timesteps(&mut self, steps: usize) -> Result<(), DdimError> {
+        let t = self.schedule.num_timesteps();
+        if steps == 0 || steps > t {
+            return Err(DdimError::Steps { got: steps, max: t });
+        }
+        let ratio = t as f64 / steps as f64;
+        self.timesteps = (0..steps)
+            .map(|i| ((t as f64 - i as f64 * ratio).round() as usize).saturating_sub(1))
+            .collect();
+        Ok(())
+    }
+
+    /// Timesteps in the order they are visited, from T - 1 down.
+    pub fn timesteps(&self) -> &[usize] {
+        &self.timesteps
+    }
+
+    /// The schedule this sampler walks.
+    pub fn schedule(&self) -> &CosineSchedule {
+        &self.schedule
+    }
+
+    /// The timestep after `t` in the subsequence, `None` after the last.
+    pub fn prev_timestep(&self, t: usize) -> Option<usize> {
+        let i = self.timesteps.iter().position(|&s| s == t)?;
+        self.timesteps.get(i + 1).copied()
+    }
+
+    /// One step from `x_t` at timestep `t` to the next timestep of the subsequence (`prev_t`,
+    /// `None` for the end of the chain, where x0 is returned) given the predicted noise `eps`.
+    ///
+    /// x0 = (x_t - sqrt(1 - abar_t) eps) / sqrt(abar_t), clamped; the noise is then re-derived
+    /// from the clamped x0 (so that x_t, x0 and the noise stay consistent, which makes `eta = 1`
+    /// exactly DDPM's step); x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev - sigma^2) eps
+    /// + sigma z, with sigma^2 = eta^2 (1 - abar_prev) / (1 - abar_t) (1 - abar_t / abar_prev).
+    /// `noise` is z, passed in so that tests can supply it.
+    pub fn step<B: Backend, const D: usize>(
+        &self,
+        eps: Tensor<B, D>,
+        t: usize,
+        prev_t: Option<usize>,
+        x_t: Tensor<B, D>,
+        noise: Tensor<B, D>,
+    ) -> StepOutput<B, D> {
+        let s = &self.schedule;
+        let abar_t = s.alphas_cumprod[t];
+        let abar_prev = prev_t.map_or(1.0, |p| s.alphas_cumprod[p]);
+        let mut x0 = x_t.clone().mul_scalar(s.sqrt_recip_alphas_cumprod[t])
+            - eps.clone().mul_scalar(s.sqrt_recipm1_alphas_cumprod[t]);
+        if self.clip_denoised {
+            x0 = x0.clamp(-1.0, 1.0);
+        }
+        let Some(_) = prev_t else {
+            return StepOutput {
+                prev_sample: x0.clone(),
+                pred_original_sample: x0.clone(),
+                mean: x0,
+                log_variance: f64::NEG_INFINITY,
+            };
+        };
+        // The noise consistent with x_t and the (clamped) x0.
+        let eps = (x_t - x0.clone().mul_scalar(abar_t.sqrt())).div_scalar((1.0 - abar_t).sqrt());
+        let variance =
+            self.eta.powi(2) * (1.0 - abar_prev) / (1.0 - abar_t) * (1.0 - abar_t / abar_prev);
+        let direction = (1.0 - abar_prev - variance).max(0.0).sqrt();
+        let mean = x0.clone().mul_scalar(abar_prev.sqrt()) + eps.mul_scalar(direction);
+        let prev_sample = if variance > 0.0 {
+            mean.clone() + noise.mul_scalar(variance.sqrt())
+        } else {
+            mean.clone()
+        };
+        StepOutput {
+            prev_sample,
+            pred_original_sample: x0,
+            mean,
+            log_variance: variance.ln(),
+        }
+    }
+
+    /// Runs the reverse process from pure noise, conditioned on `cond`, and returns x_0 (as
+    /// [`crate::DdpmSampler::sample`], with one network call per chosen timestep).
+    pub fn sample<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        mut on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        let [b, _, d, h, w] = cond.dims();
+        let device = cond.device();
+        let shape = [b, image_channels, d, h, w];
+        let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        for (i, &t) in self.timesteps.iter().enumerate() {
+            let prev_t = self.timesteps.get(i + 1).copied();
+            let eps =
+                denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
+            let noise = if prev_t.is_some() && self.eta > 0.0 {
+                Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
+            } else {
+                Tensor::zeros(shape, &device)
+            };
+            x = self.step(eps, t, prev_t, x, noise).prev_sample;
+            on_step(i + 1);
+        }
+        x
+    }
+}
