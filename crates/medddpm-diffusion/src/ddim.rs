@@ -89,9 +89,10 @@ impl DdimSampler {
     ///
     /// x0 = (x_t - sqrt(1 - abar_t) eps) / sqrt(abar_t), clamped; the noise is then re-derived
     /// from the clamped x0 (so that x_t, x0 and the noise stay consistent, which makes `eta = 1`
-    /// exactly DDPM's step); x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev - sigma^2) eps
-    /// + sigma z, with sigma^2 = eta^2 (1 - abar_prev) / (1 - abar_t) (1 - abar_t / abar_prev).
-    /// `noise` is z, passed in so that tests can supply it.
+    /// exactly DDPM's step); then
+    /// `x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev - sigma^2) eps + sigma z`, with
+    /// `sigma^2 = eta^2 (1 - abar_prev) / (1 - abar_t) (1 - abar_t / abar_prev)`. `noise` is z,
+    /// passed in so that tests can supply it.
     pub fn step<B: Backend, const D: usize>(
         &self,
         eps: Tensor<B, D>,
