@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use medddpm_backend::KernelAutodiffBackend;
+use medddpm_diffusion::{Sampler, SamplerConfig, SamplerKind};
 use medddpm_train::data::list_masks;
 use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, WeightsSource};
 use medddpm_unet::{cast_compute_params, UNetConfig};
@@ -46,8 +47,23 @@ pub struct SampleArgs {
     /// The network of a reference `.pt` checkpoint.
     #[arg(long, value_enum, default_value = "whole-head")]
     reference_model: ReferenceModel,
+    /// Reverse process: `ddpm` (ancestral, every timestep: the reference's) or `ddim`.
+    #[arg(long, value_enum, default_value = "ddpm")]
+    sampler: SamplerArg,
+    /// Network calls per sample (DDIM; default: every timestep of the schedule).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// DDIM's noise scale: 0 is deterministic, 1 gives DDPM's variance.
+    #[arg(long, default_value_t = 0.0)]
+    eta: f64,
     #[command(flatten)]
     compute: ComputeArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SamplerArg {
+    Ddpm,
+    Ddim,
 }
 
 fn parse_range(s: &str) -> Result<(f32, f32), String> {
@@ -76,14 +92,15 @@ impl BackendTask for SampleTask {
         let mut model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
         model.unet =
             cast_compute_params(model.unet, env.compute_dtype()).with_compute(env.compute());
-        let steps = model.schedule.num_timesteps();
+        let steps = Sampler::new(model.schedule.clone(), &self.options.sampler)?.num_steps();
         eprintln!(
-            "sampling {} mask(s) x {} on the {} backend ({}, {}), {steps} reverse steps each",
+            "sampling {} mask(s) x {} on the {} backend ({}, {}), {} sampler, {steps} reverse steps each",
             self.masks.len(),
             self.options.samples_per_mask,
             env.backend,
             env.precision,
-            env.layout
+            env.layout,
+            self.options.sampler.kind,
         );
         let bar = sampling_bar((self.masks.len() * self.options.samples_per_mask * steps) as u64);
         let written = sample_masks(
@@ -134,6 +151,14 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         samples_per_mask: args.samples_per_mask,
         seed: args.seed,
         rescale: args.rescale,
+        sampler: SamplerConfig {
+            kind: match args.sampler {
+                SamplerArg::Ddpm => SamplerKind::Ddpm,
+                SamplerArg::Ddim => SamplerKind::Ddim,
+            },
+            steps: args.steps,
+            eta: args.eta,
+        },
     };
     run_on(
         &args.compute.settings(),

@@ -7,12 +7,12 @@
 use burn::tensor::{backend::Backend, Distribution, Tensor};
 
 use crate::process::network_input;
-use crate::sampler::{Denoiser, StepOutput};
+use crate::sampler::{DdpmSampler, Denoiser, StepOutput};
 use crate::schedule::CosineSchedule;
 
-/// Why a DDIM sampler cannot be built.
+/// Why a sampler cannot be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum DdimError {
+pub enum SamplerError {
     /// Zero steps, or more than the schedule has.
     #[error("DDIM needs between 1 and {max} steps (the training timesteps), got {got}")]
     Steps {
@@ -24,6 +24,95 @@ pub enum DdimError {
     /// `eta` outside [0, 1] or not finite.
     #[error("DDIM eta must be in [0, 1] (0: deterministic, 1: DDPM's variance), got {0}")]
     Eta(f64),
+    /// A step count for the DDPM sampler other than the schedule's.
+    #[error("the DDPM sampler walks all {timesteps} timesteps (asked for {got}); use the DDIM sampler for fewer")]
+    DdpmSteps {
+        /// Steps asked for.
+        got: usize,
+        /// The schedule's timesteps.
+        timesteps: usize,
+    },
+}
+
+/// Which reverse process to run, and how many network calls it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SamplerKind {
+    /// Ancestral DDPM over every training timestep (the reference's sampler).
+    #[default]
+    Ddpm,
+    /// DDIM over a subsequence of the timesteps.
+    Ddim,
+}
+
+impl std::fmt::Display for SamplerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SamplerKind::Ddpm => "ddpm",
+            SamplerKind::Ddim => "ddim",
+        })
+    }
+}
+
+/// The sampler settings: kind, number of steps (default: every timestep) and DDIM's eta.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplerConfig {
+    /// Which sampler.
+    pub kind: SamplerKind,
+    /// Network calls per sample (`None`: every timestep of the schedule).
+    pub steps: Option<usize>,
+    /// DDIM's noise scale (0: deterministic).
+    pub eta: f64,
+}
+
+/// A sampler built from a [`SamplerConfig`].
+#[derive(Debug, Clone)]
+pub enum Sampler {
+    /// Ancestral DDPM.
+    Ddpm(DdpmSampler),
+    /// DDIM.
+    Ddim(DdimSampler),
+}
+
+impl Sampler {
+    /// The sampler `config` asks for over `schedule`.
+    pub fn new(schedule: CosineSchedule, config: &SamplerConfig) -> Result<Self, SamplerError> {
+        let t = schedule.num_timesteps();
+        match config.kind {
+            SamplerKind::Ddpm => match config.steps {
+                Some(got) if got != t => Err(SamplerError::DdpmSteps { got, timesteps: t }),
+                _ => Ok(Sampler::Ddpm(DdpmSampler::new(schedule))),
+            },
+            SamplerKind::Ddim => Ok(Sampler::Ddim(DdimSampler::new(
+                schedule,
+                config.steps.unwrap_or(t),
+                config.eta,
+            )?)),
+        }
+    }
+
+    /// Network calls per sample.
+    pub fn num_steps(&self) -> usize {
+        match self {
+            Sampler::Ddpm(s) => s.schedule().num_timesteps(),
+            Sampler::Ddim(s) => s.timesteps().len(),
+        }
+    }
+
+    /// Runs the reverse process (see [`DdpmSampler::sample`]).
+    pub fn sample<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        match self {
+            Sampler::Ddpm(s) => s.sample(denoiser, cond, image_channels, on_step),
+            Sampler::Ddim(s) => s.sample(denoiser, cond, image_channels, on_step),
+        }
+    }
 }
 
 /// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
@@ -39,9 +128,9 @@ pub struct DdimSampler {
 
 impl DdimSampler {
     /// A sampler over `schedule` taking `steps` steps with noise scale `eta`.
-    pub fn new(schedule: CosineSchedule, steps: usize, eta: f64) -> Result<Self, DdimError> {
+    pub fn new(schedule: CosineSchedule, steps: usize, eta: f64) -> Result<Self, SamplerError> {
         if !(0.0..=1.0).contains(&eta) {
-            return Err(DdimError::Eta(eta));
+            return Err(SamplerError::Eta(eta));
         }
         let mut sampler = Self {
             schedule,
@@ -56,10 +145,10 @@ impl DdimSampler {
     /// Chooses `steps` timesteps, evenly spaced from the last training timestep down
     /// ("trailing" spacing: the first step always starts from pure noise at T - 1; with
     /// `steps = T` they are all of them).
-    pub fn set_timesteps(&mut self, steps: usize) -> Result<(), DdimError> {
+    pub fn set_timesteps(&mut self, steps: usize) -> Result<(), SamplerError> {
         let t = self.schedule.num_timesteps();
         if steps == 0 || steps > t {
-            return Err(DdimError::Steps { got: steps, max: t });
+            return Err(SamplerError::Steps { got: steps, max: t });
         }
         let ratio = t as f64 / steps as f64;
         self.timesteps = (0..steps)

@@ -30,7 +30,7 @@ pub mod process;
 pub mod sampler;
 pub mod schedule;
 
-pub use ddim::{DdimError, DdimSampler};
+pub use ddim::{DdimSampler, Sampler, SamplerConfig, SamplerError, SamplerKind};
 pub use process::{network_input, noise_loss, training_loss, LossType, TrainingLoss};
 pub use sampler::{DdpmSampler, Denoiser, StepOutput};
 pub use schedule::{CosineSchedule, ScheduleConfig};

@@ -145,7 +145,7 @@ fn sampling_with_an_exact_denoiser_recovers_the_image() {
 
 mod ddim {
     use super::*;
-    use crate::ddim::{DdimError, DdimSampler};
+    use crate::ddim::{DdimSampler, SamplerError};
 
     #[test]
     fn timesteps_are_trailing_and_evenly_spaced() {
@@ -170,12 +170,12 @@ mod ddim {
         );
         assert_eq!(
             DdimSampler::new(s.clone(), 0, 0.0).unwrap_err(),
-            DdimError::Steps { got: 0, max: 250 }
+            SamplerError::Steps { got: 0, max: 250 }
         );
         assert!(DdimSampler::new(s.clone(), 251, 0.0).is_err());
         assert_eq!(
             DdimSampler::new(s, 10, 1.5).unwrap_err(),
-            DdimError::Eta(1.5)
+            SamplerError::Eta(1.5)
         );
     }
 
@@ -244,4 +244,36 @@ mod ddim {
             assert!((v - 0.25).abs() < 1e-4, "{v}");
         }
     }
+}
+
+#[test]
+fn sampler_config_builds_the_sampler_it_names() {
+    use crate::ddim::{Sampler, SamplerConfig, SamplerError, SamplerKind};
+    let s = CosineSchedule::new(250);
+    let ddpm = Sampler::new(s.clone(), &SamplerConfig::default()).unwrap();
+    assert!(matches!(ddpm, Sampler::Ddpm(_)) && ddpm.num_steps() == 250);
+    let ddim = SamplerConfig {
+        kind: SamplerKind::Ddim,
+        steps: Some(25),
+        eta: 0.0,
+    };
+    assert_eq!(Sampler::new(s.clone(), &ddim).unwrap().num_steps(), 25);
+    let short_ddpm = SamplerConfig {
+        steps: Some(25),
+        ..SamplerConfig::default()
+    };
+    assert_eq!(
+        Sampler::new(s, &short_ddpm).unwrap_err(),
+        SamplerError::DdpmSteps {
+            got: 25,
+            timesteps: 250
+        }
+    );
+    let parsed: SamplerConfig =
+        serde_json::from_str(r#"{"kind": "ddim", "steps": 10, "eta": 0.5}"#).unwrap();
+    assert_eq!(parsed.kind, SamplerKind::Ddim);
+    assert_eq!((parsed.steps, parsed.eta), (Some(10), 0.5));
+    let defaults: SamplerConfig = serde_json::from_str("{}").unwrap();
+    assert_eq!(defaults, SamplerConfig::default());
+    assert!(serde_json::from_str::<SamplerConfig>(r#"{"kind": "euler"}"#).is_err());
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::record::Recorder;
 use burn::tensor::{backend::Backend, Tensor, TensorData};
-use medddpm_diffusion::{CosineSchedule, DdpmSampler};
+use medddpm_diffusion::{CosineSchedule, Sampler, SamplerConfig};
 use medddpm_mask::LabelScheme;
 use medddpm_nifti::Volume;
 use medddpm_unet::KernelBackend;
@@ -109,6 +109,8 @@ pub struct SampleOptions {
     pub seed: u64,
     /// Map [-1, 1] linearly to this range before writing (the network's range otherwise).
     pub rescale: Option<(f32, f32)>,
+    /// Which reverse process, with how many network calls.
+    pub sampler: SamplerConfig,
 }
 
 /// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
@@ -123,7 +125,11 @@ pub fn sample_masks<B: KernelBackend>(
 ) -> Result<Vec<PathBuf>, TrainError> {
     let data = &model.config.data;
     let scheme: LabelScheme = data.label_scheme.clone().into();
-    let sampler = DdpmSampler::new(model.schedule.clone());
+    let sampler =
+        Sampler::new(model.schedule.clone(), &options.sampler).map_err(|e| TrainError::Config {
+            path: None,
+            message: e.to_string(),
+        })?;
     let channels = model.unet.out_channels();
     let names = crate::data::image_channel_names(channels);
     std::fs::create_dir_all(out_dir).map_err(|e| TrainError::io(out_dir, e))?;

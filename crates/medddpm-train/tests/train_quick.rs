@@ -6,6 +6,7 @@
 mod common;
 
 use burn::backend::Flex;
+use medddpm_diffusion::{SamplerConfig, SamplerKind};
 use medddpm_nifti::Volume;
 use medddpm_train::data::list_masks;
 use medddpm_train::{load_sampling_model, sample_masks, RunDir, SampleOptions, WeightsSource};
@@ -68,9 +69,28 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         samples_per_mask: 2,
         seed: 5,
         rescale: None,
+        sampler: SamplerConfig::default(),
     };
-    let written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {}).unwrap();
+    let mut written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {}).unwrap();
     assert_eq!(written.len(), 2);
+    // The same model through 25 deterministic DDIM steps (a tenth of the network calls).
+    let ddim = SampleOptions {
+        samples_per_mask: 1,
+        sampler: SamplerConfig {
+            kind: SamplerKind::Ddim,
+            steps: Some(25),
+            eta: 0.0,
+        },
+        ..options
+    };
+    let mut calls = 0;
+    let ddim_out = tmp.path().join("samples-ddim");
+    let ddim_written = sample_masks(&model, &masks, &ddim_out, &ddim, &device, |_, _, done| {
+        calls = calls.max(done)
+    })
+    .unwrap();
+    assert_eq!(calls, 25);
+    written.extend(ddim_written);
 
     let mask = Volume::read(&masks[0]).unwrap();
     let image = Volume::read(
