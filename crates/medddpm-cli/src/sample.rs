@@ -48,8 +48,8 @@ pub struct SampleArgs {
     #[arg(long, value_enum, default_value = "whole-head")]
     reference_model: ReferenceModel,
     /// Reverse process: `ddpm` (ancestral, every timestep: the reference's) or `ddim`.
-    #[arg(long, value_enum, default_value = "ddpm")]
-    sampler: SamplerArg,
+    #[arg(long, default_value = "ddpm")]
+    sampler: SamplerKind,
     /// Network calls per sample (DDIM; default: every timestep of the schedule).
     #[arg(long)]
     steps: Option<usize>,
@@ -58,12 +58,6 @@ pub struct SampleArgs {
     eta: f64,
     #[command(flatten)]
     compute: ComputeArgs,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum SamplerArg {
-    Ddpm,
-    Ddim,
 }
 
 fn parse_range(s: &str) -> Result<(f32, f32), String> {
@@ -152,10 +146,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         seed: args.seed,
         rescale: args.rescale,
         sampler: SamplerConfig {
-            kind: match args.sampler {
-                SamplerArg::Ddpm => SamplerKind::Ddpm,
-                SamplerArg::Ddim => SamplerKind::Ddim,
-            },
+            kind: args.sampler,
             steps: args.steps,
             eta: args.eta,
         },

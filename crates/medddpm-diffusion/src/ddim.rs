@@ -4,10 +4,9 @@
 //! The scheduler is apart from the model, as in diffusers: [`DdimSampler::set_timesteps`] picks
 //! the subsequence and [`DdimSampler::step`] moves one step along it given the predicted noise.
 
-use burn::tensor::{backend::Backend, Distribution, Tensor};
+use burn::tensor::{backend::Backend, Tensor};
 
-use crate::process::network_input;
-use crate::sampler::{DdpmSampler, Denoiser, StepOutput};
+use crate::sampler::{reverse_process, DdpmSampler, Denoiser, StepOutput};
 use crate::schedule::CosineSchedule;
 
 /// Why a sampler cannot be built.
@@ -51,6 +50,18 @@ impl std::fmt::Display for SamplerKind {
             SamplerKind::Ddpm => "ddpm",
             SamplerKind::Ddim => "ddim",
         })
+    }
+}
+
+impl std::str::FromStr for SamplerKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ddpm" => Ok(SamplerKind::Ddpm),
+            "ddim" => Ok(SamplerKind::Ddim),
+            other => Err(format!("unknown sampler '{other}' (ddpm or ddim)")),
+        }
     }
 }
 
@@ -232,24 +243,20 @@ impl DdimSampler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        mut on_step: impl FnMut(usize),
+        on_step: impl FnMut(usize),
     ) -> Tensor<B, 5> {
-        let [b, _, d, h, w] = cond.dims();
-        let device = cond.device();
-        let shape = [b, image_channels, d, h, w];
-        let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
-        for (i, &t) in self.timesteps.iter().enumerate() {
-            let prev_t = self.timesteps.get(i + 1).copied();
-            let eps =
-                denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
-            let noise = if prev_t.is_some() && self.eta > 0.0 {
-                Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
-            } else {
-                Tensor::zeros(shape, &device)
-            };
-            x = self.step(eps, t, prev_t, x, noise).prev_sample;
-            on_step(i + 1);
-        }
-        x
+        let ts = &self.timesteps;
+        reverse_process(
+            denoiser,
+            cond,
+            image_channels,
+            ts,
+            |i| i + 1 < ts.len() && self.eta > 0.0,
+            |eps, i, x, noise| {
+                self.step(eps, ts[i], ts.get(i + 1).copied(), x, noise)
+                    .prev_sample
+            },
+            on_step,
+        )
     }
 }

@@ -101,24 +101,47 @@ impl DdpmSampler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        mut on_step: impl FnMut(usize),
+        on_step: impl FnMut(usize),
     ) -> Tensor<B, 5> {
-        let [b, _, d, h, w] = cond.dims();
-        let device = cond.device();
-        let shape = [b, image_channels, d, h, w];
-        let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
-        for (done, t) in self.timesteps().enumerate() {
-            let timesteps = vec![t; b];
-            let eps =
-                denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &timesteps);
-            let noise = if t > 0 {
-                Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
-            } else {
-                Tensor::zeros(shape, &device)
-            };
-            x = self.step(eps, t, x, noise).prev_sample;
-            on_step(done + 1);
-        }
-        x
+        let timesteps: Vec<usize> = self.timesteps().collect();
+        reverse_process(
+            denoiser,
+            cond,
+            image_channels,
+            &timesteps,
+            |i| timesteps[i] > 0,
+            |eps, i, x, noise| self.step(eps, timesteps[i], x, noise).prev_sample,
+            on_step,
+        )
     }
+}
+
+/// The reverse loop every sampler shares: from pure noise of `image_channels` channels, one
+/// network call per entry of `timesteps` (visited in order); `step(eps, i, x, z)` gives the next
+/// x from the predicted noise, with z fresh standard normal noise where `noisy(i)` says step i
+/// adds any (zeros otherwise, drawing nothing from the generator).
+pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
+    denoiser: &M,
+    cond: Tensor<B, 5>,
+    image_channels: usize,
+    timesteps: &[usize],
+    noisy: impl Fn(usize) -> bool,
+    mut step: impl FnMut(Tensor<B, 5>, usize, Tensor<B, 5>, Tensor<B, 5>) -> Tensor<B, 5>,
+    mut on_step: impl FnMut(usize),
+) -> Tensor<B, 5> {
+    let [b, _, d, h, w] = cond.dims();
+    let device = cond.device();
+    let shape = [b, image_channels, d, h, w];
+    let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+    for (i, &t) in timesteps.iter().enumerate() {
+        let eps = denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
+        let noise = if noisy(i) {
+            Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
+        } else {
+            Tensor::zeros(shape, &device)
+        };
+        x = step(eps, i, x, noise);
+        on_step(i + 1);
+    }
+    x
 }

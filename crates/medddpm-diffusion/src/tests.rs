@@ -279,4 +279,11 @@ fn sampler_config_builds_the_sampler_it_names() {
     let defaults: SamplerConfig = serde_json::from_str("{}").unwrap();
     assert_eq!(defaults, SamplerConfig::default());
     assert!(serde_json::from_str::<SamplerConfig>(r#"{"kind": "euler"}"#).is_err());
+    // The command line's spelling is the file's.
+    assert_eq!("ddim".parse::<SamplerKind>(), Ok(SamplerKind::Ddim));
+    assert_eq!(SamplerKind::Ddim.to_string().parse(), Ok(SamplerKind::Ddim));
+    assert!("euler"
+        .parse::<SamplerKind>()
+        .unwrap_err()
+        .contains("ddpm or ddim"));
 }
