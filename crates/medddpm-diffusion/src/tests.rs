@@ -58,7 +58,7 @@ fn loss_is_l1_or_l2_of_the_noise_error() {
 }
 
 #[test]
-fn the_loss_over_a_volume_is_at_f32_rounding_of_float64() {
+fn the_loss_over_a_volume_is_within_1e_5_of_float64() {
     // Four channels of about 400k voxels (the BraTS model's output at 64x80x80), values
     // around 0.8 as an L1 loss early in training has them; an odd length too. One running f32
     // sum was 1.8e-4 off here; the blocked sums stay within 1e-5 (f32 rounding of about a

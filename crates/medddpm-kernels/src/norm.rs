@@ -13,9 +13,10 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, Tensor, TensorPrimitive};
+use burn::tensor::{DType, FloatDType, Tensor};
 
 use crate::compute::Layout;
+use crate::conv::{float, tensor};
 
 /// How a GroupNorm computes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -148,10 +149,50 @@ fn channels(shape: [usize; 5], layout: Layout) -> usize {
     shape[layout.channel_dim()]
 }
 
-/// Values per group.
-fn group_len(shape: [usize; 5], g: usize, layout: Layout) -> usize {
-    debug_assert_eq!(channels(shape, layout) % g, 0);
-    shape.iter().product::<usize>() / shape[0] / g
+/// What the forward and the backward pass both derive from the input's shape and the spec.
+struct Geometry {
+    layout: Layout,
+    groups: usize,
+    channels: usize,
+    /// Values per group.
+    n: f64,
+}
+
+impl Geometry {
+    fn new(shape: [usize; 5], spec: &GroupNormSpec) -> Self {
+        let c = channels(shape, spec.layout);
+        debug_assert_eq!(c % spec.num_groups, 0);
+        Geometry {
+            layout: spec.layout,
+            groups: spec.num_groups,
+            channels: c,
+            n: (shape.iter().product::<usize>() / shape[0] / spec.num_groups) as f64,
+        }
+    }
+
+    /// `[b, g]` statistics per channel, broadcasting against the activation.
+    fn per_channel<B: Backend>(&self, stat: Tensor<B, 2>) -> Tensor<B, 5> {
+        per_channel(stat, self.channels, self.layout)
+    }
+
+    /// Per-(batch, group) means of the per-channel sums of `t`.
+    fn group_means<B: Backend>(&self, per_channel_sums: Tensor<B, 2>) -> Tensor<B, 2> {
+        group_sums(per_channel_sums, self.groups).div_scalar(self.n)
+    }
+
+    /// `gamma` and `beta` in `dtype`, shaped to broadcast against the activation.
+    fn affine<B: Backend>(
+        &self,
+        gamma: Tensor<B, 1>,
+        beta: Tensor<B, 1>,
+        dtype: DType,
+    ) -> (Tensor<B, 5>, Tensor<B, 5>) {
+        let shape = affine_shape(self.channels, self.layout);
+        (
+            cast_to(gamma, dtype).reshape(shape),
+            cast_to(beta, dtype).reshape(shape),
+        )
+    }
 }
 
 fn sigmoid<B: Backend>(a: Tensor<B, 5>) -> Tensor<B, 5> {
@@ -168,22 +209,17 @@ pub fn forward<B: Backend>(
     spec: &GroupNormSpec,
 ) -> (Tensor<B, 5>, Tensor<B, 2>, Tensor<B, 2>) {
     let dtype = x.dtype();
-    let shape = x.dims();
-    let layout = spec.layout;
-    let g = spec.num_groups;
-    let c = channels(shape, layout);
-    let n = group_len(shape, g, layout) as f64;
+    let geo = Geometry::new(x.dims(), spec);
     let x = to_stats(x);
-    let stats = x.dtype();
-    let mean = group_sums(channel_sums(x.clone(), layout), g).div_scalar(n);
-    let centred = x.sub(per_channel(mean.clone(), c, layout));
-    let var = group_sums(channel_sums(centred.clone().square(), layout), g).div_scalar(n);
+    let (gamma, beta) = geo.affine(gamma, beta, x.dtype());
+    let mean = geo.group_means(channel_sums(x.clone(), geo.layout));
+    let centred = x.sub(geo.per_channel(mean.clone()));
+    let var = geo.group_means(channel_sums(centred.clone().square(), geo.layout));
     let rstd = var.add_scalar(spec.epsilon).sqrt().recip();
-    let x_hat = centred.mul(per_channel(rstd.clone(), c, layout));
-    let affine = affine_shape(c, layout);
-    let a = x_hat
-        .mul(cast_to(gamma, stats).reshape(affine))
-        .add(cast_to(beta, stats).reshape(affine));
+    let a = centred
+        .mul(geo.per_channel(rstd.clone()))
+        .mul(gamma)
+        .add(beta);
     let y = if spec.silu {
         a.clone().mul(sigmoid(a))
     } else {
@@ -210,24 +246,17 @@ pub fn backward<B: Backend>(
 ) -> (Tensor<B, 5>, Tensor<B, 1>, Tensor<B, 1>) {
     let dtype = x.dtype();
     let param_dtype = gamma.dtype();
-    let shape = x.dims();
-    let layout = spec.layout;
-    let g = spec.num_groups;
-    let c = channels(shape, layout);
-    let n = group_len(shape, g, layout) as f64;
+    let geo = Geometry::new(x.dims(), spec);
+    let c = geo.channels;
     let x = to_stats(x);
     let stats = x.dtype();
-    let rstd_c = per_channel(rstd, c, layout);
-    let x_hat = x.sub(per_channel(mean, c, layout)).mul(rstd_c.clone());
-    let gamma = cast_to(gamma, stats);
-    let gamma_b = gamma.clone().reshape(affine_shape(c, layout));
+    let (gamma, beta) = geo.affine(gamma, beta, stats);
+    let rstd_c = geo.per_channel(rstd);
+    let x_hat = x.sub(geo.per_channel(mean)).mul(rstd_c.clone());
     let grad = cast_to(grad, stats);
     // dL/da, a = gamma * x_hat + beta.
     let da = if spec.silu {
-        let a = x_hat
-            .clone()
-            .mul(gamma_b.clone())
-            .add(cast_to(beta, stats).reshape(affine_shape(c, layout)));
+        let a = x_hat.clone().mul(gamma.clone()).add(beta);
         let s = sigmoid(a.clone());
         // silu'(a) = s (1 + a (1 - s)).
         let ds = s
@@ -237,32 +266,24 @@ pub fn backward<B: Backend>(
     } else {
         grad
     };
-    let sum_da = channel_sums(da.clone(), layout);
-    let sum_da_xhat = channel_sums(da.clone().mul(x_hat.clone()), layout);
+    let sum_da = channel_sums(da.clone(), geo.layout);
+    let sum_da_xhat = channel_sums(da.clone().mul(x_hat.clone()), geo.layout);
     let d_beta = sum_da.clone().sum_dim(0).reshape([c]);
     let d_gamma = sum_da_xhat.clone().sum_dim(0).reshape([c]);
     // dL/dx = rstd (g - mean(g) - x_hat mean(g x_hat)) with g = gamma dL/da, means per group.
-    let gamma_row = gamma.reshape([1, c]);
-    let m1 = group_sums(sum_da.mul(gamma_row.clone()), g).div_scalar(n);
-    let m2 = group_sums(sum_da_xhat.mul(gamma_row), g).div_scalar(n);
+    let gamma_row = gamma.clone().reshape([1, c]);
+    let m1 = geo.group_means(sum_da.mul(gamma_row.clone()));
+    let m2 = geo.group_means(sum_da_xhat.mul(gamma_row));
     let dx = da
-        .mul(gamma_b)
-        .sub(per_channel(m1, c, layout))
-        .sub(x_hat.mul(per_channel(m2, c, layout)))
+        .mul(gamma)
+        .sub(geo.per_channel(m1))
+        .sub(x_hat.mul(geo.per_channel(m2)))
         .mul(rstd_c);
     (
         cast_to(dx, dtype),
         cast_to(d_gamma, param_dtype),
         cast_to(d_beta, param_dtype),
     )
-}
-
-pub(crate) fn float<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-pub(crate) fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
 /// GroupNorm (and SiLU when `spec.silu`) of `x` on `B`'s kernels, differentiable on an autodiff

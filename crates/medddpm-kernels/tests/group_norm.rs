@@ -144,6 +144,8 @@ fn bf16_activations_keep_f32_statistics_and_parameter_gradients() {
     for layout in Layout::ALL {
         let case = CASES[0];
         let [x, gamma, beta] = grads(layout, true, case, DType::BF16);
+        // The parameter gradients come back in the parameters' f32.
+        assert_eq!((gamma.0.dtype(), beta.0.dtype()), (DType::F32, DType::F32));
         // Both sides see the same bf16 input; the gradients differ by bf16 rounding of dx only.
         for (what, (got, want), tolerance) in
             [("x", x, 1e-2), ("gamma", gamma, 1e-4), ("beta", beta, 1e-4)]
@@ -152,4 +154,34 @@ fn bf16_activations_keep_f32_statistics_and_parameter_gradients() {
             assert!(e < tolerance, "{layout} d{what}: {e:e}");
         }
     }
+}
+
+#[test]
+fn bf16_input_gives_bf16_output_and_f32_statistics() {
+    use medddpm_kernels::KernelBackend;
+    let device = Default::default();
+    let x = Tensor::<Flex, 5>::random([1, 8, 4, 4, 4], Distribution::Default, &device)
+        .cast(FloatDType::BF16);
+    let spec = GroupNormSpec {
+        num_groups: 4,
+        epsilon: 1e-5,
+        silu: true,
+        layout: Layout::Ncdhw,
+    };
+    let out = Flex::group_norm_forward(
+        x.into_primitive().tensor(),
+        Tensor::<Flex, 1>::ones([8], &device)
+            .into_primitive()
+            .tensor(),
+        Tensor::<Flex, 1>::zeros([8], &device)
+            .into_primitive()
+            .tensor(),
+        spec,
+    );
+    let dtype =
+        |t| Tensor::<Flex, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(t)).dtype();
+    assert_eq!(dtype(out.mean.clone()), DType::F32);
+    assert_eq!(dtype(out.rstd.clone()), DType::F32);
+    let y = Tensor::<Flex, 5>::from_primitive(burn::tensor::TensorPrimitive::Float(out.y));
+    assert_eq!(y.dtype(), DType::BF16);
 }

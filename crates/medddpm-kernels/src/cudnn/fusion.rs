@@ -2,7 +2,7 @@
 //! stream (as burn-vision registers its CubeCL kernels), executed on the CubeCL tensors.
 
 use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
-use burn::tensor::{Shape, Tensor, TensorPrimitive};
+use burn::tensor::Shape;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
@@ -10,7 +10,9 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorI
 use cubecl_cuda::CudaRuntime;
 
 use super::{run, warn_fallback, ConvOp, Operands};
-use crate::conv::{data_grad_via_forward, is_strided_same, Conv3dSpec, KernelBackend};
+use crate::conv::{
+    data_grad_via_forward, float, is_strided_same, tensor, Conv3dSpec, KernelBackend,
+};
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
@@ -141,9 +143,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         if is_strided_same(kernel, &spec) {
             // cuDNN's own strided data gradient is an order of magnitude slower (see there).
             let x_spatial = [x.shape[2], x.shape[3], x.shape[4]];
-            let dx: Tensor<Self, 5> =
-                data_grad_via_forward(x_spatial, tensor(weight), tensor(grad_out), spec);
-            return dx.into_primitive().tensor();
+            return float(data_grad_via_forward::<Self>(
+                x_spatial,
+                tensor(weight),
+                tensor(grad_out),
+                spec,
+            ));
         }
         let shape = x.shape.clone();
         register::<F, I, BT>(ConvOp::DataGrad, vec![x, weight, grad_out], shape, spec)
@@ -161,10 +166,4 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         let shape = weight.shape.clone();
         register::<F, I, BT>(ConvOp::WeightGrad, vec![x, weight, grad_out], shape, spec)
     }
-}
-
-fn tensor<F: FloatElement, I: IntElement, BT: BoolElement>(
-    t: FloatTensor<Fused<F, I, BT>>,
-) -> Tensor<Fused<F, I, BT>, 5> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
