@@ -479,20 +479,27 @@ fn measure<B: KernelAutodiffBackend>(
     // master weights.
     let mut optim = AdamConfig::new().with_epsilon(1e-8).init::<B, UNet<B>>();
     let mut last_loss = f32::NAN;
-    // The trainer's own micro-step (medddpm_train::micro_step), then the Adam step.
-    let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
-        let noise = Tensor::<B, 5>::random(
+    // The same images, condition and timesteps every step, fresh noise.
+    let new_batch = || MicroBatch {
+        x0: x0.clone(),
+        cond: Some(cond.clone()),
+        timesteps: timesteps.clone(),
+        noise: Tensor::<B, 5>::random(
             [b, image_channels, d, h, w],
             Distribution::Normal(0.0, 1.0),
             device,
+        ),
+    };
+    // The trainer's own micro-step (medddpm_train::micro_step), then the Adam step.
+    let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
+        let (grads, loss) = micro_step(
+            &model,
+            &schedule,
+            new_batch(),
+            LossType::L1,
+            env.compute(),
+            1.0,
         );
-        let batch = MicroBatch {
-            x0: x0.clone(),
-            cond: Some(cond.clone()),
-            timesteps: timesteps.clone(),
-            noise,
-        };
-        let (grads, loss) = micro_step(&model, &schedule, batch, LossType::L1, env.compute(), 1.0);
         let model = optim.step(config.lr, model, grads);
         if read_loss {
             last_loss = loss.inner().into_scalar().elem();
@@ -540,17 +547,7 @@ fn measure<B: KernelAutodiffBackend>(
         let mut phases = [0.0f64; 5];
         let mut memory = None;
         for _ in 0..2 {
-            let noise = Tensor::<B, 5>::random(
-                [b, image_channels, d, h, w],
-                Distribution::Normal(0.0, 1.0),
-                device,
-            );
-            let batch = MicroBatch {
-                x0: x0.clone(),
-                cond: Some(cond.clone()),
-                timesteps: timesteps.clone(),
-                noise,
-            };
+            let batch = new_batch();
             sync::<B>(device)?;
             let t0 = Instant::now();
             let loss = micro_step_loss(&model, &schedule, batch, LossType::L1, env.compute());
