@@ -7,6 +7,8 @@
 # e.g. scripts/gpu-bench-cells.sh out "cudnn/tf32/ndhwc:280 cubecl/tf32/ndhwc:200" --size 128 --steps 5
 # Records go to OUTDIR/bench (results.jsonl gathers every cell); the updated tuning cache to
 # OUTDIR/tune-cache.tgz (without the probe's float64 files, which are too large to bring back).
+# CHECK_KERNELS="fp32 tf32 bf16" first checks the cuDNN convolutions in those precisions
+# against the CPU (`medddpm check-kernels`, OUTDIR/check-kernels-P.json), 180 s each at most.
 set -u
 out=$1; cells=$2; shift 2
 mkdir -p "$out"
@@ -15,6 +17,11 @@ xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm
 export MEDDDPM_TUNE_CACHE=${MEDDDPM_TUNE_CACHE:-.device-cache/tune}
 mkdir -p "$MEDDDPM_TUNE_CACHE"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.csv"
+ldconfig -p | grep -i cudnn > "$out/cudnn-libs.txt"
+for p in ${CHECK_KERNELS:-}; do
+  timeout 180 /tmp/medddpm check-kernels --backend cuda --conv-engine cudnn --precision "$p" \
+    --scale 4 --out "$out/check-kernels-$p.json" 2>&1 | tee -a "$out/check-kernels.log"
+done
 for cell in $cells; do
   limit=${cell##*:}; IFS=/ read -r engine precision layout <<< "${cell%:*}"
   echo "== $engine / $precision / $layout (limit ${limit} s)" | tee -a "$out/bench.log"
