@@ -632,11 +632,7 @@ fn find(
                     ),
                     "forward heuristics",
                 )?;
-                max_fitting(
-                    perf[..returned as usize]
-                        .iter()
-                        .map(|r| (r.status, r.memory)),
-                )
+                max_fitting(&perf[..returned as usize])
             }
             ConvOp::DataGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
@@ -653,11 +649,7 @@ fn find(
                     ),
                     "data-gradient heuristics",
                 )?;
-                max_fitting(
-                    perf[..returned as usize]
-                        .iter()
-                        .map(|r| (r.status, r.memory)),
-                )
+                max_fitting(&perf[..returned as usize])
             }
             ConvOp::WeightGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
@@ -674,11 +666,7 @@ fn find(
                     ),
                     "weight-gradient heuristics",
                 )?;
-                max_fitting(
-                    perf[..returned as usize]
-                        .iter()
-                        .map(|r| (r.status, r.memory)),
-                )
+                max_fitting(&perf[..returned as usize])
             }
         }
     };
@@ -712,12 +700,7 @@ fn find(
                     ),
                     "forward search",
                 )?;
-                pick(
-                    perf[..returned as usize]
-                        .iter()
-                        .map(|r| (r.algo as u32, r.status, r.memory, r.time)),
-                    ws_needed,
-                )
+                pick(&perf[..returned as usize], ws_needed)
             }
             ConvOp::DataGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
@@ -739,12 +722,7 @@ fn find(
                     ),
                     "data-gradient search",
                 )?;
-                pick(
-                    perf[..returned as usize]
-                        .iter()
-                        .map(|r| (r.algo as u32, r.status, r.memory, r.time)),
-                    ws_needed,
-                )
+                pick(&perf[..returned as usize], ws_needed)
             }
             ConvOp::WeightGrad => {
                 let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
@@ -766,12 +744,7 @@ fn find(
                     ),
                     "weight-gradient search",
                 )?;
-                pick(
-                    perf[..returned as usize]
-                        .iter()
-                        .map(|r| (r.algo as u32, r.status, r.memory, r.time)),
-                    ws_needed,
-                )
+                pick(&perf[..returned as usize], ws_needed)
             }
         }
     };
@@ -779,12 +752,31 @@ fn find(
     best
 }
 
+/// What `find` reads from each of cuDNN's three per-algorithm result types: algorithm,
+/// status, workspace bytes and time (ms).
+trait AlgoPerf {
+    fn result(&self) -> (u32, sys::cudnnStatus_t, usize, f32);
+}
+
+macro_rules! algo_perf {
+    ($($t:ty),*) => {$(
+        impl AlgoPerf for $t {
+            fn result(&self) -> (u32, sys::cudnnStatus_t, usize, f32) {
+                (self.algo as u32, self.status, self.memory, self.time)
+            }
+        }
+    )*};
+}
+
+algo_perf!(
+    sys::cudnnConvolutionFwdAlgoPerf_t,
+    sys::cudnnConvolutionBwdDataAlgoPerf_t,
+    sys::cudnnConvolutionBwdFilterAlgoPerf_t
+);
+
 /// The fastest candidate that ran within the workspace, or what each candidate reported.
-fn pick(
-    results: impl Iterator<Item = (u32, sys::cudnnStatus_t, usize, f32)>,
-    ws: usize,
-) -> Result<Choice, String> {
-    let results: Vec<_> = results.collect();
+fn pick(perf: &[impl AlgoPerf], ws: usize) -> Result<Choice, String> {
+    let results: Vec<_> = perf.iter().map(AlgoPerf::result).collect();
     let ran = |r: &&(u32, sys::cudnnStatus_t, usize, f32)| {
         r.1 == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.2 <= ws && r.3 >= 0.0
     };
@@ -817,10 +809,11 @@ fn pick(
 }
 
 /// The largest workspace among the usable candidates, capped at [`MAX_WORKSPACE`].
-fn max_fitting(candidates: impl Iterator<Item = (sys::cudnnStatus_t, usize)>) -> usize {
-    candidates
-        .filter(|(status, _)| *status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
-        .map(|(_, memory)| memory)
+fn max_fitting(perf: &[impl AlgoPerf]) -> usize {
+    perf.iter()
+        .map(AlgoPerf::result)
+        .filter(|(_, status, _, _)| *status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+        .map(|(_, _, memory, _)| memory)
         .filter(|m| *m <= MAX_WORKSPACE)
         .max()
         .unwrap_or(0)
