@@ -117,6 +117,7 @@ where
         precision,
         layout: settings.layout,
         conv_engine,
+        norm_engine: settings.norm_engine,
         tune_cache: Some(root.clone()),
         tuned_before,
     };

@@ -100,7 +100,8 @@ fn nvidia_present() -> bool {
 }
 
 pub use medddpm_kernels::{
-    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout, Precision,
+    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout, NormEngine,
+    Precision,
 };
 
 impl fmt::Display for BackendKind {
@@ -128,6 +129,8 @@ pub struct ComputeSettings {
     pub layout: Layout,
     /// Library for the 3-D convolutions (`auto` is resolved when the backend starts).
     pub conv_engine: ConvEngine,
+    /// Code for GroupNorm.
+    pub norm_engine: NormEngine,
     /// Root of the kernel-tuning cache (GPU backends); `None` uses [`default_tune_cache`].
     pub tune_cache: Option<PathBuf>,
     /// Show a spinner with each kernel tuned (a line per kernel when stderr is not a terminal).
@@ -141,6 +144,7 @@ impl Default for ComputeSettings {
             precision: Precision::Fp32,
             layout: Layout::Ncdhw,
             conv_engine: ConvEngine::Auto,
+            norm_engine: NormEngine::Kernel,
             tune_cache: None,
             show_tuning: true,
         }
@@ -167,6 +171,10 @@ pub struct ComputeArgs {
     /// loads, else burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
     #[arg(long)]
     pub conv_engine: Option<ConvEngine>,
+    /// GroupNorm code: kernel (the default: CubeCL kernels on the CUDA and wgpu backends, burn's
+    /// ops on the CPU) or ops (burn's ops everywhere, the kernels' reference).
+    #[arg(long)]
+    pub norm_engine: Option<NormEngine>,
     /// Kernel-tuning cache folder of the GPU backends (default: $MEDDDPM_TUNE_CACHE,
     /// ~/.cache/medddpm/tune).
     #[arg(long)]
@@ -190,6 +198,7 @@ impl ComputeArgs {
                 .unwrap_or_else(|| default_precision(self.backend)),
             layout: self.layout.or(config.layout).unwrap_or_default(),
             conv_engine: self.conv_engine.or(config.conv_engine).unwrap_or_default(),
+            norm_engine: self.norm_engine.or(config.norm_engine).unwrap_or_default(),
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
         }
@@ -233,6 +242,8 @@ pub struct RunEnv {
     pub layout: Layout,
     /// The convolution engine that runs (never `auto`).
     pub conv_engine: ConvEngine,
+    /// The GroupNorm code asked for.
+    pub norm_engine: NormEngine,
     /// Folder of this backend and precision's tuning cache (GPU backends).
     pub tune_cache: Option<PathBuf>,
     /// Kernels already in that cache when the process started.
@@ -246,6 +257,7 @@ impl RunEnv {
             precision: self.precision,
             layout: self.layout,
             conv_engine: self.conv_engine,
+            norm_engine: self.norm_engine,
         }
     }
 
@@ -293,6 +305,7 @@ pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Re
                 precision: settings.precision,
                 layout: settings.layout,
                 conv_engine: ConvEngine::Cubecl,
+                norm_engine: settings.norm_engine,
                 tune_cache: None,
                 tuned_before: 0,
             };

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use medddpm_backend::{
-    run_on, BackendKind, BackendTask, ComputeSettings, ConvEngine, Precision, RunEnv, Unsupported,
+    run_on, BackendKind, BackendTask, ComputeSettings, ConvEngine, NormEngine, Precision, RunEnv,
+    Unsupported,
 };
 use medddpm_unet::{Layout, UNetConfig};
 
@@ -84,6 +85,10 @@ pub struct BenchArgs {
     /// or cubecl (burn's kernels). cuDNN rows are labelled `cuda+cudnn`.
     #[arg(long, default_value = "auto")]
     pub conv_engine: ConvEngine,
+    /// GroupNorm code of every configuration: kernel (CubeCL kernels on the GPU backends) or
+    /// ops (burn's ops, the reference). Rows with ops are labelled `+normops`.
+    #[arg(long, default_value = "kernel")]
+    pub norm_engine: NormEngine,
     /// Network configuration.
     #[arg(long, value_enum, default_value = "whole-head")]
     pub model: ModelArg,
@@ -207,6 +212,7 @@ fn single(args: &BenchArgs, config_path: &Path) -> anyhow::Result<()> {
         precision,
         layout,
         conv_engine: config.conv_engine,
+        norm_engine: config.norm_engine,
         tune_cache: args.tune_cache.clone(),
         show_tuning: true,
     };
@@ -351,6 +357,7 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
             check_only: args.check_only,
             seed: args.seed,
             conv_engine: args.conv_engine,
+            norm_engine: args.norm_engine,
             probe_cache: Some(
                 args.tune_cache
                     .clone()

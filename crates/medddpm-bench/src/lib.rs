@@ -42,6 +42,7 @@ mod tests {
             check_only,
             seed: 3,
             conv_engine: Default::default(),
+            norm_engine: Default::default(),
             probe_cache: None,
             locate: None,
         }
@@ -56,6 +57,7 @@ mod tests {
                     precision,
                     layout,
                     conv_engine: Default::default(),
+                    norm_engine: Default::default(),
                     tune_cache: None,
                     show_tuning: false,
                 };

@@ -46,6 +46,9 @@ pub struct SingleConfig {
     /// Convolution engine asked for (`auto` resolves per backend when the process starts).
     #[serde(default)]
     pub conv_engine: medddpm_backend::ConvEngine,
+    /// GroupNorm code asked for.
+    #[serde(default)]
+    pub norm_engine: medddpm_backend::NormEngine,
     /// Folder that keeps the agreement probe's float64 reference between runs.
     #[serde(default)]
     pub probe_cache: Option<std::path::PathBuf>,
@@ -114,10 +117,13 @@ pub fn bench_one_with_partial<B: KernelAutodiffBackend>(
         )
     };
     // The engine is part of what is measured: cuDNN rows are labelled `cuda+cudnn`.
-    let backend_label = match env.conv_engine {
+    let mut backend_label = match env.conv_engine {
         medddpm_backend::ConvEngine::Cudnn => format!("{}+cudnn", env.backend.name()),
         _ => env.backend.name().to_string(),
     };
+    if env.norm_engine == medddpm_backend::NormEngine::Ops {
+        backend_label.push_str("+normops");
+    }
     let mut record = BenchRecord::new(
         &backend_label,
         &device_name,

@@ -191,6 +191,7 @@ impl BackendTask for GroupNormAndMemory {
                 epsilon: 1e-5,
                 silu: true,
                 layout,
+                engine: medddpm_kernels::NormEngine::Kernel,
             };
             let shape = match layout {
                 Layout::Ncdhw => [2, 8, 6, 5, 7],
@@ -261,4 +262,48 @@ fn group_norm_agrees_with_the_cpu_and_memory_statistics_are_read() {
         memory.in_use > 0 && memory.reserved >= memory.in_use,
         "{memory:?}"
     );
+}
+
+/// The CubeCL GroupNorm kernels (and, for comparison, burn's ops on wgpu) against the plain-op
+/// twin on the CPU: every standard case, both layouts, forward and the three gradients, f32.
+struct GroupNormKernels;
+
+impl BackendTask for GroupNormKernels {
+    type Output = Vec<String>;
+
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        _: &RunEnv,
+    ) -> anyhow::Result<Vec<String>> {
+        use medddpm_kernels::norm::{engine_vs_reference, NormCase};
+        use medddpm_kernels::NormEngine;
+        let mut bad = Vec::new();
+        for engine in NormEngine::ALL {
+            for layout in Layout::ALL {
+                for (i, case) in NormCase::standard(1).into_iter().enumerate() {
+                    let errs = engine_vs_reference::<B::InnerBackend>(
+                        &device,
+                        case,
+                        layout,
+                        engine,
+                        DType::F32,
+                        i as u64,
+                    );
+                    for (what, e) in ["y", "dx", "dgamma", "dbeta"].iter().zip(errs) {
+                        if !(e < 5e-6) {
+                            bad.push(format!("{engine} {layout} {case:?} {what}: {e:e}"));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(bad)
+    }
+}
+
+#[test]
+fn group_norm_kernels_agree_with_their_reference_twin() {
+    let bad = on_wgpu(GroupNormKernels);
+    assert!(bad.is_empty(), "{bad:#?}");
 }

@@ -1,6 +1,6 @@
-//! `medddpm check-kernels`: the backend's convolution engine against the plain-op reference
-//! twin (burn's convolution in f32 on the CPU, on the same rounded operands) on the U-Net's geometries and odd ones, forward and
-//! both gradients, per precision and layout.
+//! `medddpm check-kernels`: the backend's convolution engine and GroupNorm kernels against their
+//! plain-op reference twins (burn's ops in f32 on the CPU, on the same rounded operands) on the
+//! U-Net's geometries and odd ones, forward and gradients, per precision and layout.
 
 use std::path::PathBuf;
 
@@ -10,6 +10,8 @@ use medddpm_backend::{
     Precision, RunEnv,
 };
 use medddpm_kernels::conv::{engine_vs_reference, ConvCase};
+use medddpm_kernels::norm::NormCase;
+use medddpm_kernels::NormEngine;
 use serde::Serialize;
 
 #[derive(Debug, clap::Args)]
@@ -23,6 +25,9 @@ pub struct CheckKernelsArgs {
     /// Convolution engine under test.
     #[arg(long, default_value = "auto")]
     conv_engine: ConvEngine,
+    /// GroupNorm code under test.
+    #[arg(long, default_value = "kernel")]
+    norm_engine: NormEngine,
     /// Spatial scale of the test volumes (1: 2^3 to 8^3 voxels).
     #[arg(long, default_value_t = 2)]
     scale: usize,
@@ -46,12 +51,47 @@ struct Row {
     pass: bool,
 }
 
+/// One GroupNorm case's result.
+#[derive(Debug, Serialize)]
+struct NormRow {
+    case: NormCase,
+    layout: String,
+    forward: f64,
+    data_grad: f64,
+    gamma_grad: f64,
+    beta_grad: f64,
+    tolerance: f64,
+    pass: bool,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     backend: String,
     precision: String,
     conv_engine: String,
     rows: Vec<Row>,
+    norm_engine: String,
+    norm_rows: Vec<NormRow>,
+}
+
+impl Report {
+    fn failed(&self) -> usize {
+        self.rows.iter().filter(|r| !r.pass).count()
+            + self.norm_rows.iter().filter(|r| !r.pass).count()
+    }
+
+    fn cases(&self) -> usize {
+        self.rows.len() + self.norm_rows.len()
+    }
+}
+
+/// How far GroupNorm may be from the f32 CPU twin on the same (rounded) operands: f32 summation
+/// order; in bf16 the rounding of the output and of the input gradient (8-bit mantissa).
+fn norm_tolerance(precision: Precision) -> f64 {
+    match precision {
+        Precision::Fp32 | Precision::Tf32 => 5e-6,
+        Precision::Bf16 => 1e-2,
+    }
 }
 
 struct Task {
@@ -107,11 +147,48 @@ impl BackendTask for Task {
                 });
             }
         }
+        let mut norm_rows = Vec::new();
+        let tol = norm_tolerance(env.precision);
+        for layout in Layout::ALL {
+            for (i, case) in NormCase::standard(self.scale).into_iter().enumerate() {
+                let errs = medddpm_kernels::norm::engine_vs_reference::<B::InnerBackend>(
+                    &device,
+                    case,
+                    layout,
+                    env.norm_engine,
+                    env.compute_dtype(),
+                    100 + i as u64,
+                );
+                let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
+                let [y, dx, dg, db] = errs;
+                eprintln!(
+                    "{layout} GroupNorm {} channels / {} groups{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e} {}",
+                    case.channels,
+                    case.groups,
+                    if case.silu { " + SiLU" } else { "" },
+                    case.size,
+                    case.batch,
+                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                );
+                norm_rows.push(NormRow {
+                    case,
+                    layout: layout.to_string(),
+                    forward: y,
+                    data_grad: dx,
+                    gamma_grad: dg,
+                    beta_grad: db,
+                    tolerance: tol,
+                    pass,
+                });
+            }
+        }
         Ok(Report {
             backend: env.backend.to_string(),
             precision: env.precision.to_string(),
             conv_engine: env.conv_engine.to_string(),
             rows,
+            norm_engine: env.norm_engine.to_string(),
+            norm_rows,
         })
     }
 }
@@ -127,23 +204,26 @@ pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| medddpm_backend::default_precision(args.backend)),
         layout: Layout::Ncdhw,
         conv_engine: args.conv_engine,
+        norm_engine: args.norm_engine,
         tune_cache: args.tune_cache,
         show_tuning: true,
     };
     let report = run_on(&settings, Task { scale: args.scale })?;
-    let failed = report.rows.iter().filter(|r| !r.pass).count();
+    let failed = report.failed();
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
     }
     println!(
-        "{} / {} / {}: {} of {} cases within {:.0e}",
+        "{} / {} / {} convolutions, {} GroupNorm: {} of {} cases within tolerance ({:.0e} and {:.0e})",
         report.backend,
         report.precision,
         report.conv_engine,
-        report.rows.len() - failed,
-        report.rows.len(),
-        tolerance(settings.precision)
+        report.norm_engine,
+        report.cases() - failed,
+        report.cases(),
+        tolerance(settings.precision),
+        norm_tolerance(settings.precision)
     );
     if failed > 0 {
         bail!("{failed} cases outside tolerance");

@@ -32,8 +32,9 @@ enum Command {
     /// Check that every backend, precision and layout gives the float64 CPU reference's output
     /// within the precision's tolerance (same weights, same input).
     Check(CheckArgs),
-    /// Compare the convolution engine (cuDNN or burn's kernels) with burn's plain convolution
-    /// ops on the U-Net's geometries and odd ones: forward and both gradients, both layouts.
+    /// Compare the convolution engine (cuDNN or burn's kernels) and the GroupNorm kernels with
+    /// burn's plain ops on the U-Net's geometries and odd ones: forward and gradients, both
+    /// layouts.
     CheckKernels(check_kernels::CheckKernelsArgs),
 }
 
@@ -89,6 +90,7 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
         precisions: args.precisions,
         layouts: args.layouts,
         conv_engine: args.conv_engine,
+        norm_engine: Default::default(),
         model: args.model,
         size: args.size,
         batch: 1,

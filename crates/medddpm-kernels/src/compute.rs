@@ -170,6 +170,47 @@ impl FromStr for ConvEngine {
     }
 }
 
+/// Which code computes GroupNorm (+ SiLU) and its gradients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormEngine {
+    /// The CubeCL kernels on burn's CubeCL backends (CUDA, wgpu) in f32, f16 and bf16; burn's
+    /// plain ops elsewhere.
+    #[default]
+    Kernel,
+    /// burn's plain ops everywhere (the kernels' reference twin).
+    Ops,
+}
+
+impl NormEngine {
+    /// Both, as the command line lists them.
+    pub const ALL: [NormEngine; 2] = [NormEngine::Kernel, NormEngine::Ops];
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            NormEngine::Kernel => "kernel",
+            NormEngine::Ops => "ops",
+        }
+    }
+}
+
+impl fmt::Display for NormEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for NormEngine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        NormEngine::ALL
+            .into_iter()
+            .find(|e| e.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown normalisation engine '{s}' (expected kernel or ops)"))
+    }
+}
+
 /// Everything that decides how the network's operations compute.
 ///
 /// Built once by the command line (or a test) and handed down: the U-Net keeps it, and every
@@ -183,6 +224,8 @@ pub struct Compute {
     pub layout: Layout,
     /// Library for the 3-D convolutions.
     pub conv_engine: ConvEngine,
+    /// Code for GroupNorm.
+    pub norm_engine: NormEngine,
 }
 
 impl Compute {
@@ -198,7 +241,11 @@ impl fmt::Display for Compute {
             f,
             "{} / {} / {}",
             self.precision, self.layout, self.conv_engine
-        )
+        )?;
+        if self.norm_engine != NormEngine::default() {
+            write!(f, " / norm {}", self.norm_engine)?;
+        }
+        Ok(())
     }
 }
 
@@ -216,4 +263,7 @@ pub struct ComputeConfig {
     /// `auto`, `cudnn` or `cubecl`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conv_engine: Option<ConvEngine>,
+    /// `kernel` or `ops`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm_engine: Option<NormEngine>,
 }

@@ -89,12 +89,7 @@ pub trait KernelBackend: Backend {
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        let (y, mean, rstd) = norm::forward::<Self>(tensor(x), tensor(gamma), tensor(beta), &spec);
-        GroupNormOutput {
-            y: float(y),
-            mean: float(mean),
-            rstd: float(rstd),
-        }
+        norm::forward_primitive::<Self>(x, gamma, beta, &spec)
     }
 
     /// GroupNorm backward from the input, the parameters and the forward's statistics.
@@ -109,20 +104,7 @@ pub trait KernelBackend: Backend {
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        let (dx, dgamma, dbeta) = norm::backward::<Self>(
-            tensor(x),
-            tensor(gamma),
-            tensor(beta),
-            tensor(mean),
-            tensor(rstd),
-            tensor(grad),
-            &spec,
-        );
-        GroupNormGrads {
-            x: float(dx),
-            gamma: float(dgamma),
-            beta: float(dbeta),
-        }
+        norm::backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
     }
 
     /// GroupNorm as a network layer: the forward's output. The autodiff backend overrides it
@@ -202,6 +184,35 @@ impl KernelBackend for burn::backend::Flex {}
 impl KernelBackend for burn::backend::Wgpu {
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
         cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
+    }
+
+    fn group_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormOutput<Self> {
+        if crate::cube::group_norm_runs(&spec, x.dtype) {
+            crate::cube::group_norm_forward_fused(x, gamma, beta, spec)
+        } else {
+            norm::forward_primitive::<Self>(x, gamma, beta, &spec)
+        }
+    }
+
+    fn group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormGrads<Self> {
+        if crate::cube::group_norm_runs(&spec, x.dtype) {
+            crate::cube::group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
+        } else {
+            norm::backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
+        }
     }
 }
 

@@ -25,12 +25,14 @@
 
 mod compute;
 pub mod conv;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod cube;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
 pub mod norm;
 mod upsample;
 
-pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, Precision};
+pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };

@@ -65,6 +65,7 @@ fn forward_matches_burns_group_norm() {
                     epsilon: module.epsilon,
                     silu: silu_too,
                     layout,
+                    engine: medddpm_kernels::NormEngine::Kernel,
                 };
                 let got = from_layout(group_norm(in_layout(x, layout), gamma, beta, spec), layout);
                 let e = rel_l2(got, want);
@@ -88,6 +89,7 @@ fn grads(
         epsilon: 1e-5,
         silu: silu_too,
         layout,
+        engine: medddpm_kernels::NormEngine::Kernel,
     };
     let x = Tensor::<Flex, 5>::random([b, c, d, h, w], Distribution::Normal(0.3, 2.0), &device);
     let x = in_layout(x, layout);
@@ -167,6 +169,7 @@ fn bf16_input_gives_bf16_output_and_f32_statistics() {
         epsilon: 1e-5,
         silu: true,
         layout: Layout::Ncdhw,
+        engine: medddpm_kernels::NormEngine::Kernel,
     };
     let out = Flex::group_norm_forward(
         x.into_primitive().tensor(),

@@ -9,7 +9,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, PaddingConfig3d};
 use burn::tensor::{backend::Backend, DType, ElementConversion, Tensor};
-use medddpm_kernels::{Compute, Conv3dSpec, GroupNormSpec, KernelBackend};
+use medddpm_kernels::{Compute, Conv3dSpec, GroupNormSpec, KernelBackend, NormEngine};
 use serde::{Deserialize, Serialize};
 
 pub use medddpm_kernels::{cast_to, to_stats, Layout};
@@ -265,7 +265,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
     /// compute dtype (as mixed-precision training does: the statistics need f32's mantissa).
     pub fn norm(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Normalisation, || {
-            group_norm(norm, x, self.layout, false)
+            group_norm(norm, x, self.layout, self.compute.norm_engine, false)
         })
     }
 
@@ -273,7 +273,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
     /// after every GroupNorm but the attention block's).
     pub fn norm_silu(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Normalisation, || {
-            group_norm(norm, x, self.layout, true)
+            group_norm(norm, x, self.layout, self.compute.norm_engine, true)
         })
     }
 }
@@ -370,6 +370,7 @@ pub fn group_norm<B: KernelBackend>(
     norm: &GroupNorm<B>,
     x: Tensor<B, 5>,
     layout: Layout,
+    engine: NormEngine,
     silu: bool,
 ) -> Tensor<B, 5> {
     let c = x.dims()[layout.channel_dim()];
@@ -381,6 +382,7 @@ pub fn group_norm<B: KernelBackend>(
         epsilon: norm.epsilon,
         silu,
         layout,
+        engine,
     };
     medddpm_kernels::group_norm(
         x,

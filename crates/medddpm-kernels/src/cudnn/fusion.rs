@@ -13,6 +13,7 @@ use super::{run, warn_fallback, ConvOp, Operands};
 use crate::conv::{
     data_grad_via_forward, float, is_strided_same, tensor, Conv3dSpec, KernelBackend,
 };
+use crate::norm::{self, GroupNormGrads, GroupNormOutput, GroupNormSpec};
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
@@ -116,6 +117,35 @@ fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F, I, BT> {
     fn memory_usage(device: &Self::Device) -> Option<crate::conv::MemoryStats> {
         crate::conv::cube_memory_usage::<CudaRuntime>(device)
+    }
+
+    fn group_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormOutput<Self> {
+        if crate::cube::group_norm_runs(&spec, x.dtype) {
+            crate::cube::group_norm_forward_fused(x, gamma, beta, spec)
+        } else {
+            norm::forward_primitive::<Self>(x, gamma, beta, &spec)
+        }
+    }
+
+    fn group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormGrads<Self> {
+        if crate::cube::group_norm_runs(&spec, x.dtype) {
+            crate::cube::group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
+        } else {
+            norm::backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
+        }
     }
 
     fn conv3d_forward(

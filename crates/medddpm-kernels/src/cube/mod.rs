@@ -1,0 +1,231 @@
+//! CubeCL kernels for every CubeCL backend (CUDA and wgpu/Vulkan alike), registered as
+//! burn-fusion custom operations so they run in order with the fused stream around them (as
+//! burn-vision registers its kernels). Each has its plain-op reference twin in the module of
+//! the same name at the crate root, which the tests compare it to.
+
+pub mod norm;
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+
+use crate::compute::NormEngine;
+use crate::norm::{cast_to, GroupNormGrads, GroupNormOutput, GroupNormSpec};
+
+type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+type Fused<R, F, I, BT> = Fusion<Cube<R, F, I, BT>>;
+type Handles<R, F, I, BT> = HandleContainer<
+    <<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+>;
+
+/// Whether the CubeCL GroupNorm computes `spec` on activations of `dtype`: when asked for, and
+/// not for f64 (the kernels keep their statistics in f32; f64 stays on the plain-op reference).
+pub fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
+    spec.engine == NormEngine::Kernel && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+#[derive(Debug, Clone)]
+struct GroupNormForward<B> {
+    desc: CustomOpIr,
+    spec: GroupNormSpec,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime>
+    for GroupNormForward<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let ([x, gamma, beta], [y_ir, mean_ir, rstd_ir]) = self.desc.as_fixed();
+        let x = handles.get_float_tensor::<Cube<R, F, I, BT>>(x);
+        let gamma = handles.get_float_tensor::<Cube<R, F, I, BT>>(gamma);
+        let beta = handles.get_float_tensor::<Cube<R, F, I, BT>>(beta);
+        let (y, mean, rstd) = norm::forward(x, gamma, beta, &self.spec);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&y_ir.id, y);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&mean_ir.id, mean);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&rstd_ir.id, rstd);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct GroupNormBackward<B> {
+    desc: CustomOpIr,
+    spec: GroupNormSpec,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime>
+    for GroupNormBackward<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let ([x, gamma, beta, mean, rstd, dy], [dx_ir, dgamma_ir, dbeta_ir]) = self.desc.as_fixed();
+        let get =
+            |h: &mut Handles<R, F, I, BT>, t: &TensorIr| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
+        let x = get(handles, x);
+        let gamma = get(handles, gamma);
+        let beta = get(handles, beta);
+        let mean = get(handles, mean);
+        let rstd = get(handles, rstd);
+        let dy = get(handles, dy);
+        let (dx, dgamma, dbeta) =
+            group_norm_backward::<R, F, I, BT>(x, gamma, beta, mean, rstd, dy, &self.spec);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&dx_ir.id, dx);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&dgamma_ir.id, dgamma);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&dbeta_ir.id, dbeta);
+    }
+}
+
+fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(
+    t: FloatTensor<B>,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// The backward pass on CubeCL tensors: the one reduction over the activation in a kernel, the
+/// `[b, c]`-sized arithmetic with burn's ops, the input gradient in a kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: CubeTensor<R>,
+    gamma: CubeTensor<R>,
+    beta: CubeTensor<R>,
+    mean: CubeTensor<R>,
+    rstd: CubeTensor<R>,
+    dy: CubeTensor<R>,
+    spec: &GroupNormSpec,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
+    let x = into_contiguous(x);
+    let dy = into_contiguous(dy);
+    let gamma = into_contiguous(gamma);
+    let beta = into_contiguous(beta);
+    let mean = into_contiguous(mean);
+    let rstd = into_contiguous(rstd);
+    let param_dtype = gamma.dtype;
+    let sums = norm::backward_channel_sums(&x, &gamma, &beta, &mean, &rstd, &dy, spec);
+    let sum_da: Tensor<Cube<R, F, I, BT>, 2> = float_tensor(sums.da);
+    let sum_da_xhat: Tensor<Cube<R, F, I, BT>, 2> = float_tensor(sums.da_xhat);
+    let [b, c] = sum_da.dims();
+    let g = spec.num_groups;
+    let values_per_group = (x.meta.num_elements() / b / g) as f64;
+    let gamma_row = cast_to(
+        float_tensor::<Cube<R, F, I, BT>, 1>(gamma.clone()),
+        DType::F32,
+    )
+    .reshape([1, c]);
+    let group_mean = |t: Tensor<Cube<R, F, I, BT>, 2>| {
+        t.mul(gamma_row.clone())
+            .reshape([b, g, c / g])
+            .sum_dim(2)
+            .reshape([b, g])
+            .div_scalar(values_per_group)
+    };
+    let m1 = group_mean(sum_da.clone());
+    let m2 = group_mean(sum_da_xhat.clone());
+    let d_beta = cast_to(sum_da.sum_dim(0).reshape([c]), param_dtype);
+    let d_gamma = cast_to(sum_da_xhat.sum_dim(0).reshape([c]), param_dtype);
+    let dx = norm::backward_input_grad(
+        x,
+        gamma,
+        beta,
+        mean,
+        rstd,
+        dy,
+        m1.into_primitive().tensor(),
+        m2.into_primitive().tensor(),
+        spec,
+    );
+    (
+        dx,
+        d_gamma.into_primitive().tensor(),
+        d_beta.into_primitive().tensor(),
+    )
+}
+
+fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, O>(
+    name: &'static str,
+    inputs: Vec<FloatTensor<Fused<R, F, I, BT>>>,
+    outputs: Vec<(Shape, DType)>,
+    make: impl FnOnce(CustomOpIr) -> O,
+) -> Vec<FloatTensor<Fused<R, F, I, BT>>>
+where
+    O: Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
+{
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let outs: Vec<TensorIr> = outputs
+        .into_iter()
+        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
+        .collect();
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &irs, &outs);
+    client.register(streams, OperationIr::Custom(desc.clone()), make(desc))
+}
+
+/// [`crate::KernelBackend::group_norm_forward`] with the CubeCL kernels, on burn's fused
+/// CubeCL backends.
+pub fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    gamma: FloatTensor<Fused<R, F, I, BT>>,
+    beta: FloatTensor<Fused<R, F, I, BT>>,
+    spec: GroupNormSpec,
+) -> GroupNormOutput<Fused<R, F, I, BT>> {
+    let stats = Shape::new([x.shape[0], spec.num_groups]);
+    let outputs = vec![
+        (x.shape.clone(), x.dtype),
+        (stats.clone(), DType::F32),
+        (stats, DType::F32),
+    ];
+    let [y, mean, rstd] = register::<R, F, I, BT, _>(
+        "medddpm_group_norm_forward",
+        vec![x, gamma, beta],
+        outputs,
+        |desc| GroupNormForward::<Cube<R, F, I, BT>> {
+            desc,
+            spec,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .outputs();
+    GroupNormOutput { y, mean, rstd }
+}
+
+/// [`crate::KernelBackend::group_norm_backward`] with the CubeCL kernels, on burn's fused
+/// CubeCL backends.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_backward_fused<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    gamma: FloatTensor<Fused<R, F, I, BT>>,
+    beta: FloatTensor<Fused<R, F, I, BT>>,
+    mean: FloatTensor<Fused<R, F, I, BT>>,
+    rstd: FloatTensor<Fused<R, F, I, BT>>,
+    grad: FloatTensor<Fused<R, F, I, BT>>,
+    spec: GroupNormSpec,
+) -> GroupNormGrads<Fused<R, F, I, BT>> {
+    let outputs = vec![
+        (x.shape.clone(), x.dtype),
+        (gamma.shape.clone(), gamma.dtype),
+        (beta.shape.clone(), beta.dtype),
+    ];
+    let [x, gamma, beta] = register::<R, F, I, BT, _>(
+        "medddpm_group_norm_backward",
+        vec![x, gamma, beta, mean, rstd, grad],
+        outputs,
+        |desc| GroupNormBackward::<Cube<R, F, I, BT>> {
+            desc,
+            spec,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .outputs();
+    GroupNormGrads { x, gamma, beta }
+}
