@@ -409,6 +409,35 @@ pub fn conv3d_weight_grad<B: KernelBackend>(
     ))
 }
 
+/// The weight gradient with `dL/dy` padded by zero channels up to `padded` output channels
+/// (the extra rows of the result are zero and dropped). The padding is written in `dL/dy`'s
+/// memory order, so channels-last stays channels-last.
+pub fn weight_grad_padded<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    grad_out: Tensor<B, 5>,
+    spec: Conv3dSpec,
+    padded: usize,
+) -> Tensor<B, 5> {
+    let [c_out, c_in, kd, kh, kw] = weight.dims();
+    let [b, _, d, h, w] = grad_out.dims();
+    let device = grad_out.device();
+    let dtype = grad_out.dtype();
+    let extra = padded - c_out;
+    let grad_out = match spec.compute.layout {
+        Layout::Ncdhw => {
+            let zeros = Tensor::<B, 5>::zeros([b, extra, d, h, w], (&device, dtype));
+            Tensor::cat(vec![grad_out, zeros], 1)
+        }
+        Layout::Ndhwc => {
+            let zeros = Tensor::<B, 5>::zeros([b, d, h, w, extra], (&device, dtype));
+            Tensor::cat(vec![grad_out.permute([0, 2, 3, 4, 1]), zeros], 4).permute([0, 4, 1, 2, 3])
+        }
+    };
+    let weight = Tensor::<B, 5>::zeros([padded, c_in, kd, kh, kw], (&device, weight.dtype()));
+    conv3d_weight_grad(x, weight, grad_out, spec).narrow(0, 0, c_out)
+}
+
 /// Whether [`data_grad_via_forward`] applies: a strided convolution whose padding is half its
 /// odd kernel on every axis (the U-Net's stride-2 downsampling).
 pub fn is_strided_same(kernel: [usize; 3], spec: &Conv3dSpec) -> bool {

@@ -184,3 +184,28 @@ fn strided_data_gradient_as_a_forward_convolution_matches_the_reference() {
     };
     assert!(!is_strided_same([3, 3, 3], &unpadded));
 }
+
+#[test]
+fn weight_gradient_with_padded_output_channels_matches_the_reference() {
+    use medddpm_kernels::conv::{weight_grad_padded, Conv3dSpec};
+    let device = Default::default();
+    // (c_in, c_out, padded): the U-Net's 64 -> 1 output convolution, 3 -> 8, odd ones.
+    for layout in Layout::ALL {
+        for (i, &(ci, co, padded)) in [(6, 1, 8), (3, 5, 8), (2, 9, 16)].iter().enumerate() {
+            let spec = Conv3dSpec {
+                stride: [1, 1, 1],
+                padding: [1, 1, 1],
+                compute: compute(layout),
+            };
+            let x = Tensor::<Flex, 5>::random([1, ci, 6, 5, 7], Distribution::Default, &device);
+            let w = Tensor::<Flex, 5>::random([co, ci, 3, 3, 3], Distribution::Default, &device);
+            let dy = Tensor::<Flex, 5>::random([1, co, 6, 5, 7], Distribution::Default, &device);
+            let want = reference::weight_grad(x.clone(), w.clone(), dy.clone(), spec);
+            let got =
+                weight_grad_padded(in_layout(x, layout), w, in_layout(dy, layout), spec, padded);
+            assert_eq!(got.dims(), want.dims(), "case {i} {layout}");
+            let e = rel_l2(got, want);
+            assert!(e < 1e-6, "case {i} {layout}: {e:e}");
+        }
+    }
+}

@@ -29,6 +29,9 @@ use crate::norm::GroupNormSpec;
 /// Values one thread adds before its partial sum is written.
 pub const ROWS: usize = 64;
 
+/// Values one thread normalises (or differentiates) in the elementwise passes.
+const ELEMENTWISE_ROWS: usize = 16;
+
 const THREADS: u32 = 256;
 
 /// Sums of `rows` consecutive rows of each column of a contiguous `[p, r, q]` array, into
@@ -128,30 +131,14 @@ fn segment_sums(
     }
 }
 
-/// Channel and (batch, group) index of element `i` of an activation with `c` channels, `s`
-/// voxels per channel and `cpg` channels per group.
-#[cube]
-fn channel_and_group(
-    i: usize,
-    c: usize,
-    s: usize,
-    cpg: usize,
-    #[comptime] channels_last: bool,
-) -> (usize, usize) {
-    if channels_last {
-        let ch = i % c;
-        (ch, (i / (s * c)) * (c / cpg) + ch / cpg)
-    } else {
-        ((i / s) % c, i / (s * cpg))
-    }
-}
-
 #[cube]
 fn sigmoid(a: f32) -> f32 {
     1.0 / (1.0 + f32::exp(-a))
 }
 
-/// `y = silu?(gamma * (x - mean) * rstd + beta)`.
+/// `y = silu?(gamma * (x - mean) * rstd + beta)`, over the same `[p, r, q]` view and blocks of
+/// rows as the reductions: a thread's elements share one channel and group, so it reads the
+/// statistics and parameters once and does no index division per element.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn normalise<F: Float, P: Float>(
@@ -161,24 +148,45 @@ fn normalise<F: Float, P: Float>(
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
     y: &mut Tensor<F>,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+    group_div: usize,
     c: usize,
-    s: usize,
-    cpg: usize,
     #[comptime] channels_last: bool,
     #[comptime] silu: bool,
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
-    let i = ABSOLUTE_POS;
-    if i >= y.len() {
+    let pos = ABSOLUTE_POS;
+    if pos >= blocks * q * (y.len() / (r * q)) {
         terminate!();
     }
-    let (ch, g) = channel_and_group(i, c, s, cpg, channels_last);
-    let a = (f32::cast_from(x[i]) - mean[g]) * rstd[g] * f32::cast_from(gamma[ch])
-        + f32::cast_from(beta[ch]);
-    if silu {
-        y[i] = F::cast_from(a * sigmoid(a));
-    } else {
-        y[i] = F::cast_from(a);
+    let col = pos % q;
+    let rest = pos / q;
+    let j = rest % blocks;
+    let p = rest / blocks;
+    let g = (p * q + col) / group_div;
+    let mut ch = p % c;
+    if channels_last {
+        ch = col;
+    }
+    let scale = rstd[g] * f32::cast_from(gamma[ch]);
+    let shift = f32::cast_from(beta[ch]) - mean[g] * scale;
+    let start = j * rows;
+    let mut end = start + rows;
+    if end > r {
+        end = r;
+    }
+    let base = p * r * q + col;
+    for row in start..end {
+        let idx = base + row * q;
+        let a = f32::cast_from(x[idx]) * scale + shift;
+        if silu {
+            y[idx] = F::cast_from(a * sigmoid(a));
+        } else {
+            y[idx] = F::cast_from(a);
+        }
     }
 }
 
@@ -272,7 +280,7 @@ fn backward_sums<F: Float, P: Float>(
 }
 
 /// `dL/dx = rstd (gamma dL/da - m1 - x_hat m2)`, `m1`, `m2` the per-group means of
-/// `gamma dL/da` and `gamma dL/da x_hat`.
+/// `gamma dL/da` and `gamma dL/da x_hat`; blocks of rows as in [`normalise`].
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn input_grad<F: Float, P: Float>(
@@ -285,30 +293,54 @@ fn input_grad<F: Float, P: Float>(
     m1: &Tensor<f32>,
     m2: &Tensor<f32>,
     dx: &mut Tensor<F>,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+    group_div: usize,
     c: usize,
-    s: usize,
-    cpg: usize,
     #[comptime] channels_last: bool,
     #[comptime] silu: bool,
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
-    let i = ABSOLUTE_POS;
-    if i >= dx.len() {
+    let pos = ABSOLUTE_POS;
+    if pos >= blocks * q * (dx.len() / (r * q)) {
         terminate!();
     }
-    let (ch, g) = channel_and_group(i, c, s, cpg, channels_last);
+    let col = pos % q;
+    let rest = pos / q;
+    let j = rest % blocks;
+    let p = rest / blocks;
+    let g = (p * q + col) / group_div;
+    let mut ch = p % c;
+    if channels_last {
+        ch = col;
+    }
     let ga = f32::cast_from(gamma[ch]);
+    let be = f32::cast_from(beta[ch]);
+    let mu = mean[g];
     let rs = rstd[g];
-    let (x_hat, da) = xhat_and_da(
-        f32::cast_from(x[i]),
-        f32::cast_from(dy[i]),
-        ga,
-        f32::cast_from(beta[ch]),
-        mean[g],
-        rs,
-        silu,
-    );
-    dx[i] = F::cast_from(rs * (ga * da - m1[g] - x_hat * m2[g]));
+    let g1 = m1[g];
+    let g2 = m2[g];
+    let start = j * rows;
+    let mut end = start + rows;
+    if end > r {
+        end = r;
+    }
+    let base = p * r * q + col;
+    for row in start..end {
+        let idx = base + row * q;
+        let (x_hat, da) = xhat_and_da(
+            f32::cast_from(x[idx]),
+            f32::cast_from(dy[idx]),
+            ga,
+            be,
+            mu,
+            rs,
+            silu,
+        );
+        dx[idx] = F::cast_from(rs * (ga * da - g1 - x_hat * g2));
+    }
 }
 
 /// How an activation is viewed for the reductions.
@@ -511,14 +543,14 @@ pub fn forward<R: CubeRuntime>(
         true,
     );
 
-    let n = x.meta.num_elements();
     let y = empty_device_contiguous_dtype::<R>(
         client.clone(),
         x.device.clone(),
         x.meta.shape().clone(),
         x.dtype,
     );
-    let (count, dim) = elementwise(&x, n);
+    let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
+    let (count, dim) = elementwise(&x, v.p * blocks * v.q);
     let p_dtype: StorageType = gamma.dtype.into();
     normalise::launch::<R>(
         &client,
@@ -530,9 +562,12 @@ pub fn forward<R: CubeRuntime>(
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
         y.clone().into_tensor_arg(),
+        v.r,
+        v.q,
+        ELEMENTWISE_ROWS,
+        blocks,
+        v.group_div(),
         v.channels,
-        v.spatial,
-        v.cpg(),
         v.channels_last,
         spec.silu,
         [x_dtype, p_dtype],
@@ -611,14 +646,14 @@ pub fn backward_input_grad<R: CubeRuntime>(
     spec: &GroupNormSpec,
 ) -> CubeTensor<R> {
     let v = View::new(&x.meta.shape().clone(), spec);
-    let n = x.meta.num_elements();
     let dx = empty_device_contiguous_dtype::<R>(
         x.client.clone(),
         x.device.clone(),
         x.meta.shape().clone(),
         x.dtype,
     );
-    let (count, dim) = elementwise(&x, n);
+    let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
+    let (count, dim) = elementwise(&x, v.p * blocks * v.q);
     let dtypes = [x.dtype.into(), gamma.dtype.into()];
     input_grad::launch::<R>(
         &x.client.clone(),
@@ -633,9 +668,12 @@ pub fn backward_input_grad<R: CubeRuntime>(
         into_contiguous(m1).into_tensor_arg(),
         into_contiguous(m2).into_tensor_arg(),
         dx.clone().into_tensor_arg(),
+        v.r,
+        v.q,
+        ELEMENTWISE_ROWS,
+        blocks,
+        v.group_div(),
         v.channels,
-        v.spatial,
-        v.cpg(),
         v.channels_last,
         spec.silu,
         dtypes,

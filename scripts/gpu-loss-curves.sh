@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, with the release binary carried as
+# .device-bin/medddpm.xz: trains EXPERIMENT once per precision and keeps each run's
+# metrics.jsonl (loss per optimizer step), log and nvidia-smi memory peak.
+#   scripts/gpu-loss-curves.sh OUTDIR EXPERIMENT "bf16 tf32" SECONDS [train arguments...]
+# Writes OUTDIR/<precision>/{metrics.jsonl, train.log, peak-mib.txt}; each run gets SECONDS.
+set -u
+out=$1; exp=$2; precisions=$3; limit=$4; shift 4
+[ -x /tmp/medddpm ] || { xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm; }
+for p in $precisions; do
+  mkdir -p "$out/$p"; run=$(mktemp -d)/run
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$p/mem.txt" & poll=$!
+  timeout "$limit" /tmp/medddpm train --experiment "$exp" --run-dir "$run" --precision "$p" "$@" \
+    > "$out/$p/train.log" 2>&1
+  echo "exit $?" >> "$out/$p/train.log"
+  kill $poll; sort -n "$out/$p/mem.txt" | tail -1 > "$out/$p/peak-mib.txt"; rm "$out/$p/mem.txt"
+  cp "$run/metrics.jsonl" "$out/$p/" 2>/dev/null
+  rm -rf "$run"
+  echo "== $p: $(wc -l < "$out/$p/metrics.jsonl" 2>/dev/null) steps, peak $(cat "$out/$p/peak-mib.txt") MiB"; tail -2 "$out/$p/train.log"
+done
