@@ -307,3 +307,78 @@ fn group_norm_kernels_agree_with_their_reference_twin() {
     let bad = on_wgpu(GroupNormKernels);
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// The CubeCL trilinear x2 upsampling and its backward against the plain-op twins on the CPU:
+/// both layouts, axes of 1 to 5 voxels, f32.
+struct UpsampleKernels;
+
+impl BackendTask for UpsampleKernels {
+    type Output = Vec<String>;
+
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        _: &RunEnv,
+    ) -> anyhow::Result<Vec<String>> {
+        use burn::tensor::ops::FloatTensor;
+        use medddpm_kernels::upsample::{
+            upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in,
+        };
+        type Cpu = burn::backend::Flex;
+        type G<B> = <B as burn::tensor::backend::AutodiffBackend>::InnerBackend;
+        let cpu = Default::default();
+        let prim = |t: Tensor<G<B>, 5>| -> FloatTensor<G<B>> { t.into_primitive().tensor() };
+        let back = |t: FloatTensor<G<B>>| {
+            Tensor::<G<B>, 5>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        let mut bad = Vec::new();
+        for layout in Layout::ALL {
+            for [b, c, d, h, w] in [[1, 8, 3, 4, 5], [2, 3, 1, 2, 3], [1, 16, 2, 2, 2]] {
+                let shape = match layout {
+                    Layout::Ncdhw => [b, c, d, h, w],
+                    Layout::Ndhwc => [b, d, h, w, c],
+                };
+                let big = match layout {
+                    Layout::Ncdhw => [b, c, 2 * d, 2 * h, 2 * w],
+                    Layout::Ndhwc => [b, 2 * d, 2 * h, 2 * w, c],
+                };
+                let x = Tensor::<Cpu, 5>::random(shape, Distribution::Normal(0.0, 1.0), &cpu);
+                let dy = Tensor::<Cpu, 5>::random(big, Distribution::Normal(0.0, 1.0), &cpu);
+                let want_y = upsample_trilinear_x2_in(x.clone(), layout);
+                let want_dx = upsample_trilinear_x2_backward_in(dy.clone(), layout);
+                let on = |t: Tensor<Cpu, 5>| Tensor::<G<B>, 5>::from_data(t.into_data(), &device);
+                let got_y = back(
+                    <G<B> as medddpm_kernels::KernelBackend>::upsample_trilinear_x2(
+                        prim(on(x)),
+                        layout,
+                    ),
+                );
+                let got_dx = back(
+                    <G<B> as medddpm_kernels::KernelBackend>::upsample_trilinear_x2_backward(
+                        prim(on(dy)),
+                        layout,
+                    ),
+                );
+                for (what, got, want) in [
+                    ("y", got_y, want_y.into_data().to_vec::<f32>().unwrap()),
+                    ("dx", got_dx, want_dx.into_data().to_vec::<f32>().unwrap()),
+                ] {
+                    let e = rel_l2(got, want);
+                    if !(e < 1e-6) {
+                        bad.push(format!("{layout} {shape:?} {what}: {e:e}"));
+                    }
+                }
+            }
+        }
+        Ok(bad)
+    }
+}
+
+#[test]
+fn upsampling_kernels_agree_with_their_reference_twins() {
+    let bad = on_wgpu(UpsampleKernels);
+    assert!(bad.is_empty(), "{bad:#?}");
+}

@@ -64,6 +64,17 @@ struct NormRow {
     pass: bool,
 }
 
+/// One upsampling case's result.
+#[derive(Debug, Serialize)]
+struct UpsampleRow {
+    size: [usize; 5],
+    layout: String,
+    forward: f64,
+    backward: f64,
+    tolerance: f64,
+    pass: bool,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     backend: String,
@@ -72,16 +83,18 @@ struct Report {
     rows: Vec<Row>,
     norm_engine: String,
     norm_rows: Vec<NormRow>,
+    upsample_rows: Vec<UpsampleRow>,
 }
 
 impl Report {
     fn failed(&self) -> usize {
         self.rows.iter().filter(|r| !r.pass).count()
             + self.norm_rows.iter().filter(|r| !r.pass).count()
+            + self.upsample_rows.iter().filter(|r| !r.pass).count()
     }
 
     fn cases(&self) -> usize {
-        self.rows.len() + self.norm_rows.len()
+        self.rows.len() + self.norm_rows.len() + self.upsample_rows.len()
     }
 }
 
@@ -182,6 +195,42 @@ impl BackendTask for Task {
                 });
             }
         }
+        // Upsampling: the same tolerance as GroupNorm (f32 arithmetic; bf16 output rounding).
+        let mut upsample_rows = Vec::new();
+        for layout in Layout::ALL {
+            for (i, size) in [[1, 64, 4, 4, 4], [2, 3, 5, 1, 3], [1, 8, 7, 6, 5]]
+                .into_iter()
+                .enumerate()
+            {
+                let size = [
+                    size[0],
+                    size[1],
+                    size[2] * self.scale,
+                    size[3] * self.scale,
+                    size[4] * self.scale,
+                ];
+                let [f, b] = medddpm_kernels::upsample::engine_vs_reference::<B::InnerBackend>(
+                    &device,
+                    size,
+                    layout,
+                    env.compute_dtype(),
+                    200 + i as u64,
+                );
+                let pass = [f, b].iter().all(|e| e.is_finite() && *e <= tol);
+                eprintln!(
+                    "{layout} upsample x2 {size:?}: forward {f:.2e}, backward {b:.2e} {}",
+                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                );
+                upsample_rows.push(UpsampleRow {
+                    size,
+                    layout: layout.to_string(),
+                    forward: f,
+                    backward: b,
+                    tolerance: tol,
+                    pass,
+                });
+            }
+        }
         Ok(Report {
             backend: env.backend.to_string(),
             precision: env.precision.to_string(),
@@ -189,6 +238,7 @@ impl BackendTask for Task {
             rows,
             norm_engine: env.norm_engine.to_string(),
             norm_rows,
+            upsample_rows,
         })
     }
 }

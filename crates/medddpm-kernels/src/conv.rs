@@ -130,11 +130,22 @@ pub trait KernelBackend: Backend {
     /// body is the separable plain-op version (autodiff differentiates it); a fused kernel
     /// overrides it per backend with this as its reference.
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
-        let x: Tensor<Self, 5> = tensor(x);
-        float(match layout {
-            Layout::Ncdhw => crate::upsample::upsample_trilinear_x2(x),
-            Layout::Ndhwc => crate::upsample::upsample_trilinear_x2_channels_last(x),
-        })
+        float(crate::upsample::upsample_trilinear_x2_in::<Self>(
+            tensor(x),
+            layout,
+        ))
+    }
+
+    /// The backward pass of [`KernelBackend::upsample_trilinear_x2`]: `dL/dx` from `dL/dy`
+    /// (every spatial size halved). Provided body: the separable plain-op adjoint.
+    fn upsample_trilinear_x2_backward(
+        grad: FloatTensor<Self>,
+        layout: Layout,
+    ) -> FloatTensor<Self> {
+        float(crate::upsample::upsample_trilinear_x2_backward_in::<Self>(
+            tensor(grad),
+            layout,
+        ))
     }
 }
 
@@ -184,6 +195,35 @@ impl KernelBackend for burn::backend::Flex {}
 impl KernelBackend for burn::backend::Wgpu {
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
         cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
+    }
+
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        if crate::cube::upsample_runs(x.dtype) {
+            crate::cube::upsample_fused::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+                x, layout, false,
+            )
+        } else {
+            float(crate::upsample::upsample_trilinear_x2_in::<Self>(
+                tensor(x),
+                layout,
+            ))
+        }
+    }
+
+    fn upsample_trilinear_x2_backward(
+        grad: FloatTensor<Self>,
+        layout: Layout,
+    ) -> FloatTensor<Self> {
+        if crate::cube::upsample_runs(grad.dtype) {
+            crate::cube::upsample_fused::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+                grad, layout, true,
+            )
+        } else {
+            float(crate::upsample::upsample_trilinear_x2_backward_in::<Self>(
+                tensor(grad),
+                layout,
+            ))
+        }
     }
 
     fn group_norm_forward(
@@ -343,6 +383,40 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
                 beta.primitive,
                 spec,
             )),
+        }
+    }
+
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct UpsampleBackward;
+
+        impl<B: KernelBackend> Backward<B, 1> for UpsampleBackward {
+            type State = Layout;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 1>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let [node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                if let Some(node) = node {
+                    grads
+                        .register::<B>(node.id, B::upsample_trilinear_x2_backward(grad, ops.state));
+                }
+            }
+        }
+
+        match UpsampleBackward
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                prep.finish(layout, B::upsample_trilinear_x2(x.primitive, layout))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::upsample_trilinear_x2(x.primitive, layout)),
         }
     }
 

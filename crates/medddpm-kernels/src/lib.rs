@@ -30,7 +30,7 @@ pub mod cube;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
 pub mod norm;
-mod upsample;
+pub mod upsample;
 
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
 pub use conv::{

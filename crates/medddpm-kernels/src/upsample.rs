@@ -2,6 +2,27 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::compute::Layout;
+
+/// [`upsample_trilinear_x2`] or its channels-last version, as `layout` says.
+pub fn upsample_trilinear_x2_in<B: Backend>(x: Tensor<B, 5>, layout: Layout) -> Tensor<B, 5> {
+    match layout {
+        Layout::Ncdhw => upsample_trilinear_x2(x),
+        Layout::Ndhwc => upsample_trilinear_x2_channels_last(x),
+    }
+}
+
+/// [`upsample_trilinear_x2_backward`] or its channels-last version, as `layout` says.
+pub fn upsample_trilinear_x2_backward_in<B: Backend>(
+    grad: Tensor<B, 5>,
+    layout: Layout,
+) -> Tensor<B, 5> {
+    match layout {
+        Layout::Ncdhw => upsample_trilinear_x2_backward(grad),
+        Layout::Ndhwc => upsample_trilinear_x2_channels_last_backward(grad),
+    }
+}
+
 /// Doubles every spatial size of a (B, C, D, H, W) tensor by trilinear interpolation with
 /// `align_corners = False`.
 ///
@@ -61,6 +82,120 @@ pub fn upsample_linear_x2_along<B: Backend>(x: Tensor<B, 5>, dim: usize) -> Tens
     let interleaved: Tensor<B, 6> = Tensor::stack(vec![even, odd], dim + 1);
     dims[dim] = 2 * n;
     interleaved.reshape(dims)
+}
+
+/// The backward pass of [`upsample_trilinear_x2`] (its adjoint) in plain ops: `dL/dx` of a
+/// `[b, c, d, h, w]` input from `dL/dy` `[b, c, 2d, 2h, 2w]`. The reference twin of the
+/// kernels' backward.
+pub fn upsample_trilinear_x2_backward<B: Backend>(grad: Tensor<B, 5>) -> Tensor<B, 5> {
+    let g = upsample_linear_x2_adjoint_along(grad, 2);
+    let g = upsample_linear_x2_adjoint_along(g, 3);
+    upsample_linear_x2_adjoint_along(g, 4)
+}
+
+/// [`upsample_trilinear_x2_backward`] for channels-last gradients `[b, 2d, 2h, 2w, c]`.
+pub fn upsample_trilinear_x2_channels_last_backward<B: Backend>(
+    grad: Tensor<B, 5>,
+) -> Tensor<B, 5> {
+    let g = upsample_linear_x2_adjoint_along(grad, 1);
+    let g = upsample_linear_x2_adjoint_along(g, 2);
+    upsample_linear_x2_adjoint_along(g, 3)
+}
+
+/// The adjoint of [`upsample_linear_x2_along`]: axis `dim` of `grad` (size 2n) back to n.
+///
+/// Output 2i (E_i) gave 0.75 to input i and 0.25 to input max(i - 1, 0); output 2i + 1 (O_i)
+/// 0.75 to i and 0.25 to min(i + 1, n - 1). So `dx = 0.75 (E + O) + 0.25 (A + B)` with
+/// `A = [E_0 + E_1, E_2, .., E_{n-1}, 0]` and `B = [0, O_0, .., O_{n-3}, O_{n-2} + O_{n-1}]`.
+pub fn upsample_linear_x2_adjoint_along<B: Backend>(
+    grad: Tensor<B, 5>,
+    dim: usize,
+) -> Tensor<B, 5> {
+    let dims = grad.dims();
+    let n = dims[dim] / 2;
+    let mut split = [0usize; 6];
+    split[..=dim].copy_from_slice(&dims[..=dim]);
+    split[dim] = n;
+    split[dim + 1] = 2;
+    split[dim + 2..].copy_from_slice(&dims[dim + 1..]);
+    let pairs: Tensor<B, 6> = grad.reshape(split);
+    let mut half = dims;
+    half[dim] = n;
+    let even: Tensor<B, 5> = pairs.clone().narrow(dim + 1, 0, 1).reshape(half);
+    let odd: Tensor<B, 5> = pairs.narrow(dim + 1, 1, 1).reshape(half);
+    if n == 1 {
+        return even + odd;
+    }
+    let mut one = dims;
+    one[dim] = 1;
+    let zeros = Tensor::<B, 5>::zeros(one, (&even.device(), even.dtype()));
+    let e = |i, len| even.clone().narrow(dim, i, len);
+    let o = |i, len| odd.clone().narrow(dim, i, len);
+    let mut a = vec![e(0, 1) + e(1, 1)];
+    if n > 2 {
+        a.push(e(2, n - 2));
+    }
+    a.push(zeros.clone());
+    let mut b = vec![zeros];
+    if n > 2 {
+        b.push(o(0, n - 2));
+    }
+    b.push(o(n - 2, 1) + o(n - 1, 1));
+    let a = Tensor::cat(a, dim);
+    let b = Tensor::cat(b, dim);
+    (even + odd).mul_scalar(0.75) + (a + b).mul_scalar(0.25)
+}
+
+/// Relative L2 differences of backend `B`'s upsampling and its backward (as
+/// [`crate::KernelBackend`] computes them) against the plain-op twins in f32 on the CPU, for a
+/// `[b, c, d, h, w]` volume in `layout` with values in `dtype`: `[forward, backward]`. The
+/// operands are drawn on the CPU and rounded to `dtype` first.
+pub fn engine_vs_reference<B: crate::KernelBackend>(
+    device: &B::Device,
+    size: [usize; 5],
+    layout: Layout,
+    dtype: burn::tensor::DType,
+    seed: u64,
+) -> [f64; 2] {
+    use crate::norm::cast_to;
+    use burn::backend::Flex;
+    use burn::tensor::{DType, Distribution};
+    let cpu = Default::default();
+    Flex::seed(&cpu, seed);
+    let [b, c, d, h, w] = size;
+    let (small, big) = match layout {
+        Layout::Ncdhw => ([b, c, d, h, w], [b, c, 2 * d, 2 * h, 2 * w]),
+        Layout::Ndhwc => ([b, d, h, w, c], [b, 2 * d, 2 * h, 2 * w, c]),
+    };
+    let round = |t: Tensor<Flex, 5>| cast_to(cast_to(t, dtype), DType::F32);
+    let x = round(Tensor::<Flex, 5>::random(
+        small,
+        Distribution::Normal(0.0, 1.0),
+        &cpu,
+    ));
+    let dy = round(Tensor::<Flex, 5>::random(
+        big,
+        Distribution::Normal(0.0, 1.0),
+        &cpu,
+    ));
+    let want_y = upsample_trilinear_x2_in(x.clone(), layout);
+    let want_dx = upsample_trilinear_x2_backward_in(dy.clone(), layout);
+    let on = |t: &Tensor<Flex, 5>| {
+        crate::conv::float(cast_to(
+            Tensor::<B, 5>::from_data(t.to_data(), device),
+            dtype,
+        ))
+    };
+    let back = |t| {
+        let t: Tensor<B, 5> = crate::conv::tensor(t);
+        Tensor::<Flex, 5>::from_data(cast_to(t, DType::F32).to_data(), &cpu)
+    };
+    let y = back(B::upsample_trilinear_x2(on(&x), layout));
+    let dx = back(B::upsample_trilinear_x2_backward(on(&dy), layout));
+    [
+        crate::conv::rel_l2(y, want_y),
+        crate::conv::rel_l2(dx, want_dx),
+    ]
 }
 
 #[cfg(test)]
@@ -140,6 +275,36 @@ mod tests {
             .unwrap();
         for (i, v) in y.iter().enumerate() {
             assert_eq!(*v, (i / 8 + 1) as f32);
+        }
+    }
+
+    #[test]
+    fn plain_op_backward_is_autodiffs_backward() {
+        type A = Autodiff<B>;
+        let device = Default::default();
+        // Axes of 1, 2, 3 and 5 voxels: every edge case of the adjoint.
+        for shape in [[2, 3, 1, 2, 5], [1, 2, 3, 1, 2], [1, 1, 5, 3, 2]] {
+            let x = Tensor::<A, 5>::random(shape, Distribution::Default, &device).require_grad();
+            let [b, c, d, h, w] = shape;
+            let weights =
+                Tensor::<A, 5>::random([b, c, 2 * d, 2 * h, 2 * w], Distribution::Default, &device);
+            let grads = (upsample_trilinear_x2(x.clone()) * weights.clone())
+                .sum()
+                .backward();
+            let want = x.grad(&grads).unwrap();
+            let got = upsample_trilinear_x2_backward(weights.clone().inner());
+            got.clone().into_data().assert_approx_eq::<f32>(
+                &want.clone().into_data(),
+                burn::tensor::Tolerance::absolute(1e-5),
+            );
+            let got_cl = upsample_trilinear_x2_channels_last_backward(
+                weights.inner().permute([0, 2, 3, 4, 1]),
+            )
+            .permute([0, 4, 1, 2, 3]);
+            got_cl.into_data().assert_approx_eq::<f32>(
+                &want.into_data(),
+                burn::tensor::Tolerance::absolute(1e-5),
+            );
         }
     }
 

@@ -128,10 +128,29 @@ fn upsampling_through_the_extension_is_layout_independent() {
         .permute([0, 4, 1, 2, 3]);
     assert_eq!(first.dims(), [1, 3, 4, 6, 8]);
     assert!(rel_l2(last.clone().inner(), first.clone().inner()) < 1e-6);
-    // Autodiff differentiates the provided body: every voxel's weights sum to 8.
+    // The autodiff node's backward (the plain-op adjoint): every voxel's weights sum to 8.
     let grads = last.sum().backward();
     for g in x.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap() {
         assert!((g - 8.0).abs() < 1e-5, "{g}");
+    }
+    // And it is autodiff's gradient of the plain-op forward, in both layouts.
+    let probe = Tensor::<A, 5>::random([1, 3, 4, 6, 8], Distribution::Default, &device);
+    let grads = (medddpm_kernels::upsample_trilinear_x2(x.clone()) * probe.clone())
+        .sum()
+        .backward();
+    let want = x.grad(&grads).unwrap();
+    for layout in Layout::ALL {
+        let x = x.clone().detach().require_grad();
+        let y = match layout {
+            Layout::Ncdhw => medddpm_kernels::upsample_x2(x.clone(), layout),
+            Layout::Ndhwc => {
+                medddpm_kernels::upsample_x2(x.clone().permute([0, 2, 3, 4, 1]), layout)
+                    .permute([0, 4, 1, 2, 3])
+            }
+        };
+        let grads = (y * probe.clone()).sum().backward();
+        let e = rel_l2(x.grad(&grads).unwrap(), want.clone());
+        assert!(e < 1e-6, "{layout}: {e:e}");
     }
 }
 

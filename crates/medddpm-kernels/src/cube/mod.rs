@@ -4,6 +4,7 @@
 //! the same name at the crate root, which the tests compare it to.
 
 pub mod norm;
+pub mod upsample;
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
@@ -164,6 +165,67 @@ where
     let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new(name, &irs, &outs);
     client.register(streams, OperationIr::Custom(desc.clone()), make(desc))
+}
+
+#[derive(Debug, Clone)]
+struct Upsample<B> {
+    desc: CustomOpIr,
+    layout: crate::Layout,
+    backward: bool,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for Upsample<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let ([input], [out_ir]) = self.desc.as_fixed();
+        let input = handles.get_float_tensor::<Cube<R, F, I, BT>>(input);
+        let out = if self.backward {
+            upsample::backward(input, self.layout)
+        } else {
+            upsample::forward(input, self.layout)
+        };
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&out_ir.id, out);
+    }
+}
+
+/// Whether the CubeCL upsampling handles `dtype` (f64 stays on the plain ops).
+pub fn upsample_runs(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// [`crate::KernelBackend::upsample_trilinear_x2`] (or, `backward`, its backward) with the
+/// CubeCL kernel, on burn's fused CubeCL backends.
+pub fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    layout: crate::Layout,
+    backward: bool,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let spatial = match layout {
+        crate::Layout::Ndhwc => 1..4,
+        crate::Layout::Ncdhw => 2..5,
+    };
+    let mut dims: Vec<usize> = x.shape.iter().copied().collect();
+    for i in spatial {
+        dims[i] = if backward { dims[i] / 2 } else { dims[i] * 2 };
+    }
+    let name = if backward {
+        "medddpm_upsample_trilinear_x2_backward"
+    } else {
+        "medddpm_upsample_trilinear_x2"
+    };
+    let dtype = x.dtype;
+    let [y] = register::<R, F, I, BT, _>(name, vec![x], vec![(Shape::from(dims), dtype)], |desc| {
+        Upsample::<Cube<R, F, I, BT>> {
+            desc,
+            layout,
+            backward,
+            _b: core::marker::PhantomData,
+        }
+    })
+    .outputs();
+    y
 }
 
 /// [`crate::KernelBackend::group_norm_forward`] with the CubeCL kernels, on burn's fused

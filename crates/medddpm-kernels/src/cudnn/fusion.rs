@@ -14,6 +14,7 @@ use crate::conv::{
     data_grad_via_forward, float, is_strided_same, tensor, Conv3dSpec, KernelBackend,
 };
 use crate::norm::{self, GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::Layout;
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
@@ -117,6 +118,31 @@ fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F, I, BT> {
     fn memory_usage(device: &Self::Device) -> Option<crate::conv::MemoryStats> {
         crate::conv::cube_memory_usage::<CudaRuntime>(device)
+    }
+
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        if crate::cube::upsample_runs(x.dtype) {
+            crate::cube::upsample_fused::<CudaRuntime, F, I, BT>(x, layout, false)
+        } else {
+            float(crate::upsample::upsample_trilinear_x2_in::<Self>(
+                tensor(x),
+                layout,
+            ))
+        }
+    }
+
+    fn upsample_trilinear_x2_backward(
+        grad: FloatTensor<Self>,
+        layout: Layout,
+    ) -> FloatTensor<Self> {
+        if crate::cube::upsample_runs(grad.dtype) {
+            crate::cube::upsample_fused::<CudaRuntime, F, I, BT>(grad, layout, true)
+        } else {
+            float(crate::upsample::upsample_trilinear_x2_backward_in::<Self>(
+                tensor(grad),
+                layout,
+            ))
+        }
     }
 
     fn group_norm_forward(

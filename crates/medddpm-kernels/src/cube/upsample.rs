@@ -1,0 +1,292 @@
+//! Trilinear x2 upsampling (`align_corners = False`) and its backward as CubeCL kernels: one
+//! pass each, where the plain-op version makes three separable passes with a concatenation,
+//! a stack and a copy per axis (and autodiff keeps their intermediates for the backward).
+//!
+//! Both view the activation as `[n, d, h, w, q]`: `[b, d, h, w, c]` channels-last (q = c) and
+//! `[b * c, d, h, w, 1]` channels-first, so neighbouring threads read neighbouring channels in
+//! channels-last memory.
+//!
+//! Per axis, output 2k takes 0.75 of input k and 0.25 of input k - 1 (all of input 0 when
+//! k = 0); output 2k + 1 takes 0.75 of input k and 0.25 of input min(k + 1, n - 1). The
+//! backward gathers for input i from outputs 2i - 1 (0.25), 2i (0.75; 1 when i = 0), 2i + 1
+//! (0.75; 1 when i = n - 1) and 2i + 2 (0.25), where they exist: the adjoint of the forward
+//! (the plain-op twin is [`crate::upsample::upsample_linear_x2_adjoint_along`]).
+
+use burn::tensor::Shape;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+use cubecl::{calculate_cube_count_elemwise, CubeDim};
+
+use crate::compute::Layout;
+
+/// The two inputs (and their weights) output `o` of an axis of `n` inputs reads.
+#[cube]
+fn taps(o: usize, n: usize) -> (usize, usize, f32, f32) {
+    let k = o / 2;
+    let mut i0 = k;
+    let mut i1 = k;
+    let mut w0 = 0.75f32;
+    let mut w1 = 0.25f32;
+    if o % 2 == 0 {
+        if k == 0 {
+            w0 = 1.0;
+            w1 = 0.0;
+        } else {
+            i0 = k - 1;
+            w0 = 0.25;
+            w1 = 0.75;
+        }
+    } else if k + 1 < n {
+        i1 = k + 1;
+    }
+    (i0, i1, w0, w1)
+}
+
+/// Output `t` (0..4) that input `i` of an axis of `n` inputs sends to, and the weight (0 when
+/// that output does not exist or does not read `i`).
+#[cube]
+fn gather(i: usize, n: usize, t: usize) -> (usize, f32) {
+    // Outputs 2i - 1, 2i, 2i + 1, 2i + 2; index 0 stands in for an invalid one (weight 0).
+    let mut o = 0usize;
+    let mut w = 0.0f32;
+    if t == 0 {
+        if i >= 1 {
+            o = 2 * i - 1;
+            w = 0.25;
+        }
+    } else if t == 1 {
+        o = 2 * i;
+        w = 0.75;
+        if i == 0 {
+            w = 1.0;
+        }
+    } else if t == 2 {
+        o = 2 * i + 1;
+        w = 0.75;
+        if i == n - 1 {
+            w = 1.0;
+        }
+    } else if i + 1 < n {
+        o = 2 * i + 2;
+        w = 0.25;
+    }
+    (o, w)
+}
+
+/// Bilinear interpolation in the `(h, w)` plane that starts at `base`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn plane<F: Float>(
+    x: &Tensor<F>,
+    base: usize,
+    w: usize,
+    q: usize,
+    h0: usize,
+    h1: usize,
+    w0: usize,
+    w1: usize,
+    wh0: f32,
+    wh1: f32,
+    ww0: f32,
+    ww1: f32,
+) -> f32 {
+    let r0 = base + h0 * w * q;
+    let r1 = base + h1 * w * q;
+    wh0 * (ww0 * f32::cast_from(x[r0 + w0 * q]) + ww1 * f32::cast_from(x[r0 + w1 * q]))
+        + wh1 * (ww0 * f32::cast_from(x[r1 + w0 * q]) + ww1 * f32::cast_from(x[r1 + w1 * q]))
+}
+
+/// `y[n, od, oh, ow, q]` from `x[n, d, h, w, q]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn upsample_forward<F: Float>(
+    x: &Tensor<F>,
+    y: &mut Tensor<F>,
+    d: usize,
+    h: usize,
+    w: usize,
+    q: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= y.len() {
+        terminate!();
+    }
+    let c = pos % q;
+    let rest = pos / q;
+    let ow = rest % (2 * w);
+    let rest = rest / (2 * w);
+    let oh = rest % (2 * h);
+    let rest = rest / (2 * h);
+    let od = rest % (2 * d);
+    let n = rest / (2 * d);
+    let (d0, d1, wd0, wd1) = taps(od, d);
+    let (h0, h1, wh0, wh1) = taps(oh, h);
+    let (w0, w1, ww0, ww1) = taps(ow, w);
+    let base = n * d * h * w * q + c;
+    let p0 = plane::<F>(
+        x,
+        base + d0 * h * w * q,
+        w,
+        q,
+        h0,
+        h1,
+        w0,
+        w1,
+        wh0,
+        wh1,
+        ww0,
+        ww1,
+    );
+    let p1 = plane::<F>(
+        x,
+        base + d1 * h * w * q,
+        w,
+        q,
+        h0,
+        h1,
+        w0,
+        w1,
+        wh0,
+        wh1,
+        ww0,
+        ww1,
+    );
+    y[pos] = F::cast_from(wd0 * p0 + wd1 * p1);
+}
+
+/// `dx[n, d, h, w, q]` from `dy[n, 2d, 2h, 2w, q]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn upsample_backward<F: Float>(
+    dy: &Tensor<F>,
+    dx: &mut Tensor<F>,
+    d: usize,
+    h: usize,
+    w: usize,
+    q: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= dx.len() {
+        terminate!();
+    }
+    let c = pos % q;
+    let rest = pos / q;
+    let iw = rest % w;
+    let rest = rest / w;
+    let ih = rest % h;
+    let rest = rest / h;
+    let id = rest % d;
+    let n = rest / d;
+    let base = n * 8 * d * h * w * q + c;
+    let mut acc = 0.0f32;
+    for td in 0..4usize {
+        let (od, wd) = gather(id, d, td);
+        if wd != 0.0 {
+            for th in 0..4usize {
+                let (oh, wh) = gather(ih, h, th);
+                if wh != 0.0 {
+                    let mut row = 0.0f32;
+                    for tw in 0..4usize {
+                        let (ow, ww) = gather(iw, w, tw);
+                        if ww != 0.0 {
+                            let idx = base + ((od * 2 * h + oh) * 2 * w + ow) * q;
+                            row += ww * f32::cast_from(dy[idx]);
+                        }
+                    }
+                    acc += wd * wh * row;
+                }
+            }
+        }
+    }
+    dx[pos] = F::cast_from(acc);
+}
+
+/// `[n, d, h, w, q]` of a tensor in `layout`'s logical shape.
+fn view(shape: &Shape, layout: Layout) -> [usize; 5] {
+    let s: Vec<usize> = shape.iter().copied().collect();
+    match layout {
+        Layout::Ndhwc => [s[0], s[1], s[2], s[3], s[4]],
+        Layout::Ncdhw => [s[0] * s[1], s[2], s[3], s[4], 1],
+    }
+}
+
+fn launch_dims<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (cubecl::CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(256);
+    (calculate_cube_count_elemwise(&t.client, n, dim), dim)
+}
+
+/// Trilinear x2 upsampling of `x` (logical shape in `layout`'s order).
+pub fn forward<R: CubeRuntime>(x: CubeTensor<R>, layout: Layout) -> CubeTensor<R> {
+    let x = into_contiguous(x);
+    let [_, d, h, w, q] = view(x.meta.shape(), layout);
+    let mut out: Vec<usize> = x.meta.shape().iter().copied().collect();
+    let spatial = match layout {
+        Layout::Ndhwc => 1..4,
+        Layout::Ncdhw => 2..5,
+    };
+    for i in spatial {
+        out[i] *= 2;
+    }
+    let y = empty_device_contiguous_dtype::<R>(
+        x.client.clone(),
+        x.device.clone(),
+        Shape::from(out),
+        x.dtype,
+    );
+    let (count, dim) = launch_dims(&x, y.meta.num_elements());
+    let dtype: StorageType = x.dtype.into();
+    upsample_forward::launch::<R>(
+        &x.client.clone(),
+        count,
+        dim,
+        x.into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        d,
+        h,
+        w,
+        q,
+        dtype,
+    );
+    y
+}
+
+/// The backward pass: `dL/dx` from `dL/dy` (logical shape in `layout`'s order).
+pub fn backward<R: CubeRuntime>(grad: CubeTensor<R>, layout: Layout) -> CubeTensor<R> {
+    let grad = into_contiguous(grad);
+    let mut out: Vec<usize> = grad.meta.shape().iter().copied().collect();
+    let spatial = match layout {
+        Layout::Ndhwc => 1..4,
+        Layout::Ncdhw => 2..5,
+    };
+    for i in spatial {
+        out[i] /= 2;
+    }
+    let out = Shape::from(out);
+    let [_, d, h, w, q] = view(&out, layout);
+    let dx = empty_device_contiguous_dtype::<R>(
+        grad.client.clone(),
+        grad.device.clone(),
+        out,
+        grad.dtype,
+    );
+    let (count, dim) = launch_dims(&grad, dx.meta.num_elements());
+    let dtype: StorageType = grad.dtype.into();
+    upsample_backward::launch::<R>(
+        &grad.client.clone(),
+        count,
+        dim,
+        grad.into_tensor_arg(),
+        dx.clone().into_tensor_arg(),
+        d,
+        h,
+        w,
+        q,
+        dtype,
+    );
+    dx
+}
