@@ -367,13 +367,19 @@ mod tests {
             precision: Some(Precision::Bf16),
             layout: Some(Layout::Ndhwc),
             conv_engine: Some(ConvEngine::Cubecl),
+            norm_engine: Some(NormEngine::Ops),
         };
         let s = Cli::parse_from(["x", "--backend", "cpu"])
             .compute
             .settings_with(&file);
         assert_eq!(
-            (s.precision, s.layout, s.conv_engine),
-            (Precision::Bf16, Layout::Ndhwc, ConvEngine::Cubecl)
+            (s.precision, s.layout, s.conv_engine, s.norm_engine),
+            (
+                Precision::Bf16,
+                Layout::Ndhwc,
+                ConvEngine::Cubecl,
+                NormEngine::Ops
+            )
         );
         let cli = Cli::parse_from([
             "x",
