@@ -47,10 +47,12 @@ pub struct SampleArgs {
     /// The network of a reference `.pt` checkpoint.
     #[arg(long, value_enum, default_value = "whole-head")]
     reference_model: ReferenceModel,
-    /// Reverse process: `ddpm` (ancestral, every timestep: the reference's) or `ddim`.
+    /// Reverse process: `ddpm` (ancestral, every timestep: the reference's), `ddim`, or
+    /// `dpm-solver++` (second-order multistep, deterministic; 10-25 steps).
     #[arg(long, default_value = "ddpm")]
     sampler: SamplerKind,
-    /// Network calls per sample (DDIM; default: every timestep of the schedule).
+    /// Network calls per sample (DDIM and DPM-Solver++; default: every timestep of the
+    /// schedule).
     #[arg(long)]
     steps: Option<usize>,
     /// DDIM's noise scale: 0 is deterministic, 1 gives DDPM's variance.

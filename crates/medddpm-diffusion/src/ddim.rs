@@ -13,7 +13,9 @@ use crate::schedule::CosineSchedule;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SamplerError {
     /// Zero steps, or more than the schedule has.
-    #[error("DDIM needs between 1 and {max} steps (the training timesteps), got {got}")]
+    #[error(
+        "DDIM and DPM-Solver++ need between 1 and {max} steps (the training timesteps), got {got}"
+    )]
     Steps {
         /// Steps asked for.
         got: usize,
@@ -42,6 +44,9 @@ pub enum SamplerKind {
     Ddpm,
     /// DDIM over a subsequence of the timesteps.
     Ddim,
+    /// DPM-Solver++(2M) over a subsequence of the timesteps.
+    #[serde(rename = "dpm-solver++")]
+    DpmSolver,
 }
 
 impl std::fmt::Display for SamplerKind {
@@ -49,6 +54,7 @@ impl std::fmt::Display for SamplerKind {
         f.write_str(match self {
             SamplerKind::Ddpm => "ddpm",
             SamplerKind::Ddim => "ddim",
+            SamplerKind::DpmSolver => "dpm-solver++",
         })
     }
 }
@@ -60,7 +66,10 @@ impl std::str::FromStr for SamplerKind {
         match s {
             "ddpm" => Ok(SamplerKind::Ddpm),
             "ddim" => Ok(SamplerKind::Ddim),
-            other => Err(format!("unknown sampler '{other}' (ddpm or ddim)")),
+            "dpm-solver++" | "dpmpp" => Ok(SamplerKind::DpmSolver),
+            other => Err(format!(
+                "unknown sampler '{other}' (ddpm, ddim or dpm-solver++)"
+            )),
         }
     }
 }
@@ -71,9 +80,10 @@ impl std::str::FromStr for SamplerKind {
 pub struct SamplerConfig {
     /// Which sampler.
     pub kind: SamplerKind,
-    /// Network calls per sample (`None`: every timestep of the schedule).
+    /// Network calls per sample (`None`: every timestep of the schedule). DDIM and
+    /// DPM-Solver++ take fewer; DDPM takes exactly that many.
     pub steps: Option<usize>,
-    /// DDIM's noise scale (0: deterministic).
+    /// DDIM's noise scale (0: deterministic; the other samplers ignore it).
     pub eta: f64,
 }
 
@@ -84,6 +94,8 @@ pub enum Sampler {
     Ddpm(DdpmSampler),
     /// DDIM.
     Ddim(DdimSampler),
+    /// DPM-Solver++(2M).
+    DpmSolver(crate::dpm_solver::DpmSolverSampler),
 }
 
 impl Sampler {
@@ -100,6 +112,9 @@ impl Sampler {
                 config.steps.unwrap_or(t),
                 config.eta,
             )?)),
+            SamplerKind::DpmSolver => Ok(Sampler::DpmSolver(
+                crate::dpm_solver::DpmSolverSampler::new(schedule, config.steps.unwrap_or(t))?,
+            )),
         }
     }
 
@@ -108,6 +123,7 @@ impl Sampler {
         match self {
             Sampler::Ddpm(s) => s.schedule().num_timesteps(),
             Sampler::Ddim(s) => s.timesteps().len(),
+            Sampler::DpmSolver(s) => s.timesteps().len(),
         }
     }
 
@@ -122,8 +138,20 @@ impl Sampler {
         match self {
             Sampler::Ddpm(s) => s.sample(denoiser, cond, image_channels, on_step),
             Sampler::Ddim(s) => s.sample(denoiser, cond, image_channels, on_step),
+            Sampler::DpmSolver(s) => s.sample(denoiser, cond, image_channels, on_step),
         }
     }
+}
+
+/// `steps` of the `t` training timesteps, evenly spaced from t - 1 down ("trailing" spacing).
+pub(crate) fn trailing_timesteps(t: usize, steps: usize) -> Result<Vec<usize>, SamplerError> {
+    if steps == 0 || steps > t {
+        return Err(SamplerError::Steps { got: steps, max: t });
+    }
+    let ratio = t as f64 / steps as f64;
+    Ok((0..steps)
+        .map(|i| ((t as f64 - i as f64 * ratio).round() as usize).saturating_sub(1))
+        .collect())
 }
 
 /// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
@@ -157,14 +185,7 @@ impl DdimSampler {
     /// ("trailing" spacing: the first step always starts from pure noise at T - 1; with
     /// `steps = T` they are all of them).
     pub fn set_timesteps(&mut self, steps: usize) -> Result<(), SamplerError> {
-        let t = self.schedule.num_timesteps();
-        if steps == 0 || steps > t {
-            return Err(SamplerError::Steps { got: steps, max: t });
-        }
-        let ratio = t as f64 / steps as f64;
-        self.timesteps = (0..steps)
-            .map(|i| ((t as f64 - i as f64 * ratio).round() as usize).saturating_sub(1))
-            .collect();
+        self.timesteps = trailing_timesteps(self.schedule.num_timesteps(), steps)?;
         Ok(())
     }
 

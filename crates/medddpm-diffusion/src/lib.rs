@@ -26,11 +26,13 @@
 #![warn(missing_docs)]
 
 pub mod ddim;
+pub mod dpm_solver;
 pub mod process;
 pub mod sampler;
 pub mod schedule;
 
 pub use ddim::{DdimSampler, Sampler, SamplerConfig, SamplerError, SamplerKind};
+pub use dpm_solver::DpmSolverSampler;
 pub use process::{network_input, noise_loss, training_loss, LossType, TrainingLoss};
 pub use sampler::{DdpmSampler, Denoiser, StepOutput};
 pub use schedule::{CosineSchedule, ScheduleConfig};

@@ -285,5 +285,14 @@ fn sampler_config_builds_the_sampler_it_names() {
     assert!("euler"
         .parse::<SamplerKind>()
         .unwrap_err()
-        .contains("ddpm or ddim"));
+        .contains("ddpm, ddim or dpm-solver++"));
+    assert_eq!("dpm-solver++".parse(), Ok(SamplerKind::DpmSolver));
+    let parsed: SamplerConfig =
+        serde_json::from_str(r#"{"kind": "dpm-solver++", "steps": 20}"#).unwrap();
+    assert_eq!(
+        Sampler::new(CosineSchedule::new(250), &parsed)
+            .unwrap()
+            .num_steps(),
+        20
+    );
 }

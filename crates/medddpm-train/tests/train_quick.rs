@@ -91,6 +91,27 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
     .unwrap();
     assert_eq!(calls, 25);
     written.extend(ddim_written);
+    // And through 15 DPM-Solver++(2M) steps.
+    let dpm = SampleOptions {
+        sampler: SamplerConfig {
+            kind: SamplerKind::DpmSolver,
+            steps: Some(15),
+            eta: 0.0,
+        },
+        ..ddim
+    };
+    let mut calls = 0;
+    let dpm_written = sample_masks(
+        &model,
+        &masks,
+        &tmp.path().join("samples-dpm"),
+        &dpm,
+        &device,
+        |_, _, done| calls = calls.max(done),
+    )
+    .unwrap();
+    assert_eq!(calls, 15);
+    written.extend(dpm_written);
 
     let mask = Volume::read(&masks[0]).unwrap();
     let image = Volume::read(
