@@ -198,32 +198,18 @@ impl KernelBackend for burn::backend::Wgpu {
     }
 
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
-        if crate::cube::upsample_runs(x.dtype) {
-            crate::cube::upsample_fused::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-                x, layout, false,
-            )
-        } else {
-            float(crate::upsample::upsample_trilinear_x2_in::<Self>(
-                tensor(x),
-                layout,
-            ))
-        }
+        crate::cube::upsample_trilinear_x2::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            x, layout,
+        )
     }
 
     fn upsample_trilinear_x2_backward(
         grad: FloatTensor<Self>,
         layout: Layout,
     ) -> FloatTensor<Self> {
-        if crate::cube::upsample_runs(grad.dtype) {
-            crate::cube::upsample_fused::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-                grad, layout, true,
-            )
-        } else {
-            float(crate::upsample::upsample_trilinear_x2_backward_in::<Self>(
-                tensor(grad),
-                layout,
-            ))
-        }
+        crate::cube::upsample_trilinear_x2_backward::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            grad, layout,
+        )
     }
 
     fn group_norm_forward(
@@ -232,11 +218,7 @@ impl KernelBackend for burn::backend::Wgpu {
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        if crate::cube::group_norm_runs(&spec, x.dtype) {
-            crate::cube::group_norm_forward_fused(x, gamma, beta, spec)
-        } else {
-            norm::forward_primitive::<Self>(x, gamma, beta, &spec)
-        }
+        crate::cube::group_norm_forward(x, gamma, beta, spec)
     }
 
     fn group_norm_backward(
@@ -248,11 +230,7 @@ impl KernelBackend for burn::backend::Wgpu {
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        if crate::cube::group_norm_runs(&spec, x.dtype) {
-            crate::cube::group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
-        } else {
-            norm::backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
-        }
+        crate::cube::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec)
     }
 }
 

@@ -26,7 +26,7 @@ type Handles<R, F, I, BT> = HandleContainer<
 
 /// Whether the CubeCL GroupNorm computes `spec` on activations of `dtype`: when asked for, and
 /// not for f64 (the kernels keep their statistics in f32; f64 stays on the plain-op reference).
-pub fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
+fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
     spec.engine == NormEngine::Kernel && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
@@ -75,7 +75,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let rstd = get(handles, rstd);
         let dy = get(handles, dy);
         let (dx, dgamma, dbeta) =
-            group_norm_backward::<R, F, I, BT>(x, gamma, beta, mean, rstd, dy, &self.spec);
+            group_norm_backward_cube::<R, F, I, BT>(x, gamma, beta, mean, rstd, dy, &self.spec);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&dx_ir.id, dx);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&dgamma_ir.id, dgamma);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&dbeta_ir.id, dbeta);
@@ -91,7 +91,7 @@ fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(
 /// The backward pass on CubeCL tensors: the one reduction over the activation in a kernel, the
 /// `[b, c]`-sized arithmetic with burn's ops, the input gradient in a kernel.
 #[allow(clippy::too_many_arguments)]
-pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+fn group_norm_backward_cube<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: CubeTensor<R>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
@@ -181,56 +181,114 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
         let ([input], [out_ir]) = self.desc.as_fixed();
         let input = handles.get_float_tensor::<Cube<R, F, I, BT>>(input);
-        let out = if self.backward {
-            upsample::backward(input, self.layout)
-        } else {
-            upsample::forward(input, self.layout)
-        };
+        let out = upsample::run(input, self.layout, self.backward);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&out_ir.id, out);
     }
 }
 
 /// Whether the CubeCL upsampling handles `dtype` (f64 stays on the plain ops).
-pub fn upsample_runs(dtype: DType) -> bool {
+fn upsample_runs(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// [`crate::KernelBackend::upsample_trilinear_x2`] (or, `backward`, its backward) with the
-/// CubeCL kernel, on burn's fused CubeCL backends.
-pub fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+/// [`crate::KernelBackend::upsample_trilinear_x2`] on burn's fused CubeCL backends: the CubeCL
+/// kernel, or the plain ops for f64.
+pub fn upsample_trilinear_x2<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    layout: crate::Layout,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    if upsample_runs(x.dtype) {
+        upsample_fused::<R, F, I, BT>(x, layout, false)
+    } else {
+        crate::conv::float(crate::upsample::upsample_trilinear_x2_in::<
+            Fused<R, F, I, BT>,
+        >(crate::conv::tensor(x), layout))
+    }
+}
+
+/// [`crate::KernelBackend::upsample_trilinear_x2_backward`] on burn's fused CubeCL backends.
+pub fn upsample_trilinear_x2_backward<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    grad: FloatTensor<Fused<R, F, I, BT>>,
+    layout: crate::Layout,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    if upsample_runs(grad.dtype) {
+        upsample_fused::<R, F, I, BT>(grad, layout, true)
+    } else {
+        crate::conv::float(crate::upsample::upsample_trilinear_x2_backward_in::<
+            Fused<R, F, I, BT>,
+        >(crate::conv::tensor(grad), layout))
+    }
+}
+
+/// The upsampling kernel (or, `backward`, its backward) as a fusion custom operation.
+fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     layout: crate::Layout,
     backward: bool,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    let spatial = match layout {
-        crate::Layout::Ndhwc => 1..4,
-        crate::Layout::Ncdhw => 2..5,
-    };
-    let mut dims: Vec<usize> = x.shape.iter().copied().collect();
-    for i in spatial {
-        dims[i] = if backward { dims[i] / 2 } else { dims[i] * 2 };
-    }
+    let out_shape = upsample::output_shape(&x.shape, layout, backward);
     let name = if backward {
         "medddpm_upsample_trilinear_x2_backward"
     } else {
         "medddpm_upsample_trilinear_x2"
     };
     let dtype = x.dtype;
-    let [y] = register::<R, F, I, BT, _>(name, vec![x], vec![(Shape::from(dims), dtype)], |desc| {
-        Upsample::<Cube<R, F, I, BT>> {
+    let [y] =
+        register::<R, F, I, BT, _>(name, vec![x], vec![(out_shape, dtype)], |desc| Upsample::<
+            Cube<R, F, I, BT>,
+        > {
             desc,
             layout,
             backward,
             _b: core::marker::PhantomData,
-        }
-    })
-    .outputs();
+        })
+        .outputs();
     y
 }
 
-/// [`crate::KernelBackend::group_norm_forward`] with the CubeCL kernels, on burn's fused
-/// CubeCL backends.
-pub fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+/// [`crate::KernelBackend::group_norm_forward`] on burn's fused CubeCL backends: the CubeCL
+/// kernels when `spec` asks for them, the plain-op twin otherwise (and for f64).
+pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    gamma: FloatTensor<Fused<R, F, I, BT>>,
+    beta: FloatTensor<Fused<R, F, I, BT>>,
+    spec: GroupNormSpec,
+) -> GroupNormOutput<Fused<R, F, I, BT>> {
+    if group_norm_runs(&spec, x.dtype) {
+        group_norm_forward_fused(x, gamma, beta, spec)
+    } else {
+        crate::norm::forward_primitive::<Fused<R, F, I, BT>>(x, gamma, beta, &spec)
+    }
+}
+
+/// [`crate::KernelBackend::group_norm_backward`] on burn's fused CubeCL backends (see
+/// [`group_norm_forward`]).
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    gamma: FloatTensor<Fused<R, F, I, BT>>,
+    beta: FloatTensor<Fused<R, F, I, BT>>,
+    mean: FloatTensor<Fused<R, F, I, BT>>,
+    rstd: FloatTensor<Fused<R, F, I, BT>>,
+    grad: FloatTensor<Fused<R, F, I, BT>>,
+    spec: GroupNormSpec,
+) -> GroupNormGrads<Fused<R, F, I, BT>> {
+    if group_norm_runs(&spec, x.dtype) {
+        group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
+    } else {
+        crate::norm::backward_primitive::<Fused<R, F, I, BT>>(
+            x, gamma, beta, mean, rstd, grad, &spec,
+        )
+    }
+}
+
+/// The GroupNorm forward kernels as a fusion custom operation.
+fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
     beta: FloatTensor<Fused<R, F, I, BT>>,
@@ -256,15 +314,9 @@ pub fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, 
     GroupNormOutput { y, mean, rstd }
 }
 
-/// [`crate::KernelBackend::group_norm_backward`] with the CubeCL kernels, on burn's fused
-/// CubeCL backends.
+/// The GroupNorm backward kernels as a fusion custom operation.
 #[allow(clippy::too_many_arguments)]
-pub fn group_norm_backward_fused<
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
->(
+fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
     beta: FloatTensor<Fused<R, F, I, BT>>,

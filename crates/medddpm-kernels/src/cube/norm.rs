@@ -34,6 +34,46 @@ const ELEMENTWISE_ROWS: usize = 16;
 
 const THREADS: u32 = 256;
 
+/// Where thread `pos` works in a `[p, r, q]` view cut into blocks of `rows` rows: the first
+/// element of its column in that view (`base`; rows are `q` apart), its rows `start..end`, and
+/// its `p` and column.
+#[cube]
+fn row_block(
+    pos: usize,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+) -> (usize, usize, usize, usize, usize) {
+    let col = pos % q;
+    let rest = pos / q;
+    let p = rest / blocks;
+    let start = (rest % blocks) * rows;
+    let mut end = start + rows;
+    if end > r {
+        end = r;
+    }
+    (p * r * q + col, start, end, p, col)
+}
+
+/// The (batch, group) index and the channel of column `col` of row block `p`: the group is
+/// `(p * q + col) / group_div` in both views, the channel `col` (channels-last) or `p % c`.
+#[cube]
+fn group_and_channel(
+    p: usize,
+    q: usize,
+    col: usize,
+    group_div: usize,
+    c: usize,
+    #[comptime] channels_last: bool,
+) -> (usize, usize) {
+    let mut ch = p % c;
+    if channels_last {
+        ch = col;
+    }
+    ((p * q + col) / group_div, ch)
+}
+
 /// Sums of `rows` consecutive rows of each column of a contiguous `[p, r, q]` array, into
 /// `[p, ceil(r / rows), q]`.
 #[cube(launch)]
@@ -50,16 +90,7 @@ fn block_sums<F: Float>(
     if pos >= output.len() {
         terminate!();
     }
-    let col = pos % q;
-    let rest = pos / q;
-    let j = rest % blocks;
-    let p = rest / blocks;
-    let start = j * rows;
-    let mut end = start + rows;
-    if end > r {
-        end = r;
-    }
-    let base = p * r * q + col;
+    let (base, start, end, _p, _col) = row_block(pos, r, q, rows, blocks);
     let mut acc = 0.0f32;
     for row in start..end {
         acc += f32::cast_from(input[base + row * q]);
@@ -85,17 +116,8 @@ fn centred_square_sums<F: Float>(
     if pos >= output.len() {
         terminate!();
     }
-    let col = pos % q;
-    let rest = pos / q;
-    let j = rest % blocks;
-    let p = rest / blocks;
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
     let m = mean[(p * q + col) / group_div];
-    let start = j * rows;
-    let mut end = start + rows;
-    if end > r {
-        end = r;
-    }
-    let base = p * r * q + col;
     let mut acc = 0.0f32;
     for row in start..end {
         let d = f32::cast_from(input[base + row * q]) - m;
@@ -162,23 +184,10 @@ fn normalise<F: Float, P: Float>(
     if pos >= blocks * q * (y.len() / (r * q)) {
         terminate!();
     }
-    let col = pos % q;
-    let rest = pos / q;
-    let j = rest % blocks;
-    let p = rest / blocks;
-    let g = (p * q + col) / group_div;
-    let mut ch = p % c;
-    if channels_last {
-        ch = col;
-    }
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
     let scale = rstd[g] * f32::cast_from(gamma[ch]);
     let shift = f32::cast_from(beta[ch]) - mean[g] * scale;
-    let start = j * rows;
-    let mut end = start + rows;
-    if end > r {
-        end = r;
-    }
-    let base = p * r * q + col;
     for row in start..end {
         let idx = base + row * q;
         let a = f32::cast_from(x[idx]) * scale + shift;
@@ -240,25 +249,12 @@ fn backward_sums<F: Float, P: Float>(
     if pos >= sum_da.len() {
         terminate!();
     }
-    let col = pos % q;
-    let rest = pos / q;
-    let j = rest % blocks;
-    let p = rest / blocks;
-    let g = (p * q + col) / group_div;
-    let mut ch = p % c;
-    if channels_last {
-        ch = col;
-    }
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
     let m = mean[g];
     let rs = rstd[g];
     let ga = f32::cast_from(gamma[ch]);
     let be = f32::cast_from(beta[ch]);
-    let start = j * rows;
-    let mut end = start + rows;
-    if end > r {
-        end = r;
-    }
-    let base = p * r * q + col;
     let mut acc_da = 0.0f32;
     let mut acc_da_xhat = 0.0f32;
     for row in start..end {
@@ -307,27 +303,14 @@ fn input_grad<F: Float, P: Float>(
     if pos >= blocks * q * (dx.len() / (r * q)) {
         terminate!();
     }
-    let col = pos % q;
-    let rest = pos / q;
-    let j = rest % blocks;
-    let p = rest / blocks;
-    let g = (p * q + col) / group_div;
-    let mut ch = p % c;
-    if channels_last {
-        ch = col;
-    }
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
     let ga = f32::cast_from(gamma[ch]);
     let be = f32::cast_from(beta[ch]);
     let mu = mean[g];
     let rs = rstd[g];
     let g1 = m1[g];
     let g2 = m2[g];
-    let start = j * rows;
-    let mut end = start + rows;
-    if end > r {
-        end = r;
-    }
-    let base = p * r * q + col;
     for row in start..end {
         let idx = base + row * q;
         let (x_hat, da) = xhat_and_da(

@@ -215,78 +215,47 @@ fn view(shape: &Shape, layout: Layout) -> [usize; 5] {
     }
 }
 
-fn launch_dims<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (cubecl::CubeCount, CubeDim) {
+/// The output shape of the upsampling (every spatial size doubled) or, `backward`, of its
+/// backward (halved), for a tensor in `layout`'s logical shape.
+pub fn output_shape(shape: &Shape, layout: Layout, backward: bool) -> Shape {
+    let mut dims: Vec<usize> = shape.iter().copied().collect();
+    let spatial = match layout {
+        Layout::Ndhwc => 1..4,
+        Layout::Ncdhw => 2..5,
+    };
+    for i in spatial {
+        dims[i] = if backward { dims[i] / 2 } else { dims[i] * 2 };
+    }
+    Shape::from(dims)
+}
+
+/// Trilinear x2 upsampling of `input` (logical shape in `layout`'s order) or, `backward`, its
+/// backward pass (`dL/dx` from `dL/dy`).
+pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool) -> CubeTensor<R> {
+    let input = into_contiguous(input);
+    let out_shape = output_shape(input.meta.shape(), layout, backward);
+    // Both kernels take the sizes of the small (not upsampled) side.
+    let small = if backward {
+        &out_shape
+    } else {
+        input.meta.shape()
+    };
+    let [_, d, h, w, q] = view(small, layout);
+    let out = empty_device_contiguous_dtype::<R>(
+        input.client.clone(),
+        input.device.clone(),
+        out_shape,
+        input.dtype,
+    );
     let dim = CubeDim::new_1d(256);
-    (calculate_cube_count_elemwise(&t.client, n, dim), dim)
-}
-
-/// Trilinear x2 upsampling of `x` (logical shape in `layout`'s order).
-pub fn forward<R: CubeRuntime>(x: CubeTensor<R>, layout: Layout) -> CubeTensor<R> {
-    let x = into_contiguous(x);
-    let [_, d, h, w, q] = view(x.meta.shape(), layout);
-    let mut out: Vec<usize> = x.meta.shape().iter().copied().collect();
-    let spatial = match layout {
-        Layout::Ndhwc => 1..4,
-        Layout::Ncdhw => 2..5,
-    };
-    for i in spatial {
-        out[i] *= 2;
+    let count = calculate_cube_count_elemwise(&input.client, out.meta.num_elements(), dim);
+    let client = input.client.clone();
+    let dtype: StorageType = input.dtype.into();
+    let (input, output) = (input.into_tensor_arg(), out.clone().into_tensor_arg());
+    if backward {
+        upsample_backward::launch::<R>(&client, count, dim, input, output, d, h, w, q, dtype);
+    } else {
+        upsample_forward::launch::<R>(&client, count, dim, input, output, d, h, w, q, dtype);
     }
-    let y = empty_device_contiguous_dtype::<R>(
-        x.client.clone(),
-        x.device.clone(),
-        Shape::from(out),
-        x.dtype,
-    );
-    let (count, dim) = launch_dims(&x, y.meta.num_elements());
-    let dtype: StorageType = x.dtype.into();
-    upsample_forward::launch::<R>(
-        &x.client.clone(),
-        count,
-        dim,
-        x.into_tensor_arg(),
-        y.clone().into_tensor_arg(),
-        d,
-        h,
-        w,
-        q,
-        dtype,
-    );
-    y
-}
-
-/// The backward pass: `dL/dx` from `dL/dy` (logical shape in `layout`'s order).
-pub fn backward<R: CubeRuntime>(grad: CubeTensor<R>, layout: Layout) -> CubeTensor<R> {
-    let grad = into_contiguous(grad);
-    let mut out: Vec<usize> = grad.meta.shape().iter().copied().collect();
-    let spatial = match layout {
-        Layout::Ndhwc => 1..4,
-        Layout::Ncdhw => 2..5,
-    };
-    for i in spatial {
-        out[i] /= 2;
-    }
-    let out = Shape::from(out);
-    let [_, d, h, w, q] = view(&out, layout);
-    let dx = empty_device_contiguous_dtype::<R>(
-        grad.client.clone(),
-        grad.device.clone(),
-        out,
-        grad.dtype,
-    );
-    let (count, dim) = launch_dims(&grad, dx.meta.num_elements());
-    let dtype: StorageType = grad.dtype.into();
-    upsample_backward::launch::<R>(
-        &grad.client.clone(),
-        count,
-        dim,
-        grad.into_tensor_arg(),
-        dx.clone().into_tensor_arg(),
-        d,
-        h,
-        w,
-        q,
-        dtype,
-    );
-    dx
+    out
 }

@@ -13,7 +13,7 @@ use super::{run, warn_fallback, ConvOp, Operands};
 use crate::conv::{
     data_grad_via_forward, float, is_strided_same, tensor, Conv3dSpec, KernelBackend,
 };
-use crate::norm::{self, GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 use crate::Layout;
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -121,28 +121,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     }
 
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
-        if crate::cube::upsample_runs(x.dtype) {
-            crate::cube::upsample_fused::<CudaRuntime, F, I, BT>(x, layout, false)
-        } else {
-            float(crate::upsample::upsample_trilinear_x2_in::<Self>(
-                tensor(x),
-                layout,
-            ))
-        }
+        crate::cube::upsample_trilinear_x2::<CudaRuntime, F, I, BT>(x, layout)
     }
 
     fn upsample_trilinear_x2_backward(
         grad: FloatTensor<Self>,
         layout: Layout,
     ) -> FloatTensor<Self> {
-        if crate::cube::upsample_runs(grad.dtype) {
-            crate::cube::upsample_fused::<CudaRuntime, F, I, BT>(grad, layout, true)
-        } else {
-            float(crate::upsample::upsample_trilinear_x2_backward_in::<Self>(
-                tensor(grad),
-                layout,
-            ))
-        }
+        crate::cube::upsample_trilinear_x2_backward::<CudaRuntime, F, I, BT>(grad, layout)
     }
 
     fn group_norm_forward(
@@ -151,11 +137,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        if crate::cube::group_norm_runs(&spec, x.dtype) {
-            crate::cube::group_norm_forward_fused(x, gamma, beta, spec)
-        } else {
-            norm::forward_primitive::<Self>(x, gamma, beta, &spec)
-        }
+        crate::cube::group_norm_forward(x, gamma, beta, spec)
     }
 
     fn group_norm_backward(
@@ -167,11 +149,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        if crate::cube::group_norm_runs(&spec, x.dtype) {
-            crate::cube::group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
-        } else {
-            norm::backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
-        }
+        crate::cube::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec)
     }
 
     fn conv3d_forward(
