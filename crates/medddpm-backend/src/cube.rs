@@ -43,6 +43,22 @@ fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the CUDA driver keeps the machine code it compiles from PTX: beside the PTX cache,
+/// unless the user chose a place (`CUDA_CACHE_PATH`). cubecl caches PTX, but loading PTX still
+/// runs the driver's compiler, whose own cache (256 MiB in `~/.nv` by default) is lost on a fresh
+/// machine and may be too small for these kernels. On an H100 the first bf16 training step took
+/// 11.6 s with it cold and 1.5 s warm (docs/benchmarks/README.md, fourth session, call 1).
+/// Must run before the driver starts (the first client).
+fn driver_jit_cache(root: &Path) {
+    if std::env::var_os("CUDA_CACHE_PATH").is_none() {
+        std::env::set_var("CUDA_CACHE_PATH", root.join("cuda-driver-jit"));
+    }
+    if std::env::var_os("CUDA_CACHE_MAXSIZE").is_none() {
+        // The driver's maximum (4 GiB).
+        std::env::set_var("CUDA_CACHE_MAXSIZE", "4294967296");
+    }
+}
+
 /// Sets up a CubeCL backend and runs `task` on it. `conv_engine` resolves `--conv-engine` for
 /// this backend, given the tuning-cache folder (where cuDNN keeps its algorithm choices).
 pub(crate) fn run<R, B, T>(
@@ -77,6 +93,9 @@ where
     std::fs::create_dir_all(&root)
         .with_context(|| format!("cannot create the tuning cache folder {}", root.display()))?;
     configure_cache(&root)?;
+    if backend == BackendKind::Cuda {
+        driver_jit_cache(&root);
+    }
 
     // cubecl panics (in a device thread) when it finds no adapter, e.g. wgpu without a Vulkan
     // driver: turn that into an error that says what to install.
