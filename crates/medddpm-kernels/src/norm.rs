@@ -360,7 +360,8 @@ pub struct NormCase {
 impl NormCase {
     /// The U-Net's normalisations (32 groups of 2 to 16 channels, with and without SiLU) at
     /// small sizes, and odd ones: one channel per group, one group, odd volumes (which leave a
-    /// short last block in every reduction), batch 2. `scale` multiplies the spatial sizes.
+    /// short last block in every reduction), batch 2, one group of 2M values. `scale` multiplies
+    /// the spatial sizes (but the last case's).
     pub fn standard(scale: usize) -> Vec<NormCase> {
         let c = |batch, channels, groups, size: [usize; 3], silu| NormCase {
             batch,
@@ -377,6 +378,15 @@ impl NormCase {
             c(1, 16, 1, [9, 9, 9], false),
             c(1, 512, 32, [2, 2, 2], true),
             c(2, 4, 2, [17, 3, 11], true),
+            // One group of two million values whatever the scale: the finishing sums of the
+            // CubeCL kernels then run several chunks per thread.
+            NormCase {
+                batch: 1,
+                channels: 64,
+                groups: 1,
+                size: [32, 32, 32],
+                silu: false,
+            },
         ]
     }
 

@@ -7,7 +7,7 @@ pub mod norm;
 pub mod upsample;
 
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
+use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -16,7 +16,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
 use crate::compute::NormEngine;
-use crate::norm::{cast_to, GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 type Fused<R, F, I, BT> = Fusion<Cube<R, F, I, BT>>;
@@ -82,14 +82,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     }
 }
 
-fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(
-    t: FloatTensor<B>,
-) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-/// The backward pass on CubeCL tensors: the one reduction over the activation in a kernel, the
-/// `[b, c]`-sized arithmetic with burn's ops, the input gradient in a kernel.
+/// The backward pass on CubeCL tensors: the one reduction over the activation, the
+/// `[b, c]`-sized arithmetic and the input gradient, five kernel launches in all.
 #[allow(clippy::too_many_arguments)]
 fn group_norm_backward_cube<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: CubeTensor<R>,
@@ -106,45 +100,13 @@ fn group_norm_backward_cube<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     let beta = into_contiguous(beta);
     let mean = into_contiguous(mean);
     let rstd = into_contiguous(rstd);
-    let param_dtype = gamma.dtype;
     let sums = norm::backward_channel_sums(&x, &gamma, &beta, &mean, &rstd, &dy, spec);
-    let sum_da: Tensor<Cube<R, F, I, BT>, 2> = float_tensor(sums.da);
-    let sum_da_xhat: Tensor<Cube<R, F, I, BT>, 2> = float_tensor(sums.da_xhat);
-    let [b, c] = sum_da.dims();
-    let g = spec.num_groups;
-    let values_per_group = (x.meta.num_elements() / b / g) as f64;
-    let gamma_row = cast_to(
-        float_tensor::<Cube<R, F, I, BT>, 1>(gamma.clone()),
-        DType::F32,
-    )
-    .reshape([1, c]);
-    let group_mean = |t: Tensor<Cube<R, F, I, BT>, 2>| {
-        t.mul(gamma_row.clone())
-            .reshape([b, g, c / g])
-            .sum_dim(2)
-            .reshape([b, g])
-            .div_scalar(values_per_group)
-    };
-    let m1 = group_mean(sum_da.clone());
-    let m2 = group_mean(sum_da_xhat.clone());
-    let d_beta = cast_to(sum_da.sum_dim(0).reshape([c]), param_dtype);
-    let d_gamma = cast_to(sum_da_xhat.sum_dim(0).reshape([c]), param_dtype);
-    let dx = norm::backward_input_grad(
-        x,
-        gamma,
-        beta,
-        mean,
-        rstd,
-        dy,
-        m1.into_primitive().tensor(),
-        m2.into_primitive().tensor(),
-        spec,
-    );
-    (
-        dx,
-        d_gamma.into_primitive().tensor(),
-        d_beta.into_primitive().tensor(),
-    )
+    let b = x.meta.shape()[0];
+    let values_per_group = x.meta.num_elements() / b / spec.num_groups;
+    let [m1, m2, d_gamma, d_beta] =
+        norm::backward_param_grads(&sums, &gamma, spec, values_per_group);
+    let dx = norm::backward_input_grad(x, gamma, beta, mean, rstd, dy, m1, m2, spec);
+    (dx, d_gamma, d_beta)
 }
 
 fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, O>(

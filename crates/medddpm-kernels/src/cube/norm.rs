@@ -1,19 +1,19 @@
-//! GroupNorm (+ SiLU) forward and backward as CubeCL kernels: four passes over the activation
-//! forward (two reductions, as the reference does: the mean, then the centred squares; one
-//! normalising write) and three backward (one reduction, one write), everything else on
-//! `[b, c]`-sized tensors. Statistics and sums are f32 whatever the activation dtype.
+//! GroupNorm (+ SiLU) forward and backward as CubeCL kernels: five launches forward (the mean
+//! and the centred squares, as the reference computes them, each a pass over the activation and
+//! a finishing launch, then one normalising write) and five backward (one pass of sums and two
+//! finishing launches, one `[b, c]`-sized launch, one write). Statistics and sums are f32
+//! whatever the activation dtype; launches are few because each costs host time on the order of
+//! a small kernel's run time.
 //!
-//! Every reduction is a tree of blocked sums: a thread adds [`ROWS`] values in f32 (one
-//! column of a `[p, r, q]` view of the tensor, so neighbouring threads read neighbouring
-//! addresses), and the partial sums are summed the same way until one row is left, so no f32
-//! running sum ever spans more than [`ROWS`] terms (what keeps the statistics of a
+//! Every reduction is blocked: a thread adds [`ROWS`] values in f32 (one column of a `[p, r, q]`
+//! view of the tensor, so neighbouring threads read neighbouring addresses), and one cube per
+//! statistic adds its partial sums in chunks of [`ROWS`] before a tree over the cube, so no f32
+//! running sum spans more than a few hundred terms (what keeps the statistics of a
 //! two-million-voxel group at f32 rounding; see [`crate::norm`]).
 //!
 //! The reduced view is `[b, S, c]` for channels-last activations (columns are channels) and
 //! `[b * c, S / q, q]` with `q` a power of two dividing `S` for channels-first ones (columns
-//! are `q` interleaved slices of one channel). Either way, after the tree the values of one
-//! (batch, group) -- or of one (batch, channel) -- lie next to each other, so the last step is
-//! a sum over short contiguous segments.
+//! are `q` interleaved slices of one channel).
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
@@ -126,30 +126,107 @@ fn centred_square_sums<F: Float>(
     output[pos] = acc;
 }
 
-/// `output[k] = scale * sum(input[k * m .. (k + 1) * m])`, or `1 / sqrt(that + epsilon)`
-/// when `rsqrt`.
+/// The second level of every reduction: one cube per output `o`, its threads summing the `n`
+/// partial sums `input[base + (k / run) * run_stride + k % run]` (`base` from `o`: see
+/// [`Finish`]) in chunks of [`ROWS`] in f32, then a tree over the cube in shared memory.
+/// `output[o] = scale * sum`, or `1 / sqrt(that + epsilon)` when `rsqrt`.
 #[cube(launch)]
-fn segment_sums(
+#[allow(clippy::too_many_arguments)]
+fn group_sums(
     input: &Tensor<f32>,
     output: &mut Tensor<f32>,
-    m: usize,
+    per_batch: usize,
+    batch_stride: usize,
+    group_stride: usize,
+    run: usize,
+    run_stride: usize,
+    n: usize,
+    chunks: usize,
     scale: f32,
     epsilon: f32,
+    #[comptime] threads: usize,
+    #[comptime] rows: usize,
     #[comptime] rsqrt: bool,
 ) {
-    let k = ABSOLUTE_POS;
-    if k >= output.len() {
-        terminate!();
+    let o = CUBE_POS;
+    let t = UNIT_POS as usize;
+    let base = (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
+    let mut total = 0.0f32;
+    for c in 0..chunks {
+        let mut acc = 0.0f32;
+        for j in 0..rows {
+            let k = (c * rows + j) * threads + t;
+            if k < n {
+                acc += input[base + (k / run) * run_stride + k % run];
+            }
+        }
+        total += acc;
     }
-    let mut acc = 0.0f32;
-    for t in 0..m {
-        acc += input[k * m + t];
+    let mut shared = SharedMemory::<f32>::new(threads);
+    shared[t] = total;
+    sync_cube();
+    let mut active = CUBE_DIM;
+    while active > 1 {
+        active /= 2;
+        if UNIT_POS < active {
+            let other = shared[t + active as usize];
+            shared[t] += other;
+        }
+        sync_cube();
     }
-    let v = acc * scale;
-    if rsqrt {
-        output[k] = 1.0 / f32::sqrt(v + epsilon);
-    } else {
-        output[k] = v;
+    if t == 0 {
+        let v = shared[0] * scale;
+        if rsqrt {
+            output[o] = 1.0 / f32::sqrt(v + epsilon);
+        } else {
+            output[o] = v;
+        }
+    }
+}
+
+/// What the backward pass needs from the per-(batch, channel) sums `sum_da`, `sum_da_xhat`
+/// (`[b, c]`): the per-group means `m1`, `m2` (`[b, g]`) of `gamma dL/da` and
+/// `gamma dL/da x_hat`, and the parameter gradients `d_gamma`, `d_beta` (`[c]`), in one launch
+/// of `max(b * g, c)` threads.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn param_grads<P: Float>(
+    sum_da: &Tensor<f32>,
+    sum_da_xhat: &Tensor<f32>,
+    gamma: &Tensor<P>,
+    m1: &mut Tensor<f32>,
+    m2: &mut Tensor<f32>,
+    d_gamma: &mut Tensor<P>,
+    d_beta: &mut Tensor<P>,
+    batch: usize,
+    channels: usize,
+    cpg: usize,
+    inv_n: f32,
+    #[define(P)] _dtype: StorageType,
+) {
+    let t = ABSOLUTE_POS;
+    let groups = channels / cpg;
+    if t < batch * groups {
+        let row = (t / groups) * channels + (t % groups) * cpg;
+        let mut a1 = 0.0f32;
+        let mut a2 = 0.0f32;
+        for j in 0..cpg {
+            let ga = f32::cast_from(gamma[(t % groups) * cpg + j]);
+            a1 += ga * sum_da[row + j];
+            a2 += ga * sum_da_xhat[row + j];
+        }
+        m1[t] = a1 * inv_n;
+        m2[t] = a2 * inv_n;
+    }
+    if t < channels {
+        let mut db = 0.0f32;
+        let mut dg = 0.0f32;
+        for bi in 0..batch {
+            db += sum_da[bi * channels + t];
+            dg += sum_da_xhat[bi * channels + t];
+        }
+        d_beta[t] = P::cast_from(db);
+        d_gamma[t] = P::cast_from(dg);
     }
 }
 
@@ -386,16 +463,6 @@ impl View {
         r.div_ceil(ROWS)
     }
 
-    /// Values per (batch, group) once the rows are summed away.
-    fn per_group(&self) -> usize {
-        self.p * self.q / (self.batch * self.groups)
-    }
-
-    /// Values per (batch, channel) once the rows are summed away.
-    fn per_channel(&self) -> usize {
-        self.p * self.q / (self.batch * self.channels)
-    }
-
     fn values_per_group(&self) -> usize {
         self.spatial * self.cpg()
     }
@@ -410,56 +477,62 @@ fn elementwise<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (CubeCount, CubeD
     (calculate_cube_count_elemwise(&t.client, n, dim), dim)
 }
 
-/// Sums the rows of a `[p, r, q]` f32 array in blocks until one row is left: `[p, 1, q]`.
-fn reduce_rows<R: CubeRuntime>(
-    mut t: CubeTensor<R>,
-    p: usize,
-    mut r: usize,
-    q: usize,
-) -> CubeTensor<R> {
-    while r > 1 {
-        let blocks = View::blocks(r);
-        let out = f32_buffer(&t, Shape::new([p, blocks, q]));
-        let (count, dim) = elementwise(&t, p * blocks * q);
-        block_sums::launch::<R>(
-            &t.client,
-            count,
-            dim,
-            t.clone().into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            r,
-            q,
-            ROWS,
-            blocks,
-            DType::F32.into(),
-        );
-        t = out;
-        r = blocks;
-    }
-    t
+/// Threads of one [`group_sums`] cube.
+const FINISH_THREADS: usize = 256;
+
+/// The outputs a [`group_sums`] launch reduces the partial sums to.
+#[derive(Debug, Clone, Copy)]
+enum Finish {
+    /// One per (batch, group).
+    Groups,
+    /// One per (batch, channel).
+    Channels,
 }
 
-/// `scale *` sums of consecutive segments of `m` values of `t` (or, `rsqrt`, their reciprocal
-/// square roots after adding `epsilon`) as a `[outer, inner]` tensor.
-fn segments<R: CubeRuntime>(
-    t: &CubeTensor<R>,
-    m: usize,
-    out_shape: [usize; 2],
+/// [`group_sums`] over the `[p, blocks, q]` partial sums of `v`: `[b, groups or channels]`,
+/// `scale *` each sum (or its `1 / sqrt(. + epsilon)` when `rsqrt`).
+fn finish<R: CubeRuntime>(
+    partial: &CubeTensor<R>,
+    v: &View,
+    blocks: usize,
+    per: Finish,
     scale: f32,
     epsilon: f32,
     rsqrt: bool,
 ) -> CubeTensor<R> {
-    let out = f32_buffer(t, Shape::new(out_shape));
-    let (count, dim) = elementwise(t, out_shape[0] * out_shape[1]);
-    segment_sums::launch::<R>(
-        &t.client,
-        count,
-        dim,
-        t.clone().into_tensor_arg(),
+    let width = match per {
+        Finish::Groups => v.cpg(),
+        Finish::Channels => 1,
+    };
+    let per_batch = v.channels / width;
+    // (batch stride, group stride, run, run stride, n): channels-last partials `[b, blocks, c]`
+    // hold an output's values as runs of `width` channels, one run per block; channels-first
+    // ones `[b * c, blocks, q]` hold them contiguously.
+    let (batch_stride, group_stride, run, run_stride, n) = if v.channels_last {
+        (blocks * v.q, width, width, v.q, blocks * width)
+    } else {
+        let n = width * blocks * v.q;
+        (v.channels * blocks * v.q, n, n, n, n)
+    };
+    let outputs = v.batch * per_batch;
+    let out = f32_buffer(partial, Shape::new([v.batch, per_batch]));
+    group_sums::launch::<R>(
+        &partial.client,
+        CubeCount::Static(outputs as u32, 1, 1),
+        CubeDim::new_1d(FINISH_THREADS as u32),
+        partial.clone().into_tensor_arg(),
         out.clone().into_tensor_arg(),
-        m,
+        per_batch,
+        batch_stride,
+        group_stride,
+        run,
+        run_stride,
+        n,
+        n.div_ceil(FINISH_THREADS * ROWS),
         scale,
         epsilon,
+        FINISH_THREADS,
+        ROWS,
         rsqrt,
     );
     out
@@ -479,7 +552,6 @@ pub fn forward<R: CubeRuntime>(
     let client = x.client.clone();
     let x_dtype: StorageType = x.dtype.into();
     let inv_n = 1.0 / v.values_per_group() as f32;
-    let stats_shape = [v.batch, v.groups];
     let blocks = View::blocks(v.r);
 
     // Mean.
@@ -497,8 +569,7 @@ pub fn forward<R: CubeRuntime>(
         blocks,
         x_dtype,
     );
-    let sums = reduce_rows(partial, v.p, blocks, v.q);
-    let mean = segments(&sums, v.per_group(), stats_shape, inv_n, 0.0, false);
+    let mean = finish(&partial, &v, blocks, Finish::Groups, inv_n, 0.0, false);
 
     // 1 / sqrt(variance + epsilon), from the centred squares.
     let partial = f32_buffer(&x, Shape::new([v.p, blocks, v.q]));
@@ -516,11 +587,11 @@ pub fn forward<R: CubeRuntime>(
         v.group_div(),
         x_dtype,
     );
-    let sums = reduce_rows(partial, v.p, blocks, v.q);
-    let rstd = segments(
-        &sums,
-        v.per_group(),
-        stats_shape,
+    let rstd = finish(
+        &partial,
+        &v,
+        blocks,
+        Finish::Groups,
         inv_n,
         spec.epsilon as f32,
         true,
@@ -605,13 +676,52 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         spec.silu,
         [x.dtype.into(), gamma.dtype.into()],
     );
-    let shape = [v.batch, v.channels];
-    let da = reduce_rows(partial_da, v.p, blocks, v.q);
-    let da_xhat = reduce_rows(partial_da_xhat, v.p, blocks, v.q);
+    let sum = |partial| finish(partial, &v, blocks, Finish::Channels, 1.0, 0.0, false);
     ChannelSums {
-        da: segments(&da, v.per_channel(), shape, 1.0, 0.0, false),
-        da_xhat: segments(&da_xhat, v.per_channel(), shape, 1.0, 0.0, false),
+        da: sum(&partial_da),
+        da_xhat: sum(&partial_da_xhat),
     }
+}
+
+/// The backward pass's `[b, c]`-sized step (see [`param_grads`]): `(m1, m2, d_gamma, d_beta)`.
+pub fn backward_param_grads<R: CubeRuntime>(
+    sums: &ChannelSums<R>,
+    gamma: &CubeTensor<R>,
+    spec: &GroupNormSpec,
+    values_per_group: usize,
+) -> [CubeTensor<R>; 4] {
+    let dims = sums.da.meta.shape().clone();
+    let (batch, channels) = (dims[0], dims[1]);
+    let groups = spec.num_groups;
+    let stats = || f32_buffer(gamma, Shape::new([batch, groups]));
+    let param = || {
+        empty_device_contiguous_dtype::<R>(
+            gamma.client.clone(),
+            gamma.device.clone(),
+            Shape::new([channels]),
+            gamma.dtype,
+        )
+    };
+    let (m1, m2, d_gamma, d_beta) = (stats(), stats(), param(), param());
+    let (count, dim) = elementwise(gamma, (batch * groups).max(channels));
+    param_grads::launch::<R>(
+        &gamma.client,
+        count,
+        dim,
+        sums.da.clone().into_tensor_arg(),
+        sums.da_xhat.clone().into_tensor_arg(),
+        gamma.clone().into_tensor_arg(),
+        m1.clone().into_tensor_arg(),
+        m2.clone().into_tensor_arg(),
+        d_gamma.clone().into_tensor_arg(),
+        d_beta.clone().into_tensor_arg(),
+        batch,
+        channels,
+        channels / groups,
+        1.0 / values_per_group as f32,
+        gamma.dtype.into(),
+    );
+    [m1, m2, d_gamma, d_beta]
 }
 
 /// The backward pass's input gradient, given the per-group means `m1`, `m2` (`[b, g]` f32) of
