@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context;
 
 use burn::module::AutodiffModule;
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
@@ -481,9 +481,9 @@ fn measure<B: KernelAutodiffBackend>(
     }
     save(record, "the agreement probe");
 
-    // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon) on the f32
-    // master weights.
-    let mut optim = AdamConfig::new().with_epsilon(1e-8).init::<B, UNet<B>>();
+    // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon; one operation
+    // per parameter tensor, as the trainer runs it) on the f32 master weights.
+    let mut optim = medddpm_train::FusedAdam::default().init::<B, UNet<B>>();
     let mut last_loss = f32::NAN;
     // The same images, condition and timesteps every step, fresh noise.
     let new_batch = || MicroBatch {

@@ -382,3 +382,34 @@ fn upsampling_kernels_agree_with_their_reference_twins() {
     let bad = on_wgpu(UpsampleKernels);
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// The CubeCL Adam update against its plain-op twin on the CPU: four steps with the learning
+/// rate and step count changing (each launch must use its own scalars), f32.
+struct AdamKernel;
+
+impl BackendTask for AdamKernel {
+    type Output = Vec<String>;
+
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        _: &RunEnv,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut bad = Vec::new();
+        for (i, len) in [1usize, 257, 40_000].into_iter().enumerate() {
+            let errs = medddpm_kernels::adam::engine_vs_reference::<B::InnerBackend>(
+                &device, len, 4, i as u64,
+            );
+            if !errs.iter().all(|e| *e <= 1e-6) {
+                bad.push(format!("{len} values: {errs:?}"));
+            }
+        }
+        Ok(bad)
+    }
+}
+
+#[test]
+fn adam_kernel_agrees_with_its_reference_twin() {
+    let bad = on_wgpu(AdamKernel);
+    assert!(bad.is_empty(), "{bad:#?}");
+}

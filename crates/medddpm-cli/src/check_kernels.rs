@@ -1,6 +1,7 @@
-//! `medddpm check-kernels`: the backend's convolution engine and GroupNorm kernels against their
-//! plain-op reference twins (burn's ops in f32 on the CPU, on the same rounded operands) on the
-//! U-Net's geometries and odd ones, forward and gradients, per precision and layout.
+//! `medddpm check-kernels`: the backend's convolution engine, GroupNorm, upsampling and Adam
+//! kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
+//! rounded operands) on the U-Net's geometries and odd ones, forward and gradients, per
+//! precision and layout.
 
 use std::path::PathBuf;
 
@@ -75,6 +76,22 @@ struct UpsampleRow {
     pass: bool,
 }
 
+/// One Adam-update case's result (parameters, moments).
+#[derive(Debug, Serialize)]
+struct AdamRow {
+    len: usize,
+    steps: usize,
+    param: f64,
+    moment_1: f64,
+    moment_2: f64,
+    tolerance: f64,
+    pass: bool,
+}
+
+/// Adam updates run in f32 (the master weights) whatever the precision: the kernel does the
+/// twin's arithmetic, so only rounding differences (contracted multiply-adds) remain.
+const ADAM_TOLERANCE: f64 = 1e-5;
+
 #[derive(Debug, Serialize)]
 struct Report {
     backend: String,
@@ -84,6 +101,7 @@ struct Report {
     norm_engine: String,
     norm_rows: Vec<NormRow>,
     upsample_rows: Vec<UpsampleRow>,
+    adam_rows: Vec<AdamRow>,
 }
 
 impl Report {
@@ -91,10 +109,11 @@ impl Report {
         self.rows.iter().filter(|r| !r.pass).count()
             + self.norm_rows.iter().filter(|r| !r.pass).count()
             + self.upsample_rows.iter().filter(|r| !r.pass).count()
+            + self.adam_rows.iter().filter(|r| !r.pass).count()
     }
 
     fn cases(&self) -> usize {
-        self.rows.len() + self.norm_rows.len() + self.upsample_rows.len()
+        self.rows.len() + self.norm_rows.len() + self.upsample_rows.len() + self.adam_rows.len()
     }
 }
 
@@ -231,6 +250,34 @@ impl BackendTask for Task {
                 });
             }
         }
+        let mut adam_rows = Vec::new();
+        for (i, len) in [1, 1000, 3 * 64 * 64 * 27 * self.scale + 7]
+            .into_iter()
+            .enumerate()
+        {
+            let steps = 4;
+            let errs = medddpm_kernels::adam::engine_vs_reference::<B::InnerBackend>(
+                &device,
+                len,
+                steps,
+                300 + i as u64,
+            );
+            let pass = errs.iter().all(|e| e.is_finite() && *e <= ADAM_TOLERANCE);
+            let [p, m, v] = errs;
+            eprintln!(
+                "Adam update of {len} values, {steps} steps: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e} {}",
+                if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+            );
+            adam_rows.push(AdamRow {
+                len,
+                steps,
+                param: p,
+                moment_1: m,
+                moment_2: v,
+                tolerance: ADAM_TOLERANCE,
+                pass,
+            });
+        }
         Ok(Report {
             backend: env.backend.to_string(),
             precision: env.precision.to_string(),
@@ -239,6 +286,7 @@ impl BackendTask for Task {
             norm_engine: env.norm_engine.to_string(),
             norm_rows,
             upsample_rows,
+            adam_rows,
         })
     }
 }

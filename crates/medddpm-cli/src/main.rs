@@ -32,9 +32,9 @@ enum Command {
     /// Check that every backend, precision and layout gives the float64 CPU reference's output
     /// within the precision's tolerance (same weights, same input).
     Check(CheckArgs),
-    /// Compare the convolution engine (cuDNN or burn's kernels) and the GroupNorm kernels with
-    /// burn's plain ops on the U-Net's geometries and odd ones: forward and gradients, both
-    /// layouts.
+    /// Compare the convolution engine (cuDNN or burn's kernels) and the GroupNorm, upsampling
+    /// and Adam kernels with burn's plain ops on the U-Net's geometries and odd ones: forward
+    /// and gradients, both layouts.
     CheckKernels(check_kernels::CheckKernelsArgs),
 }
 

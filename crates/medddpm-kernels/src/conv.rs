@@ -147,6 +147,19 @@ pub trait KernelBackend: Backend {
             layout,
         ))
     }
+
+    /// One Adam update of a parameter tensor: `[param, moment_1, moment_2]` after `step`
+    /// (all four inputs of one shape and dtype). Provided body: the plain-op twin
+    /// ([`crate::adam::adam_step_reference`]).
+    fn adam_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        step: crate::AdamStep,
+    ) -> [FloatTensor<Self>; 3] {
+        crate::adam::adam_step_primitive::<Self>(param, grad, moment_1, moment_2, step)
+    }
 }
 
 /// [`KernelBackend::upsample_trilinear_x2`] on tensors: `x` in `layout`'s memory order
@@ -219,6 +232,18 @@ impl KernelBackend for burn::backend::Wgpu {
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
         crate::cube::group_norm_forward(x, gamma, beta, spec)
+    }
+
+    fn adam_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        step: crate::AdamStep,
+    ) -> [FloatTensor<Self>; 3] {
+        crate::cube::adam_step::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            param, grad, moment_1, moment_2, step,
+        )
     }
 
     fn group_norm_backward(

@@ -23,6 +23,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod adam;
 mod compute;
 pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -32,6 +33,7 @@ pub mod cudnn;
 pub mod norm;
 pub mod upsample;
 
+pub use adam::{adam_step, AdamStep};
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,

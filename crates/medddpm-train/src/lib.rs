@@ -8,6 +8,7 @@ mod config;
 pub mod data;
 pub mod ema;
 mod error;
+pub mod optim;
 pub mod phantom;
 pub mod sample;
 pub mod trainer;
@@ -15,6 +16,7 @@ pub mod trainer;
 pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, TrainSettings};
 pub use error::TrainError;
+pub use optim::FusedAdam;
 pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};
 pub use trainer::{
     micro_step, micro_step_loss, train, MicroBatch, Quiet, SessionOptions, StepMetrics,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
+use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
@@ -236,11 +236,12 @@ pub fn train<B: KernelAutodiffBackend>(
     B::seed(device, settings.seed);
     let mut model: UNet<B> = config.model.init(device)?.with_compute(options.compute);
     let mut ema: UNet<B::InnerBackend> = model.valid();
-    let mut optim = AdamConfig::new()
-        .with_beta_1(settings.adam_beta1)
-        .with_beta_2(settings.adam_beta2)
-        .with_epsilon(settings.adam_epsilon)
-        .init::<B, UNet<B>>();
+    let mut optim = crate::FusedAdam {
+        beta_1: settings.adam_beta1,
+        beta_2: settings.adam_beta2,
+        epsilon: settings.adam_epsilon,
+    }
+    .init::<B, UNet<B>>();
     let mut state = TrainState {
         step: 0,
         micro_batches: 0,

@@ -3,6 +3,7 @@
 //! burn-vision registers its kernels). Each has its plain-op reference twin in the module of
 //! the same name at the crate root, which the tests compare it to.
 
+pub mod adam;
 pub mod norm;
 pub mod upsample;
 
@@ -304,4 +305,60 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     )
     .outputs();
     GroupNormGrads { x, gamma, beta }
+}
+
+#[derive(Debug, Clone)]
+struct AdamOp<B> {
+    desc: CustomOpIr,
+    step: crate::AdamStep,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for AdamOp<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let ([param, grad, m, v], outs) = self.desc.as_fixed::<4, 3>();
+        let get =
+            |h: &mut Handles<R, F, I, BT>, t: &TensorIr| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
+        let inputs = [
+            get(handles, param),
+            get(handles, grad),
+            get(handles, m),
+            get(handles, v),
+        ];
+        let [param, grad, m, v] = inputs;
+        let results = adam::run(param, grad, m, v, self.step);
+        for (ir, t) in outs.iter().zip(results) {
+            handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
+        }
+    }
+}
+
+/// [`crate::KernelBackend::adam_step`] on burn's fused CubeCL backends: one kernel for f32,
+/// f16 and bf16 parameters, the plain-op twin for f64.
+pub fn adam_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    param: FloatTensor<Fused<R, F, I, BT>>,
+    grad: FloatTensor<Fused<R, F, I, BT>>,
+    moment_1: FloatTensor<Fused<R, F, I, BT>>,
+    moment_2: FloatTensor<Fused<R, F, I, BT>>,
+    step: crate::AdamStep,
+) -> [FloatTensor<Fused<R, F, I, BT>>; 3] {
+    if !matches!(param.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return crate::adam::adam_step_primitive::<Fused<R, F, I, BT>>(
+            param, grad, moment_1, moment_2, step,
+        );
+    }
+    let out = (param.shape.clone(), param.dtype);
+    register::<R, F, I, BT, _>(
+        "medddpm_adam_step",
+        vec![param, grad, moment_1, moment_2],
+        vec![out.clone(), out.clone(), out],
+        |desc| AdamOp::<Cube<R, F, I, BT>> {
+            desc,
+            step,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .outputs()
 }

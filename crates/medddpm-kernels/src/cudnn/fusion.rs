@@ -124,6 +124,16 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cube::upsample_trilinear_x2::<CudaRuntime, F, I, BT>(x, layout)
     }
 
+    fn adam_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        step: crate::AdamStep,
+    ) -> [FloatTensor<Self>; 3] {
+        crate::cube::adam_step::<CudaRuntime, F, I, BT>(param, grad, moment_1, moment_2, step)
+    }
+
     fn upsample_trilinear_x2_backward(
         grad: FloatTensor<Self>,
         layout: Layout,
