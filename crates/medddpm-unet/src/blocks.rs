@@ -60,6 +60,20 @@ impl<B: Backend> NormActConv<B> {
         let h = ctx.norm_silu(&self.norm, x);
         ctx.conv(&self.conv, h)
     }
+
+    /// conv(SiLU(GN(x))) + extra, `extra` `[batch, c_out]` added per channel with the bias.
+    pub(crate) fn forward_add(
+        &self,
+        x: Tensor<B, 5>,
+        extra: Tensor<B, 2>,
+        ctx: &Ctx<B>,
+    ) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
+        let h = ctx.norm_silu(&self.norm, x);
+        ctx.conv_add(&self.conv, h, extra)
+    }
 }
 
 /// The reference's `emb_layers`: SiLU then Linear(4C -> c_out). The SiLU is applied once per
@@ -121,15 +135,8 @@ impl<B: Backend> ResBlock<B> {
     where
         B: KernelBackend,
     {
-        let h = self.in_layers.forward(x.clone(), ctx);
-        let b = h.dims()[0];
-        let c = h.dims()[ctx.layout.channel_dim()];
         let emb = self.emb_layers.linear.forward(emb_act);
-        let emb = match ctx.layout {
-            Layout::Ncdhw => emb.reshape([b, c, 1, 1, 1]),
-            Layout::Ndhwc => emb.reshape([b, 1, 1, 1, c]),
-        };
-        let h = ctx.op(OpClass::Elementwise, || h + emb);
+        let h = self.in_layers.forward_add(x.clone(), emb, ctx);
         let h = self.out_layers.forward(h, ctx);
         let skip = match &self.skip_connection {
             Some(skip) => ctx.conv(skip, x),

@@ -257,8 +257,24 @@ impl<B: KernelBackend> Ctx<'_, B> {
     pub fn conv(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Convolution, || match self.layout {
             Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x),
-            layout => conv3d(x, conv, self.compute, layout),
+            layout => conv3d(x, conv, None, self.compute, layout),
         })
+    }
+
+    /// [`Ctx::conv`] plus a per-(batch, channel) term `extra` `[b, c_out]` (a ResBlock's time
+    /// embedding). Channels-last, the term joins the bias in one addition over the volume,
+    /// whose backward is two reductions instead of two sets of three.
+    pub fn conv_add(&self, conv: &Conv3d<B>, x: Tensor<B, 5>, extra: Tensor<B, 2>) -> Tensor<B, 5> {
+        match self.layout {
+            Layout::Ndhwc if is_pointwise(conv) => {
+                let y = self.conv(conv, x);
+                let [b, c] = extra.dims();
+                self.op(OpClass::Elementwise, || y + extra.reshape([b, 1, 1, 1, c]))
+            }
+            layout => self.op(OpClass::Convolution, || {
+                conv3d(x, conv, Some(extra), self.compute, layout)
+            }),
+        }
     }
 
     /// GroupNorm of an activation in this layout, with statistics in f32 (or f64) whatever the
@@ -291,6 +307,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
 fn conv3d<B: KernelBackend>(
     x: Tensor<B, 5>,
     conv: &Conv3d<B>,
+    extra: Option<Tensor<B, 2>>,
     compute: Compute,
     layout: Layout,
 ) -> Tensor<B, 5> {
@@ -309,19 +326,47 @@ fn conv3d<B: KernelBackend>(
     let weight = conv.weight.val();
     let bias = conv.bias.as_ref().map(|b| b.val());
     match layout {
-        Layout::Ncdhw => medddpm_kernels::conv3d(x, weight, bias, spec),
-        Layout::Ndhwc => {
-            let y = medddpm_kernels::conv3d(x.permute([0, 4, 1, 2, 3]), weight, None, spec)
-                .permute([0, 2, 3, 4, 1]);
-            match bias {
-                Some(bias) => {
-                    let c = bias.dims()[0];
-                    y + bias.reshape([1, 1, 1, 1, c])
+        Layout::Ncdhw => {
+            let y = medddpm_kernels::conv3d(x, weight, bias, spec);
+            match extra {
+                Some(extra) => {
+                    let [b, c] = extra.dims();
+                    y + extra.reshape([b, c, 1, 1, 1])
                 }
                 None => y,
             }
         }
+        Layout::Ndhwc => {
+            let y = medddpm_kernels::conv3d(x.permute([0, 4, 1, 2, 3]), weight, None, spec)
+                .permute([0, 2, 3, 4, 1]);
+            let add = match (bias, extra) {
+                (Some(bias), Some(extra)) => {
+                    let c = bias.dims()[0];
+                    Some(extra + bias.reshape([1, c]))
+                }
+                (Some(bias), None) => {
+                    let c = bias.dims()[0];
+                    Some(bias.reshape([1, c]))
+                }
+                (None, extra) => extra,
+            };
+            match add {
+                Some(add) => add_per_channel(y, add),
+                None => y,
+            }
+        }
     }
+}
+
+/// `y + add` for a channels-last `y` `[b, d, h, w, c]` and `add` `[b or 1, c]`, with `y` viewed
+/// as `[b, d, h * w, c]`: autodiff then sums the gradient for `add` in two reductions (over
+/// `d`, then over `h * w`) instead of one per spatial axis. (One reduction over all the voxels
+/// would leave only `c` outputs to spread over the GPU.)
+fn add_per_channel<B: Backend>(y: Tensor<B, 5>, add: Tensor<B, 2>) -> Tensor<B, 5> {
+    let dims = y.dims();
+    let [b, d, h, w, c] = dims;
+    let rows = add.dims()[0];
+    (y.reshape([b, d, h * w, c]) + add.reshape([rows, 1, 1, c])).reshape(dims)
 }
 
 /// Whether `conv` is a plain 1x1x1 convolution (stride 1, no padding, one group).
