@@ -84,7 +84,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
 }
 
 /// The backward pass on CubeCL tensors: the one reduction over the activation, the
-/// `[b, c]`-sized arithmetic and the input gradient, five kernel launches in all.
+/// `[b, c]`-sized arithmetic and the input gradient, four kernel launches in all.
 #[allow(clippy::too_many_arguments)]
 fn group_norm_backward_cube<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: CubeTensor<R>,

@@ -1,11 +1,11 @@
 //! GroupNorm (+ SiLU) forward and backward as CubeCL kernels: five launches forward (the mean
 //! and the centred squares, as the reference computes them, each a pass over the activation and
-//! a finishing launch, then one normalising write) and five backward (one pass of sums and two
-//! finishing launches, one `[b, c]`-sized launch, one write). Statistics and sums are f32
+//! a finishing launch, then one normalising write) and four backward (one pass of sums, one
+//! finishing launch for both sums, one `[b, c]`-sized launch, one write). Statistics and sums are f32
 //! whatever the activation dtype; launches are few because each costs host time on the order of
 //! a small kernel's run time.
 //!
-//! Every reduction is blocked: a thread adds [`ROWS`] values in f32 (one column of a `[p, r, q]`
+//! Every reduction is blocked: a thread adds [`FORWARD_ROWS`] or [`BACKWARD_ROWS`] values in f32 (one column of a `[p, r, q]`
 //! view of the tensor, so neighbouring threads read neighbouring addresses), and one cube per
 //! statistic adds its partial sums in chunks of [`FINISH_ROWS`] before a tree over the cube, so no f32
 //! running sum spans more than a few hundred terms (what keeps the statistics of a
@@ -26,10 +26,14 @@ use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
 use crate::compute::Layout;
 use crate::norm::GroupNormSpec;
 
-/// Values one thread adds before its partial sum is written. 256 rather than 64: the finishing
-/// cubes read 4x fewer partial sums (with 64, on an H100, the 156 finishing launches of a bf16
-/// training step took 4.6 ms, their loads waiting in line).
-pub const ROWS: usize = 256;
+/// Values one thread adds before its partial sum is written, in the forward's reductions. 256
+/// rather than 64: the finishing cubes read 4x fewer partial sums (H100, bf16 training step:
+/// the forward's sums and their finishing launches 5.7 ms with 64, 4.2 ms with 256).
+pub const FORWARD_ROWS: usize = 256;
+
+/// The same for the backward's reduction, whose threads do more per value (the backward's sums
+/// and their finishing launches: 5.6 ms with 64, 7.3 ms with 256).
+pub const BACKWARD_ROWS: usize = 64;
 
 /// Partial sums a finishing thread adds before adding that to its total.
 const FINISH_ROWS: usize = 64;
@@ -131,7 +135,8 @@ fn centred_square_sums<F: Float>(
     output[pos] = acc;
 }
 
-/// The second level of every reduction: one cube per output `o`, its threads summing the `n`
+/// The second level of every reduction: one cube per output `o` of each of the `parts`
+/// consecutive arrays of partial sums in `input` (`part_stride` apart), its threads summing the `n`
 /// partial sums `input[base + (k / run) * run_stride + k % run]` (`base` from `o`: see
 /// [`Finish`]) in chunks of [`FINISH_ROWS`] in f32, then a tree over the cube in shared memory.
 /// `output[o] = scale * sum`, or `1 / sqrt(that + epsilon)` when `rsqrt`.
@@ -140,6 +145,8 @@ fn centred_square_sums<F: Float>(
 fn group_sums(
     input: &Tensor<f32>,
     output: &mut Tensor<f32>,
+    outputs_per_part: usize,
+    part_stride: usize,
     per_batch: usize,
     batch_stride: usize,
     group_stride: usize,
@@ -153,9 +160,10 @@ fn group_sums(
     #[comptime] rows: usize,
     #[comptime] rsqrt: bool,
 ) {
-    let o = CUBE_POS;
+    let part = CUBE_POS / outputs_per_part;
+    let o = CUBE_POS % outputs_per_part;
     let t = UNIT_POS as usize;
-    let base = (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
+    let base = part * part_stride + (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
     let mut total = 0.0f32;
     for c in 0..chunks {
         let mut acc = 0.0f32;
@@ -182,22 +190,21 @@ fn group_sums(
     if t == 0 {
         let v = shared[0] * scale;
         if rsqrt {
-            output[o] = 1.0 / f32::sqrt(v + epsilon);
+            output[CUBE_POS] = 1.0 / f32::sqrt(v + epsilon);
         } else {
-            output[o] = v;
+            output[CUBE_POS] = v;
         }
     }
 }
 
-/// What the backward pass needs from the per-(batch, channel) sums `sum_da`, `sum_da_xhat`
-/// (`[b, c]`): the per-group means `m1`, `m2` (`[b, g]`) of `gamma dL/da` and
+/// What the backward pass needs from the per-(batch, channel) sums `sums` (`[2, b, c]`: of
+/// `dL/da`, then of `dL/da x_hat`): the per-group means `m1`, `m2` (`[b, g]`) of `gamma dL/da` and
 /// `gamma dL/da x_hat`, and the parameter gradients `d_gamma`, `d_beta` (`[c]`), in one launch
 /// of `max(b * g, c)` threads.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn param_grads<P: Float>(
-    sum_da: &Tensor<f32>,
-    sum_da_xhat: &Tensor<f32>,
+    sums: &Tensor<f32>,
     gamma: &Tensor<P>,
     m1: &mut Tensor<f32>,
     m2: &mut Tensor<f32>,
@@ -211,14 +218,15 @@ fn param_grads<P: Float>(
 ) {
     let t = ABSOLUTE_POS;
     let groups = channels / cpg;
+    let half = batch * channels;
     if t < batch * groups {
         let row = (t / groups) * channels + (t % groups) * cpg;
         let mut a1 = 0.0f32;
         let mut a2 = 0.0f32;
         for j in 0..cpg {
             let ga = f32::cast_from(gamma[(t % groups) * cpg + j]);
-            a1 += ga * sum_da[row + j];
-            a2 += ga * sum_da_xhat[row + j];
+            a1 += ga * sums[row + j];
+            a2 += ga * sums[half + row + j];
         }
         m1[t] = a1 * inv_n;
         m2[t] = a2 * inv_n;
@@ -227,8 +235,8 @@ fn param_grads<P: Float>(
         let mut db = 0.0f32;
         let mut dg = 0.0f32;
         for bi in 0..batch {
-            db += sum_da[bi * channels + t];
-            dg += sum_da_xhat[bi * channels + t];
+            db += sums[bi * channels + t];
+            dg += sums[half + bi * channels + t];
         }
         d_beta[t] = P::cast_from(db);
         d_gamma[t] = P::cast_from(dg);
@@ -315,8 +323,7 @@ fn backward_sums<F: Float, P: Float>(
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
-    sum_da: &mut Tensor<f32>,
-    sum_da_xhat: &mut Tensor<f32>,
+    sums: &mut Tensor<f32>,
     r: usize,
     q: usize,
     rows: usize,
@@ -328,7 +335,8 @@ fn backward_sums<F: Float, P: Float>(
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
     let pos = ABSOLUTE_POS;
-    if pos >= sum_da.len() {
+    let half = sums.len() / 2;
+    if pos >= half {
         terminate!();
     }
     let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
@@ -353,8 +361,8 @@ fn backward_sums<F: Float, P: Float>(
         acc_da += da;
         acc_da_xhat += da * x_hat;
     }
-    sum_da[pos] = acc_da;
-    sum_da_xhat[pos] = acc_da_xhat;
+    sums[pos] = acc_da;
+    sums[half + pos] = acc_da_xhat;
 }
 
 /// `dL/dx = rstd (gamma dL/da - m1 - x_hat m2)`, `m1`, `m2` the per-group means of
@@ -464,8 +472,8 @@ impl View {
         }
     }
 
-    fn blocks(r: usize) -> usize {
-        r.div_ceil(ROWS)
+    fn blocks(r: usize, rows: usize) -> usize {
+        r.div_ceil(rows)
     }
 
     fn values_per_group(&self) -> usize {
@@ -494,10 +502,13 @@ enum Finish {
     Channels,
 }
 
-/// [`group_sums`] over the `[p, blocks, q]` partial sums of `v`: `[b, groups or channels]`,
-/// `scale *` each sum (or its `1 / sqrt(. + epsilon)` when `rsqrt`).
+/// [`group_sums`] over `parts` consecutive `[p, blocks, q]` arrays of partial sums of `v`:
+/// `[parts, b, groups or channels]`, `scale *` each sum (or its `1 / sqrt(. + epsilon)` when
+/// `rsqrt`).
+#[allow(clippy::too_many_arguments)]
 fn finish<R: CubeRuntime>(
     partial: &CubeTensor<R>,
+    parts: usize,
     v: &View,
     blocks: usize,
     per: Finish,
@@ -520,13 +531,15 @@ fn finish<R: CubeRuntime>(
         (v.channels * blocks * v.q, n, n, n, n)
     };
     let outputs = v.batch * per_batch;
-    let out = f32_buffer(partial, Shape::new([v.batch, per_batch]));
+    let out = f32_buffer(partial, Shape::new([parts, v.batch, per_batch]));
     group_sums::launch::<R>(
         &partial.client,
-        CubeCount::Static(outputs as u32, 1, 1),
+        CubeCount::Static((parts * outputs) as u32, 1, 1),
         CubeDim::new_1d(FINISH_THREADS as u32),
         partial.clone().into_tensor_arg(),
         out.clone().into_tensor_arg(),
+        outputs,
+        v.p * blocks * v.q,
         per_batch,
         batch_stride,
         group_stride,
@@ -557,7 +570,7 @@ pub fn forward<R: CubeRuntime>(
     let client = x.client.clone();
     let x_dtype: StorageType = x.dtype.into();
     let inv_n = 1.0 / v.values_per_group() as f32;
-    let blocks = View::blocks(v.r);
+    let blocks = View::blocks(v.r, FORWARD_ROWS);
 
     // Mean.
     let partial = f32_buffer(&x, Shape::new([v.p, blocks, v.q]));
@@ -570,11 +583,11 @@ pub fn forward<R: CubeRuntime>(
         partial.clone().into_tensor_arg(),
         v.r,
         v.q,
-        ROWS,
+        FORWARD_ROWS,
         blocks,
         x_dtype,
     );
-    let mean = finish(&partial, &v, blocks, Finish::Groups, inv_n, 0.0, false);
+    let mean = finish(&partial, 1, &v, blocks, Finish::Groups, inv_n, 0.0, false);
 
     // 1 / sqrt(variance + epsilon), from the centred squares.
     let partial = f32_buffer(&x, Shape::new([v.p, blocks, v.q]));
@@ -587,13 +600,14 @@ pub fn forward<R: CubeRuntime>(
         partial.clone().into_tensor_arg(),
         v.r,
         v.q,
-        ROWS,
+        FORWARD_ROWS,
         blocks,
         v.group_div(),
         x_dtype,
     );
     let rstd = finish(
         &partial,
+        1,
         &v,
         blocks,
         Finish::Groups,
@@ -635,12 +649,10 @@ pub fn forward<R: CubeRuntime>(
 }
 
 /// What the backward pass's reduction gives: per-(batch, channel) sums of `dL/da` and of
-/// `dL/da * x_hat`, `[b, c]` f32.
+/// `dL/da * x_hat`, `[2, b, c]` f32.
 pub struct ChannelSums<R: CubeRuntime> {
-    /// `sum dL/da` per (batch, channel).
-    pub da: CubeTensor<R>,
-    /// `sum dL/da * x_hat` per (batch, channel).
-    pub da_xhat: CubeTensor<R>,
+    /// `sums[0]`: `sum dL/da`; `sums[1]`: `sum dL/da * x_hat`.
+    pub sums: CubeTensor<R>,
 }
 
 /// The backward pass's reduction (see [`ChannelSums`]).
@@ -655,9 +667,8 @@ pub fn backward_channel_sums<R: CubeRuntime>(
     spec: &GroupNormSpec,
 ) -> ChannelSums<R> {
     let v = View::new(&x.meta.shape().clone(), spec);
-    let blocks = View::blocks(v.r);
-    let partial_da = f32_buffer(x, Shape::new([v.p, blocks, v.q]));
-    let partial_da_xhat = f32_buffer(x, Shape::new([v.p, blocks, v.q]));
+    let blocks = View::blocks(v.r, BACKWARD_ROWS);
+    let partial = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
     let (count, dim) = elementwise(x, v.p * blocks * v.q);
     backward_sums::launch::<R>(
         &x.client,
@@ -669,11 +680,10 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         beta.clone().into_tensor_arg(),
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
-        partial_da.clone().into_tensor_arg(),
-        partial_da_xhat.clone().into_tensor_arg(),
+        partial.clone().into_tensor_arg(),
         v.r,
         v.q,
-        ROWS,
+        BACKWARD_ROWS,
         blocks,
         v.group_div(),
         v.channels,
@@ -681,10 +691,8 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         spec.silu,
         [x.dtype.into(), gamma.dtype.into()],
     );
-    let sum = |partial| finish(partial, &v, blocks, Finish::Channels, 1.0, 0.0, false);
     ChannelSums {
-        da: sum(&partial_da),
-        da_xhat: sum(&partial_da_xhat),
+        sums: finish(&partial, 2, &v, blocks, Finish::Channels, 1.0, 0.0, false),
     }
 }
 
@@ -695,8 +703,8 @@ pub fn backward_param_grads<R: CubeRuntime>(
     spec: &GroupNormSpec,
     values_per_group: usize,
 ) -> [CubeTensor<R>; 4] {
-    let dims = sums.da.meta.shape().clone();
-    let (batch, channels) = (dims[0], dims[1]);
+    let dims = sums.sums.meta.shape().clone();
+    let (batch, channels) = (dims[1], dims[2]);
     let groups = spec.num_groups;
     let stats = || f32_buffer(gamma, Shape::new([batch, groups]));
     let param = || {
@@ -713,8 +721,7 @@ pub fn backward_param_grads<R: CubeRuntime>(
         &gamma.client,
         count,
         dim,
-        sums.da.clone().into_tensor_arg(),
-        sums.da_xhat.clone().into_tensor_arg(),
+        sums.sums.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),
         m1.clone().into_tensor_arg(),
         m2.clone().into_tensor_arg(),
