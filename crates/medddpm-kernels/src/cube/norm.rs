@@ -324,6 +324,7 @@ fn backward_sums<F: Float, P: Float>(
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
     sums: &mut Tensor<f32>,
+    half: usize,
     r: usize,
     q: usize,
     rows: usize,
@@ -335,7 +336,6 @@ fn backward_sums<F: Float, P: Float>(
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
     let pos = ABSOLUTE_POS;
-    let half = sums.len() / 2;
     if pos >= half {
         terminate!();
     }
@@ -503,7 +503,7 @@ enum Finish {
 }
 
 /// [`group_sums`] over `parts` consecutive `[p, blocks, q]` arrays of partial sums of `v`:
-/// `[parts, b, groups or channels]`, `scale *` each sum (or its `1 / sqrt(. + epsilon)` when
+/// `[parts, b, groups or channels]` (`[b, groups or channels]` for one part), `scale *` each sum (or its `1 / sqrt(. + epsilon)` when
 /// `rsqrt`).
 #[allow(clippy::too_many_arguments)]
 fn finish<R: CubeRuntime>(
@@ -531,7 +531,11 @@ fn finish<R: CubeRuntime>(
         (v.channels * blocks * v.q, n, n, n, n)
     };
     let outputs = v.batch * per_batch;
-    let out = f32_buffer(partial, Shape::new([parts, v.batch, per_batch]));
+    let out = if parts == 1 {
+        f32_buffer(partial, Shape::new([v.batch, per_batch]))
+    } else {
+        f32_buffer(partial, Shape::new([parts, v.batch, per_batch]))
+    };
     group_sums::launch::<R>(
         &partial.client,
         CubeCount::Static((parts * outputs) as u32, 1, 1),
@@ -681,6 +685,7 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
         partial.clone().into_tensor_arg(),
+        v.p * blocks * v.q,
         v.r,
         v.q,
         BACKWARD_ROWS,
