@@ -337,7 +337,6 @@ fn conv3d<B: KernelBackend>(
             }
         }
         Layout::Ndhwc => {
-            let (x, weight) = pad_input_channels(x, weight, compute);
             let y = medddpm_kernels::conv3d(x.permute([0, 4, 1, 2, 3]), weight, None, spec)
                 .permute([0, 2, 3, 4, 1]);
             let add = match (bias, extra) {
@@ -357,31 +356,6 @@ fn conv3d<B: KernelBackend>(
             }
         }
     }
-}
-
-/// A channels-last input with a channel count that is not a multiple of 8, and its kernel, padded
-/// with zero channels to the next multiple of 8 when cuDNN computes: its tensor-core kernels
-/// want that, and the stem's 3 channels (image and mask) otherwise ran on a direct kernel of
-/// 1.76 ms per forward at 128^3 on an H100 (ncu, bf16). The result is the same convolution;
-/// autodiff slices the kernel's gradient back.
-fn pad_input_channels<B: Backend>(
-    x: Tensor<B, 5>,
-    weight: Tensor<B, 5>,
-    compute: Compute,
-) -> (Tensor<B, 5>, Tensor<B, 5>) {
-    let [b, d, h, w, c] = x.dims();
-    if !compute.uses_cudnn() || c % 8 == 0 {
-        return (x, weight);
-    }
-    let pad = 8 - c % 8;
-    let device = x.device();
-    let zeros = Tensor::zeros([b, d, h, w, pad], (&device, x.dtype()));
-    let [c_out, _, kd, kh, kw] = weight.dims();
-    let zero_weights = Tensor::zeros([c_out, pad, kd, kh, kw], (&device, weight.dtype()));
-    (
-        Tensor::cat(vec![x, zeros], 4),
-        Tensor::cat(vec![weight, zero_weights], 1),
-    )
 }
 
 /// `y + add` for a channels-last `y` `[b, d, h, w, c]` and `add` `[b or 1, c]`, with `y` viewed

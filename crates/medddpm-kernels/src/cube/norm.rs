@@ -1,15 +1,17 @@
-//! GroupNorm (+ SiLU) forward and backward as CubeCL kernels: five launches forward (the mean
-//! and the centred squares, as the reference computes them, each a pass over the activation and
-//! a finishing launch, then one normalising write) and four backward (one pass of sums, one
-//! finishing launch for both sums, one `[b, c]`-sized launch, one write). Statistics and sums are f32
-//! whatever the activation dtype; launches are few because each costs host time on the order of
-//! a small kernel's run time.
+//! GroupNorm (+ SiLU) forward and backward as CubeCL kernels: three launches forward (per block
+//! of rows the sum and the centred sum of squares, per group the mean and variance from them,
+//! one normalising write) and four backward (one pass of sums, one finishing launch for both
+//! sums, one `[b, c]`-sized launch, one write). Statistics and sums are f32 whatever the
+//! activation dtype; launches are few because each costs host time on the order of a small
+//! kernel's run time.
 //!
-//! Every reduction is blocked: a thread adds [`FORWARD_ROWS`] or [`BACKWARD_ROWS`] values in f32 (one column of a `[p, r, q]`
-//! view of the tensor, so neighbouring threads read neighbouring addresses), and one cube per
-//! statistic adds its partial sums in chunks of [`FINISH_ROWS`] before a tree over the cube, so no f32
-//! running sum spans more than a few hundred terms (what keeps the statistics of a
-//! two-million-voxel group at f32 rounding; see [`crate::norm`]).
+//! Every reduction is blocked: a thread adds [`FORWARD_ROWS`] or [`BACKWARD_ROWS`] values in
+//! f32 (one column of a `[p, r, q]` view of the tensor, so neighbouring threads read
+//! neighbouring addresses), and one cube per statistic adds its partial sums in chunks of
+//! [`FINISH_ROWS`] before a tree over the cube, so no f32 running sum spans more than a few
+//! hundred terms (what keeps the statistics of a two-million-voxel group at f32 rounding; see
+//! [`crate::norm`]). The variance combines per-block centred sums of squares (Chan et al.'s
+//! parallel formula), as stable as a second pass about the group's mean.
 //!
 //! The reduced view is `[b, S, c]` for channels-last activations (columns are channels) and
 //! `[b * c, S / q, q]` with `q` a power of two dividing `S` for channels-first ones (columns
@@ -83,12 +85,15 @@ fn group_and_channel(
     ((p * q + col) / group_div, ch)
 }
 
-/// Sums of `rows` consecutive rows of each column of a contiguous `[p, r, q]` array, into
-/// `[p, ceil(r / rows), q]`.
+/// The forward's first level: per block of `rows` rows of each column of a contiguous
+/// `[p, r, q]` array, the sum and the sum of squares about the block's own mean (two passes
+/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`.
 #[cube(launch)]
-fn block_sums<F: Float>(
+#[allow(clippy::too_many_arguments)]
+fn block_moments<F: Float>(
     input: &Tensor<F>,
-    output: &mut Tensor<f32>,
+    moments: &mut Tensor<f32>,
+    half: usize,
     r: usize,
     q: usize,
     rows: usize,
@@ -96,7 +101,7 @@ fn block_sums<F: Float>(
     #[define(F)] _dtype: StorageType,
 ) {
     let pos = ABSOLUTE_POS;
-    if pos >= output.len() {
+    if pos >= half {
         terminate!();
     }
     let (base, start, end, _p, _col) = row_block(pos, r, q, rows, blocks);
@@ -104,42 +109,113 @@ fn block_sums<F: Float>(
     for row in start..end {
         acc += f32::cast_from(input[base + row * q]);
     }
-    output[pos] = acc;
+    let m = acc / f32::cast_from(end - start);
+    let mut m2 = 0.0f32;
+    for row in start..end {
+        let d = f32::cast_from(input[base + row * q]) - m;
+        m2 += d * d;
+    }
+    moments[pos] = acc;
+    moments[half + pos] = m2;
 }
 
-/// The first level of the variance: sums of `(x - mean)^2`, the mean of element `(p, *, col)`
-/// being `mean[(p * q + col) / group_div]`.
+/// The sum of `value` over the cube (a tree in `shared`, one slot per unit); every unit gets it.
+#[cube]
+fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
+    let t = UNIT_POS as usize;
+    shared[t] = value;
+    sync_cube();
+    let mut active = CUBE_DIM;
+    while active > 1 {
+        active /= 2;
+        if UNIT_POS < active {
+            let other = shared[t + active as usize];
+            shared[t] += other;
+        }
+        sync_cube();
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+/// The forward's second level: one cube per (batch, group) combines the [`block_moments`] of its
+/// blocks (Chan et al.: the group's mean from the sums, then the sums of squares about each
+/// block's mean plus `n_k (mean_k - mean)^2`), each thread adding chunks of `chunk_rows`
+/// partials in f32 before the cube's tree. Partials are addressed as in [`group_sums`].
 #[cube(launch)]
-fn centred_square_sums<F: Float>(
-    input: &Tensor<F>,
-    mean: &Tensor<f32>,
-    output: &mut Tensor<f32>,
+#[allow(clippy::too_many_arguments)]
+fn group_moments(
+    moments: &Tensor<f32>,
+    mean: &mut Tensor<f32>,
+    rstd: &mut Tensor<f32>,
+    half: usize,
+    per_batch: usize,
+    batch_stride: usize,
+    group_stride: usize,
+    run: usize,
+    run_stride: usize,
+    n: usize,
+    chunks: usize,
     r: usize,
     q: usize,
     rows: usize,
     blocks: usize,
-    group_div: usize,
-    #[define(F)] _dtype: StorageType,
+    inv_n: f32,
+    epsilon: f32,
+    #[comptime] threads: usize,
+    #[comptime] chunk_rows: usize,
+    #[comptime] channels_last: bool,
 ) {
-    let pos = ABSOLUTE_POS;
-    if pos >= output.len() {
-        terminate!();
+    let o = CUBE_POS;
+    let t = UNIT_POS as usize;
+    let base = (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
+    let mut shared = SharedMemory::<f32>::new(threads);
+    let mut total = 0.0f32;
+    for c in 0..chunks {
+        let mut acc = 0.0f32;
+        for j in 0..chunk_rows {
+            let k = (c * chunk_rows + j) * threads + t;
+            if k < n {
+                acc += moments[base + (k / run) * run_stride + k % run];
+            }
+        }
+        total += acc;
     }
-    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
-    let m = mean[(p * q + col) / group_div];
-    let mut acc = 0.0f32;
-    for row in start..end {
-        let d = f32::cast_from(input[base + row * q]) - m;
-        acc += d * d;
+    let mu = cube_total(&mut shared, total) * inv_n;
+    let mut total2 = 0.0f32;
+    for c in 0..chunks {
+        let mut acc = 0.0f32;
+        for j in 0..chunk_rows {
+            let k = (c * chunk_rows + j) * threads + t;
+            if k < n {
+                let at = base + (k / run) * run_stride + k % run;
+                let mut blk = (k / q) % blocks;
+                if channels_last {
+                    blk = k / run;
+                }
+                let mut count = r - blk * rows;
+                if count > rows {
+                    count = rows;
+                }
+                let nk = f32::cast_from(count);
+                let d = moments[at] - nk * mu;
+                acc += moments[half + at] + d * d / nk;
+            }
+        }
+        total2 += acc;
     }
-    output[pos] = acc;
+    let var = cube_total(&mut shared, total2) * inv_n;
+    if t == 0 {
+        mean[o] = mu;
+        rstd[o] = 1.0 / f32::sqrt(var + epsilon);
+    }
 }
 
 /// The second level of every reduction: one cube per output `o` of each of the `parts`
 /// consecutive arrays of partial sums in `input` (`part_stride` apart), its threads summing the `n`
 /// partial sums `input[base + (k / run) * run_stride + k % run]` (`base` from `o`: see
 /// [`Finish`]) in chunks of [`FINISH_ROWS`] in f32, then a tree over the cube in shared memory.
-/// `output[o] = scale * sum`, or `1 / sqrt(that + epsilon)` when `rsqrt`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn group_sums(
@@ -154,11 +230,8 @@ fn group_sums(
     run_stride: usize,
     n: usize,
     chunks: usize,
-    scale: f32,
-    epsilon: f32,
     #[comptime] threads: usize,
     #[comptime] rows: usize,
-    #[comptime] rsqrt: bool,
 ) {
     let part = CUBE_POS / outputs_per_part;
     let o = CUBE_POS % outputs_per_part;
@@ -176,24 +249,9 @@ fn group_sums(
         total += acc;
     }
     let mut shared = SharedMemory::<f32>::new(threads);
-    shared[t] = total;
-    sync_cube();
-    let mut active = CUBE_DIM;
-    while active > 1 {
-        active /= 2;
-        if UNIT_POS < active {
-            let other = shared[t + active as usize];
-            shared[t] += other;
-        }
-        sync_cube();
-    }
+    let sum = cube_total(&mut shared, total);
     if t == 0 {
-        let v = shared[0] * scale;
-        if rsqrt {
-            output[CUBE_POS] = 1.0 / f32::sqrt(v + epsilon);
-        } else {
-            output[CUBE_POS] = v;
-        }
+        output[CUBE_POS] = sum;
     }
 }
 
@@ -312,7 +370,7 @@ fn xhat_and_da(
 }
 
 /// The first level of the backward reduction: block sums of `dL/da` and of `dL/da * x_hat`
-/// over the same `[p, r, q]` view as [`block_sums`]; the channel of column `col` of row block
+/// over the same `[p, r, q]` view as [`block_moments`]; the channel of column `col` of row block
 /// `p` is `col` (channels-last) or `p % c`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -502,40 +560,36 @@ enum Finish {
     Channels,
 }
 
+/// Where the partial sums of one output lie in the `[p, blocks, q]` partials of `v` (see
+/// [`group_sums`]): `(outputs per batch, batch stride, group stride, run, run stride, n)`.
+/// Channels-last partials `[b, blocks, c]` hold an output's values as runs of `width` channels,
+/// one run per block; channels-first ones `[b * c, blocks, q]` hold them contiguously.
+fn addressing(v: &View, blocks: usize, per: Finish) -> [usize; 6] {
+    let width = match per {
+        Finish::Groups => v.cpg(),
+        Finish::Channels => 1,
+    };
+    let per_batch = v.channels / width;
+    if v.channels_last {
+        [per_batch, blocks * v.q, width, width, v.q, blocks * width]
+    } else {
+        let n = width * blocks * v.q;
+        [per_batch, v.channels * blocks * v.q, n, n, n, n]
+    }
+}
+
 /// [`group_sums`] over `parts` consecutive `[p, blocks, q]` arrays of partial sums of `v`:
-/// `[parts, b, groups or channels]` (`[b, groups or channels]` for one part), `scale *` each sum (or its `1 / sqrt(. + epsilon)` when
-/// `rsqrt`).
-#[allow(clippy::too_many_arguments)]
+/// `[parts, b, groups or channels]`.
 fn finish<R: CubeRuntime>(
     partial: &CubeTensor<R>,
     parts: usize,
     v: &View,
     blocks: usize,
     per: Finish,
-    scale: f32,
-    epsilon: f32,
-    rsqrt: bool,
 ) -> CubeTensor<R> {
-    let width = match per {
-        Finish::Groups => v.cpg(),
-        Finish::Channels => 1,
-    };
-    let per_batch = v.channels / width;
-    // (batch stride, group stride, run, run stride, n): channels-last partials `[b, blocks, c]`
-    // hold an output's values as runs of `width` channels, one run per block; channels-first
-    // ones `[b * c, blocks, q]` hold them contiguously.
-    let (batch_stride, group_stride, run, run_stride, n) = if v.channels_last {
-        (blocks * v.q, width, width, v.q, blocks * width)
-    } else {
-        let n = width * blocks * v.q;
-        (v.channels * blocks * v.q, n, n, n, n)
-    };
+    let [per_batch, batch_stride, group_stride, run, run_stride, n] = addressing(v, blocks, per);
     let outputs = v.batch * per_batch;
-    let out = if parts == 1 {
-        f32_buffer(partial, Shape::new([v.batch, per_batch]))
-    } else {
-        f32_buffer(partial, Shape::new([parts, v.batch, per_batch]))
-    };
+    let out = f32_buffer(partial, Shape::new([parts, v.batch, per_batch]));
     group_sums::launch::<R>(
         &partial.client,
         CubeCount::Static((parts * outputs) as u32, 1, 1),
@@ -551,11 +605,8 @@ fn finish<R: CubeRuntime>(
         run_stride,
         n,
         n.div_ceil(FINISH_THREADS * FINISH_ROWS),
-        scale,
-        epsilon,
         FINISH_THREADS,
         FINISH_ROWS,
-        rsqrt,
     );
     out
 }
@@ -576,48 +627,52 @@ pub fn forward<R: CubeRuntime>(
     let inv_n = 1.0 / v.values_per_group() as f32;
     let blocks = View::blocks(v.r, FORWARD_ROWS);
 
-    // Mean.
-    let partial = f32_buffer(&x, Shape::new([v.p, blocks, v.q]));
-    let (count, dim) = elementwise(&x, v.p * blocks * v.q);
-    block_sums::launch::<R>(
-        &client,
-        count.clone(),
-        dim,
-        x.clone().into_tensor_arg(),
-        partial.clone().into_tensor_arg(),
-        v.r,
-        v.q,
-        FORWARD_ROWS,
-        blocks,
-        x_dtype,
-    );
-    let mean = finish(&partial, 1, &v, blocks, Finish::Groups, inv_n, 0.0, false);
-
-    // 1 / sqrt(variance + epsilon), from the centred squares.
-    let partial = f32_buffer(&x, Shape::new([v.p, blocks, v.q]));
-    centred_square_sums::launch::<R>(
+    // Per-block sums and centred sums of squares, then per group the mean and
+    // 1 / sqrt(variance + epsilon).
+    let half = v.p * blocks * v.q;
+    let moments = f32_buffer(&x, Shape::new([2, v.p, blocks, v.q]));
+    let (count, dim) = elementwise(&x, half);
+    block_moments::launch::<R>(
         &client,
         count,
         dim,
         x.clone().into_tensor_arg(),
-        mean.clone().into_tensor_arg(),
-        partial.clone().into_tensor_arg(),
+        moments.clone().into_tensor_arg(),
+        half,
         v.r,
         v.q,
         FORWARD_ROWS,
         blocks,
-        v.group_div(),
         x_dtype,
     );
-    let rstd = finish(
-        &partial,
-        1,
-        &v,
+    let [per_batch, batch_stride, group_stride, run, run_stride, n] =
+        addressing(&v, blocks, Finish::Groups);
+    let stats = || f32_buffer(&x, Shape::new([v.batch, v.groups]));
+    let (mean, rstd) = (stats(), stats());
+    group_moments::launch::<R>(
+        &client,
+        CubeCount::Static((v.batch * v.groups) as u32, 1, 1),
+        CubeDim::new_1d(FINISH_THREADS as u32),
+        moments.into_tensor_arg(),
+        mean.clone().into_tensor_arg(),
+        rstd.clone().into_tensor_arg(),
+        half,
+        per_batch,
+        batch_stride,
+        group_stride,
+        run,
+        run_stride,
+        n,
+        n.div_ceil(FINISH_THREADS * FINISH_ROWS),
+        v.r,
+        v.q,
+        FORWARD_ROWS,
         blocks,
-        Finish::Groups,
         inv_n,
         spec.epsilon as f32,
-        true,
+        FINISH_THREADS,
+        FINISH_ROWS,
+        v.channels_last,
     );
 
     let y = empty_device_contiguous_dtype::<R>(
@@ -697,7 +752,7 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         [x.dtype.into(), gamma.dtype.into()],
     );
     ChannelSums {
-        sums: finish(&partial, 2, &v, blocks, Finish::Channels, 1.0, 0.0, false),
+        sums: finish(&partial, 2, &v, blocks, Finish::Channels),
     }
 }
 
