@@ -115,7 +115,7 @@ impl UNetConfig {
                 self.num_heads
             ));
         }
-        if self.model_channels % 2 != 0 {
+        if !self.model_channels.is_multiple_of(2) {
             return bad(format!(
                 "model_channels must be even for the sinusoidal time embedding, got {}",
                 self.model_channels
@@ -123,7 +123,7 @@ impl UNetConfig {
         }
         for &m in &self.channel_mult {
             let ch = m * self.model_channels;
-            if self.num_groups == 0 || ch % self.num_groups != 0 {
+            if self.num_groups == 0 || !ch.is_multiple_of(self.num_groups) {
                 return bad(format!(
                     "level width {ch} (model_channels {} x mult {m}) is not divisible by num_groups {}",
                     self.model_channels, self.num_groups

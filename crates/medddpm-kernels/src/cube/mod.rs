@@ -76,7 +76,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let rstd = get(handles, rstd);
         let dy = get(handles, dy);
         let (dx, dgamma, dbeta) =
-            group_norm_backward_cube::<R, F, I, BT>(x, gamma, beta, mean, rstd, dy, &self.spec);
+            group_norm_backward_cube::<R>(x, gamma, beta, mean, rstd, dy, &self.spec);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&dx_ir.id, dx);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&dgamma_ir.id, dgamma);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&dbeta_ir.id, dbeta);
@@ -86,7 +86,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
 /// The backward pass on CubeCL tensors: the one reduction over the activation, the
 /// `[b, c]`-sized arithmetic and the input gradient, four kernel launches in all.
 #[allow(clippy::too_many_arguments)]
-fn group_norm_backward_cube<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+fn group_norm_backward_cube<R: CubeRuntime>(
     x: CubeTensor<R>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
