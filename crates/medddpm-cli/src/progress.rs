@@ -1,14 +1,97 @@
-//! Progress bars for training and sampling.
+//! Progress bars for training and sampling; plain progress lines instead when stderr is not a
+//! terminal (a log file, a pipe, a batch job), where the bars would draw nothing.
 
+use std::io::IsTerminal;
 use std::path::Path;
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use medddpm_train::{StepMetrics, TrainObserver};
 
-/// Draws a training bar with loss, steps/s and ETA, and a sub-bar while sampling.
+/// A plain progress line is printed each time this share of the work (in percent) is done.
+const PLAIN_EVERY_PERCENT: u64 = 5;
+
+/// Progress as text lines, one per [`PLAIN_EVERY_PERCENT`] of `total`, with elapsed time and an
+/// estimate of the time left.
+struct PlainLines {
+    what: &'static str,
+    unit: &'static str,
+    first: u64,
+    total: u64,
+    next: u64,
+    start: Instant,
+}
+
+impl PlainLines {
+    /// Lines when stderr is not a terminal, else `None` (the bar draws).
+    fn if_not_terminal(
+        what: &'static str,
+        unit: &'static str,
+        first: u64,
+        total: u64,
+    ) -> Option<Self> {
+        (!std::io::stderr().is_terminal()).then(|| Self::new(what, unit, first, total))
+    }
+
+    fn new(what: &'static str, unit: &'static str, first: u64, total: u64) -> Self {
+        let mut lines = Self {
+            what,
+            unit,
+            first,
+            total,
+            next: 0,
+            start: Instant::now(),
+        };
+        lines.next = lines.threshold_after(first);
+        lines
+    }
+
+    /// The first position past `pos` at a multiple of the step (and never past the end).
+    fn threshold_after(&self, pos: u64) -> u64 {
+        let k = pos * 100 / self.total.max(1) / PLAIN_EVERY_PERCENT + 1;
+        (k * PLAIN_EVERY_PERCENT * self.total)
+            .div_ceil(100)
+            .clamp(pos + 1, self.total.max(pos + 1))
+    }
+
+    /// The line to print at position `pos`, if it crossed the next threshold.
+    fn update(&mut self, pos: u64, msg: &str) -> Option<String> {
+        if self.total == 0 || pos < self.next {
+            return None;
+        }
+        self.next = self.threshold_after(pos);
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let done = pos.saturating_sub(self.first);
+        let left = if done > 0 {
+            format!(
+                ", {:.0} s left",
+                elapsed / done as f64 * (self.total - pos.min(self.total)) as f64
+            )
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{} {pos}/{} {} ({}%){}  [{elapsed:.0} s{left}]",
+            self.what,
+            self.total,
+            self.unit,
+            pos * 100 / self.total,
+            if msg.is_empty() {
+                String::new()
+            } else {
+                format!("  {msg}")
+            },
+        ))
+    }
+}
+
+/// Draws a training bar with loss, steps/s and ETA, and a sub-bar while sampling; or prints
+/// progress lines when stderr is not a terminal.
 pub struct TrainBar {
     bar: ProgressBar,
     sampling: Option<ProgressBar>,
+    plain: Option<PlainLines>,
+    plain_sampling: Option<PlainLines>,
 }
 
 impl TrainBar {
@@ -16,6 +99,8 @@ impl TrainBar {
         Self {
             bar: ProgressBar::hidden(),
             sampling: None,
+            plain: None,
+            plain_sampling: None,
         }
     }
 }
@@ -28,11 +113,20 @@ impl TrainObserver for TrainBar {
                 .expect("valid template"),
         );
         self.bar.reset_eta();
+        self.plain =
+            PlainLines::if_not_terminal("train", "steps", start_step as u64, end_step as u64);
     }
 
     fn step(&mut self, m: &StepMetrics) {
         self.bar.set_message(format!("{:.4}", m.loss));
         self.bar.set_position(m.step as u64);
+        if let Some(line) = self
+            .plain
+            .as_mut()
+            .and_then(|p| p.update(m.step as u64, &format!("loss {:.4}", m.loss)))
+        {
+            eprintln!("{line}");
+        }
     }
 
     fn sampling(&mut self, done: usize, total: usize) {
@@ -47,9 +141,18 @@ impl TrainObserver for TrainBar {
             b
         });
         bar.set_position(done as u64);
+        let plain = self.plain_sampling.get_or_insert_with(|| {
+            PlainLines::new("  EMA sample", "reverse steps", 0, total as u64)
+        });
+        if !std::io::stderr().is_terminal() {
+            if let Some(line) = plain.update(done as u64, "") {
+                eprintln!("{line}");
+            }
+        }
         if done == total {
             bar.finish_and_clear();
             self.sampling = None;
+            self.plain_sampling = None;
         }
     }
 
@@ -68,14 +171,80 @@ impl Drop for TrainBar {
     }
 }
 
-/// A bar over every reverse step of every sample.
-pub fn sampling_bar(total_steps: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total_steps);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "sample {bar:30} {pos}/{len} reverse steps  {msg}  [{elapsed_precise} < {eta_precise}]",
-        )
-        .expect("valid template"),
-    );
-    bar
+/// Progress over every reverse step of every sample: a bar, or lines when stderr is not a
+/// terminal.
+pub struct SamplingProgress {
+    bar: ProgressBar,
+    plain: Option<PlainLines>,
+}
+
+impl SamplingProgress {
+    pub fn new(total_steps: u64) -> Self {
+        let bar = ProgressBar::new(total_steps);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "sample {bar:30} {pos}/{len} reverse steps  {msg}  [{elapsed_precise} < {eta_precise}]",
+            )
+            .expect("valid template"),
+        );
+        Self {
+            bar,
+            plain: PlainLines::if_not_terminal("sample", "reverse steps", 0, total_steps),
+        }
+    }
+
+    /// `pos` reverse steps done in all, `msg` saying which mask and sample.
+    pub fn update(&mut self, pos: u64, msg: String) {
+        if let Some(line) = self.plain.as_mut().and_then(|p| p.update(pos, &msg)) {
+            eprintln!("{line}");
+        }
+        self.bar.set_message(msg);
+        self.bar.set_position(pos);
+    }
+
+    pub fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlainLines;
+
+    fn lines(first: u64, total: u64) -> Vec<(u64, String)> {
+        let mut p = PlainLines::new("train", "steps", first, total);
+        (first..=total)
+            .filter_map(|pos| p.update(pos, "loss 0.5").map(|l| (pos, l)))
+            .collect()
+    }
+
+    #[test]
+    fn one_line_every_five_percent_and_one_at_the_end() {
+        let got = lines(0, 200);
+        assert_eq!(got.len(), 20);
+        assert_eq!(got[0].0, 10);
+        assert!(
+            got[0].1.starts_with("train 10/200 steps (5%)  loss 0.5  ["),
+            "{}",
+            got[0].1
+        );
+        assert_eq!(got.last().unwrap().0, 200);
+        assert!(got.last().unwrap().1.contains("(100%)"));
+    }
+
+    #[test]
+    fn short_and_resumed_runs_still_report() {
+        // Fewer positions than lines: one per position.
+        assert_eq!(
+            lines(0, 3).iter().map(|l| l.0).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        // Resumed at step 150 of 200: lines from 160 on, the first after the resume point.
+        let got = lines(150, 200);
+        assert_eq!(got.first().unwrap().0, 160);
+        assert_eq!(got.last().unwrap().0, 200);
+        assert_eq!(got.len(), 5);
+        // Nothing to do: no line, no division by zero.
+        assert!(lines(0, 0).is_empty());
+    }
 }

@@ -10,7 +10,7 @@ use medddpm_train::data::list_masks;
 use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, WeightsSource};
 use medddpm_unet::{cast_compute_params, UNetConfig};
 
-use crate::progress::sampling_bar;
+use crate::progress::SamplingProgress;
 use medddpm_backend::{run_on, BackendTask, ComputeArgs, RunEnv};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -98,7 +98,9 @@ impl BackendTask for SampleTask {
             env.layout,
             self.options.sampler.kind,
         );
-        let bar = sampling_bar((self.masks.len() * self.options.samples_per_mask * steps) as u64);
+        let mut bar = SamplingProgress::new(
+            (self.masks.len() * self.options.samples_per_mask * steps) as u64,
+        );
         let written = sample_masks(
             &model,
             &self.masks,
@@ -106,16 +108,13 @@ impl BackendTask for SampleTask {
             &self.options,
             &device,
             |m, n, done| {
-                bar.set_message(format!(
-                    "mask {}/{} sample {}",
-                    m + 1,
-                    self.masks.len(),
-                    n + 1
-                ));
-                bar.set_position(((m * self.options.samples_per_mask + n) * steps + done) as u64);
+                bar.update(
+                    ((m * self.options.samples_per_mask + n) * steps + done) as u64,
+                    format!("mask {}/{} sample {}", m + 1, self.masks.len(), n + 1),
+                );
             },
         )?;
-        bar.finish_and_clear();
+        bar.finish();
         for path in &written {
             println!("{}", path.display());
         }
