@@ -141,10 +141,10 @@ impl TrainObserver for TrainBar {
             b
         });
         bar.set_position(done as u64);
-        let plain = self.plain_sampling.get_or_insert_with(|| {
-            PlainLines::new("  EMA sample", "reverse steps", 0, total as u64)
-        });
-        if !std::io::stderr().is_terminal() {
+        if self.plain.is_some() {
+            let plain = self.plain_sampling.get_or_insert_with(|| {
+                PlainLines::new("  EMA sample", "reverse steps", 0, total as u64)
+            });
             if let Some(line) = plain.update(done as u64, "") {
                 eprintln!("{line}");
             }

@@ -2,8 +2,8 @@
 //!
 //! burn's Adam spends about a dozen tensor operations per parameter tensor and step; with a
 //! few hundred parameter tensors that is thousands of operations whose host-side cost, not
-//! their arithmetic, made the optimizer step 16-19 ms of a 150-170 ms bf16 training step on an
-//! H100. [`crate::KernelBackend::adam_step`] does the same arithmetic in one operation (one
+//! their arithmetic, made the optimizer phase 15.7-18.9 ms of a bf16 training step on an H100
+//! (9.9 ms with this; docs/benchmarks/README.md, fourth session). [`crate::KernelBackend::adam_step`] does the same arithmetic in one operation (one
 //! kernel on the CubeCL backends), with [`adam_step_reference`] as its plain-op twin.
 
 use burn::tensor::backend::Backend;

@@ -3,8 +3,8 @@
 //!
 //! The arithmetic, the state and its records are burn's Adam's (`burn::optim::Adam` without
 //! weight decay or AMSGrad), so checkpoints written with either load into the other; only the
-//! number of operations per step changes (one per parameter tensor instead of about a dozen,
-//! which on an H100 was most of the optimizer's 16-19 ms per bf16 training step).
+//! number of operations per step changes (one per parameter tensor instead of about a dozen;
+//! on an H100 the bf16 optimizer phase went from 15.7 to 9.9 ms).
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;

@@ -119,6 +119,35 @@ fn block_moments<F: Float>(
     moments[half + pos] = m2;
 }
 
+/// This unit's share of the `n` partial sums `input[base + (k / run) * run_stride + k % run]`
+/// of one output (every `threads`-th `k`), added in chunks of `rows` in f32.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn chunked_sum(
+    input: &Tensor<f32>,
+    base: usize,
+    run: usize,
+    run_stride: usize,
+    n: usize,
+    chunks: usize,
+    #[comptime] threads: usize,
+    #[comptime] rows: usize,
+) -> f32 {
+    let t = UNIT_POS as usize;
+    let mut total = 0.0f32;
+    for c in 0..chunks {
+        let mut acc = 0.0f32;
+        for j in 0..rows {
+            let k = (c * rows + j) * threads + t;
+            if k < n {
+                acc += input[base + (k / run) * run_stride + k % run];
+            }
+        }
+        total += acc;
+    }
+    total
+}
+
 /// The sum of `value` over the cube (a tree in `shared`, one slot per unit); every unit gets it.
 #[cube]
 fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
@@ -171,17 +200,9 @@ fn group_moments(
     let t = UNIT_POS as usize;
     let base = (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
     let mut shared = SharedMemory::<f32>::new(threads);
-    let mut total = 0.0f32;
-    for c in 0..chunks {
-        let mut acc = 0.0f32;
-        for j in 0..chunk_rows {
-            let k = (c * chunk_rows + j) * threads + t;
-            if k < n {
-                acc += moments[base + (k / run) * run_stride + k % run];
-            }
-        }
-        total += acc;
-    }
+    let total = chunked_sum(
+        moments, base, run, run_stride, n, chunks, threads, chunk_rows,
+    );
     let mu = cube_total(&mut shared, total) * inv_n;
     let mut total2 = 0.0f32;
     for c in 0..chunks {
@@ -237,17 +258,7 @@ fn group_sums(
     let o = CUBE_POS % outputs_per_part;
     let t = UNIT_POS as usize;
     let base = part * part_stride + (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
-    let mut total = 0.0f32;
-    for c in 0..chunks {
-        let mut acc = 0.0f32;
-        for j in 0..rows {
-            let k = (c * rows + j) * threads + t;
-            if k < n {
-                acc += input[base + (k / run) * run_stride + k % run];
-            }
-        }
-        total += acc;
-    }
+    let total = chunked_sum(input, base, run, run_stride, n, chunks, threads, rows);
     let mut shared = SharedMemory::<f32>::new(threads);
     let sum = cube_total(&mut shared, total);
     if t == 0 {
