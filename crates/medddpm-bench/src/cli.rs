@@ -138,6 +138,10 @@ pub struct BenchArgs {
     /// costs a second float64 pass on the CPU, cached).
     #[arg(long)]
     pub locate: bool,
+    /// Sample the host's call stacks during the timed training steps and write them, folded,
+    /// into --out (`host-profile-*.folded`; needs a build with the `host-profile` feature).
+    #[arg(long)]
+    pub host_profile: bool,
     /// Internal: run one configuration from this JSON file in this process.
     #[arg(long, hide = true)]
     pub single_config: Option<PathBuf>,
@@ -365,6 +369,7 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
                     .join("probe-reference"),
             ),
             locate: args.locate.then(|| args.out.clone()),
+            host_profile: args.host_profile.then(|| args.out.clone()),
         };
         let spec = ChildSpec {
             command,

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod host_profile;
 pub mod matrix;
 pub mod memory;
 pub mod probe;
@@ -45,6 +46,7 @@ mod tests {
             norm_engine: Default::default(),
             probe_cache: None,
             locate: None,
+            host_profile: None,
         }
     }
 

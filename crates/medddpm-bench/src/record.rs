@@ -54,6 +54,10 @@ pub struct BenchRecord {
     pub first_train_step_s: Option<f64>,
     /// Median training micro-step (forward, L1 loss, backward, Adam), synchronised.
     pub train_step_median_ms: Option<f64>,
+    /// Median host time to enqueue a training micro-step (until the synchronisation that ends
+    /// it): when it is close to `train_step_median_ms`, the GPU waits for the host.
+    #[serde(default)]
+    pub train_issue_median_ms: Option<f64>,
     /// Median sampling step (network forward and DDPM update), synchronised.
     pub sample_step_median_ms: Option<f64>,
     /// Peak device memory in MiB.
@@ -111,6 +115,7 @@ impl BenchRecord {
             first_sample_step_s: None,
             first_train_step_s: None,
             train_step_median_ms: None,
+            train_issue_median_ms: None,
             sample_step_median_ms: None,
             peak_memory_mib: None,
             memory_source: None,

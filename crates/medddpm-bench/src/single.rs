@@ -57,6 +57,11 @@ pub struct SingleConfig {
     /// (`locate-<backend>-<precision>-<layout>.json`).
     #[serde(default)]
     pub locate: Option<std::path::PathBuf>,
+    /// Sample the host's threads while the timed training micro-steps run and write their
+    /// call stacks, folded (one `frame;frame;... count` line each), into this folder
+    /// (`host-profile-<backend>-<precision>-<layout>.folded`). Needs the `host-profile` feature.
+    #[serde(default)]
+    pub host_profile: Option<std::path::PathBuf>,
 }
 
 /// Median of `values` (NaN when empty).
@@ -497,7 +502,10 @@ fn measure<B: KernelAutodiffBackend>(
         ),
     };
     // The trainer's own micro-step (medddpm_train::micro_step), then the Adam step.
+    // The host time to enqueue each step (before its synchronisation), in milliseconds.
+    let mut issue_ms = Vec::new();
     let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
+        let start = Instant::now();
         let (grads, loss) = micro_step(
             &model,
             &schedule,
@@ -510,6 +518,7 @@ fn measure<B: KernelAutodiffBackend>(
         if read_loss {
             last_loss = loss.inner().into_scalar().elem();
         }
+        issue_ms.push(ms_since(start));
         sync::<B>(device)?;
         Ok(model)
     };
@@ -523,23 +532,41 @@ fn measure<B: KernelAutodiffBackend>(
         record.first_train_step_s.unwrap()
     ));
     let mut train_ms = Vec::new();
+    let mut host_profile = None;
     for i in 0..config.warmup + config.steps {
+        if i == config.warmup {
+            if let Some(dir) = &config.host_profile {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                let path = dir.join(format!(
+                    "host-profile-{}-{}-{}.folded",
+                    env.backend, env.precision, env.layout
+                ));
+                host_profile = Some(crate::host_profile::HostProfile::start(&path)?);
+            }
+        }
         let start = Instant::now();
         model = train_step(model, false)?;
         if i >= config.warmup {
             train_ms.push(ms_since(start));
         }
     }
+    if let Some(profile) = host_profile {
+        profile.finish()?;
+    }
     let model = train_step(model, true)?;
+    let issue_ms = issue_ms.split_off(1 + config.warmup);
+    record.train_issue_median_ms = Some(median(&issue_ms[..train_ms.len()]));
     if !last_loss.is_finite() {
         anyhow::bail!("the training loss is not finite ({last_loss})");
     }
     record.train_step_median_ms = Some(median(&train_ms));
     save(record, "the training micro-steps");
     progress(&format!(
-        "training micro-step median {:.2} ms over {} steps (loss {last_loss:.4})",
+        "training micro-step median {:.2} ms over {} steps, {:.2} ms of it to enqueue (loss {last_loss:.4})",
         median(&train_ms),
-        train_ms.len()
+        train_ms.len(),
+        record.train_issue_median_ms.unwrap_or(f64::NAN),
     ));
 
     if config.breakdown {

@@ -106,6 +106,7 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
         report_only: false,
         check_only: true,
         locate: !args.no_locate,
+        host_profile: false,
         single_config: None,
         single_out: None,
     };

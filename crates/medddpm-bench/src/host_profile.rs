@@ -1,0 +1,82 @@
+//! Host-side sampling of the timed training steps: where the CPU time goes while the GPU
+//! waits for work (the GPU profiler sees only the kernels). Built with the `host-profile`
+//! feature (pprof's signal-driven sampler); without it, asking for a profile is an error.
+
+use std::path::{Path, PathBuf};
+
+/// A running profile; [`HostProfile::finish`] writes it.
+pub struct HostProfile {
+    path: PathBuf,
+    #[cfg(feature = "host-profile")]
+    guard: pprof::ProfilerGuard<'static>,
+}
+
+/// Samples per second of CPU time (each sample costs an unwind of the interrupted thread).
+#[cfg(feature = "host-profile")]
+const FREQUENCY_HZ: i32 = 997;
+
+impl HostProfile {
+    /// Starts sampling every thread of the process.
+    pub fn start(path: &Path) -> anyhow::Result<Self> {
+        #[cfg(feature = "host-profile")]
+        {
+            let guard = pprof::ProfilerGuardBuilder::default()
+                .frequency(FREQUENCY_HZ)
+                .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot start the host profiler: {e}"))?;
+            Ok(Self {
+                path: path.to_path_buf(),
+                guard,
+            })
+        }
+        #[cfg(not(feature = "host-profile"))]
+        {
+            anyhow::bail!(
+                "cannot write the host profile {}: this build lacks the `host-profile` feature",
+                path.display()
+            )
+        }
+    }
+
+    /// Stops sampling and writes the folded stacks (root first, `;`-separated, then the
+    /// sample count), heaviest first.
+    pub fn finish(self) -> anyhow::Result<()> {
+        #[cfg(feature = "host-profile")]
+        {
+            use std::fmt::Write as _;
+            let report = self
+                .guard
+                .report()
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot build the host profile: {e}"))?;
+            let mut lines: Vec<(String, isize)> = report
+                .data
+                .iter()
+                .map(|(frames, &count)| {
+                    let mut stack = frames.thread_name_or_id();
+                    for frame in frames.frames.iter().rev() {
+                        for symbol in frame.iter().rev() {
+                            stack.push(';');
+                            stack.push_str(&symbol.name());
+                        }
+                    }
+                    (stack, count)
+                })
+                .collect();
+            lines.sort_by(|a, b| b.1.cmp(&a.1));
+            let mut text = String::new();
+            for (stack, count) in lines {
+                let _ = writeln!(text, "{stack} {count}");
+            }
+            std::fs::write(&self.path, text).map_err(|e| {
+                anyhow::anyhow!("cannot write the host profile {}: {e}", self.path.display())
+            })
+        }
+        #[cfg(not(feature = "host-profile"))]
+        {
+            let _ = &self.path;
+            Ok(()) // never reached: `start` refuses without the feature
+        }
+    }
+}
