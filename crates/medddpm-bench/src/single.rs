@@ -489,6 +489,7 @@ fn measure<B: KernelAutodiffBackend>(
     // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon; one operation
     // per parameter tensor, as the trainer runs it) on the f32 master weights.
     let mut optim = medddpm_train::FusedAdam::default().init::<B, UNet<B>>();
+    let compute_dtype = env.compute_dtype();
     let mut last_loss = f32::NAN;
     // The same images, condition and timesteps every step, fresh noise.
     let new_batch = || MicroBatch {
@@ -506,8 +507,10 @@ fn measure<B: KernelAutodiffBackend>(
     let mut issue_ms = Vec::new();
     let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
         let start = Instant::now();
+        // The working copies of the previous step's update (cast on the first step).
+        let work = optim.working_model(&model, compute_dtype);
         let (grads, loss) = micro_step(
-            &model,
+            &work,
             &schedule,
             new_batch(),
             LossType::L1,
@@ -583,7 +586,8 @@ fn measure<B: KernelAutodiffBackend>(
             let batch = new_batch();
             sync::<B>(device)?;
             let t0 = Instant::now();
-            let loss = micro_step_loss(&model, &schedule, batch, LossType::L1, env.compute());
+            let work = optim.working_model(&model, compute_dtype);
+            let loss = micro_step_loss(&work, &schedule, batch, LossType::L1, env.compute());
             sync::<B>(device)?;
             let forward_ms = ms_since(t0);
             memory = B::memory_usage(device);
@@ -594,7 +598,7 @@ fn measure<B: KernelAutodiffBackend>(
             let [data_ms, weight_ms] = medddpm_kernels::conv::backward_profile::stop();
             let backward_ms = ms_since(t1);
             let t2 = Instant::now();
-            let grads = GradientsParams::from_grads(grads, &model);
+            let grads = GradientsParams::from_grads(grads, &work);
             model = optim.step(config.lr, model, grads);
             sync::<B>(device)?;
             let optim_ms = ms_since(t2);

@@ -81,9 +81,13 @@ struct UpsampleRow {
 struct AdamRow {
     len: usize,
     steps: usize,
+    /// The gradients' dtype (and of the working copy written with a 16-bit one).
+    gradients: String,
     param: f64,
     moment_1: f64,
     moment_2: f64,
+    /// Relative L2 of the working copy from the cast of the updated parameter (must be 0).
+    working_copy: f64,
     tolerance: f64,
     pass: bool,
 }
@@ -251,32 +255,48 @@ impl BackendTask for Task {
             }
         }
         let mut adam_rows = Vec::new();
-        for (i, len) in [1, 1000, 3 * 64 * 64 * 27 * self.scale + 7]
-            .into_iter()
-            .enumerate()
-        {
-            let steps = 4;
-            let errs = medddpm_kernels::adam::engine_vs_reference::<B::InnerBackend>(
-                &device,
-                len,
-                steps,
-                300 + i as u64,
-            );
-            let pass = errs.iter().all(|e| e.is_finite() && *e <= ADAM_TOLERANCE);
-            let [p, m, v] = errs;
-            eprintln!(
-                "Adam update of {len} values, {steps} steps: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e} {}",
-                if pass { "ok" } else { "OUTSIDE TOLERANCE" }
-            );
-            adam_rows.push(AdamRow {
-                len,
-                steps,
-                param: p,
-                moment_1: m,
-                moment_2: v,
-                tolerance: ADAM_TOLERANCE,
-                pass,
-            });
+        // f32 gradients, and in a 16-bit precision also that precision's gradients with the
+        // working copy the forward pass reads.
+        let mut works = vec![None];
+        if env.compute_dtype() != burn::tensor::DType::F32 {
+            works.push(Some(env.compute_dtype()));
+        }
+        for work in works {
+            for (i, len) in [1, 1000, 3 * 64 * 64 * 27 * self.scale + 7]
+                .into_iter()
+                .enumerate()
+            {
+                let steps = 4;
+                let errs = medddpm_kernels::adam::engine_vs_reference::<B::InnerBackend>(
+                    &device,
+                    len,
+                    steps,
+                    300 + i as u64,
+                    work,
+                );
+                let [p, m, v, c] = errs;
+                // The working copy must be exactly the cast of the master parameter.
+                let pass = [p, m, v]
+                    .iter()
+                    .all(|e| e.is_finite() && *e <= ADAM_TOLERANCE)
+                    && c == 0.0;
+                let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
+                eprintln!(
+                    "Adam update of {len} values, {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e} {}",
+                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                );
+                adam_rows.push(AdamRow {
+                    len,
+                    steps,
+                    gradients: grads,
+                    param: p,
+                    moment_1: m,
+                    moment_2: v,
+                    working_copy: c,
+                    tolerance: ADAM_TOLERANCE,
+                    pass,
+                });
+            }
         }
         Ok(Report {
             backend: env.backend.to_string(),

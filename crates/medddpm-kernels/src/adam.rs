@@ -8,7 +8,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
 
 /// The scalars of one Adam update without weight decay: `lr`, the betas, epsilon, and the
 /// 1-based step count `time` for the bias corrections. The betas and epsilon are f32 and the
@@ -64,31 +64,44 @@ pub fn adam_step_reference<B: Backend, const D: usize>(
     [param - update.mul_scalar(step.lr), moment_1, moment_2]
 }
 
-/// [`adam_step_reference`] on primitives of any rank (viewed as vectors).
+/// What one Adam update of one parameter tensor gives: `[param, moment_1, moment_2]`, and the
+/// updated parameter in the working dtype when one was asked for.
+pub struct AdamOutput<B: Backend> {
+    /// The updated parameter and moments, in the parameter's dtype.
+    pub updated: [FloatTensor<B>; 3],
+    /// The updated parameter cast to the working dtype.
+    pub copy: Option<FloatTensor<B>>,
+}
+
+/// [`adam_step_reference`] on primitives of any rank (viewed as vectors), the gradient first
+/// cast to the parameter's dtype, and with `copy` the updated parameter cast to that dtype.
 pub(crate) fn adam_step_primitive<B: Backend>(
     param: FloatTensor<B>,
     grad: FloatTensor<B>,
     moment_1: FloatTensor<B>,
     moment_2: FloatTensor<B>,
     step: AdamStep,
-) -> [FloatTensor<B>; 3] {
+    copy: Option<DType>,
+) -> AdamOutput<B> {
     let shape = param.shape();
+    let dtype = param.dtype();
     let flat = |t: FloatTensor<B>| {
         let n = t.shape().num_elements();
         Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, Shape::new([n]))))
     };
-    let out = adam_step_reference(
-        flat(param),
-        flat(grad),
-        flat(moment_1),
-        flat(moment_2),
-        step,
-    );
-    out.map(|t| B::float_reshape(t.into_primitive().tensor(), shape.clone()))
+    let grad = crate::cast_to(flat(grad), dtype);
+    let out = adam_step_reference(flat(param), grad, flat(moment_1), flat(moment_2), step);
+    let copy = copy.map(|d| crate::cast_to(out[0].clone(), d));
+    let back = |t: Tensor<B, 1>| B::float_reshape(t.into_primitive().tensor(), shape.clone());
+    AdamOutput {
+        updated: out.map(back),
+        copy: copy.map(back),
+    }
 }
 
 /// [`crate::KernelBackend::adam_step`] on tensors: `[param, moment_1, moment_2]` after one
-/// update with gradient `grad` (all four of one shape and dtype).
+/// update with gradient `grad` (parameter and moments of one shape and dtype; the gradient of
+/// that shape, in that dtype or a lower one).
 pub fn adam_step<B: crate::KernelBackend, const D: usize>(
     param: Tensor<B, D>,
     grad: Tensor<B, D>,
@@ -103,32 +116,69 @@ pub fn adam_step<B: crate::KernelBackend, const D: usize>(
         prim(moment_1),
         prim(moment_2),
         step,
+        None,
     )
+    .updated
     .map(|t| Tensor::from_primitive(TensorPrimitive::Float(t)))
+}
+
+/// [`adam_step`], and the updated parameter cast to `copy` (the working copy a forward pass in
+/// that dtype uses) from the same operation: `([param, moment_1, moment_2], copy)`.
+pub fn adam_step_with_copy<B: crate::KernelBackend, const D: usize>(
+    param: Tensor<B, D>,
+    grad: Tensor<B, D>,
+    moment_1: Tensor<B, D>,
+    moment_2: Tensor<B, D>,
+    step: AdamStep,
+    copy: DType,
+) -> ([Tensor<B, D>; 3], Tensor<B, D>) {
+    let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
+    let tensor = |t: FloatTensor<B>| Tensor::from_primitive(TensorPrimitive::Float(t));
+    let out = B::adam_step(
+        prim(param),
+        prim(grad),
+        prim(moment_1),
+        prim(moment_2),
+        step,
+        Some(copy),
+    );
+    let [p, m, v] = out.updated.map(tensor);
+    // A backend that wrote no copy: cast the parameter (the same values).
+    let c = out
+        .copy
+        .map(tensor)
+        .unwrap_or_else(|| crate::cast_to(p.clone(), copy));
+    ([p, m, v], c)
 }
 
 /// Relative L2 differences of backend `B`'s [`crate::KernelBackend::adam_step`] against
 /// [`adam_step_reference`] in f32 on the CPU after `steps` updates of a parameter of `len`
 /// values (learning rate and step count changing every update, gradients of every scale down
-/// to where epsilon matters): `[param, moment_1, moment_2]`.
+/// to where epsilon matters): `[param, moment_1, moment_2, copy]`. With `work` (mixed
+/// precision), the gradients arrive in that dtype and the update also writes the parameter in
+/// it, compared with the reference's parameter cast to it (`copy` is 0 without `work`).
 pub fn engine_vs_reference<B: crate::KernelBackend>(
     device: &B::Device,
     len: usize,
     steps: usize,
     seed: u64,
-) -> [f64; 3] {
+    work: Option<DType>,
+) -> [f64; 4] {
     use burn::backend::Flex;
     use burn::tensor::Distribution;
     let cpu = Default::default();
     Flex::seed(&cpu, seed);
     let on = |t: &Tensor<Flex, 1>| Tensor::<B, 1>::from_data(t.to_data(), device);
-    let back = |t: Tensor<B, 1>| Tensor::<Flex, 1>::from_data(t.to_data(), &cpu);
+    let back = |t: Tensor<B, 1>| {
+        Tensor::<Flex, 1>::from_data(crate::cast_to(t, DType::F32).to_data(), &cpu)
+    };
     let param = Tensor::<Flex, 1>::random([len], Distribution::Normal(0.0, 1.0), &cpu);
     let mut want = [param.clone(), param.zeros_like(), param.zeros_like()];
     let mut got = [on(&param), on(&param).zeros_like(), on(&param).zeros_like()];
+    let mut copy_err = 0.0;
     for t in 1..=steps {
         let scale = 10f64.powi(t as i32 - steps as i32 - 3);
-        let grad = Tensor::<Flex, 1>::random([len], Distribution::Normal(0.0, scale), &cpu);
+        let mut grad = Tensor::<Flex, 1>::random([len], Distribution::Normal(0.0, scale), &cpu);
         let step = AdamStep {
             lr: 1e-3 * t as f64,
             beta_1: 0.9,
@@ -136,10 +186,23 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
             epsilon: 1e-8,
             time: t,
         };
-        let [p, m, v] = want;
-        want = adam_step_reference(p, grad.clone(), m, v, step);
         let [p, m, v] = got;
-        got = adam_step(p, on(&grad), m, v, step);
+        got = match work {
+            None => adam_step(p, on(&grad), m, v, step),
+            Some(dtype) => {
+                // The gradient as the working dtype holds it, for both sides.
+                let g = crate::cast_to(on(&grad), dtype);
+                grad = back(g.clone());
+                let (updated, copy) = adam_step_with_copy(p, g, m, v, step, dtype);
+                copy_err = crate::conv::rel_l2(
+                    back(copy),
+                    back(crate::cast_to(updated[0].clone(), dtype)),
+                );
+                updated
+            }
+        };
+        let [p, m, v] = want;
+        want = adam_step_reference(p, grad, m, v, step);
     }
     let [p, m, v] = got;
     let [wp, wm, wv] = want;
@@ -147,5 +210,6 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
         crate::conv::rel_l2(back(p), wp),
         crate::conv::rel_l2(back(m), wm),
         crate::conv::rel_l2(back(v), wv),
+        copy_err,
     ]
 }

@@ -15,7 +15,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::{ConvOptions, FloatTensor};
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorPrimitive};
 
 use crate::compute::{Compute, Layout};
 use crate::norm::{self, GroupNormGrads, GroupNormOutput, GroupNormSpec};
@@ -149,16 +149,18 @@ pub trait KernelBackend: Backend {
     }
 
     /// One Adam update of a parameter tensor: `[param, moment_1, moment_2]` after `step`
-    /// (all four inputs of one shape and dtype). Provided body: the plain-op twin
-    /// ([`crate::adam::adam_step_reference`]).
+    /// (parameter and moments of one shape and dtype; the gradient of that shape in that or a
+    /// lower float dtype), and with `copy` also the updated parameter in that dtype. Provided
+    /// body: the plain-op twin ([`crate::adam::adam_step_reference`]).
     fn adam_step(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         moment_1: FloatTensor<Self>,
         moment_2: FloatTensor<Self>,
         step: crate::AdamStep,
-    ) -> [FloatTensor<Self>; 3] {
-        crate::adam::adam_step_primitive::<Self>(param, grad, moment_1, moment_2, step)
+        copy: Option<DType>,
+    ) -> crate::adam::AdamOutput<Self> {
+        crate::adam::adam_step_primitive::<Self>(param, grad, moment_1, moment_2, step, copy)
     }
 }
 
@@ -240,9 +242,10 @@ impl KernelBackend for burn::backend::Wgpu {
         moment_1: FloatTensor<Self>,
         moment_2: FloatTensor<Self>,
         step: crate::AdamStep,
-    ) -> [FloatTensor<Self>; 3] {
+        copy: Option<DType>,
+    ) -> crate::adam::AdamOutput<Self> {
         crate::cube::adam_step::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-            param, grad, moment_1, moment_2, step,
+            param, grad, moment_1, moment_2, step, copy,
         )
     }
 

@@ -16,7 +16,7 @@ pub mod trainer;
 pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, TrainSettings};
 pub use error::TrainError;
-pub use optim::FusedAdam;
+pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
 pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};
 pub use trainer::{
     micro_step, micro_step_loss, train, MicroBatch, Quiet, SessionOptions, StepMetrics,

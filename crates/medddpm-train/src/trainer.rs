@@ -154,35 +154,36 @@ pub struct MicroBatch<B: Backend> {
 }
 
 /// The training micro-step: [`micro_step_loss`], its backward pass scaled by `1 / divisor`
-/// (gradient accumulation), and the gradients of `model`'s f32 master weights. Returns them and
-/// the unscaled loss, still on the device (reading it waits for the device). The trainer and
-/// `medddpm bench` both run this function.
+/// (gradient accumulation), and the gradients under the master weights' ids (in the compute
+/// dtype for the parameters `work` holds in it). `work` is the working model
+/// ([`crate::FusedAdamOptimizer::working_model`]; in f32 the model itself). Returns the
+/// gradients and the unscaled loss, still on the device (reading it waits for the device). The
+/// trainer and `medddpm bench` both run this function.
 pub fn micro_step<B: KernelAutodiffBackend>(
-    model: &UNet<B>,
+    work: &UNet<B>,
     schedule: &CosineSchedule,
     batch: MicroBatch<B>,
     loss: LossType,
     compute: Compute,
     divisor: f64,
 ) -> (GradientsParams, Tensor<B, 1>) {
-    let loss = micro_step_loss(model, schedule, batch, loss, compute);
+    let loss = micro_step_loss(work, schedule, batch, loss, compute);
     let grads = loss.clone().div_scalar(divisor).backward();
-    (GradientsParams::from_grads(grads, model), loss)
+    (GradientsParams::from_grads(grads, work), loss)
 }
 
 /// The forward half of [`micro_step`]: the loss on the predicted noise, computed in `compute`
-/// (bf16: a working copy of the weights whose casts are part of the graph, so gradients reach
-/// the f32 master weights).
+/// with the working model `work`'s weights.
 pub fn micro_step_loss<B: KernelAutodiffBackend>(
-    model: &UNet<B>,
+    work: &UNet<B>,
     schedule: &CosineSchedule,
     batch: MicroBatch<B>,
     loss: LossType,
     compute: Compute,
 ) -> Tensor<B, 1> {
-    let work = cast_compute_params(model.clone(), compute.precision.compute_dtype());
+    debug_assert_eq!(work.compute(), compute);
     training_loss(
-        &work,
+        work,
         schedule,
         batch.x0,
         batch.cond,
@@ -317,6 +318,10 @@ pub fn train<B: KernelAutodiffBackend>(
     let mut last_checkpoint = None;
     observer.started(start_step, end_step);
 
+    // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
+    // model itself.
+    let compute_dtype = options.compute.precision.compute_dtype();
+    let mut work = optim.working_model(&model, compute_dtype);
     while state.step < end_step {
         let mut accumulator = GradientsAccumulator::<UNet<B>>::new();
         let mut loss_sum = 0.0f32;
@@ -347,14 +352,18 @@ pub fn train<B: KernelAutodiffBackend>(
                 timesteps,
                 noise,
             };
-            let (grads, loss) = micro_step(
-                &model,
+            let (mut grads, loss) = micro_step(
+                &work,
                 &schedule,
                 batch,
                 config.diffusion.loss,
                 options.compute,
                 divisor,
             );
+            if settings.grad_accum > 1 {
+                // Summed over micro-batches in f32, not in the compute dtype.
+                grads = crate::optim::gradients_to_f32(&model, grads);
+            }
             accumulator.accumulate(&model, grads);
             // Read the value only now: on a GPU this waits for the device, and the backward
             // pass is already queued ahead of it.
@@ -372,6 +381,7 @@ pub fn train<B: KernelAutodiffBackend>(
 
         // 3. Adam step, then the EMA (tested on the 0-based index of this optimizer step).
         model = optim.step(settings.lr, model, accumulator.grads());
+        work = optim.working_model(&model, compute_dtype);
         let action = ema_schedule.action(state.step);
         if action != EmaAction::Skip {
             ema = update_ema(ema, &model.valid(), action);

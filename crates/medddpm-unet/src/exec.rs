@@ -2,13 +2,15 @@
 //! compute dtype, and an optional per-operation timer.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, PaddingConfig3d};
-use burn::tensor::{backend::Backend, DType, ElementConversion, Tensor};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, ElementConversion, Tensor, TensorMetadata, TensorPrimitive};
 use medddpm_kernels::{Compute, Conv3dSpec, GroupNormSpec, KernelBackend, NormEngine};
 use serde::{Deserialize, Serialize};
 
@@ -460,35 +462,112 @@ pub fn group_norm<B: KernelBackend>(
     )
 }
 
+/// Which parameters run in the compute dtype: all but GroupNorm's (its scale and shift stay
+/// f32, as its statistics do).
+struct ComputeParams {
+    in_norm: usize,
+}
+
+impl ComputeParams {
+    fn enter(&mut self, container_type: &str) {
+        if container_type == "Struct:GroupNorm" {
+            self.in_norm += 1;
+        }
+    }
+    fn exit(&mut self, container_type: &str) {
+        if container_type == "Struct:GroupNorm" {
+            self.in_norm -= 1;
+        }
+    }
+    fn cast(&self) -> bool {
+        self.in_norm == 0
+    }
+}
+
 /// Casts the parameters of convolutions and linear layers to `dtype`, leaving GroupNorm's in
 /// f32. Inside an autodiff graph the casts are recorded, so gradients flow back to (and come
-/// out for) the original f32 parameters: that is how mixed-precision training keeps f32 master
-/// weights while every convolution and matrix product runs in `dtype`.
+/// out for) the original f32 parameters. Sampling uses this; training uses
+/// [`working_params`], which records no casts.
 pub fn cast_compute_params<B: Backend, M: Module<B>>(module: M, dtype: DType) -> M {
     struct CastMapper {
         dtype: DType,
-        in_norm: usize,
+        params: ComputeParams,
     }
     impl<B: Backend> ModuleMapper<B> for CastMapper {
         fn enter_module(&mut self, _name: &str, container_type: &str) {
-            if container_type == "Struct:GroupNorm" {
-                self.in_norm += 1;
-            }
+            self.params.enter(container_type);
         }
         fn exit_module(&mut self, _name: &str, container_type: &str) {
-            if container_type == "Struct:GroupNorm" {
-                self.in_norm -= 1;
-            }
+            self.params.exit(container_type);
         }
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-            if self.in_norm > 0 {
+            if !self.params.cast() {
                 return param;
             }
             let dtype = self.dtype;
             param.map(|t| cast_to(t, dtype))
         }
     }
-    module.map(&mut CastMapper { dtype, in_norm: 0 })
+    module.map(&mut CastMapper {
+        dtype,
+        params: ComputeParams { in_norm: 0 },
+    })
+}
+
+/// The working copy of an f32 module for a forward pass in `dtype` (mixed-precision
+/// training): each parameter of a convolution or linear layer becomes a leaf of the graph in
+/// `dtype` with the parameter's id, taken from `copies` (the optimizer writes them with its
+/// update) or else cast outside the graph; GroupNorm's parameters are the module's own. The
+/// backward pass then gives `dtype` gradients under the master weights' ids, and no cast runs
+/// in either pass. With `dtype` f32 this is the module itself.
+pub fn working_params<B, M>(
+    module: &M,
+    dtype: DType,
+    mut copies: HashMap<ParamId, FloatTensor<B::InnerBackend>>,
+) -> M
+where
+    B: AutodiffBackend,
+    M: Module<B>,
+{
+    struct WorkMapper<'a, B: AutodiffBackend> {
+        dtype: DType,
+        params: ComputeParams,
+        copies: &'a mut HashMap<ParamId, FloatTensor<B::InnerBackend>>,
+    }
+    impl<B: AutodiffBackend> ModuleMapper<B> for WorkMapper<'_, B> {
+        fn enter_module(&mut self, _name: &str, container_type: &str) {
+            self.params.enter(container_type);
+        }
+        fn exit_module(&mut self, _name: &str, container_type: &str) {
+            self.params.exit(container_type);
+        }
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            if !self.params.cast() {
+                return param;
+            }
+            let (id, tensor, mapper) = param.consume();
+            let require_grad = tensor.is_require_grad();
+            let copy = match self.copies.remove(&id) {
+                Some(c) if c.dtype() == self.dtype && c.shape() == tensor.shape() => {
+                    Tensor::from_primitive(TensorPrimitive::Float(c))
+                }
+                _ => cast_to(tensor.inner(), self.dtype),
+            };
+            let mut leaf = Tensor::<B, D>::from_inner(copy);
+            if require_grad {
+                leaf = leaf.require_grad();
+            }
+            Param::from_mapped_value(id, leaf, mapper)
+        }
+    }
+    if dtype == DType::F32 {
+        return module.clone();
+    }
+    module.clone().map(&mut WorkMapper::<B> {
+        dtype,
+        params: ComputeParams { in_norm: 0 },
+        copies: &mut copies,
+    })
 }
 
 /// Replaces every weight with random values (zero-initialised output layers included), drawn

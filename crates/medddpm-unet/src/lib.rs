@@ -27,8 +27,8 @@ mod model;
 pub use config::UNetConfig;
 pub use error::UNetError;
 pub use exec::{
-    cast_compute_params, load_weight_values, randomize_weights, weight_values, Layout, OpClass,
-    OpProfile, OpStats,
+    cast_compute_params, load_weight_values, randomize_weights, weight_values, working_params,
+    Layout, OpClass, OpProfile, OpStats,
 };
 pub use import::{load_reference_checkpoint, ImportReport, WeightsEntry};
 pub use medddpm_kernels::{

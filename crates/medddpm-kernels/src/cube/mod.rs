@@ -311,6 +311,7 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
 struct AdamOp<B> {
     desc: CustomOpIr,
     step: crate::AdamStep,
+    copy: Option<DType>,
     _b: core::marker::PhantomData<B>,
 }
 
@@ -318,47 +319,54 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for AdamOp<Cube<R, F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let ([param, grad, m, v], outs) = self.desc.as_fixed::<4, 3>();
-        let get =
-            |h: &mut Handles<R, F, I, BT>, t: &TensorIr| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
-        let inputs = [
-            get(handles, param),
-            get(handles, grad),
-            get(handles, m),
-            get(handles, v),
-        ];
-        let [param, grad, m, v] = inputs;
-        let results = adam::run(param, grad, m, v, self.step);
-        for (ir, t) in outs.iter().zip(results) {
+        let inputs: [&TensorIr; 4] = match self.desc.inputs.as_slice() {
+            [a, b, c, d] => [a, b, c, d],
+            _ => unreachable!("registered with four inputs"),
+        };
+        let [param, grad, m, v] = inputs.map(|t| handles.get_float_tensor::<Cube<R, F, I, BT>>(t));
+        let results = adam::run(param, grad, m, v, self.step, self.copy);
+        for (ir, t) in self.desc.outputs.iter().zip(results) {
             handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
         }
     }
 }
 
-/// [`crate::KernelBackend::adam_step`] on burn's fused CubeCL backends: one kernel for f32,
-/// f16 and bf16 parameters, the plain-op twin for f64.
+/// [`crate::KernelBackend::adam_step_with_copy`] on burn's fused CubeCL backends (`copy`
+/// `None`: [`crate::KernelBackend::adam_step`]): one kernel for f32, f16 and bf16
+/// parameters, the plain-op twin for f64.
 pub fn adam_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     param: FloatTensor<Fused<R, F, I, BT>>,
     grad: FloatTensor<Fused<R, F, I, BT>>,
     moment_1: FloatTensor<Fused<R, F, I, BT>>,
     moment_2: FloatTensor<Fused<R, F, I, BT>>,
     step: crate::AdamStep,
-) -> [FloatTensor<Fused<R, F, I, BT>>; 3] {
-    if !matches!(param.dtype, DType::F32 | DType::F16 | DType::BF16) {
+    copy: Option<DType>,
+) -> crate::adam::AdamOutput<Fused<R, F, I, BT>> {
+    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    if !float(param.dtype) || !float(grad.dtype) || !copy.is_none_or(float) {
         return crate::adam::adam_step_primitive::<Fused<R, F, I, BT>>(
-            param, grad, moment_1, moment_2, step,
+            param, grad, moment_1, moment_2, step, copy,
         );
     }
     let out = (param.shape.clone(), param.dtype);
-    register::<R, F, I, BT, _>(
+    let mut outputs = vec![out.clone(), out.clone(), out.clone()];
+    if let Some(dtype) = copy {
+        outputs.push((out.0, dtype));
+    }
+    let mut outputs = register::<R, F, I, BT, _>(
         "medddpm_adam_step",
         vec![param, grad, moment_1, moment_2],
-        vec![out.clone(), out.clone(), out],
+        outputs,
         |desc| AdamOp::<Cube<R, F, I, BT>> {
             desc,
             step,
+            copy,
             _b: core::marker::PhantomData,
         },
-    )
-    .outputs()
+    );
+    let copy = copy.and_then(|_| outputs.pop());
+    crate::adam::AdamOutput {
+        updated: outputs.outputs(),
+        copy,
+    }
 }

@@ -130,8 +130,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         moment_1: FloatTensor<Self>,
         moment_2: FloatTensor<Self>,
         step: crate::AdamStep,
-    ) -> [FloatTensor<Self>; 3] {
-        crate::cube::adam_step::<CudaRuntime, F, I, BT>(param, grad, moment_1, moment_2, step)
+        copy: Option<burn::tensor::DType>,
+    ) -> crate::adam::AdamOutput<Self> {
+        crate::cube::adam_step::<CudaRuntime, F, I, BT>(param, grad, moment_1, moment_2, step, copy)
     }
 
     fn upsample_trilinear_x2_backward(
