@@ -376,15 +376,34 @@ impl Descriptors {
     }
 }
 
-/// A tensor's device pointer and the stream to enqueue work on it (the caller keeps the
-/// tensor, and so its buffer, alive until the work is enqueued).
-fn ptr_of(t: &Tensor) -> Result<(u64, cudarc::driver::sys::CUstream), String> {
-    let managed = t
-        .client
-        .get_resource(t.handle.clone())
-        .map_err(|e| format!("buffer: {e:?}"))?;
-    let r = managed.resource();
-    Ok((r.ptr, r.stream))
+/// The device pointers of `handles` and the stream of the first (the caller keeps the
+/// buffers alive until the work is enqueued). One blocking call to cubecl's device thread for
+/// all of them: each `get_resource` from the fusion thread waits until the device thread has
+/// launched everything queued before it, so one wait per convolution instead of one per
+/// operand (about five) keeps the two host threads overlapping.
+fn ptrs_of(
+    client: &cubecl::client::ComputeClient<CudaRuntime>,
+    handles: Vec<cubecl::server::Handle>,
+) -> Result<(Vec<u64>, cudarc::driver::sys::CUstream), String> {
+    let resolved = client
+        .exclusive(|| {
+            // On the device thread: these calls run inline, without a round trip each.
+            let mut ptrs = Vec::with_capacity(handles.len());
+            let mut stream = 0usize;
+            for (i, h) in handles.into_iter().enumerate() {
+                let managed = client
+                    .get_resource(h)
+                    .map_err(|e| format!("buffer: {e:?}"))?;
+                let r = managed.resource();
+                if i == 0 {
+                    stream = r.stream as usize;
+                }
+                ptrs.push(r.ptr);
+            }
+            Ok::<_, String>((ptrs, stream))
+        })
+        .map_err(|e| format!("device thread: {e:?}"))??;
+    Ok((resolved.0, resolved.1 as cudarc::driver::sys::CUstream))
 }
 
 /// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
@@ -440,17 +459,6 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     };
     let desc = Descriptors::new(&x, y_like, w_dims, spec, cudnn_dtype)?;
 
-    let (x_ptr, stream) = ptr_of(&x)?;
-    let w_ptr = match op {
-        ConvOp::WeightGrad => 0,
-        _ => ptr_of(&w)?.0,
-    };
-    let dy_ptr = match &dy {
-        Some(t) => ptr_of(t)?.0,
-        None => 0,
-    };
-    let (out_ptr, _) = ptr_of(&out)?;
-
     let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
     let key = format!(
         "cudnn{}|{}|{:?}|{}|{}|x{:?}|w{:?}|s{:?}|p{:?}",
@@ -467,20 +475,49 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
     unsafe { cudarc::driver::result::ctx::set_current(s.ctx) }.map_err(|e| e.to_string())?;
     let handle = s.handle;
-    // SAFETY: the stream is cubecl's live stream for this thread.
-    check(
-        unsafe { sys::cudnnSetStream(handle, stream as sys::cudaStream_t) },
-        "set stream",
-    )?;
-    let ptrs = Ptrs {
-        x: x_ptr,
-        w: w_ptr,
-        dy: dy_ptr,
-        out: out_ptr,
+    // SAFETY: `stream` is cubecl's live stream for this thread.
+    let set_stream = |stream: cudarc::driver::sys::CUstream| {
+        check(
+            unsafe { sys::cudnnSetStream(handle, stream as sys::cudaStream_t) },
+            "set stream",
+        )
+    };
+    // Every operand's pointer (and the workspace's, once the algorithm is known) in one call
+    // to the device thread: x, out, then w and dy where the operation reads them.
+    let resolve = |workspace: Option<&cubecl::server::Handle>| {
+        let mut handles = vec![x.handle.clone(), out.handle.clone()];
+        if op != ConvOp::WeightGrad {
+            handles.push(w.handle.clone());
+        }
+        if let Some(dy) = &dy {
+            handles.push(dy.handle.clone());
+        }
+        handles.extend(workspace.cloned());
+        let (p, stream) = ptrs_of(&x.client, handles)?;
+        let mut rest = p[2..].iter().copied();
+        let w = if op != ConvOp::WeightGrad {
+            rest.next().unwrap_or(0)
+        } else {
+            0
+        };
+        let dy_ptr = if dy.is_some() {
+            rest.next().unwrap_or(0)
+        } else {
+            0
+        };
+        let ptrs = Ptrs {
+            x: p[0],
+            w,
+            dy: dy_ptr,
+            out: p[1],
+        };
+        Ok::<_, String>((ptrs, rest.next().unwrap_or(0), stream))
     };
     let choice = match s.algos.get(&key) {
         Some(c) => *c,
         None => {
+            let (ptrs, _, stream) = resolve(None)?;
+            set_stream(stream)?;
             let c = find(op, handle, &desc, &ptrs, &x).map_err(|e| format!("{key}: {e}"))?;
             s.algos.insert(key.clone(), c);
             save_cache(&s);
@@ -489,16 +526,10 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     };
     let workspace = match choice.workspace {
         0 => None,
-        bytes => {
-            let buffer = x.client.empty(bytes);
-            let managed = x
-                .client
-                .get_resource(buffer.clone())
-                .map_err(|e| format!("workspace: {e:?}"))?;
-            Some((managed.resource().ptr, buffer))
-        }
+        bytes => Some(x.client.empty(bytes)),
     };
-    let ws_ptr = workspace.as_ref().map_or(0, |w| w.0);
+    let (ptrs, ws_ptr, stream) = resolve(workspace.as_ref())?;
+    set_stream(stream)?;
     let result = launch(
         op,
         handle,
