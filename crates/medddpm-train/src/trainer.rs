@@ -324,7 +324,7 @@ pub fn train<B: KernelAutodiffBackend>(
     let mut work = optim.working_model(&model, compute_dtype);
     while state.step < end_step {
         let mut accumulator = GradientsAccumulator::<UNet<B>>::new();
-        let mut loss_sum = 0.0f32;
+        let mut losses = Vec::with_capacity(settings.grad_accum);
         for _ in 0..settings.grad_accum {
             // 1. Draw the micro-batch and its randomness, both from the micro-batch counter.
             let draw = state.micro_batches;
@@ -365,11 +365,21 @@ pub fn train<B: KernelAutodiffBackend>(
                 grads = crate::optim::gradients_to_f32(&model, grads);
             }
             accumulator.accumulate(&model, grads);
-            // Read the value only now: on a GPU this waits for the device, and the backward
-            // pass is already queued ahead of it.
+            losses.push(loss);
+            state.micro_batches += 1;
+        }
+
+        // 3. Adam step, then the losses, then the EMA (tested on the 0-based index of this
+        // optimizer step). Reading a loss waits for the device: only now, with the whole step
+        // (backward passes and update) queued ahead of it, so that the GPU never waits for the
+        // host to issue the optimizer's launches. A diverged step returns before anything is
+        // saved.
+        model = optim.step(settings.lr, model, accumulator.grads());
+        work = optim.working_model(&model, compute_dtype);
+        let mut loss_sum = 0.0f32;
+        for loss in losses {
             let value: f32 = loss.inner().into_scalar().elem();
             loss_sum += value;
-            state.micro_batches += 1;
         }
         let loss = loss_sum / settings.grad_accum as f32;
         if !loss.is_finite() {
@@ -378,10 +388,6 @@ pub fn train<B: KernelAutodiffBackend>(
                 loss,
             });
         }
-
-        // 3. Adam step, then the EMA (tested on the 0-based index of this optimizer step).
-        model = optim.step(settings.lr, model, accumulator.grads());
-        work = optim.working_model(&model, compute_dtype);
         let action = ema_schedule.action(state.step);
         if action != EmaAction::Skip {
             ema = update_ema(ema, &model.valid(), action);
