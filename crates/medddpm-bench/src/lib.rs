@@ -70,6 +70,12 @@ mod tests {
                     (precision.name(), layout.to_string())
                 );
                 assert!(r.train_step_median_ms.unwrap() > 0.0);
+                // Enqueueing is part of each step, so its median is at most the step's.
+                let issue = r.train_issue_median_ms.unwrap();
+                assert!(
+                    issue > 0.0 && issue <= r.train_step_median_ms.unwrap(),
+                    "{r:?}"
+                );
                 assert!(r.sample_step_median_ms.unwrap() > 0.0);
                 assert!(r.first_train_step_s.unwrap() > 0.0);
                 let err = r.agreement_rel_l2.unwrap();

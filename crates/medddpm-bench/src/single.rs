@@ -502,39 +502,31 @@ fn measure<B: KernelAutodiffBackend>(
             device,
         ),
     };
-    // The trainer's own micro-step (medddpm_train::micro_step), then the Adam step.
-    // The host time to enqueue each step (before its synchronisation), in milliseconds.
-    let mut issue_ms = Vec::new();
-    let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<UNet<B>> {
+    // The trainer's own micro-step (medddpm_train::micro_step), then the Adam step. Returns
+    // the model and the host's time to enqueue the step (before its synchronisation), in ms.
+    let mut train_step = |model: UNet<B>, read_loss: bool| -> anyhow::Result<(UNet<B>, f64)> {
         let start = Instant::now();
         // The working copies of the previous step's update (cast on the first step).
         let work = optim.working_model(&model, compute_dtype);
-        let (grads, loss) = micro_step(
-            &work,
-            &schedule,
-            new_batch(),
-            LossType::L1,
-            env.compute(),
-            1.0,
-        );
+        let (grads, loss) = micro_step(&work, &schedule, new_batch(), LossType::L1, 1.0);
         let model = optim.step(config.lr, model, grads);
         if read_loss {
             last_loss = loss.inner().into_scalar().elem();
         }
-        issue_ms.push(ms_since(start));
+        let issue_ms = ms_since(start);
         sync::<B>(device)?;
-        Ok(model)
+        Ok((model, issue_ms))
     };
     progress("first training micro-step (compiles and autotunes backward kernels)");
     let start = Instant::now();
-    model = train_step(model, false)?;
+    model = train_step(model, false)?.0;
     record.first_train_step_s = Some(start.elapsed().as_secs_f64());
     save(record, "the first training micro-step");
     progress(&format!(
         "first training micro-step took {:.2} s; timing training micro-steps",
         record.first_train_step_s.unwrap()
     ));
-    let mut train_ms = Vec::new();
+    let (mut train_ms, mut issue_ms) = (Vec::new(), Vec::new());
     let mut host_profile = None;
     for i in 0..config.warmup + config.steps {
         if i == config.warmup {
@@ -549,17 +541,18 @@ fn measure<B: KernelAutodiffBackend>(
             }
         }
         let start = Instant::now();
-        model = train_step(model, false)?;
+        let issued;
+        (model, issued) = train_step(model, false)?;
         if i >= config.warmup {
             train_ms.push(ms_since(start));
+            issue_ms.push(issued);
         }
     }
     if let Some(profile) = host_profile {
         profile.finish()?;
     }
-    let model = train_step(model, true)?;
-    let issue_ms = issue_ms.split_off(1 + config.warmup);
-    record.train_issue_median_ms = Some(median(&issue_ms[..train_ms.len()]));
+    let model = train_step(model, true)?.0;
+    record.train_issue_median_ms = Some(median(&issue_ms));
     if !last_loss.is_finite() {
         anyhow::bail!("the training loss is not finite ({last_loss})");
     }
@@ -587,7 +580,7 @@ fn measure<B: KernelAutodiffBackend>(
             sync::<B>(device)?;
             let t0 = Instant::now();
             let work = optim.working_model(&model, compute_dtype);
-            let loss = micro_step_loss(&work, &schedule, batch, LossType::L1, env.compute());
+            let loss = micro_step_loss(&work, &schedule, batch, LossType::L1);
             sync::<B>(device)?;
             let forward_ms = ms_since(t0);
             memory = B::memory_usage(device);

@@ -109,17 +109,7 @@ pub fn adam_step<B: crate::KernelBackend, const D: usize>(
     moment_2: Tensor<B, D>,
     step: AdamStep,
 ) -> [Tensor<B, D>; 3] {
-    let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
-    B::adam_step(
-        prim(param),
-        prim(grad),
-        prim(moment_1),
-        prim(moment_2),
-        step,
-        None,
-    )
-    .updated
-    .map(|t| Tensor::from_primitive(TensorPrimitive::Float(t)))
+    on_tensors([param, grad, moment_1, moment_2], step, None).0
 }
 
 /// [`adam_step`], and the updated parameter cast to `copy` (the working copy a forward pass in
@@ -132,23 +122,22 @@ pub fn adam_step_with_copy<B: crate::KernelBackend, const D: usize>(
     step: AdamStep,
     copy: DType,
 ) -> ([Tensor<B, D>; 3], Tensor<B, D>) {
-    let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
-    let tensor = |t: FloatTensor<B>| Tensor::from_primitive(TensorPrimitive::Float(t));
-    let out = B::adam_step(
-        prim(param),
-        prim(grad),
-        prim(moment_1),
-        prim(moment_2),
-        step,
-        Some(copy),
-    );
-    let [p, m, v] = out.updated.map(tensor);
+    let (updated, c) = on_tensors([param, grad, moment_1, moment_2], step, Some(copy));
     // A backend that wrote no copy: cast the parameter (the same values).
-    let c = out
-        .copy
-        .map(tensor)
-        .unwrap_or_else(|| crate::cast_to(p.clone(), copy));
-    ([p, m, v], c)
+    let c = c.unwrap_or_else(|| crate::cast_to(updated[0].clone(), copy));
+    (updated, c)
+}
+
+/// [`crate::KernelBackend::adam_step`] on `[param, grad, moment_1, moment_2]` as tensors.
+fn on_tensors<B: crate::KernelBackend, const D: usize>(
+    inputs: [Tensor<B, D>; 4],
+    step: AdamStep,
+    copy: Option<DType>,
+) -> ([Tensor<B, D>; 3], Option<Tensor<B, D>>) {
+    let [param, grad, moment_1, moment_2] = inputs.map(|t| t.into_primitive().tensor());
+    let tensor = |t: FloatTensor<B>| Tensor::from_primitive(TensorPrimitive::Float(t));
+    let out = B::adam_step(param, grad, moment_1, moment_2, step, copy);
+    (out.updated.map(tensor), out.copy.map(tensor))
 }
 
 /// Relative L2 differences of backend `B`'s [`crate::KernelBackend::adam_step`] against
@@ -156,7 +145,8 @@ pub fn adam_step_with_copy<B: crate::KernelBackend, const D: usize>(
 /// values (learning rate and step count changing every update, gradients of every scale down
 /// to where epsilon matters): `[param, moment_1, moment_2, copy]`. With `work` (mixed
 /// precision), the gradients arrive in that dtype and the update also writes the parameter in
-/// it, compared with the reference's parameter cast to it (`copy` is 0 without `work`).
+/// it; `copy` is the last update's copy against the cast of the parameter that update returned
+/// (0 when they agree exactly, and without `work`).
 pub fn engine_vs_reference<B: crate::KernelBackend>(
     device: &B::Device,
     len: usize,

@@ -61,16 +61,6 @@ impl FusedAdam {
         }
     }
 
-    /// burn's [`OptimizerAdaptor`] around this optimizer's per-tensor update (no working
-    /// copies): the reference [`FusedAdamOptimizer`] is tested against.
-    pub fn init_adaptor<B, M>(self) -> OptimizerAdaptor<Self, M, B>
-    where
-        B: AutodiffBackend<InnerBackend: KernelBackend>,
-        M: AutodiffModule<B>,
-    {
-        OptimizerAdaptor::from(self)
-    }
-
     /// One update of one tensor from its state (`None`: the first, from zero moments, which
     /// is burn's first step: 0 * beta + (1 - beta) g); with `copy`, also the updated tensor in
     /// that dtype.
@@ -367,18 +357,18 @@ mod tests {
             }
         };
         let mut ours = FusedAdam::default().init::<B, UNet<B>>();
-        let mut reference = FusedAdam::default().init_adaptor::<B, UNet<B>>();
+        let mut reference: OptimizerAdaptor<FusedAdam, UNet<B>, B> = FusedAdam::default().into();
         let (mut a, mut b) = (start.clone(), start);
         for step in 0..3 {
             let work = ours.working_model(&a, DType::BF16);
-            let (grads, _) = micro_step(&work, &schedule, batch(step), LossType::L1, compute, 1.0);
+            let (grads, _) = micro_step(&work, &schedule, batch(step), LossType::L1, 1.0);
             a = ours.step(1e-3, a, grads);
             // Every convolution and linear parameter came back with its bf16 copy.
             assert!(ours.copies.len() > 20, "{} copies", ours.copies.len());
             assert!(ours.copies.values().all(|c| c.dtype() == DType::BF16));
             // The casts recorded in the graph: f32 gradients for the master weights.
             let cast = cast_compute_params(b.clone(), DType::BF16);
-            let loss = micro_step_loss(&cast, &schedule, batch(step), LossType::L1, compute);
+            let loss = micro_step_loss(&cast, &schedule, batch(step), LossType::L1);
             let grads = GradientsParams::from_grads(loss.backward(), &b);
             b = reference.step(1e-3, b, grads);
         }

@@ -164,24 +164,21 @@ pub fn micro_step<B: KernelAutodiffBackend>(
     schedule: &CosineSchedule,
     batch: MicroBatch<B>,
     loss: LossType,
-    compute: Compute,
     divisor: f64,
 ) -> (GradientsParams, Tensor<B, 1>) {
-    let loss = micro_step_loss(work, schedule, batch, loss, compute);
+    let loss = micro_step_loss(work, schedule, batch, loss);
     let grads = loss.clone().div_scalar(divisor).backward();
     (GradientsParams::from_grads(grads, work), loss)
 }
 
-/// The forward half of [`micro_step`]: the loss on the predicted noise, computed in `compute`
-/// with the working model `work`'s weights.
+/// The forward half of [`micro_step`]: the loss on the predicted noise, computed with the
+/// working model `work`'s weights in its own compute settings.
 pub fn micro_step_loss<B: KernelAutodiffBackend>(
     work: &UNet<B>,
     schedule: &CosineSchedule,
     batch: MicroBatch<B>,
     loss: LossType,
-    compute: Compute,
 ) -> Tensor<B, 1> {
-    debug_assert_eq!(work.compute(), compute);
     training_loss(
         work,
         schedule,
@@ -352,14 +349,8 @@ pub fn train<B: KernelAutodiffBackend>(
                 timesteps,
                 noise,
             };
-            let (mut grads, loss) = micro_step(
-                &work,
-                &schedule,
-                batch,
-                config.diffusion.loss,
-                options.compute,
-                divisor,
-            );
+            let (mut grads, loss) =
+                micro_step(&work, &schedule, batch, config.diffusion.loss, divisor);
             if settings.grad_accum > 1 {
                 // Summed over micro-batches in f32, not in the compute dtype.
                 grads = crate::optim::gradients_to_f32(&model, grads);
