@@ -1,9 +1,11 @@
 //! `medddpm`: train Med-DDPM models, sample synthetic MRI from masks, inspect files.
 
 mod check_kernels;
+mod eval;
 mod experiments;
 mod inspect;
 mod progress;
+mod render;
 mod sample;
 mod train;
 
@@ -25,6 +27,11 @@ enum Command {
     Train(train::TrainArgs),
     /// Sample synthetic volumes from masks.
     Sample(sample::SampleArgs),
+    /// Judge generated volumes against real ones: PSNR, SSIM and MAE inside the mask,
+    /// diversity (MS-SSIM among samples of one mask), MMD between the sets, and mask adherence.
+    Eval(eval::EvalArgs),
+    /// Draw volumes as a three-plane PNG montage (mask outlined) and a slice-sweep GIF.
+    Render(render::RenderArgs),
     /// Print a NIfTI header, a resolved experiment config, or a checkpoint summary.
     Inspect(inspect::InspectArgs),
     /// Benchmark training and sampling steps over backend x precision x layout.
@@ -117,6 +124,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => train::run(args),
         Command::Sample(args) => sample::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Render(args) => render::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(args) => medddpm_bench::run_bench(args, self_command("bench")?),
         Command::Check(args) => check(args),

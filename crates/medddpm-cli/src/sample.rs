@@ -48,16 +48,22 @@ pub struct SampleArgs {
     #[arg(long, value_enum, default_value = "whole-head")]
     reference_model: ReferenceModel,
     /// Reverse process: `ddpm` (ancestral, every timestep: the reference's), `ddim`, or
-    /// `dpm-solver++` (second-order multistep, deterministic; 10-25 steps).
-    #[arg(long, default_value = "ddpm")]
-    sampler: SamplerKind,
-    /// Network calls per sample (DDIM and DPM-Solver++; default: every timestep of the
-    /// schedule).
+    /// `dpm-solver++` (second-order multistep, deterministic; 10-25 steps). Default: the
+    /// run's `[sampler]` section (ddpm for reference `.pt` files and runs without one).
+    #[arg(long)]
+    sampler: Option<SamplerKind>,
+    /// Network calls per sample (DDIM and DPM-Solver++; default: the run's `[sampler]`
+    /// steps, else every timestep of the schedule).
     #[arg(long)]
     steps: Option<usize>,
-    /// DDIM's noise scale: 0 is deterministic, 1 gives DDPM's variance.
-    #[arg(long, default_value_t = 0.0)]
-    eta: f64,
+    /// DDIM's noise scale: 0 is deterministic, 1 gives DDPM's variance (default: the run's
+    /// `[sampler]` eta, else 0).
+    #[arg(long)]
+    eta: Option<f64>,
+    /// Also write `<mask>_sample-<n>_trajectory.gif` beside each sample: the denoising, three
+    /// planes per frame (at most FRAMES frames, evenly spaced over the reverse steps).
+    #[arg(long, num_args = 0..=1, default_missing_value = "50", value_name = "FRAMES")]
+    trajectory: Option<usize>,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -80,6 +86,33 @@ struct SampleTask {
     masks: Vec<PathBuf>,
     out: PathBuf,
     options: SampleOptions,
+    sampler: SamplerFlags,
+}
+
+/// The sampler switches given on the command line; the rest comes from the run's config.
+struct SamplerFlags {
+    kind: Option<SamplerKind>,
+    steps: Option<usize>,
+    eta: Option<f64>,
+}
+
+impl SamplerFlags {
+    /// A new `--sampler` starts from that sampler's defaults (the run's step count belongs to
+    /// the run's sampler); otherwise the run's sampler with any `--steps` / `--eta` applied.
+    fn resolve(&self, run: &SamplerConfig) -> SamplerConfig {
+        let base = match self.kind {
+            Some(kind) if kind != run.kind => SamplerConfig {
+                kind,
+                ..Default::default()
+            },
+            _ => *run,
+        };
+        SamplerConfig {
+            kind: base.kind,
+            steps: self.steps.or(base.steps),
+            eta: self.eta.unwrap_or(base.eta),
+        }
+    }
 }
 
 impl BackendTask for SampleTask {
@@ -88,28 +121,29 @@ impl BackendTask for SampleTask {
         let mut model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
         model.unet =
             cast_compute_params(model.unet, env.compute_dtype()).with_compute(env.compute());
-        let steps = Sampler::new(model.schedule.clone(), &self.options.sampler)?.num_steps();
+        let mut options = self.options;
+        options.sampler = self.sampler.resolve(&model.config.sampler);
+        let steps = Sampler::new(model.schedule.clone(), &options.sampler)?.num_steps();
         eprintln!(
             "sampling {} mask(s) x {} on the {} backend ({}, {}), {} sampler, {steps} reverse steps each",
             self.masks.len(),
-            self.options.samples_per_mask,
+            options.samples_per_mask,
             env.backend,
             env.precision,
             env.layout,
-            self.options.sampler.kind,
+            options.sampler.kind,
         );
-        let mut bar = SamplingProgress::new(
-            (self.masks.len() * self.options.samples_per_mask * steps) as u64,
-        );
+        let mut bar =
+            SamplingProgress::new((self.masks.len() * options.samples_per_mask * steps) as u64);
         let written = sample_masks(
             &model,
             &self.masks,
             &self.out,
-            &self.options,
+            &options,
             &device,
             |m, n, done| {
                 bar.update(
-                    ((m * self.options.samples_per_mask + n) * steps + done) as u64,
+                    ((m * options.samples_per_mask + n) * steps + done) as u64,
                     format!("mask {}/{} sample {}", m + 1, self.masks.len(), n + 1),
                 );
             },
@@ -146,11 +180,8 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         samples_per_mask: args.samples_per_mask,
         seed: args.seed,
         rescale: args.rescale,
-        sampler: SamplerConfig {
-            kind: args.sampler,
-            steps: args.steps,
-            eta: args.eta,
-        },
+        sampler: SamplerConfig::default(),
+        trajectory: args.trajectory,
     };
     run_on(
         &args.compute.settings(),
@@ -160,6 +191,11 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
             masks,
             out: args.out,
             options,
+            sampler: SamplerFlags {
+                kind: args.sampler,
+                steps: args.steps,
+                eta: args.eta,
+            },
         },
     )
 }

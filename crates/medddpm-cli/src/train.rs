@@ -62,11 +62,12 @@ impl BackendTask for TrainTask {
         let summary = train::<B>(&self.config, &self.run, &options, &device, &mut bar)?;
         drop(bar);
         eprintln!(
-            "trained steps {}..{}: loss {:.4} -> {:.4}; checkpoint {}",
+            "trained steps {}..{}: loss {:.4} -> {:.4} (mean of the first and last {} steps); checkpoint {}",
             summary.start_step,
             summary.end_step,
-            summary.first_loss,
-            summary.last_loss,
+            summary.first_mean_loss,
+            summary.last_mean_loss,
+            summary.loss_window,
             summary.checkpoint.display()
         );
         for s in &summary.samples {

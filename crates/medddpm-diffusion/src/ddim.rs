@@ -133,12 +133,23 @@ impl Sampler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        on_step: impl FnMut(usize),
+        mut on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+    }
+
+    /// Runs the reverse process, showing `on_step` the sample after each step.
+    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         match self {
-            Sampler::Ddpm(s) => s.sample(denoiser, cond, image_channels, on_step),
-            Sampler::Ddim(s) => s.sample(denoiser, cond, image_channels, on_step),
-            Sampler::DpmSolver(s) => s.sample(denoiser, cond, image_channels, on_step),
+            Sampler::Ddpm(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
+            Sampler::Ddim(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
+            Sampler::DpmSolver(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
         }
     }
 }
@@ -264,7 +275,19 @@ impl DdimSampler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        on_step: impl FnMut(usize),
+        mut on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+    }
+
+    /// As `sample`, with `on_step` also shown the sample after each step (x_t on its way to
+    /// x_0), for pictures of the denoising.
+    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         let ts = &self.timesteps;
         reverse_process(

@@ -95,7 +95,19 @@ impl DpmSolverSampler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        on_step: impl FnMut(usize),
+        mut on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+    }
+
+    /// As `sample`, with `on_step` also shown the sample after each step (x_t on its way to
+    /// x_0), for pictures of the denoising.
+    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         let ts = &self.timesteps;
         let mut previous: Option<(usize, Tensor<B, 5>)> = None;

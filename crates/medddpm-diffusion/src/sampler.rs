@@ -101,7 +101,19 @@ impl DdpmSampler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        on_step: impl FnMut(usize),
+        mut on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+    }
+
+    /// As `sample`, with `on_step` also shown the sample after each step (x_t on its way to
+    /// x_0), for pictures of the denoising.
+    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         let timesteps: Vec<usize> = self.timesteps().collect();
         reverse_process(
@@ -119,7 +131,8 @@ impl DdpmSampler {
 /// The reverse loop every sampler shares: from pure noise of `image_channels` channels, one
 /// network call per entry of `timesteps` (visited in order); `step(eps, i, x, z)` gives the next
 /// x from the predicted noise, with z fresh standard normal noise where `noisy(i)` says step i
-/// adds any (zeros otherwise, drawing nothing from the generator).
+/// adds any (zeros otherwise, drawing nothing from the generator); `on_step(i + 1, x)` sees
+/// each new x.
 pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
     denoiser: &M,
     cond: Tensor<B, 5>,
@@ -127,7 +140,7 @@ pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
     timesteps: &[usize],
     noisy: impl Fn(usize) -> bool,
     mut step: impl FnMut(Tensor<B, 5>, usize, Tensor<B, 5>, Tensor<B, 5>) -> Tensor<B, 5>,
-    mut on_step: impl FnMut(usize),
+    mut on_step: impl FnMut(usize, &Tensor<B, 5>),
 ) -> Tensor<B, 5> {
     let [b, _, d, h, w] = cond.dims();
     let device = cond.device();
@@ -141,7 +154,7 @@ pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
             Tensor::zeros(shape, &device)
         };
         x = step(eps, i, x, noise);
-        on_step(i + 1);
+        on_step(i + 1, &x);
     }
     x
 }

@@ -204,7 +204,43 @@ pub(crate) fn cube_memory_usage<R: burn_cubecl::cubecl::Runtime>(
     })
 }
 
-impl KernelBackend for burn::backend::Flex {}
+impl KernelBackend for burn::backend::Flex {
+    /// Flex's own data gradient is a transposed convolution on one core without its matrix
+    /// kernels (13% of a quickstart training step under perf); for the U-Net's "same"-padded
+    /// convolutions the same gradient is a forward convolution, which Flex runs as a
+    /// multi-threaded im2col and gemm.
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        let weight: Tensor<Self, 5> = tensor(weight);
+        let [_, _, kd, kh, kw] = weight.dims();
+        if is_same_padded([kd, kh, kw], &spec) {
+            let x: Tensor<Self, 5> = tensor(x);
+            let [_, _, d, h, w] = x.dims();
+            return float(data_grad_via_forward::<Self>(
+                [d, h, w],
+                weight,
+                tensor(grad_out),
+                spec,
+            ));
+        }
+        <Self as burn::tensor::ops::ModuleOps<Self>>::conv3d_x_backward(
+            x,
+            float(weight),
+            grad_out,
+            spec.options(),
+        )
+    }
+}
+
+/// Padding of half an odd kernel on every axis, at any stride (what [`data_grad_via_forward`]
+/// needs).
+fn is_same_padded(kernel: [usize; 3], spec: &Conv3dSpec) -> bool {
+    (0..3).all(|i| kernel[i] % 2 == 1 && spec.padding[i] == kernel[i] / 2)
+}
 
 #[cfg(feature = "wgpu")]
 impl KernelBackend for burn::backend::Wgpu {
@@ -521,12 +557,11 @@ pub fn weight_grad_padded<B: KernelBackend>(
 /// Whether [`data_grad_via_forward`] applies: a strided convolution whose padding is half its
 /// odd kernel on every axis (the U-Net's stride-2 downsampling).
 pub fn is_strided_same(kernel: [usize; 3], spec: &Conv3dSpec) -> bool {
-    spec.stride.iter().any(|&s| s > 1)
-        && (0..3).all(|i| kernel[i] % 2 == 1 && spec.padding[i] == kernel[i] / 2)
+    spec.stride.iter().any(|&s| s > 1) && is_same_padded(kernel, spec)
 }
 
-/// The data gradient of a strided, "same"-padded convolution ([`is_strided_same`]) as a
-/// stride-1 forward convolution on `B`'s engine: the incoming gradient with `stride - 1` zeros
+/// The data gradient of a "same"-padded convolution (any stride; [`is_strided_same`] is where
+/// the GPU engines use it) as a stride-1 forward convolution on `B`'s engine: the incoming gradient with `stride - 1` zeros
 /// after each voxel (per axis, cut to the input's size), correlated with the kernel flipped in
 /// space and with its two channel axes swapped, at the same padding. The arithmetic is the
 /// strided data gradient's plus products with zeros.

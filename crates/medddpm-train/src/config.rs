@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use medddpm_diffusion::{LossType, ScheduleConfig};
+use medddpm_diffusion::{LossType, SamplerConfig, ScheduleConfig};
 use medddpm_unet::UNetConfig;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,9 @@ pub struct ExperimentConfig {
     /// (`medddpm train`'s switches win over these).
     #[serde(skip_serializing_if = "is_default_compute")]
     pub compute: ComputeConfig,
+    /// The reverse process of the periodic samples and the default of `medddpm sample` for
+    /// this run's checkpoints (default: the reference's ancestral DDPM over every timestep).
+    pub sampler: SamplerConfig,
 }
 
 fn is_default_compute(c: &ComputeConfig) -> bool {
@@ -59,8 +62,14 @@ impl Default for DiffusionConfig {
 pub struct TrainSettings {
     /// Optimizer steps (the reference's `--epochs`, which counts optimizer steps).
     pub steps: usize,
-    /// Adam learning rate, constant.
+    /// Adam learning rate (the peak, with a schedule other than `constant`).
     pub lr: f64,
+    /// How the learning rate moves over the run: `constant` (the reference's) or `cosine`
+    /// (linear warm-up over `warmup_steps`, then half a cosine down to zero at `steps`), which
+    /// lets a short run use a high rate early and still settle.
+    pub lr_schedule: LrSchedule,
+    /// Steps of linear warm-up from lr / warmup_steps to lr (0: none).
+    pub warmup_steps: usize,
     /// Adam epsilon; PyTorch's 1e-8 (burn's own default is 1e-5).
     pub adam_epsilon: f32,
     /// Adam beta1.
@@ -96,6 +105,8 @@ impl Default for TrainSettings {
         Self {
             steps: 100_000,
             lr: 1e-5,
+            lr_schedule: LrSchedule::Constant,
+            warmup_steps: 0,
             adam_epsilon: 1e-8,
             adam_beta1: 0.9,
             adam_beta2: 0.999,
@@ -109,6 +120,35 @@ impl Default for TrainSettings {
             samples_per_checkpoint: 1,
             keep_checkpoints: 5,
             seed: 0,
+        }
+    }
+}
+
+/// See [`TrainSettings::lr_schedule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrSchedule {
+    /// The same rate at every step.
+    #[default]
+    Constant,
+    /// Warm-up, then cosine decay to zero at the run's last step.
+    Cosine,
+}
+
+impl TrainSettings {
+    /// The learning rate of optimizer step `step` (0-based), a function of the step alone so
+    /// a resumed run continues on the same curve.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        match self.lr_schedule {
+            LrSchedule::Constant => self.lr,
+            LrSchedule::Cosine => {
+                let span = self.steps.saturating_sub(self.warmup_steps).max(1) as f64;
+                let progress = ((step - self.warmup_steps) as f64 / span).min(1.0);
+                self.lr * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
         }
     }
 }
@@ -164,6 +204,15 @@ impl ExperimentConfig {
         if self.diffusion.timesteps == 0 {
             return bad("diffusion.timesteps must be at least 1".into());
         }
+        // The sampler section fails here, not after hours of training at the first checkpoint.
+        medddpm_diffusion::Sampler::new(
+            medddpm_diffusion::CosineSchedule::new(self.diffusion.timesteps),
+            &self.sampler,
+        )
+        .map_err(|e| TrainError::Config {
+            path: None,
+            message: format!("[sampler]: {e}"),
+        })?;
         let grid = self.data.grid;
         let d = self.model.size_divisor();
         if grid.iter().any(|&s| s == 0 || s % d != 0) {
@@ -173,5 +222,55 @@ impl ExperimentConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lr_schedules() {
+        let constant = TrainSettings {
+            lr: 1e-3,
+            steps: 100,
+            ..Default::default()
+        };
+        assert_eq!(constant.lr_at(0), 1e-3);
+        assert_eq!(constant.lr_at(99), 1e-3);
+
+        let cosine = TrainSettings {
+            lr: 1e-3,
+            steps: 110,
+            warmup_steps: 10,
+            lr_schedule: LrSchedule::Cosine,
+            ..Default::default()
+        };
+        // Warm-up: 1/10, 2/10, ... of the peak; the peak at the first step after it.
+        assert!((cosine.lr_at(0) - 1e-4).abs() < 1e-15);
+        assert!((cosine.lr_at(9) - 1e-3).abs() < 1e-15);
+        assert!((cosine.lr_at(10) - 1e-3).abs() < 1e-15);
+        // Half-way through the decay: half the peak; the last step close to zero.
+        assert!((cosine.lr_at(60) - 5e-4).abs() < 1e-12);
+        assert!(cosine.lr_at(109) < 1e-6 && cosine.lr_at(109) > 0.0);
+        assert_eq!(cosine.lr_at(500), 0.0);
+    }
+
+    #[test]
+    fn sampler_section_is_read_and_checked() {
+        let c = ExperimentConfig::from_toml(
+            "[sampler]\nkind = \"dpm-solver++\"\nsteps = 25\n[train]\nlr_schedule = \"cosine\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.sampler.kind, medddpm_diffusion::SamplerKind::DpmSolver);
+        assert_eq!(c.sampler.steps, Some(25));
+        assert_eq!(c.train.lr_schedule, LrSchedule::Cosine);
+        let round = ExperimentConfig::from_toml(&c.to_toml()).unwrap();
+        assert_eq!(round, c);
+
+        let mut bad = c.clone();
+        bad.sampler.steps = Some(1000);
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("[sampler]"), "{err}");
     }
 }

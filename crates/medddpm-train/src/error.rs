@@ -37,6 +37,9 @@ pub enum TrainError {
     /// Writing a NIfTI output failed.
     #[error(transparent)]
     Nifti(#[from] medddpm_nifti::NiftiError),
+    /// A picture (sample montage, loss curve, trajectory) could not be drawn or written.
+    #[error(transparent)]
+    Render(Box<medddpm_render::RenderError>),
     /// The loss stopped being a finite number.
     #[error("training diverged at step {step}: the loss is {loss}")]
     Diverged {
@@ -45,6 +48,12 @@ pub enum TrainError {
         /// The loss value.
         loss: f32,
     },
+}
+
+impl From<medddpm_render::RenderError> for TrainError {
+    fn from(e: medddpm_render::RenderError) -> Self {
+        Self::Render(Box::new(e))
+    }
 }
 
 impl TrainError {

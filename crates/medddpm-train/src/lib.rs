@@ -10,11 +10,12 @@ pub mod ema;
 mod error;
 pub mod optim;
 pub mod phantom;
+pub mod pictures;
 pub mod sample;
 pub mod trainer;
 
 pub use checkpoint::RunDir;
-pub use config::{DiffusionConfig, ExperimentConfig, TrainSettings};
+pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, TrainSettings};
 pub use error::TrainError;
 pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
 pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};

@@ -13,6 +13,7 @@ use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
 
 use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE};
 use crate::data::{load_condition, regrid_mask};
+use crate::pictures::Trajectory;
 use crate::trainer::recorder;
 use crate::{ExperimentConfig, TrainError};
 
@@ -111,6 +112,9 @@ pub struct SampleOptions {
     pub rescale: Option<(f32, f32)>,
     /// Which reverse process, with how many network calls.
     pub sampler: SamplerConfig,
+    /// Also write `<id>_sample-<n>_trajectory.gif`: the sample after each reverse step (at
+    /// most this many frames, evenly spaced; the first image channel), three planes per frame.
+    pub trajectory: Option<usize>,
 }
 
 /// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
@@ -151,9 +155,29 @@ pub fn sample_masks<B: KernelBackend>(
                     .wrapping_mul(1_000_003)
                     .wrapping_add((m as u64) << 20 | n as u64),
             );
-            let x = sampler.sample(&model.unet, cond.clone(), channels, |done| {
+            let mut trajectory = options
+                .trajectory
+                .map(|frames| Trajectory::new(reference.clone(), sampler.num_steps(), frames));
+            let mut frame_error = None;
+            let x = sampler.sample_observed(&model.unet, cond.clone(), channels, |done, x| {
+                if let Some(t) = trajectory.as_mut().filter(|t| t.wants(done)) {
+                    let voxels = d * h * w;
+                    let values = x
+                        .clone()
+                        .narrow(1, 0, 1)
+                        .into_data()
+                        .convert::<f32>()
+                        .to_vec::<f32>()
+                        .expect("f32 data");
+                    if let Err(e) = t.push(done, values[..voxels].to_vec()) {
+                        frame_error.get_or_insert(e);
+                    }
+                }
                 progress(m, n, done)
             });
+            if let Some(e) = frame_error {
+                return Err(e);
+            }
             let mut values = x
                 .into_data()
                 .convert::<f32>()
@@ -165,6 +189,9 @@ pub fn sample_masks<B: KernelBackend>(
                 }
             }
             written.extend(write_sample(out_dir, &id, n, &values, &reference, &names)?);
+            if let Some(t) = trajectory {
+                written.push(t.write(&out_dir.join(format!("{id}_sample-{n}_trajectory.gif")))?);
+            }
         }
     }
     Ok(written)

@@ -10,7 +10,7 @@ use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
-use medddpm_diffusion::{training_loss, CosineSchedule, DdpmSampler, LossType};
+use medddpm_diffusion::{training_loss, CosineSchedule, LossType, Sampler};
 use medddpm_unet::{cast_compute_params, Compute, KernelAutodiffBackend, KernelBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -73,11 +73,22 @@ pub struct TrainSummary {
     pub first_loss: f32,
     /// See `first_loss`.
     pub last_loss: f32,
+    /// Mean loss over the session's first and last `loss_window` optimizer steps: single
+    /// steps are noisy (each draws one timestep), so these say whether the model learned.
+    pub first_mean_loss: f32,
+    /// See `first_mean_loss`.
+    pub last_mean_loss: f32,
+    /// Steps averaged in `first_mean_loss` and `last_mean_loss` (fewer if the session was
+    /// shorter than [`LOSS_WINDOW`] steps).
+    pub loss_window: usize,
     /// The last checkpoint written.
     pub checkpoint: PathBuf,
     /// NIfTI files sampled during the session.
     pub samples: Vec<PathBuf>,
 }
+
+/// Steps averaged in [`TrainSummary::first_mean_loss`] and [`TrainSummary::last_mean_loss`].
+pub const LOSS_WINDOW: usize = 20;
 
 /// How a session runs.
 #[derive(Debug, Clone)]
@@ -311,6 +322,8 @@ pub fn train<B: KernelAutodiffBackend>(
     let session_start = Instant::now();
     let elapsed_before = state.elapsed_s;
     let mut first_loss = f32::NAN;
+    let mut first_losses = Vec::with_capacity(LOSS_WINDOW);
+    let mut last_losses = std::collections::VecDeque::with_capacity(LOSS_WINDOW);
     let mut samples = Vec::new();
     let mut last_checkpoint = None;
     observer.started(start_step, end_step);
@@ -365,7 +378,8 @@ pub fn train<B: KernelAutodiffBackend>(
         // (backward passes and update) queued ahead of it, so that the GPU never waits for the
         // host to issue the optimizer's launches. A diverged step returns before anything is
         // saved.
-        model = optim.step(settings.lr, model, accumulator.grads());
+        let lr = settings.lr_at(state.step);
+        model = optim.step(lr, model, accumulator.grads());
         work = optim.working_model(&model, compute_dtype);
         let mut loss_sum = 0.0f32;
         for loss in losses {
@@ -388,6 +402,13 @@ pub fn train<B: KernelAutodiffBackend>(
         if first_loss.is_nan() {
             first_loss = loss;
         }
+        if first_losses.len() < LOSS_WINDOW {
+            first_losses.push(loss);
+        }
+        if last_losses.len() == LOSS_WINDOW {
+            last_losses.pop_front();
+        }
+        last_losses.push_back(loss);
 
         // 4. Log.
         let session_s = session_start.elapsed().as_secs_f64();
@@ -395,7 +416,7 @@ pub fn train<B: KernelAutodiffBackend>(
         let m = StepMetrics {
             step: state.step,
             loss,
-            lr: settings.lr,
+            lr,
             steps_per_s: (state.step - start_step) as f64 / session_s.max(1e-9),
             elapsed_s: state.elapsed_s,
         };
@@ -423,6 +444,11 @@ pub fn train<B: KernelAutodiffBackend>(
                 })?;
             observer.checkpoint(&path);
             last_checkpoint = Some(path);
+            // A picture that cannot be drawn is not worth stopping a run for.
+            let curve = run.root.join(crate::pictures::LOSS_CURVE_FILE);
+            if let Err(e) = crate::pictures::loss_curve(&run.metrics_path(), &curve) {
+                observer.message(&format!("loss curve not written: {e}"));
+            }
             if settings.samples_per_checkpoint > 0 && state.step % settings.save_every == 0 {
                 let ema_compute =
                     cast_compute_params(ema.clone(), options.compute.precision.compute_dtype());
@@ -451,9 +477,18 @@ pub fn train<B: KernelAutodiffBackend>(
         end_step: state.step,
         first_loss,
         last_loss: state.last_loss,
+        first_mean_loss: mean(first_losses.iter()),
+        last_mean_loss: mean(last_losses.iter()),
+        loss_window: first_losses.len(),
         checkpoint,
         samples,
     })
+}
+
+/// Mean of the values (NaN for none).
+fn mean<'a>(values: impl ExactSizeIterator<Item = &'a f32>) -> f32 {
+    let n = values.len();
+    values.map(|&v| v as f64).sum::<f64>() as f32 / n as f32
 }
 
 /// The reference samples one volume with the EMA weights at every checkpoint; we sample the
@@ -470,7 +505,11 @@ fn periodic_samples<B: KernelBackend>(
     device: &B::Device,
     observer: &mut dyn TrainObserver,
 ) -> Result<Vec<PathBuf>, TrainError> {
-    let sampler = DdpmSampler::new(schedule.clone());
+    let sampler =
+        Sampler::new(schedule.clone(), &config.sampler).map_err(|e| TrainError::Config {
+            path: None,
+            message: format!("[sampler]: {e}"),
+        })?;
     let dir = run.samples(state.step);
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
     let mut written = Vec::new();
@@ -478,7 +517,7 @@ fn periodic_samples<B: KernelBackend>(
         let example = dataset.get(i)?;
         B::seed(device, config.train.seed ^ (i as u64) << 32);
         let cond = batch_tensor::<B>(std::slice::from_ref(&example), false, device);
-        let total = schedule.num_timesteps();
+        let total = sampler.num_steps();
         let x = sampler.sample(ema, cond, dataset.image_channels(), |done| {
             observer.sampling(done, total)
         });
@@ -496,6 +535,26 @@ fn periodic_samples<B: KernelBackend>(
             &reference,
             &dataset.image_channel_names(),
         )?);
+        // The first image channel beside the training image, mask outlined.
+        let voxels = reference.voxel_count();
+        let channel = dataset.image_channel_names().into_iter().next();
+        let title = |what: &str| match &channel {
+            Some(c) if dataset.image_channels() > 1 => format!("{what} ({c})"),
+            _ => what.to_string(),
+        };
+        let image = reference.with_data(example.image[..voxels].to_vec())?;
+        let sample = reference.with_data(values[..voxels].to_vec())?;
+        let montage = dir.join(format!("{}_{}", example.id, crate::pictures::MONTAGE_FILE));
+        let sampled = format!("EMA sample, step {}", state.step);
+        match crate::pictures::sample_montage(
+            &montage,
+            &reference,
+            Some((&title(&format!("training image {}", example.id)), &image)),
+            &[(title(&sampled), sample)],
+        ) {
+            Ok(path) => written.push(path),
+            Err(e) => observer.message(&format!("sample montage not written: {e}")),
+        }
     }
     Ok(written)
 }

@@ -70,6 +70,7 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         seed: 5,
         rescale: None,
         sampler: SamplerConfig::default(),
+        trajectory: None,
     };
     let mut written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {}).unwrap();
     assert_eq!(written.len(), 2);
@@ -91,13 +92,14 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
     .unwrap();
     assert_eq!(calls, 25);
     written.extend(ddim_written);
-    // And through 15 DPM-Solver++(2M) steps.
+    // And through 15 DPM-Solver++(2M) steps, with the denoising drawn as a GIF of 5 frames.
     let dpm = SampleOptions {
         sampler: SamplerConfig {
             kind: SamplerKind::DpmSolver,
             steps: Some(15),
             eta: 0.0,
         },
+        trajectory: Some(5),
         ..ddim
     };
     let mut calls = 0;
@@ -111,7 +113,21 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
     )
     .unwrap();
     assert_eq!(calls, 15);
-    written.extend(dpm_written);
+    // The NIfTI sample, then its trajectory: steps 3, 6, ..., 15, the last held for a second.
+    assert_eq!(dpm_written.len(), 2, "{dpm_written:?}");
+    let gif = &dpm_written[1];
+    assert!(gif.to_string_lossy().ends_with("_sample-0_trajectory.gif"));
+    let mut options = gif::DecodeOptions::new();
+    options.set_color_output(gif::ColorOutput::RGBA);
+    let mut decoder = options
+        .read_info(std::fs::File::open(gif).unwrap())
+        .unwrap();
+    let mut frames = 0;
+    while decoder.read_next_frame().unwrap().is_some() {
+        frames += 1;
+    }
+    assert_eq!(frames, 5 + 8, "5 steps and the last held 8 more frames");
+    written.push(dpm_written[0].clone());
 
     let mask = Volume::read(&masks[0]).unwrap();
     let image = Volume::read(

@@ -1,0 +1,271 @@
+//! `medddpm eval`: generated volumes against real ones, by mask.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use medddpm_metrics::{evaluate, EvalInput, MsSsimOptions, NamedImage, NamedLabels};
+use medddpm_nifti::{Normalization, Volume};
+use medddpm_train::data::list_masks;
+use medddpm_train::sample::mask_stem;
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A mask file or a folder of masks (*.nii, *.nii.gz): the label maps the volumes belong to.
+    #[arg(long)]
+    masks: PathBuf,
+    /// Generated volumes (a file or a folder), named `<mask>_sample-<n>.nii.gz` as `medddpm
+    /// sample` writes them.
+    #[arg(long)]
+    synthetic: PathBuf,
+    /// Real volumes (a file or a folder), named like their mask (`<mask>.nii.gz`, or
+    /// `<mask>_<anything>.nii.gz`). Without them only diversity is computed.
+    #[arg(long)]
+    real: Option<PathBuf>,
+    /// Only files whose name ends in `_<CHANNEL>` (multi-channel samples, e.g. `t1`).
+    #[arg(long)]
+    channel: Option<String>,
+    /// How real intensities are brought to the samples' [-1, 1]: `none`, `volume-minmax`,
+    /// `reference-per-slice`, `percentile` (0.5-99.5), or `auto` (none when the real volume
+    /// already lies in [-1, 1], else volume-minmax).
+    #[arg(long, default_value = "auto")]
+    real_normalization: String,
+    /// Folder for `eval.json` and `eval.md` (written atomically); the table also goes to stdout.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// A NIfTI file's name without `.nii` / `.nii.gz`, or None for other files.
+fn stem_of(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let lower = name.to_ascii_lowercase();
+    (lower.ends_with(".nii") || lower.ends_with(".nii.gz")).then(|| mask_stem(path))
+}
+
+fn nifti_files(path: &Path, what: &str) -> anyhow::Result<Vec<PathBuf>> {
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    if !path.is_dir() {
+        bail!("{what} {}: no such file or folder", path.display());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("listing {}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && stem_of(p).is_some())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn normalization(name: &str, data: &[f32]) -> anyhow::Result<Option<Normalization>> {
+    Ok(match name {
+        "auto" => data
+            .iter()
+            .filter(|v| v.is_finite())
+            .any(|v| v.abs() > 1.0 + 1e-6)
+            .then_some(Normalization::VolumeMinMax),
+        "none" => None,
+        "volume-minmax" => Some(Normalization::VolumeMinMax),
+        "reference-per-slice" => Some(Normalization::ReferencePerSlice),
+        "percentile" => Some(Normalization::Percentile {
+            low: 0.5,
+            high: 99.5,
+        }),
+        other => bail!(
+            "--real-normalization {other}: expected auto, none, volume-minmax, reference-per-slice or percentile"
+        ),
+    })
+}
+
+fn labels_of(mask: &Volume, path: &Path) -> anyhow::Result<Vec<u32>> {
+    mask.data()
+        .iter()
+        .map(|&v| {
+            if v.is_finite() && v >= 0.0 && (v - v.round()).abs() < 1e-3 {
+                Ok(v.round() as u32)
+            } else {
+                bail!(
+                    "{}: labels must be non-negative integers, found {v}",
+                    path.display()
+                )
+            }
+        })
+        .collect()
+}
+
+/// Which mask a file belongs to: the longest mask stem that the file's stem equals or starts
+/// with followed by `_` (so `case_1_sample-0` goes to `case_1`, not `case`).
+fn owner(stem: &str, masks: &[String]) -> Option<usize> {
+    masks
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| stem == m.as_str() || stem.starts_with(&format!("{m}_")))
+        .max_by_key(|(_, m)| m.len())
+        .map(|(i, _)| i)
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let mask_files = list_masks(&args.masks)
+        .with_context(|| format!("finding masks in {}", args.masks.display()))?;
+    let mut dims = None;
+    let mut masks = Vec::new();
+    let mut names = Vec::new();
+    for path in &mask_files {
+        let vol = Volume::read(path).with_context(|| format!("reading {}", path.display()))?;
+        check_grid(&mut dims, &vol, path)?;
+        names.push(mask_stem(path));
+        masks.push(NamedLabels {
+            name: mask_stem(path),
+            labels: labels_of(&vol, path)?,
+        });
+    }
+    let dims = dims.context("no masks")?;
+    let keep = |stem: &str| match &args.channel {
+        Some(c) => stem.ends_with(&format!("_{c}")),
+        None => true,
+    };
+
+    let mut synthetic = Vec::new();
+    for path in nifti_files(&args.synthetic, "--synthetic")? {
+        let stem = stem_of(&path).unwrap_or_default();
+        if !keep(&stem) || !stem.contains("_sample-") {
+            continue;
+        }
+        let Some(m) = owner(&stem, &names) else {
+            bail!(
+                "{}: no mask named like it (expected <mask>_sample-<n>; masks: {})",
+                path.display(),
+                names.join(", ")
+            );
+        };
+        let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        check_grid(&mut Some(dims), &vol, &path)?;
+        synthetic.push(NamedImage {
+            name: stem,
+            mask_index: m,
+            data: vol.into_data(),
+        });
+    }
+    if synthetic.is_empty() {
+        bail!(
+            "{}: no generated volumes named <mask>_sample-<n>.nii(.gz){}",
+            args.synthetic.display(),
+            args.channel
+                .as_ref()
+                .map(|c| format!(" ending in _{c}"))
+                .unwrap_or_default()
+        );
+    }
+
+    let mut real = Vec::new();
+    if let Some(dir) = &args.real {
+        for path in nifti_files(dir, "--real")? {
+            let stem = stem_of(&path).unwrap_or_default();
+            if !keep(&stem) && !names.contains(&stem) {
+                continue;
+            }
+            let Some(m) = owner(&stem, &names) else {
+                continue;
+            };
+            let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            check_grid(&mut Some(dims), &vol, &path)?;
+            let vol = match normalization(&args.real_normalization, vol.data())? {
+                Some(n) => vol
+                    .normalized(n)
+                    .with_context(|| format!("normalising {}", path.display()))?,
+                None => vol,
+            };
+            real.push(NamedImage {
+                name: stem,
+                mask_index: m,
+                data: vol.into_data(),
+            });
+        }
+        if real.is_empty() {
+            bail!(
+                "{}: no real volume is named like a mask ({})",
+                dir.display(),
+                names.join(", ")
+            );
+        }
+    }
+
+    // The most MS-SSIM scales the grid holds (5 need about 112 voxels per axis).
+    let scales = (1..=5)
+        .rev()
+        .find(|&s| {
+            MsSsimOptions {
+                scales: s,
+                ..Default::default()
+            }
+            .check_dims(dims)
+            .is_ok()
+        })
+        .unwrap_or(1);
+    let input = EvalInput {
+        dims,
+        masks,
+        real,
+        synthetic,
+        ms_ssim: MsSsimOptions {
+            scales,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    eprintln!(
+        "evaluating {} generated and {} real volume(s) over {} mask(s) on a {}x{}x{} grid",
+        input.synthetic.len(),
+        input.real.len(),
+        input.masks.len(),
+        dims[0],
+        dims[1],
+        dims[2]
+    );
+    let mut report = evaluate(&input).context("evaluating")?;
+    if scales < 5 {
+        report.notes.push(format!(
+            "MS-SSIM over {scales} scale(s): the {}x{}x{} grid is too small for the usual 5",
+            dims[0], dims[1], dims[2]
+        ));
+    }
+    let markdown = report.to_markdown();
+    println!("{markdown}");
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let json = serde_json::to_vec_pretty(&report)?;
+        medddpm_render::write_atomic(&out.join("eval.json"), &json)?;
+        medddpm_render::write_atomic(&out.join("eval.md"), markdown.as_bytes())?;
+        eprintln!("wrote {} and eval.md", out.join("eval.json").display());
+    }
+    Ok(())
+}
+
+fn check_grid(dims: &mut Option<[usize; 3]>, vol: &Volume, path: &Path) -> anyhow::Result<()> {
+    match dims {
+        None => *dims = Some(vol.dims()),
+        Some(d) if *d != vol.dims() => bail!(
+            "{}: grid {:?}, where the first mask's is {:?} (every volume must be on the masks' grid)",
+            path.display(),
+            vol.dims(),
+            d
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owner;
+
+    #[test]
+    fn files_go_to_the_longest_matching_mask() {
+        let masks = vec!["case".to_string(), "case_1".to_string()];
+        assert_eq!(owner("case_1_sample-0", &masks), Some(1));
+        assert_eq!(owner("case_sample-0", &masks), Some(0));
+        assert_eq!(owner("case_1", &masks), Some(1));
+        assert_eq!(owner("other_sample-0", &masks), None);
+    }
+}
