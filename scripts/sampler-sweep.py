@@ -6,8 +6,9 @@ timed; then `medddpm eval` against the phantom images. Writes sweep.jsonl, sweep
 matplotlib is installed) sweep.png into OUT. Usage:
     scripts/sampler-sweep.py [RUN] [OUT] [MASKS] [SAMPLES]
     scripts/sampler-sweep.py --plot-only OUT      # redraw sweep.png from OUT/sweep.jsonl
+Environment: MEDDDPM_BIN (default target/release/medddpm), PHANTOMS (default runs/phantoms).
 """
-import json, subprocess, sys, time, pathlib, shutil
+import json, os, subprocess, sys, time, pathlib, shutil
 
 plot_only = len(sys.argv) > 2 and sys.argv[1] == "--plot-only"
 if plot_only:
@@ -16,8 +17,8 @@ run = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "runs/quickstart")
 out = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "runs/sampler-sweep")
 n_masks = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 n_samples = int(sys.argv[4]) if len(sys.argv) > 4 else 2
-binary = "target/release/medddpm"
-phantoms = pathlib.Path("runs/phantoms")
+binary = os.environ.get("MEDDDPM_BIN", "target/release/medddpm")
+phantoms = pathlib.Path(os.environ.get("PHANTOMS", "runs/phantoms"))
 settings = [("ddpm", 250)] + [(k, s) for k in ("ddim", "dpm-solver++") for s in (10, 25, 50)]
 
 out.mkdir(parents=True, exist_ok=True)
