@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Kernels of the last training step in an `ncu --csv --metrics gpu__time_duration.sum` log of
 `medddpm train`: the launches after the last `adam_update` kernel of the step before it (each
-step ends with one Adam launch per parameter tensor), summed by kernel name, largest first.
+step ends with its Adam launches: one per parameter tensor before 2026-11-24's multi-tensor
+kernel, about one per 32 tensors since), summed by kernel name, largest first.
 
 Usage: scripts/ncu-last-step.py NCU.csv [TOP]
 """

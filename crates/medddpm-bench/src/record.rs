@@ -72,6 +72,10 @@ pub struct BenchRecord {
     /// the phases synchronised.
     #[serde(default)]
     pub train_breakdown_ms: BTreeMap<String, f64>,
+    /// Of the profiled step's Adam phase, the host's time to enqueue the optimizer step
+    /// (the rest of the phase is the device finishing it), milliseconds.
+    #[serde(default)]
+    pub train_optimizer_issue_ms: Option<f64>,
     /// Whether the tuning cache of this backend and precision already held results when the
     /// run started (it may still have lacked some kernels of this layout or size).
     pub tune_cache_warm: Option<bool>,
@@ -121,6 +125,7 @@ impl BenchRecord {
             memory_source: None,
             breakdown_ms: BTreeMap::new(),
             train_breakdown_ms: BTreeMap::new(),
+            train_optimizer_issue_ms: None,
             agreement_reference: None,
             tune_cache_warm: None,
             burn_memory_mib: BTreeMap::new(),

@@ -507,11 +507,12 @@ fn burn_memory_table(records: &[BenchRecord]) -> String {
 
 /// The training micro-step by phase, for the records that measured it.
 fn train_breakdown_table(records: &[BenchRecord]) -> String {
-    const PHASES: [&str; 5] = [
+    const PHASES: [&str; 6] = [
         "forward and loss",
         "backward: convolution data gradients",
         "backward: convolution weight gradients",
         "backward: everything else",
+        "gradients to the optimizer",
         "Adam step",
     ];
     let rows: Vec<&BenchRecord> = records
@@ -1022,6 +1023,7 @@ mod tests {
             memory_source: ok.then(|| "nvidia-smi used_memory".to_string()),
             breakdown_ms: BTreeMap::new(),
             train_breakdown_ms: BTreeMap::new(),
+            train_optimizer_issue_ms: None,
             agreement_reference: None,
             tune_cache_warm: ok.then_some(false),
             burn_memory_mib: BTreeMap::new(),

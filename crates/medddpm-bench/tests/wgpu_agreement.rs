@@ -384,7 +384,8 @@ fn upsampling_kernels_agree_with_their_reference_twins() {
 }
 
 /// The CubeCL Adam update against its plain-op twin on the CPU: four steps with the learning
-/// rate and step count changing (each launch must use its own scalars), f32.
+/// rate and step count changing (each launch must use its own scalars), 70 tensors of uneven
+/// sizes per call (more than one launch's worth), f32 and f16 gradients.
 struct AdamKernel;
 
 impl BackendTask for AdamKernel {

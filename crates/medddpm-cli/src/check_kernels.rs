@@ -79,6 +79,8 @@ struct UpsampleRow {
 /// One Adam-update case's result (parameters, moments).
 #[derive(Debug, Serialize)]
 struct AdamRow {
+    /// The largest tensor's length (the call updates the 70 tensors of
+    /// `adam::case_lengths(len)` together).
     len: usize,
     steps: usize,
     /// The gradients' dtype (and of the working copy written with a 16-bit one).
@@ -282,7 +284,8 @@ impl BackendTask for Task {
                     && c == 0.0;
                 let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
                 eprintln!(
-                    "Adam update of {len} values, {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e} {}",
+                    "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e} {}",
+                    medddpm_kernels::adam::case_lengths(len).len(),
                     if pass { "ok" } else { "OUTSIDE TOLERANCE" }
                 );
                 adam_rows.push(AdamRow {

@@ -1,10 +1,12 @@
-//! One Adam update of one parameter tensor as one backend operation.
+//! Adam updates of many parameter tensors as one backend operation.
 //!
 //! burn's Adam spends about a dozen tensor operations per parameter tensor and step; with a
 //! few hundred parameter tensors that is thousands of operations whose host-side cost, not
 //! their arithmetic, made the optimizer phase 15.7-18.9 ms of a bf16 training step on an H100
-//! (9.9 ms with this; docs/benchmarks/README.md, fourth session). [`crate::KernelBackend::adam_step`] does the same arithmetic in one operation (one
-//! kernel on the CubeCL backends), with [`adam_step_reference`] as its plain-op twin.
+//! (9.9 ms with one operation per tensor; docs/benchmarks/README.md, fourth session).
+//! [`crate::KernelBackend::adam_steps`] updates a whole list of tensors in one operation (on
+//! the CubeCL backends one kernel launch per few dozen tensors), with [`adam_step_reference`]
+//! per tensor as its plain-op twin.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -73,6 +75,36 @@ pub struct AdamOutput<B: Backend> {
     pub copy: Option<FloatTensor<B>>,
 }
 
+/// One parameter tensor's inputs to an Adam update: the parameter and its moments (one shape
+/// and dtype) and the gradient (that shape, in that dtype or a lower one).
+pub struct AdamTensors<B: Backend> {
+    /// The parameter before the update.
+    pub param: FloatTensor<B>,
+    /// Its gradient.
+    pub grad: FloatTensor<B>,
+    /// The first moment before the update.
+    pub moment_1: FloatTensor<B>,
+    /// The second moment before the update.
+    pub moment_2: FloatTensor<B>,
+    /// The working copy the previous update wrote, no longer needed: the update consumes it
+    /// (and on the CubeCL backends writes the new copy into its buffer when nothing else holds
+    /// it), so that it is not freed on its own afterwards.
+    pub recycle: Option<FloatTensor<B>>,
+}
+
+/// [`adam_step_reference`] on each item's primitives (see [`adam_step_primitive`]; the copies
+/// to recycle are dropped): the provided body of [`crate::KernelBackend::adam_steps`].
+pub(crate) fn adam_steps_primitive<B: Backend>(
+    items: Vec<AdamTensors<B>>,
+    step: AdamStep,
+    copy: Option<DType>,
+) -> Vec<AdamOutput<B>> {
+    items
+        .into_iter()
+        .map(|t| adam_step_primitive(t.param, t.grad, t.moment_1, t.moment_2, step, copy))
+        .collect()
+}
+
 /// [`adam_step_reference`] on primitives of any rank (viewed as vectors), the gradient first
 /// cast to the parameter's dtype, and with `copy` the updated parameter cast to that dtype.
 pub(crate) fn adam_step_primitive<B: Backend>(
@@ -99,7 +131,7 @@ pub(crate) fn adam_step_primitive<B: Backend>(
     }
 }
 
-/// [`crate::KernelBackend::adam_step`] on tensors: `[param, moment_1, moment_2]` after one
+/// [`crate::KernelBackend::adam_steps`] on one tensor: `[param, moment_1, moment_2]` after one
 /// update with gradient `grad` (parameter and moments of one shape and dtype; the gradient of
 /// that shape, in that dtype or a lower one).
 pub fn adam_step<B: crate::KernelBackend, const D: usize>(
@@ -128,7 +160,7 @@ pub fn adam_step_with_copy<B: crate::KernelBackend, const D: usize>(
     (updated, c)
 }
 
-/// [`crate::KernelBackend::adam_step`] on `[param, grad, moment_1, moment_2]` as tensors.
+/// [`crate::KernelBackend::adam_steps`] on `[param, grad, moment_1, moment_2]` as tensors.
 fn on_tensors<B: crate::KernelBackend, const D: usize>(
     inputs: [Tensor<B, D>; 4],
     step: AdamStep,
@@ -136,17 +168,36 @@ fn on_tensors<B: crate::KernelBackend, const D: usize>(
 ) -> ([Tensor<B, D>; 3], Option<Tensor<B, D>>) {
     let [param, grad, moment_1, moment_2] = inputs.map(|t| t.into_primitive().tensor());
     let tensor = |t: FloatTensor<B>| Tensor::from_primitive(TensorPrimitive::Float(t));
-    let out = B::adam_step(param, grad, moment_1, moment_2, step, copy);
+    let item = AdamTensors {
+        param,
+        grad,
+        moment_1,
+        moment_2,
+        recycle: None,
+    };
+    let out = B::adam_steps(vec![item], step, copy)
+        .pop()
+        .expect("one update per item");
     (out.updated.map(tensor), out.copy.map(tensor))
 }
 
-/// Relative L2 differences of backend `B`'s [`crate::KernelBackend::adam_step`] against
-/// [`adam_step_reference`] in f32 on the CPU after `steps` updates of a parameter of `len`
-/// values (learning rate and step count changing every update, gradients of every scale down
-/// to where epsilon matters): `[param, moment_1, moment_2, copy]`. With `work` (mixed
-/// precision), the gradients arrive in that dtype and the update also writes the parameter in
-/// it; `copy` is the last update's copy against the cast of the parameter that update returned
-/// (0 when they agree exactly, and without `work`).
+/// The lengths of the parameter tensors [`engine_vs_reference`] updates together: `len`, then
+/// 69 more from 1 value to about `len` (enough that the GPU kernels work through more than
+/// one launch's worth of tensors, of uneven sizes).
+pub fn case_lengths(len: usize) -> Vec<usize> {
+    let mut lengths = vec![len];
+    lengths.extend((1..70).map(|k| 1 + (len * (k % 7)) / 7 + k % 5));
+    lengths
+}
+
+/// Relative L2 differences of backend `B`'s [`crate::KernelBackend::adam_steps`] against
+/// [`adam_step_reference`] in f32 on the CPU after `steps` updates of the parameters of
+/// [`case_lengths`]`(len)`, all updated by one call (learning rate and step count changing
+/// every update, gradients of every scale down to where epsilon matters), the worst tensor's:
+/// `[param, moment_1, moment_2, copy]`. With `work` (mixed precision), the gradients arrive in
+/// that dtype and the update also writes the parameters in it; `copy` is the last update's
+/// copies against the casts of the parameters that update returned (0 when they agree
+/// exactly, and without `work`). Each update gets the previous one's copies to recycle.
 pub fn engine_vs_reference<B: crate::KernelBackend>(
     device: &B::Device,
     len: usize,
@@ -162,13 +213,29 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
     let back = |t: Tensor<B, 1>| {
         Tensor::<Flex, 1>::from_data(crate::cast_to(t, DType::F32).to_data(), &cpu)
     };
-    let param = Tensor::<Flex, 1>::random([len], Distribution::Normal(0.0, 1.0), &cpu);
-    let mut want = [param.clone(), param.zeros_like(), param.zeros_like()];
-    let mut got = [on(&param), on(&param).zeros_like(), on(&param).zeros_like()];
-    let mut copy_err = 0.0;
+    let prim = |t: Tensor<B, 1>| t.into_primitive().tensor();
+    let tensor = |t: FloatTensor<B>| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+    let lengths = case_lengths(len);
+    let mut want: Vec<[Tensor<Flex, 1>; 3]> = lengths
+        .iter()
+        .map(|&n| {
+            let param = Tensor::<Flex, 1>::random([n], Distribution::Normal(0.0, 1.0), &cpu);
+            [param.clone(), param.zeros_like(), param.zeros_like()]
+        })
+        .collect();
+    let mut got: Vec<[Tensor<B, 1>; 3]> = want
+        .iter()
+        .map(|[p, m, v]| [on(p), on(m), on(v)])
+        .collect();
+    let mut copy_err: f64 = 0.0;
+    // The copies of the previous update, handed back to the next one to consume.
+    let mut last_copies: Vec<Option<FloatTensor<B>>> = lengths.iter().map(|_| None).collect();
     for t in 1..=steps {
         let scale = 10f64.powi(t as i32 - steps as i32 - 3);
-        let mut grad = Tensor::<Flex, 1>::random([len], Distribution::Normal(0.0, scale), &cpu);
+        let mut grads: Vec<Tensor<Flex, 1>> = lengths
+            .iter()
+            .map(|&n| Tensor::<Flex, 1>::random([n], Distribution::Normal(0.0, scale), &cpu))
+            .collect();
         let step = AdamStep {
             lr: 1e-3 * t as f64,
             beta_1: 0.9,
@@ -176,30 +243,66 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
             epsilon: 1e-8,
             time: t,
         };
-        let [p, m, v] = got;
-        got = match work {
-            None => adam_step(p, on(&grad), m, v, step),
-            Some(dtype) => {
-                // The gradient as the working dtype holds it, for both sides.
-                let g = crate::cast_to(on(&grad), dtype);
-                grad = back(g.clone());
-                let (updated, copy) = adam_step_with_copy(p, g, m, v, step, dtype);
-                copy_err = crate::conv::rel_l2(
-                    back(copy),
-                    back(crate::cast_to(updated[0].clone(), dtype)),
-                );
+        // The gradients as the working dtype holds them, for both sides.
+        let device_grads: Vec<Tensor<B, 1>> = grads
+            .iter()
+            .map(|g| match work {
+                None => on(g),
+                Some(dtype) => crate::cast_to(on(g), dtype),
+            })
+            .collect();
+        if work.is_some() {
+            grads = device_grads.iter().map(|g| back(g.clone())).collect();
+        }
+        let items = got
+            .into_iter()
+            .zip(device_grads)
+            .zip(last_copies)
+            .map(|(([p, m, v], g), recycle)| AdamTensors {
+                param: prim(p),
+                grad: prim(g),
+                moment_1: prim(m),
+                moment_2: prim(v),
+                recycle,
+            })
+            .collect();
+        let out = B::adam_steps(items, step, work);
+        copy_err = 0.0;
+        last_copies = Vec::with_capacity(lengths.len());
+        got = out
+            .into_iter()
+            .map(|o| {
+                let updated = o.updated.map(tensor);
+                if let (Some(dtype), Some(copy)) = (work, o.copy) {
+                    let err = crate::conv::rel_l2(
+                        back(tensor(copy.clone())),
+                        back(crate::cast_to(updated[0].clone(), dtype)),
+                    );
+                    copy_err = worse(copy_err, err);
+                    last_copies.push(Some(copy));
+                } else {
+                    last_copies.push(None);
+                }
                 updated
-            }
-        };
-        let [p, m, v] = want;
-        want = adam_step_reference(p, grad, m, v, step);
+            })
+            .collect();
+        want = want
+            .into_iter()
+            .zip(grads)
+            .map(|([p, m, v], g)| adam_step_reference(p, g, m, v, step))
+            .collect();
     }
-    let [p, m, v] = got;
-    let [wp, wm, wv] = want;
-    [
-        crate::conv::rel_l2(back(p), wp),
-        crate::conv::rel_l2(back(m), wm),
-        crate::conv::rel_l2(back(v), wv),
-        copy_err,
-    ]
+    let mut worst = [0.0f64, 0.0, 0.0, copy_err];
+    for (g, w) in got.into_iter().zip(want) {
+        for (k, (a, b)) in g.into_iter().zip(w).enumerate() {
+            worst[k] = worse(worst[k], crate::conv::rel_l2(back(a), b));
+        }
+    }
+    worst
+}
+
+/// The larger error, NaN counting as infinite (`f64::max` would drop it).
+fn worse(a: f64, b: f64) -> f64 {
+    let b = if b.is_nan() { f64::INFINITY } else { b };
+    a.max(b)
 }

@@ -148,19 +148,17 @@ pub trait KernelBackend: Backend {
         ))
     }
 
-    /// One Adam update of a parameter tensor: `[param, moment_1, moment_2]` after `step`
-    /// (parameter and moments of one shape and dtype; the gradient of that shape in that or a
-    /// lower float dtype), and with `copy` also the updated parameter in that dtype. Provided
-    /// body: the plain-op twin ([`crate::adam::adam_step_reference`]).
-    fn adam_step(
-        param: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        moment_1: FloatTensor<Self>,
-        moment_2: FloatTensor<Self>,
+    /// One Adam update of each item's parameter tensor, all with `step`: per item, in order,
+    /// `[param, moment_1, moment_2]` after the update, and with `copy` also the updated
+    /// parameter in that dtype. Provided body: the plain-op twin
+    /// ([`crate::adam::adam_step_reference`] per item); the CubeCL backends update a few dozen
+    /// tensors per kernel launch.
+    fn adam_steps(
+        items: Vec<crate::adam::AdamTensors<Self>>,
         step: crate::AdamStep,
         copy: Option<DType>,
-    ) -> crate::adam::AdamOutput<Self> {
-        crate::adam::adam_step_primitive::<Self>(param, grad, moment_1, moment_2, step, copy)
+    ) -> Vec<crate::adam::AdamOutput<Self>> {
+        crate::adam::adam_steps_primitive::<Self>(items, step, copy)
     }
 }
 
@@ -272,16 +270,13 @@ impl KernelBackend for burn::backend::Wgpu {
         crate::cube::group_norm_forward(x, gamma, beta, spec)
     }
 
-    fn adam_step(
-        param: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        moment_1: FloatTensor<Self>,
-        moment_2: FloatTensor<Self>,
+    fn adam_steps(
+        items: Vec<crate::adam::AdamTensors<Self>>,
         step: crate::AdamStep,
         copy: Option<DType>,
-    ) -> crate::adam::AdamOutput<Self> {
-        crate::cube::adam_step::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-            param, grad, moment_1, moment_2, step, copy,
+    ) -> Vec<crate::adam::AdamOutput<Self>> {
+        crate::cube::adam_steps::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            items, step, copy,
         )
     }
 

@@ -1,19 +1,20 @@
-//! Adam with each parameter tensor's update as one backend operation
-//! ([`medddpm_kernels::KernelBackend::adam_step`]: one kernel on the GPU backends), on f32
-//! master weights, writing the 16-bit working copy of a mixed-precision forward pass in the
-//! same operation.
+//! Adam with the whole model's update as one backend operation
+//! ([`medddpm_kernels::KernelBackend::adam_steps`]: a kernel launch per few dozen parameter
+//! tensors on the GPU backends), on f32 master weights, writing the 16-bit working copies of a
+//! mixed-precision forward pass in the same operation.
 //!
 //! The arithmetic, the state and its records are burn's Adam's (`burn::optim::Adam` without
 //! weight decay or AMSGrad), so checkpoints written with either load into the other; only the
-//! number of operations per step changes (one per parameter tensor instead of about a dozen;
-//! on an H100 the bf16 optimizer phase went from 15.7 to 9.9 ms), and in bf16 the casts
-//! between the master weights and the network (one per parameter tensor in the forward pass
-//! and one per gradient in the backward) are gone.
+//! number of operations per step changes (about a dozen per parameter tensor in burn's Adam,
+//! one per tensor in this optimizer's first version, which took the H100's bf16 optimizer phase
+//! from 15.7 to 9.9 ms, and now one for all), and in bf16 the casts between the master weights
+//! and the network (one per parameter tensor in the forward pass and one per gradient in the
+//! backward) are gone.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 
-use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId, ParamMapper};
 use burn::optim::adaptor::{GradAdaptor, OptimizerAdaptor};
 use burn::optim::record::AdaptorRecord;
 use burn::optim::{
@@ -22,8 +23,8 @@ use burn::optim::{
 };
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Tensor};
-use medddpm_kernels::{AdamStep, KernelBackend};
+use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
+use medddpm_kernels::{AdamOutput, AdamStep, AdamTensors, KernelBackend};
 
 /// Adam's hyper-parameters (PyTorch's names and defaults: betas 0.9 and 0.999, eps 1e-8).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,21 +58,22 @@ impl FusedAdam {
             adam: self,
             records: Default::default(),
             copies: HashMap::new(),
+            handed_out: HashMap::new(),
             _module: PhantomData,
         }
     }
+}
 
-    /// One update of one tensor from its state (`None`: the first, from zero moments, which
-    /// is burn's first step: 0 * beta + (1 - beta) g); with `copy`, also the updated tensor in
-    /// that dtype.
-    fn update<B: KernelBackend, const D: usize>(
+impl<B: KernelBackend> SimpleOptimizer<B> for FusedAdam {
+    type State<const D: usize> = AdamState<B, D>;
+
+    fn step<const D: usize>(
         &self,
         lr: LearningRate,
         tensor: Tensor<B, D>,
         grad: Tensor<B, D>,
-        state: Option<AdamState<B, D>>,
-        copy: Option<DType>,
-    ) -> (Tensor<B, D>, AdamState<B, D>, Option<Tensor<B, D>>) {
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<B, D>, Option<Self::State<D>>) {
         let (time, moment_1, moment_2) = match state {
             Some(state) => (
                 state.momentum.time + 1,
@@ -87,35 +89,10 @@ impl FusedAdam {
             epsilon: self.epsilon,
             time,
         };
-        let ([tensor, moment_1, moment_2], copy) = match copy {
-            None => (
-                medddpm_kernels::adam_step(tensor, grad, moment_1, moment_2, step),
-                None,
-            ),
-            Some(dtype) => {
-                let (updated, copy) = medddpm_kernels::adam_step_with_copy(
-                    tensor, grad, moment_1, moment_2, step, dtype,
-                );
-                (updated, Some(copy))
-            }
-        };
+        let [tensor, moment_1, moment_2] =
+            medddpm_kernels::adam_step(tensor, grad, moment_1, moment_2, step);
         let momentum = AdaptiveMomentumState::new(time, moment_1, moment_2);
-        (tensor, AdamState::new(momentum), copy)
-    }
-}
-
-impl<B: KernelBackend> SimpleOptimizer<B> for FusedAdam {
-    type State<const D: usize> = AdamState<B, D>;
-
-    fn step<const D: usize>(
-        &self,
-        lr: LearningRate,
-        tensor: Tensor<B, D>,
-        grad: Tensor<B, D>,
-        state: Option<Self::State<D>>,
-    ) -> (Tensor<B, D>, Option<Self::State<D>>) {
-        let (tensor, state, _) = self.update(lr, tensor, grad, state, None);
-        (tensor, Some(state))
+        (tensor, Some(AdamState::new(momentum)))
     }
 
     fn to_device<const D: usize>(mut state: Self::State<D>, device: &B::Device) -> Self::State<D> {
@@ -139,6 +116,9 @@ where
     records: Records<M, B>,
     /// Working copies written by the last step, by parameter.
     copies: HashMap<ParamId, FloatTensor<B::InnerBackend>>,
+    /// The copies [`FusedAdamOptimizer::working_model`] handed out, kept so that the next
+    /// update consumes them (see [`FusedAdamOptimizer::step_common`]).
+    handed_out: HashMap<ParamId, FloatTensor<B::InnerBackend>>,
     _module: PhantomData<M>,
 }
 
@@ -155,6 +135,7 @@ where
             adam: self.adam,
             records: self.records.clone(),
             copies: self.copies.clone(),
+            handed_out: self.handed_out.clone(),
             _module: PhantomData,
         }
     }
@@ -168,7 +149,13 @@ where
     /// The module a forward pass in `dtype` runs (see [`medddpm_unet::working_params`]), with
     /// the working copies the last [`Optimizer::step`] wrote: call it with the module that step
     /// returned. Parameters without a copy (before the first step, after a resume) are cast.
+    ///
+    /// Drop the working model before the next [`Optimizer::step`] (after its backward pass):
+    /// that step then consumes the copies and the parameters it replaces instead of leaving
+    /// them to be freed one by one afterwards, which on burn's fused backends is one queued
+    /// operation per tensor (about 10 ms of host time per 246 tensors on the H100's host).
     pub fn working_model(&mut self, model: &M, dtype: DType) -> M {
+        self.handed_out = self.copies.clone();
         medddpm_unet::working_params(model, dtype, std::mem::take(&mut self.copies))
     }
 }
@@ -195,6 +182,7 @@ where
     fn load_record(mut self, record: Self::Record) -> Self {
         self.records = record;
         self.copies.clear();
+        self.handed_out.clear();
         self
     }
 }
@@ -204,56 +192,199 @@ where
     B: AutodiffBackend<InnerBackend: KernelBackend>,
     M: AutodiffModule<B>,
 {
+    /// Takes every parameter that has a gradient out of the module with its state, updates
+    /// them all with one [`KernelBackend::adam_steps`] per step count and dtype pair (one in
+    /// practice), and puts the results back.
+    ///
+    /// Parameters, moments, gradients and the working copies handed out for this step go into
+    /// the update by move where nothing else holds them (the working model dropped), so the
+    /// update consumes them: on burn's fused backends a tensor freed by its last holder costs a
+    /// queued operation of its own, and a model has hundreds (H100: the bf16 optimizer step
+    /// spent 8-12 ms of host time freeing the replaced master weights alone).
     fn step_common(&mut self, lr: LearningRate, module: M, mut grads: GradAdaptor) -> M {
         self.copies.clear();
-        module.map(&mut StepMapper::<M, B> {
-            adam: &self.adam,
+        let mut recycle = std::mem::take(&mut self.handed_out);
+        let mut take = Take::<M, B> {
+            grads: &mut grads,
+            records: &mut self.records,
+            pending: Vec::new(),
+            restore: HashMap::new(),
+        };
+        let module = module.map(&mut take);
+        let (pending, restore) = (take.pending, take.restore);
+
+        let mut groups: Vec<(GroupKey, Vec<Pending<B::InnerBackend>>)> = Vec::new();
+        for p in pending {
+            let key = (p.time, p.tensors.param.dtype(), p.tensors.grad.dtype());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, group)) => group.push(p),
+                None => groups.push((key, vec![p])),
+            }
+        }
+        let mut updated = HashMap::new();
+        for ((time, dtype, grad_dtype), group) in groups {
+            let step = AdamStep {
+                lr,
+                beta_1: self.adam.beta_1,
+                beta_2: self.adam.beta_2,
+                epsilon: self.adam.epsilon,
+                time,
+            };
+            let copy = (grad_dtype != dtype).then_some(grad_dtype);
+            let ids: Vec<ParamId> = group.iter().map(|p| p.id).collect();
+            let items = group
+                .into_iter()
+                .map(|mut p| {
+                    if copy.is_some() {
+                        p.tensors.recycle = recycle.remove(&p.id);
+                    }
+                    p.tensors
+                })
+                .collect();
+            let outputs = B::InnerBackend::adam_steps(items, step, copy);
+            for (id, out) in ids.into_iter().zip(outputs) {
+                updated.insert(id, (time, out));
+            }
+        }
+        module.map(&mut Replace::<M, B> {
             records: &mut self.records,
             copies: &mut self.copies,
-            grads: &mut grads,
-            lr,
+            updated,
+            restore,
         })
     }
 }
 
-struct StepMapper<'a, M, B>
+/// The step count, parameter dtype and gradient dtype an update group shares.
+type GroupKey = (usize, DType, DType);
+
+/// A parameter waiting for its update.
+struct Pending<B: KernelBackend> {
+    id: ParamId,
+    /// Updates so far, this one included.
+    time: usize,
+    tensors: AdamTensors<B>,
+}
+
+/// What [`Replace`] needs to rebuild a parameter [`Take`] took out.
+struct Restore<T: burn::module::Parameter> {
+    mapper: ParamMapper<T>,
+    require_grad: bool,
+}
+
+/// Takes each parameter that has a gradient out of the module (leaving a placeholder that
+/// [`Replace`] swaps without ever initialising it), with its gradient and Adam state (zero
+/// moments before its first update).
+struct Take<'a, M, B>
 where
     B: AutodiffBackend<InnerBackend: KernelBackend>,
     M: AutodiffModule<B>,
 {
-    adam: &'a FusedAdam,
-    records: &'a mut Records<M, B>,
-    copies: &'a mut HashMap<ParamId, FloatTensor<B::InnerBackend>>,
     grads: &'a mut GradAdaptor,
-    lr: LearningRate,
+    records: &'a mut Records<M, B>,
+    pending: Vec<Pending<B::InnerBackend>>,
+    restore: HashMap<ParamId, Box<dyn std::any::Any>>,
 }
 
-impl<M, B> ModuleMapper<B> for StepMapper<'_, M, B>
+impl<M, B> ModuleMapper<B> for Take<'_, M, B>
 where
     B: AutodiffBackend<InnerBackend: KernelBackend>,
     M: AutodiffModule<B>,
 {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        let Some((grad, device)) = self.grads.remove::<B::InnerBackend, D>(id) else {
-            return Param::from_mapped_value(id, tensor, mapper);
+        let Some((grad, device)) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return param;
         };
+        let (id, tensor, mapper) = param.consume();
         let require_grad = tensor.is_require_grad();
-        let inner = tensor.inner().to_device(&device);
-        let state = self.records.remove(&id).map(|record| {
-            <FusedAdam as SimpleOptimizer<B::InnerBackend>>::to_device(record.into_state(), &device)
+        let shape = tensor.shape();
+        let tensor = tensor.inner().to_device(&device);
+        let state: Option<AdamState<B::InnerBackend, D>> =
+            self.records.remove(&id).map(|record| {
+                <FusedAdam as SimpleOptimizer<B::InnerBackend>>::to_device(
+                    record.into_state(),
+                    &device,
+                )
+            });
+        let (time, moment_1, moment_2) = match state {
+            Some(state) => (
+                state.momentum.time + 1,
+                state.momentum.moment_1,
+                state.momentum.moment_2,
+            ),
+            // burn's first step: 0 * beta + (1 - beta) g.
+            None => (1, tensor.zeros_like(), tensor.zeros_like()),
+        };
+        let prim = |t: Tensor<B::InnerBackend, D>| t.into_primitive().tensor();
+        self.pending.push(Pending {
+            id,
+            time,
+            tensors: AdamTensors {
+                param: prim(tensor),
+                grad: prim(grad),
+                moment_1: prim(moment_1),
+                moment_2: prim(moment_2),
+                recycle: None,
+            },
         });
-        let copy = (grad.dtype() != inner.dtype()).then(|| grad.dtype());
-        let (inner, state, copy) = self.adam.update(self.lr, inner, grad, state, copy);
-        self.records.insert(id, AdaptorRecord::from_state(state));
-        if let Some(copy) = copy {
-            self.copies.insert(id, copy.into_primitive().tensor());
+        self.restore.insert(
+            id,
+            Box::new(Restore {
+                mapper,
+                require_grad,
+            }),
+        );
+        let placeholder = |_: &B::Device, _: bool| -> Tensor<B, D> {
+            unreachable!("the optimizer replaces every parameter it takes out")
+        };
+        Param::uninitialized(id, placeholder, device, require_grad, shape)
+    }
+}
+
+/// Puts the updated parameters, their states and working copies in place of the
+/// placeholders [`Take`] left.
+struct Replace<'a, M, B>
+where
+    B: AutodiffBackend<InnerBackend: KernelBackend>,
+    M: AutodiffModule<B>,
+{
+    records: &'a mut Records<M, B>,
+    copies: &'a mut HashMap<ParamId, FloatTensor<B::InnerBackend>>,
+    updated: HashMap<ParamId, (usize, AdamOutput<B::InnerBackend>)>,
+    restore: HashMap<ParamId, Box<dyn std::any::Any>>,
+}
+
+impl<M, B> ModuleMapper<B> for Replace<'_, M, B>
+where
+    B: AutodiffBackend<InnerBackend: KernelBackend>,
+    M: AutodiffModule<B>,
+{
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Some((time, out)) = self.updated.remove(&param.id) else {
+            return param;
+        };
+        let id = param.id;
+        // The placeholder: dropped uninitialised.
+        drop(param);
+        let restore = self
+            .restore
+            .remove(&id)
+            .and_then(|r| r.downcast::<Restore<Tensor<B, D>>>().ok())
+            .expect("every updated parameter was taken out with its rank");
+        let [inner, moment_1, moment_2] = out
+            .updated
+            .map(|t| Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(t)));
+        let momentum = AdaptiveMomentumState::new(time, moment_1, moment_2);
+        self.records
+            .insert(id, AdaptorRecord::from_state(AdamState::new(momentum)));
+        if let Some(copy) = out.copy {
+            self.copies.insert(id, copy);
         }
         let mut tensor = Tensor::from_inner(inner);
-        if require_grad {
+        if restore.require_grad {
             tensor = tensor.require_grad();
         }
-        Param::from_mapped_value(id, tensor, mapper)
+        Param::from_mapped_value(id, tensor, restore.mapper)
     }
 }
 

@@ -331,8 +331,8 @@ pub fn train<B: KernelAutodiffBackend>(
     // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
     // model itself.
     let compute_dtype = options.compute.precision.compute_dtype();
-    let mut work = optim.working_model(&model, compute_dtype);
     while state.step < end_step {
+        let work = optim.working_model(&model, compute_dtype);
         let mut accumulator = GradientsAccumulator::<UNet<B>>::new();
         let mut losses = Vec::with_capacity(settings.grad_accum);
         for _ in 0..settings.grad_accum {
@@ -378,9 +378,11 @@ pub fn train<B: KernelAutodiffBackend>(
         // (backward passes and update) queued ahead of it, so that the GPU never waits for the
         // host to issue the optimizer's launches. A diverged step returns before anything is
         // saved.
+        // The working model goes first, so that the update consumes its copies (see
+        // `FusedAdamOptimizer::working_model`).
+        drop(work);
         let lr = settings.lr_at(state.step);
         model = optim.step(lr, model, accumulator.grads());
-        work = optim.working_model(&model, compute_dtype);
         let mut loss_sum = 0.0f32;
         for loss in losses {
             let value: f32 = loss.inner().into_scalar().elem();

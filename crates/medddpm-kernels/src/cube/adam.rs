@@ -1,6 +1,11 @@
-//! One Adam update of one parameter tensor in one kernel (see [`crate::adam`]): each thread
-//! reads a parameter, its gradient and both moments, and writes the three updated values.
+//! Adam updates of many parameter tensors in few kernels (see [`crate::adam`]): a launch takes
+//! up to [`TENSORS_PER_LAUNCH`] tensors, its threads stride through each in turn, and each
+//! thread reads a parameter, its gradient and both moments and writes the updated values.
 //! Arithmetic in f32, in the order of [`crate::adam::adam_step_reference`].
+//!
+//! One launch per parameter tensor made the optimizer hundreds of launches per training step,
+//! each costing the host more than the GPU its arithmetic; the tensor lists are CubeCL
+//! `Sequence`s, unrolled when the kernel is compiled (one compiled kernel per list length).
 
 use burn::tensor::DType;
 use burn_cubecl::kernel::into_contiguous;
@@ -8,25 +13,34 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
-use cubecl::{calculate_cube_count_elemwise, CubeDim};
+use cubecl::CubeDim;
 
 use crate::AdamStep;
 
-/// One element's update, in f32 and in [`crate::adam::adam_step_reference`]'s order.
-#[derive(CubeType)]
-struct Updated {
-    param: f32,
-    moment_1: f32,
-    moment_2: f32,
+/// The most tensors one launch updates (each brings seven or eight bindings).
+pub const TENSORS_PER_LAUNCH: usize = 32;
+
+/// Threads per cube, and the most cubes a launch uses (its threads then stride).
+const CUBE_SIZE: u32 = 256;
+const MAX_CUBES: usize = 1024;
+
+/// One parameter tensor's inputs.
+pub struct Item<R: CubeRuntime> {
+    /// The parameter before the update.
+    pub param: CubeTensor<R>,
+    /// Its gradient (any float dtype).
+    pub grad: CubeTensor<R>,
+    /// The first moment.
+    pub moment_1: CubeTensor<R>,
+    /// The second moment.
+    pub moment_2: CubeTensor<R>,
+    /// The previous working copy, consumed; its buffer takes the new copy when it can.
+    pub recycle: Option<CubeTensor<R>>,
 }
 
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn updated(
-    param: f32,
-    g: f32,
-    moment_1: f32,
-    moment_2: f32,
+/// The scalars every element's update uses.
+#[derive(CubeType, CubeLaunch)]
+struct Scalars {
     beta_1: f32,
     one_minus_beta_1: f32,
     beta_2: f32,
@@ -34,182 +48,208 @@ fn updated(
     combined: f32,
     eps_hat: f32,
     lr: f32,
-) -> Updated {
-    let m = moment_1 * beta_1 + g * one_minus_beta_1;
-    let v = moment_2 * beta_2 + (g * g) * one_minus_beta_2;
-    let update = (m * combined) / (f32::sqrt(v) + eps_hat);
-    Updated {
-        param: param - update * lr,
-        moment_1: m,
-        moment_2: v,
-    }
+    /// Threads in the launch: each thread's step through a tensor.
+    stride: u32,
 }
 
-/// Parameter and moments in `F`, the gradient in `G` (a bf16 forward pass gives bf16
-/// gradients for the f32 master weights).
+/// Parameters and moments in `F`, gradients in `G` (a bf16 forward pass gives bf16 gradients
+/// for the f32 master weights), and with `with_copy` the updated parameters also written in
+/// `W` (the next forward pass's working copies, so no cast runs between the optimizer and the
+/// network; without it `copies` is empty).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn adam_update<F: Float, G: Float>(
-    param: &Tensor<F>,
-    grad: &Tensor<G>,
-    moment_1: &Tensor<F>,
-    moment_2: &Tensor<F>,
-    param_out: &mut Tensor<F>,
-    moment_1_out: &mut Tensor<F>,
-    moment_2_out: &mut Tensor<F>,
-    beta_1: f32,
-    one_minus_beta_1: f32,
-    beta_2: f32,
-    one_minus_beta_2: f32,
-    combined: f32,
-    eps_hat: f32,
-    lr: f32,
-    #[define(F, G)] _dtypes: [StorageType; 2],
-) {
-    let i = ABSOLUTE_POS;
-    if i >= param.len() {
-        terminate!();
-    }
-    let u = updated(
-        f32::cast_from(param[i]),
-        f32::cast_from(grad[i]),
-        f32::cast_from(moment_1[i]),
-        f32::cast_from(moment_2[i]),
-        beta_1,
-        one_minus_beta_1,
-        beta_2,
-        one_minus_beta_2,
-        combined,
-        eps_hat,
-        lr,
-    );
-    param_out[i] = F::cast_from(u.param);
-    moment_1_out[i] = F::cast_from(u.moment_1);
-    moment_2_out[i] = F::cast_from(u.moment_2);
-}
-
-/// [`adam_update`], and the updated parameter also written in `W` (the working copy of the
-/// next forward pass, so that no cast runs between the optimizer and the network).
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-fn adam_update_copy<F: Float, G: Float, W: Float>(
-    param: &Tensor<F>,
-    grad: &Tensor<G>,
-    moment_1: &Tensor<F>,
-    moment_2: &Tensor<F>,
-    param_out: &mut Tensor<F>,
-    moment_1_out: &mut Tensor<F>,
-    moment_2_out: &mut Tensor<F>,
-    copy_out: &mut Tensor<W>,
-    beta_1: f32,
-    one_minus_beta_1: f32,
-    beta_2: f32,
-    one_minus_beta_2: f32,
-    combined: f32,
-    eps_hat: f32,
-    lr: f32,
+fn adam_update<F: Float, G: Float, W: Float>(
+    params: &Sequence<Tensor<F>>,
+    grads: &Sequence<Tensor<G>>,
+    moments_1: &Sequence<Tensor<F>>,
+    moments_2: &Sequence<Tensor<F>>,
+    params_out: &mut Sequence<Tensor<F>>,
+    moments_1_out: &mut Sequence<Tensor<F>>,
+    moments_2_out: &mut Sequence<Tensor<F>>,
+    copies: &mut Sequence<Tensor<W>>,
+    s: Scalars,
+    #[comptime] with_copy: bool,
     #[define(F, G, W)] _dtypes: [StorageType; 3],
 ) {
-    let i = ABSOLUTE_POS;
-    if i >= param.len() {
-        terminate!();
+    let count = comptime!(params.len());
+    #[unroll]
+    for k in 0..count {
+        let param = params.index(k);
+        let grad = grads.index(k);
+        let moment_1 = moments_1.index(k);
+        let moment_2 = moments_2.index(k);
+        let param_out = params_out.index_mut(k);
+        let moment_1_out = moments_1_out.index_mut(k);
+        let moment_2_out = moments_2_out.index_mut(k);
+        let len = param.len();
+        let mut i = ABSOLUTE_POS;
+        while i < len {
+            let g = f32::cast_from(grad[i]);
+            let m = f32::cast_from(moment_1[i]) * s.beta_1 + g * s.one_minus_beta_1;
+            let v = f32::cast_from(moment_2[i]) * s.beta_2 + (g * g) * s.one_minus_beta_2;
+            let update = (m * s.combined) / (f32::sqrt(v) + s.eps_hat);
+            // The master value rounded to F first, so that the copy is exactly the cast of the
+            // parameter the optimizer keeps (what casting it again would give).
+            let p = F::cast_from(f32::cast_from(param[i]) - update * s.lr);
+            param_out[i] = p;
+            moment_1_out[i] = F::cast_from(m);
+            moment_2_out[i] = F::cast_from(v);
+            if comptime!(with_copy) {
+                let copy = copies.index_mut(k);
+                copy[i] = W::cast_from(p);
+            }
+            i += s.stride as usize;
+        }
     }
-    let u = updated(
-        f32::cast_from(param[i]),
-        f32::cast_from(grad[i]),
-        f32::cast_from(moment_1[i]),
-        f32::cast_from(moment_2[i]),
-        beta_1,
-        one_minus_beta_1,
-        beta_2,
-        one_minus_beta_2,
-        combined,
-        eps_hat,
-        lr,
-    );
-    // The master value rounded to F first, so that the copy is exactly the cast of the
-    // parameter the optimizer keeps (what casting it again would give).
-    let p = F::cast_from(u.param);
-    param_out[i] = p;
-    copy_out[i] = W::cast_from(p);
-    moment_1_out[i] = F::cast_from(u.moment_1);
-    moment_2_out[i] = F::cast_from(u.moment_2);
 }
 
-/// `[param, moment_1, moment_2]` after one update (parameter and moments of one shape and
-/// dtype, the gradient of that shape in any float dtype), and with `copy` the updated
-/// parameter in that dtype as a fourth tensor.
+/// Per item, in order: `[param, moment_1, moment_2]` after one update (parameter and moments
+/// of one shape and dtype, the gradient of that shape in any float dtype), and with `copy` the
+/// updated parameter in that dtype as a fourth tensor. Items of one parameter and gradient
+/// dtype share launches (a model's parameters all do).
 pub fn run<R: CubeRuntime>(
-    param: CubeTensor<R>,
-    grad: CubeTensor<R>,
-    moment_1: CubeTensor<R>,
-    moment_2: CubeTensor<R>,
+    items: Vec<Item<R>>,
     step: AdamStep,
     copy: Option<DType>,
-) -> Vec<CubeTensor<R>> {
-    let [param, grad, moment_1, moment_2] = [param, grad, moment_1, moment_2].map(into_contiguous);
-    let out = |dtype: DType| {
+) -> Vec<Vec<CubeTensor<R>>> {
+    let Some(first) = items.first() else {
+        return Vec::new();
+    };
+    let client = first.param.client.clone();
+    // Room for the launch's bindings (and the backend's own) where the device allows fewer.
+    let max_bindings = client.properties().hardware.max_bindings as usize;
+    let per_launch = (max_bindings.saturating_sub(2) / 8).clamp(1, TENSORS_PER_LAUNCH);
+
+    let mut results: Vec<Option<Vec<CubeTensor<R>>>> = (0..items.len()).map(|_| None).collect();
+    let mut items: Vec<(usize, Item<R>)> = items.into_iter().enumerate().collect();
+    // Launches group items of one dtype pair; the order of the results is the items'.
+    items.sort_by_key(|(_, t)| (dtype_key(t.param.dtype), dtype_key(t.grad.dtype)));
+    let mut rest = items.into_iter().peekable();
+    while let Some(first) = rest.next() {
+        let dtypes = (first.1.param.dtype, first.1.grad.dtype);
+        let mut group = vec![first];
+        while group.len() < per_launch
+            && rest
+                .peek()
+                .is_some_and(|(_, t)| (t.param.dtype, t.grad.dtype) == dtypes)
+        {
+            group.push(rest.next().expect("peeked"));
+        }
+        let (positions, group): (Vec<usize>, Vec<Item<R>>) = group.into_iter().unzip();
+        for (position, out) in positions.into_iter().zip(launch(group, step, copy)) {
+            results[position] = Some(out);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every item launched"))
+        .collect()
+}
+
+fn dtype_key(dtype: DType) -> u8 {
+    match dtype {
+        DType::F32 => 0,
+        DType::BF16 => 1,
+        DType::F16 => 2,
+        _ => 3,
+    }
+}
+
+/// One launch over items of one parameter and gradient dtype.
+fn launch<R: CubeRuntime>(
+    items: Vec<Item<R>>,
+    step: AdamStep,
+    copy: Option<DType>,
+) -> Vec<Vec<CubeTensor<R>>> {
+    let client = items[0].param.client.clone();
+    let dtype = items[0].param.dtype;
+    let grad_dtype = items[0].grad.dtype;
+    let items: Vec<Item<R>> = items
+        .into_iter()
+        .map(|t| Item {
+            param: into_contiguous(t.param),
+            grad: into_contiguous(t.grad),
+            moment_1: into_contiguous(t.moment_1),
+            moment_2: into_contiguous(t.moment_2),
+            recycle: t.recycle,
+        })
+        .collect();
+    let out = |like: &CubeTensor<R>, dtype: DType| {
         empty_device_contiguous_dtype::<R>(
-            param.client.clone(),
-            param.device.clone(),
-            param.meta.shape().clone(),
+            like.client.clone(),
+            like.device.clone(),
+            like.meta.shape().clone(),
             dtype,
         )
     };
-    let mut outputs = vec![out(param.dtype), out(param.dtype), out(param.dtype)];
-    let dim = CubeDim::new_1d(256);
-    let count = calculate_cube_count_elemwise(&param.client, param.meta.num_elements(), dim);
+    let outputs: Vec<Vec<CubeTensor<R>>> = items
+        .iter()
+        .map(|t| {
+            let mut o = vec![out(&t.param, dtype), out(&t.param, dtype), out(&t.param, dtype)];
+            if let Some(c) = copy {
+                // The old copy's buffer when this update is its only holder (nothing reads it
+                // again), a new one otherwise.
+                let reuse = t.recycle.as_ref().filter(|r| {
+                    r.dtype == c
+                        && r.meta.shape() == t.param.meta.shape()
+                        && r.is_contiguous()
+                        && r.can_mut()
+                });
+                o.push(match reuse {
+                    Some(r) => r.clone(),
+                    None => out(&t.param, c),
+                });
+            }
+            o
+        })
+        .collect();
+    let longest = items
+        .iter()
+        .map(|t| t.param.meta.num_elements())
+        .max()
+        .unwrap_or(0);
+    let cubes = longest.div_ceil(CUBE_SIZE as usize).clamp(1, MAX_CUBES);
     let (combined, eps_hat) = step.factors();
-    let client = param.client.clone();
-    let dtype: StorageType = param.dtype.into();
-    let grad_dtype: StorageType = grad.dtype.into();
-    let [p_out, m_out, v_out] = [0, 1, 2].map(|i| outputs[i].clone().into_tensor_arg());
-    match copy {
-        None => adam_update::launch::<R>(
-            &client,
-            count,
-            dim,
-            param.into_tensor_arg(),
-            grad.into_tensor_arg(),
-            moment_1.into_tensor_arg(),
-            moment_2.into_tensor_arg(),
-            p_out,
-            m_out,
-            v_out,
-            step.beta_1,
-            1.0 - step.beta_1,
-            step.beta_2,
-            1.0 - step.beta_2,
-            combined,
-            eps_hat,
-            step.lr as f32,
-            [dtype, grad_dtype],
-        ),
-        Some(copy_dtype) => {
-            let copy = out(copy_dtype);
-            outputs.push(copy.clone());
-            adam_update_copy::launch::<R>(
-                &client,
-                count,
-                dim,
-                param.into_tensor_arg(),
-                grad.into_tensor_arg(),
-                moment_1.into_tensor_arg(),
-                moment_2.into_tensor_arg(),
-                p_out,
-                m_out,
-                v_out,
-                copy.into_tensor_arg(),
-                step.beta_1,
-                1.0 - step.beta_1,
-                step.beta_2,
-                1.0 - step.beta_2,
-                combined,
-                eps_hat,
-                step.lr as f32,
-                [dtype, grad_dtype, copy_dtype.into()],
-            )
-        }
-    }
+    let scalars = ScalarsLaunch::new(
+        step.beta_1,
+        1.0 - step.beta_1,
+        step.beta_2,
+        1.0 - step.beta_2,
+        combined,
+        eps_hat,
+        step.lr as f32,
+        cubes as u32 * CUBE_SIZE,
+    );
+    let args = |f: &dyn Fn(usize) -> CubeTensor<R>| -> Vec<TensorArg<R>> {
+        (0..items.len()).map(|k| f(k).into_tensor_arg()).collect()
+    };
+    let params = args(&|k| items[k].param.clone());
+    let grads = args(&|k| items[k].grad.clone());
+    let moments_1 = args(&|k| items[k].moment_1.clone());
+    let moments_2 = args(&|k| items[k].moment_2.clone());
+    let params_out = args(&|k| outputs[k][0].clone());
+    let moments_1_out = args(&|k| outputs[k][1].clone());
+    let moments_2_out = args(&|k| outputs[k][2].clone());
+    let copies = match copy {
+        Some(_) => args(&|k| outputs[k][3].clone()),
+        None => Vec::new(),
+    };
+    let copy_dtype = copy.unwrap_or(dtype);
+    adam_update::launch::<R>(
+        &client,
+        CubeCount::Static(cubes as u32, 1, 1),
+        CubeDim::new_1d(CUBE_SIZE),
+        params.into_iter().collect(),
+        grads.into_iter().collect(),
+        moments_1.into_iter().collect(),
+        moments_2.into_iter().collect(),
+        params_out.into_iter().collect(),
+        moments_1_out.into_iter().collect(),
+        moments_2_out.into_iter().collect(),
+        copies.into_iter().collect(),
+        scalars,
+        copy.is_some(),
+        [dtype.into(), grad_dtype.into(), copy_dtype.into()],
+    );
     outputs
 }

@@ -312,6 +312,8 @@ struct AdamOp<B> {
     desc: CustomOpIr,
     step: crate::AdamStep,
     copy: Option<DType>,
+    /// Per item, whether a copy to recycle follows its four inputs.
+    recycled: Vec<bool>,
     _b: core::marker::PhantomData<B>,
 }
 
@@ -319,54 +321,78 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for AdamOp<Cube<R, F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let inputs: [&TensorIr; 4] = match self.desc.inputs.as_slice() {
-            [a, b, c, d] => [a, b, c, d],
-            _ => unreachable!("registered with four inputs"),
-        };
-        let [param, grad, m, v] = inputs.map(|t| handles.get_float_tensor::<Cube<R, F, I, BT>>(t));
-        let results = adam::run(param, grad, m, v, self.step, self.copy);
-        for (ir, t) in self.desc.outputs.iter().zip(results) {
+        let mut inputs = self
+            .desc
+            .inputs
+            .iter()
+            .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir));
+        let mut next = || inputs.next().expect("the inputs registered");
+        let items = self
+            .recycled
+            .iter()
+            .map(|&recycled| adam::Item {
+                param: next(),
+                grad: next(),
+                moment_1: next(),
+                moment_2: next(),
+                recycle: recycled.then(&mut next),
+            })
+            .collect();
+        let results = adam::run(items, self.step, self.copy);
+        for (ir, t) in self.desc.outputs.iter().zip(results.into_iter().flatten()) {
             handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
         }
     }
 }
 
-/// [`crate::KernelBackend::adam_step_with_copy`] on burn's fused CubeCL backends (`copy`
-/// `None`: [`crate::KernelBackend::adam_step`]): one kernel for f32, f16 and bf16
-/// parameters, the plain-op twin for f64.
-pub fn adam_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    param: FloatTensor<Fused<R, F, I, BT>>,
-    grad: FloatTensor<Fused<R, F, I, BT>>,
-    moment_1: FloatTensor<Fused<R, F, I, BT>>,
-    moment_2: FloatTensor<Fused<R, F, I, BT>>,
+/// [`crate::KernelBackend::adam_steps`] on burn's fused CubeCL backends: one fusion
+/// operation for the whole list (a kernel launch per few dozen tensors) when every dtype is
+/// f32, f16 or bf16; the plain-op twin otherwise (f64).
+pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    items: Vec<crate::adam::AdamTensors<Fused<R, F, I, BT>>>,
     step: crate::AdamStep,
     copy: Option<DType>,
-) -> crate::adam::AdamOutput<Fused<R, F, I, BT>> {
+) -> Vec<crate::adam::AdamOutput<Fused<R, F, I, BT>>> {
     let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
-    if !float(param.dtype) || !float(grad.dtype) || !copy.is_none_or(float) {
-        return crate::adam::adam_step_primitive::<Fused<R, F, I, BT>>(
-            param, grad, moment_1, moment_2, step, copy,
-        );
+    let runs = |t: &crate::adam::AdamTensors<Fused<R, F, I, BT>>| {
+        float(t.param.dtype) && float(t.grad.dtype) && copy.is_none_or(float)
+    };
+    if items.is_empty() || !items.iter().all(runs) {
+        return crate::adam::adam_steps_primitive::<Fused<R, F, I, BT>>(items, step, copy);
     }
-    let out = (param.shape.clone(), param.dtype);
-    let mut outputs = vec![out.clone(), out.clone(), out.clone()];
-    if let Some(dtype) = copy {
-        outputs.push((out.0, dtype));
+    let per_item = 3 + copy.is_some() as usize;
+    let mut inputs = Vec::with_capacity(items.len() * 5);
+    let mut outputs = Vec::with_capacity(items.len() * per_item);
+    let mut recycled = Vec::with_capacity(items.len());
+    for t in items {
+        let out = (t.param.shape.clone(), t.param.dtype);
+        outputs.extend([out.clone(), out.clone(), out.clone()]);
+        if let Some(dtype) = copy {
+            outputs.push((out.0, dtype));
+        }
+        inputs.extend([t.param, t.grad, t.moment_1, t.moment_2]);
+        recycled.push(t.recycle.is_some());
+        inputs.extend(t.recycle);
     }
-    let mut outputs = register::<R, F, I, BT, _>(
-        "medddpm_adam_step",
-        vec![param, grad, moment_1, moment_2],
-        outputs,
-        |desc| AdamOp::<Cube<R, F, I, BT>> {
+    let outputs = register::<R, F, I, BT, _>("medddpm_adam_steps", inputs, outputs, |desc| {
+        AdamOp::<Cube<R, F, I, BT>> {
             desc,
             step,
             copy,
+            recycled,
             _b: core::marker::PhantomData,
-        },
-    );
-    let copy = copy.and_then(|_| outputs.pop());
-    crate::adam::AdamOutput {
-        updated: outputs.outputs(),
-        copy,
+        }
+    });
+    let mut outputs = outputs.into_iter();
+    let mut results = Vec::with_capacity(outputs.len() / per_item);
+    while let (Some(param), Some(moment_1), Some(moment_2)) =
+        (outputs.next(), outputs.next(), outputs.next())
+    {
+        let copy = copy.and_then(|_| outputs.next());
+        results.push(crate::adam::AdamOutput {
+            updated: [param, moment_1, moment_2],
+            copy,
+        });
     }
+    results
 }

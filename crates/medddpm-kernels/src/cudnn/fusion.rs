@@ -124,15 +124,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cube::upsample_trilinear_x2::<CudaRuntime, F, I, BT>(x, layout)
     }
 
-    fn adam_step(
-        param: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        moment_1: FloatTensor<Self>,
-        moment_2: FloatTensor<Self>,
+    fn adam_steps(
+        items: Vec<crate::adam::AdamTensors<Self>>,
         step: crate::AdamStep,
         copy: Option<burn::tensor::DType>,
-    ) -> crate::adam::AdamOutput<Self> {
-        crate::cube::adam_step::<CudaRuntime, F, I, BT>(param, grad, moment_1, moment_2, step, copy)
+    ) -> Vec<crate::adam::AdamOutput<Self>> {
+        crate::cube::adam_steps::<CudaRuntime, F, I, BT>(items, step, copy)
     }
 
     fn upsample_trilinear_x2_backward(
