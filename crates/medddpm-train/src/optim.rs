@@ -193,8 +193,9 @@ where
     M: AutodiffModule<B>,
 {
     /// Takes every parameter that has a gradient out of the module with its state, updates
-    /// them all with one [`KernelBackend::adam_steps`] per step count and dtype pair (one in
-    /// practice), and puts the results back.
+    /// them all with one [`KernelBackend::adam_steps`] per step count and dtype pair (in bf16
+    /// two: the weights with bf16 gradients and copies, GroupNorm's f32 parameters), and puts
+    /// the results back.
     ///
     /// Parameters, moments, gradients and the working copies handed out for this step go into
     /// the update by move where nothing else holds them (the working model dropped), so the
