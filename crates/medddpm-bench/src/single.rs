@@ -486,8 +486,8 @@ fn measure<B: KernelAutodiffBackend>(
     }
     save(record, "the agreement probe");
 
-    // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon; one operation
-    // per parameter tensor, as the trainer runs it) on the f32 master weights.
+    // Training micro-steps: forward, L1 loss, backward, Adam (PyTorch's epsilon; the whole
+    // model's update as one operation, as the trainer runs it) on the f32 master weights.
     let mut optim = medddpm_train::FusedAdam::default().init::<B, UNet<B>>();
     let compute_dtype = env.compute_dtype();
     let mut last_loss = f32::NAN;
@@ -603,7 +603,14 @@ fn measure<B: KernelAutodiffBackend>(
             optim_issue_ms = ms_since(t3);
             sync::<B>(device)?;
             let optim_ms = ms_since(t3);
-            phases = [forward_ms, data_ms, weight_ms, backward_ms, grads_ms, optim_ms];
+            phases = [
+                forward_ms,
+                data_ms,
+                weight_ms,
+                backward_ms,
+                grads_ms,
+                optim_ms,
+            ];
         }
         drop(model);
         let [forward_ms, data_ms, weight_ms, backward_ms, grads_ms, optim_ms] = phases;

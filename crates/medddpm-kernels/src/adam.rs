@@ -141,44 +141,19 @@ pub fn adam_step<B: crate::KernelBackend, const D: usize>(
     moment_2: Tensor<B, D>,
     step: AdamStep,
 ) -> [Tensor<B, D>; 3] {
-    on_tensors([param, grad, moment_1, moment_2], step, None).0
-}
-
-/// [`adam_step`], and the updated parameter cast to `copy` (the working copy a forward pass in
-/// that dtype uses) from the same operation: `([param, moment_1, moment_2], copy)`.
-pub fn adam_step_with_copy<B: crate::KernelBackend, const D: usize>(
-    param: Tensor<B, D>,
-    grad: Tensor<B, D>,
-    moment_1: Tensor<B, D>,
-    moment_2: Tensor<B, D>,
-    step: AdamStep,
-    copy: DType,
-) -> ([Tensor<B, D>; 3], Tensor<B, D>) {
-    let (updated, c) = on_tensors([param, grad, moment_1, moment_2], step, Some(copy));
-    // A backend that wrote no copy: cast the parameter (the same values).
-    let c = c.unwrap_or_else(|| crate::cast_to(updated[0].clone(), copy));
-    (updated, c)
-}
-
-/// [`crate::KernelBackend::adam_steps`] on `[param, grad, moment_1, moment_2]` as tensors.
-fn on_tensors<B: crate::KernelBackend, const D: usize>(
-    inputs: [Tensor<B, D>; 4],
-    step: AdamStep,
-    copy: Option<DType>,
-) -> ([Tensor<B, D>; 3], Option<Tensor<B, D>>) {
-    let [param, grad, moment_1, moment_2] = inputs.map(|t| t.into_primitive().tensor());
-    let tensor = |t: FloatTensor<B>| Tensor::from_primitive(TensorPrimitive::Float(t));
+    let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
     let item = AdamTensors {
-        param,
-        grad,
-        moment_1,
-        moment_2,
+        param: prim(param),
+        grad: prim(grad),
+        moment_1: prim(moment_1),
+        moment_2: prim(moment_2),
         recycle: None,
     };
-    let out = B::adam_steps(vec![item], step, copy)
+    let out = B::adam_steps(vec![item], step, None)
         .pop()
         .expect("one update per item");
-    (out.updated.map(tensor), out.copy.map(tensor))
+    out.updated
+        .map(|t| Tensor::from_primitive(TensorPrimitive::Float(t)))
 }
 
 /// The lengths of the parameter tensors [`engine_vs_reference`] updates together: `len`, then
@@ -223,10 +198,8 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
             [param.clone(), param.zeros_like(), param.zeros_like()]
         })
         .collect();
-    let mut got: Vec<[Tensor<B, 1>; 3]> = want
-        .iter()
-        .map(|[p, m, v]| [on(p), on(m), on(v)])
-        .collect();
+    let mut got: Vec<[Tensor<B, 1>; 3]> =
+        want.iter().map(|[p, m, v]| [on(p), on(m), on(v)]).collect();
     let mut copy_err: f64 = 0.0;
     // The copies of the previous update, handed back to the next one to consume.
     let mut last_copies: Vec<Option<FloatTensor<B>>> = lengths.iter().map(|_| None).collect();

@@ -33,7 +33,7 @@ pub mod cudnn;
 pub mod norm;
 pub mod upsample;
 
-pub use adam::{adam_step, adam_step_with_copy, AdamOutput, AdamStep, AdamTensors};
+pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,

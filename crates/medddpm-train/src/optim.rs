@@ -48,6 +48,17 @@ impl Default for FusedAdam {
 }
 
 impl FusedAdam {
+    /// The scalars of the update numbered `time` (1-based) at learning rate `lr`.
+    fn at(&self, lr: LearningRate, time: usize) -> AdamStep {
+        AdamStep {
+            lr,
+            beta_1: self.beta_1,
+            beta_2: self.beta_2,
+            epsilon: self.epsilon,
+            time,
+        }
+    }
+
     /// The optimizer for module `M` trained on autodiff backend `B`.
     pub fn init<B, M>(self) -> FusedAdamOptimizer<M, B>
     where
@@ -74,23 +85,9 @@ impl<B: KernelBackend> SimpleOptimizer<B> for FusedAdam {
         grad: Tensor<B, D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
-        let (time, moment_1, moment_2) = match state {
-            Some(state) => (
-                state.momentum.time + 1,
-                state.momentum.moment_1,
-                state.momentum.moment_2,
-            ),
-            None => (1, tensor.zeros_like(), tensor.zeros_like()),
-        };
-        let step = AdamStep {
-            lr,
-            beta_1: self.beta_1,
-            beta_2: self.beta_2,
-            epsilon: self.epsilon,
-            time,
-        };
+        let (time, moment_1, moment_2) = next_moments(state, &tensor);
         let [tensor, moment_1, moment_2] =
-            medddpm_kernels::adam_step(tensor, grad, moment_1, moment_2, step);
+            medddpm_kernels::adam_step(tensor, grad, moment_1, moment_2, self.at(lr, time));
         let momentum = AdaptiveMomentumState::new(time, moment_1, moment_2);
         (tensor, Some(AdamState::new(momentum)))
     }
@@ -98,6 +95,22 @@ impl<B: KernelBackend> SimpleOptimizer<B> for FusedAdam {
     fn to_device<const D: usize>(mut state: Self::State<D>, device: &B::Device) -> Self::State<D> {
         state.momentum = state.momentum.to_device(device);
         state
+    }
+}
+
+/// The number of the next update and the moments it starts from: burn's first step starts
+/// from zero moments (0 * beta + (1 - beta) g).
+fn next_moments<B: KernelBackend, const D: usize>(
+    state: Option<AdamState<B, D>>,
+    param: &Tensor<B, D>,
+) -> (usize, Tensor<B, D>, Tensor<B, D>) {
+    match state {
+        Some(state) => (
+            state.momentum.time + 1,
+            state.momentum.moment_1,
+            state.momentum.moment_2,
+        ),
+        None => (1, param.zeros_like(), param.zeros_like()),
     }
 }
 
@@ -224,13 +237,7 @@ where
         }
         let mut updated = HashMap::new();
         for ((time, dtype, grad_dtype), group) in groups {
-            let step = AdamStep {
-                lr,
-                beta_1: self.adam.beta_1,
-                beta_2: self.adam.beta_2,
-                epsilon: self.adam.epsilon,
-                time,
-            };
+            let step = self.adam.at(lr, time);
             let copy = (grad_dtype != dtype).then_some(grad_dtype);
             let ids: Vec<ParamId> = group.iter().map(|p| p.id).collect();
             let items = group
@@ -300,22 +307,10 @@ where
         let require_grad = tensor.is_require_grad();
         let shape = tensor.shape();
         let tensor = tensor.inner().to_device(&device);
-        let state: Option<AdamState<B::InnerBackend, D>> =
-            self.records.remove(&id).map(|record| {
-                <FusedAdam as SimpleOptimizer<B::InnerBackend>>::to_device(
-                    record.into_state(),
-                    &device,
-                )
-            });
-        let (time, moment_1, moment_2) = match state {
-            Some(state) => (
-                state.momentum.time + 1,
-                state.momentum.moment_1,
-                state.momentum.moment_2,
-            ),
-            // burn's first step: 0 * beta + (1 - beta) g.
-            None => (1, tensor.zeros_like(), tensor.zeros_like()),
-        };
+        let state: Option<AdamState<B::InnerBackend, D>> = self.records.remove(&id).map(|record| {
+            <FusedAdam as SimpleOptimizer<B::InnerBackend>>::to_device(record.into_state(), &device)
+        });
+        let (time, moment_1, moment_2) = next_moments(state, &tensor);
         let prim = |t: Tensor<B::InnerBackend, D>| t.into_primitive().tensor();
         self.pending.push(Pending {
             id,
@@ -516,6 +511,37 @@ mod tests {
             medddpm_unet::weight_values(&work.valid()),
             medddpm_unet::weight_values(&cast)
         );
+    }
+
+    /// The optimizer takes out and puts back only the parameters that have a gradient: the
+    /// others come back as they were (not as the placeholders the updated ones pass through),
+    /// and every parameter keeps its id and its gradient requirement.
+    #[test]
+    fn parameters_without_gradients_are_left_as_they_are() {
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(4, 2).init(&device);
+        let bias = model.bias.as_ref().unwrap();
+        let (weight_id, bias_id) = (model.weight.id, bias.id);
+        let (weight_before, bias_before) = (model.weight.val(), bias.val());
+        let mut grads = GradientsParams::new();
+        grads.register(
+            weight_id,
+            Tensor::<Flex, 2>::random([4, 2], Distribution::Normal(0.0, 1.0), &device),
+        );
+        let mut optim = FusedAdam::default().init::<B, Linear<B>>();
+        let model = optim.step(1e-2, model, grads);
+        let bias = model.bias.as_ref().unwrap();
+        assert_eq!((model.weight.id, bias.id), (weight_id, bias_id));
+        assert!(model.weight.val().is_require_grad() && bias.val().is_require_grad());
+        assert_ne!(
+            model.weight.val().into_data(),
+            weight_before.into_data(),
+            "the weight had a gradient"
+        );
+        assert_eq!(bias.val().into_data(), bias_before.into_data());
+        // Only the updated parameter has Adam state.
+        let records = optim.to_record();
+        assert!(records.contains_key(&weight_id) && !records.contains_key(&bias_id));
     }
 
     /// A checkpointed burn Adam state loads into FusedAdam (the records serialise alike) and

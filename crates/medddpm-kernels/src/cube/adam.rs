@@ -105,8 +105,8 @@ fn adam_update<F: Float, G: Float, W: Float>(
 
 /// Per item, in order: `[param, moment_1, moment_2]` after one update (parameter and moments
 /// of one shape and dtype, the gradient of that shape in any float dtype), and with `copy` the
-/// updated parameter in that dtype as a fourth tensor. Items of one parameter and gradient
-/// dtype share launches (a model's parameters all do).
+/// updated parameter in that dtype as a fourth tensor. A launch takes consecutive items of one
+/// parameter and gradient dtype (the optimizer passes one dtype pair per call).
 pub fn run<R: CubeRuntime>(
     items: Vec<Item<R>>,
     step: AdamStep,
@@ -115,44 +115,22 @@ pub fn run<R: CubeRuntime>(
     let Some(first) = items.first() else {
         return Vec::new();
     };
-    let client = first.param.client.clone();
     // Room for the launch's bindings (and the backend's own) where the device allows fewer.
-    let max_bindings = client.properties().hardware.max_bindings as usize;
+    let max_bindings = first.param.client.properties().hardware.max_bindings as usize;
     let per_launch = (max_bindings.saturating_sub(2) / 8).clamp(1, TENSORS_PER_LAUNCH);
-
-    let mut results: Vec<Option<Vec<CubeTensor<R>>>> = (0..items.len()).map(|_| None).collect();
-    let mut items: Vec<(usize, Item<R>)> = items.into_iter().enumerate().collect();
-    // Launches group items of one dtype pair; the order of the results is the items'.
-    items.sort_by_key(|(_, t)| (dtype_key(t.param.dtype), dtype_key(t.grad.dtype)));
-    let mut rest = items.into_iter().peekable();
-    while let Some(first) = rest.next() {
-        let dtypes = (first.1.param.dtype, first.1.grad.dtype);
-        let mut group = vec![first];
-        while group.len() < per_launch
-            && rest
-                .peek()
-                .is_some_and(|(_, t)| (t.param.dtype, t.grad.dtype) == dtypes)
-        {
-            group.push(rest.next().expect("peeked"));
+    let dtypes = |t: &Item<R>| (t.param.dtype, t.grad.dtype);
+    let mut results = Vec::with_capacity(items.len());
+    let mut group: Vec<Item<R>> = Vec::with_capacity(per_launch);
+    for item in items {
+        let joins =
+            group.len() < per_launch && group.first().is_none_or(|g| dtypes(g) == dtypes(&item));
+        if !joins {
+            results.extend(launch(std::mem::take(&mut group), step, copy));
         }
-        let (positions, group): (Vec<usize>, Vec<Item<R>>) = group.into_iter().unzip();
-        for (position, out) in positions.into_iter().zip(launch(group, step, copy)) {
-            results[position] = Some(out);
-        }
+        group.push(item);
     }
+    results.extend(launch(group, step, copy));
     results
-        .into_iter()
-        .map(|r| r.expect("every item launched"))
-        .collect()
-}
-
-fn dtype_key(dtype: DType) -> u8 {
-    match dtype {
-        DType::F32 => 0,
-        DType::BF16 => 1,
-        DType::F16 => 2,
-        _ => 3,
-    }
 }
 
 /// One launch over items of one parameter and gradient dtype.
@@ -185,7 +163,11 @@ fn launch<R: CubeRuntime>(
     let outputs: Vec<Vec<CubeTensor<R>>> = items
         .iter()
         .map(|t| {
-            let mut o = vec![out(&t.param, dtype), out(&t.param, dtype), out(&t.param, dtype)];
+            let mut o = vec![
+                out(&t.param, dtype),
+                out(&t.param, dtype),
+                out(&t.param, dtype),
+            ];
             if let Some(c) = copy {
                 // The old copy's buffer when this update is its only holder (nothing reads it
                 // again), a new one otherwise.

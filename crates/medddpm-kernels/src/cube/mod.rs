@@ -374,15 +374,16 @@ pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         recycled.push(t.recycle.is_some());
         inputs.extend(t.recycle);
     }
-    let outputs = register::<R, F, I, BT, _>("medddpm_adam_steps", inputs, outputs, |desc| {
-        AdamOp::<Cube<R, F, I, BT>> {
+    let outputs =
+        register::<R, F, I, BT, _>("medddpm_adam_steps", inputs, outputs, |desc| AdamOp::<
+            Cube<R, F, I, BT>,
+        > {
             desc,
             step,
             copy,
             recycled,
             _b: core::marker::PhantomData,
-        }
-    });
+        });
     let mut outputs = outputs.into_iter();
     let mut results = Vec::with_capacity(outputs.len() / per_item);
     while let (Some(param), Some(moment_1), Some(moment_2)) =
