@@ -13,6 +13,7 @@ pub mod probe;
 pub mod record;
 pub mod report;
 pub mod single;
+pub mod threads;
 
 pub use cli::{run_bench, BenchArgs, ModelArg};
 pub use record::{BenchRecord, RecordStatus};

@@ -76,6 +76,12 @@ pub struct BenchRecord {
     /// (the rest of the phase is the device finishing it), milliseconds.
     #[serde(default)]
     pub train_optimizer_issue_ms: Option<f64>,
+    /// The host's threads over the timed training steps (CubeCL backends), milliseconds per
+    /// step: how long burn-fusion's thread and the compute server's thread ran tasks, and how
+    /// long the caller and the fusion thread waited for the next thread down (see
+    /// `threads.rs`). A thread running for most of the step is what bounds it.
+    #[serde(default)]
+    pub train_threads_ms: BTreeMap<String, f64>,
     /// Whether the tuning cache of this backend and precision already held results when the
     /// run started (it may still have lacked some kernels of this layout or size).
     pub tune_cache_warm: Option<bool>,
@@ -126,6 +132,7 @@ impl BenchRecord {
             breakdown_ms: BTreeMap::new(),
             train_breakdown_ms: BTreeMap::new(),
             train_optimizer_issue_ms: None,
+            train_threads_ms: BTreeMap::new(),
             agreement_reference: None,
             tune_cache_warm: None,
             burn_memory_mib: BTreeMap::new(),

@@ -1024,6 +1024,7 @@ mod tests {
             breakdown_ms: BTreeMap::new(),
             train_breakdown_ms: BTreeMap::new(),
             train_optimizer_issue_ms: None,
+            train_threads_ms: BTreeMap::new(),
             agreement_reference: None,
             tune_cache_warm: ok.then_some(false),
             burn_memory_mib: BTreeMap::new(),

@@ -76,7 +76,11 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 fn sync<B: Backend>(device: &B::Device) -> anyhow::Result<()> {
-    B::sync(device).map_err(|e| anyhow::anyhow!("device synchronisation failed: {e:?}"))
+    B::sync(device).map_err(|e| anyhow::anyhow!("device synchronisation failed: {e:?}"))?;
+    match medddpm_kernels::device_error() {
+        Some(message) => anyhow::bail!("{message}"),
+        None => Ok(()),
+    }
 }
 
 fn ms_since(start: Instant) -> f64 {
@@ -532,6 +536,7 @@ fn measure<B: KernelAutodiffBackend>(
     let mut host_profile = None;
     for i in 0..config.warmup + config.steps {
         if i == config.warmup {
+            crate::threads::reset();
             if let Some(dir) = &config.host_profile {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
@@ -550,6 +555,7 @@ fn measure<B: KernelAutodiffBackend>(
             issue_ms.push(issued);
         }
     }
+    record.train_threads_ms = crate::threads::per_step(train_ms.len());
     if let Some(profile) = host_profile {
         profile.finish()?;
     }
@@ -566,6 +572,16 @@ fn measure<B: KernelAutodiffBackend>(
         train_ms.len(),
         record.train_issue_median_ms.unwrap_or(f64::NAN),
     ));
+    if !record.train_threads_ms.is_empty() {
+        let t = |k: &str| record.train_threads_ms.get(k).copied().unwrap_or(f64::NAN);
+        progress(&format!(
+            "per step: fusion thread running {:.1} ms ({:.1} of it waiting for the device thread), device thread running {:.1} ms, caller waiting for the fusion thread {:.1} ms",
+            t("fusion thread running"),
+            t("fusion thread waiting for the device thread"),
+            t("device thread running"),
+            t("caller waiting for the fusion thread"),
+        ));
+    }
 
     if config.breakdown {
         // Two more micro-steps, synchronised between their phases, with the convolution

@@ -720,7 +720,8 @@ impl ConvCase {
 }
 
 /// Relative L2 differences of backend `B`'s engine against the plain-op twin computed in f32 on
-/// the CPU (burn's Flex convolution) for one case: `[forward, data gradient, weight gradient]`.
+/// the CPU (burn's Flex convolution) for one case: `[forward, data gradient, weight gradient]`,
+/// each the worse of two calls.
 ///
 /// The inputs are drawn on the CPU and rounded to the compute dtype first, so the reference
 /// sees exactly the operands the engine sees: what remains is the engine's own arithmetic
@@ -776,15 +777,22 @@ pub fn engine_vs_reference<B: KernelBackend>(
         on_b(&weight),
         in_layout(on_b(&grad), layout),
     );
-    let got = [
-        conv3d(xb.clone(), wb.clone(), None, spec),
-        conv3d_data_grad(xb.clone(), wb.clone(), gb.clone(), spec),
-        conv3d_weight_grad(xb, wb, gb, spec),
-    ];
-    let mut errs = [0.0; 3];
-    for (i, (g, w)) in got.into_iter().zip(want).enumerate() {
-        let g = Tensor::<Flex, 5>::from_data(g.cast(burn::tensor::DType::F32).to_data(), &cpu);
-        errs[i] = rel_l2(g, w);
+    // Twice: an engine may compute a shape's first call differently from later ones (cuDNN
+    // searches its algorithm in the first, then hands the call to the device thread).
+    let mut errs = [0.0f64; 3];
+    for _ in 0..2 {
+        let got = [
+            conv3d(xb.clone(), wb.clone(), None, spec),
+            conv3d_data_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+            conv3d_weight_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+        ];
+        for (i, (g, w)) in got.into_iter().zip(want.iter()).enumerate() {
+            let g = Tensor::<Flex, 5>::from_data(g.cast(burn::tensor::DType::F32).to_data(), &cpu);
+            let e = rel_l2(g, w.clone());
+            if e.is_nan() || e > errs[i] {
+                errs[i] = e; // (f64::max would drop a NaN)
+            }
+        }
     }
     errs
 }

@@ -39,6 +39,20 @@ pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };
 pub use norm::{cast_to, group_norm, to_stats, GroupNormSpec};
+
+/// The first operation that failed after being handed to a GPU device thread without waiting
+/// (today: a cuDNN convolution of a shape that had run before), if any since the last call.
+/// Its output was never written, so the work it belonged to is invalid.
+pub fn device_error() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    {
+        cudnn::device_error()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
+}
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
 };

@@ -48,6 +48,14 @@ pub enum TrainError {
         /// The loss value.
         loss: f32,
     },
+    /// A GPU operation handed to the device thread failed, so what it belonged to is invalid.
+    #[error("{during}: {message}")]
+    Device {
+        /// The work that stopped (a training step, a sample).
+        during: String,
+        /// What failed.
+        message: String,
+    },
 }
 
 impl From<medddpm_render::RenderError> for TrainError {

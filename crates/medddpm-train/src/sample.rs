@@ -183,6 +183,12 @@ pub fn sample_masks<B: KernelBackend>(
                 .convert::<f32>()
                 .to_vec::<f32>()
                 .expect("f32 data");
+            if let Some(message) = medddpm_kernels::device_error() {
+                return Err(TrainError::Device {
+                    during: format!("sample {n} of {id} not written"),
+                    message,
+                });
+            }
             if let Some((lo, hi)) = options.rescale {
                 for v in &mut values {
                     *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);

@@ -389,6 +389,12 @@ pub fn train<B: KernelAutodiffBackend>(
             loss_sum += value;
         }
         let loss = loss_sum / settings.grad_accum as f32;
+        if let Some(message) = medddpm_kernels::device_error() {
+            return Err(TrainError::Device {
+                during: format!("training stopped at step {}", state.step + 1),
+                message,
+            });
+        }
         if !loss.is_finite() {
             return Err(TrainError::Diverged {
                 step: state.step + 1,

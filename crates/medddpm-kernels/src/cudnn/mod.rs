@@ -12,13 +12,25 @@
 //! - **Algorithms.** Per shape, the first call times the candidates (`cudnnFind*Ex`, what
 //!   PyTorch's `cudnn.benchmark` does) and keeps the winner in a JSON cache file beside the
 //!   kernel-tuning cache, so a warm start does not search again.
+//! - **Threads.** burn-fusion runs operations on its own thread, which hands kernel launches to
+//!   cubecl's device thread without waiting. Once a shape's algorithm is known, a convolution is
+//!   handed over the same way: one task on cubecl's device thread resolves the buffers and calls
+//!   cuDNN, in order with the kernels queued before it. Waiting for the device thread instead
+//!   (one round trip per call) tied the fusion thread to the GPU's progress at every
+//!   convolution: on an H100, 132 waits of about 0.4 ms per bf16 training step, 55 ms of the
+//!   fusion thread's 123 (docs/benchmarks, eighth session). `MEDDDPM_CUDNN_SYNC=1` restores the
+//!   waiting path, for comparisons.
 //! - **Failure.** A call cuDNN refuses falls back to burn's kernel for that shape, saying so once.
+//!   A shape goes to the device thread only once a call of it succeeded where burn-fusion runs
+//!   it (the first call of each shape, where a refusal can still fall back); a later call that
+//!   fails there (none was seen to) cannot fall back, and is reported by [`device_error`],
+//!   which the trainer, the sampler and the bench check after each step.
 
 mod fusion;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
@@ -95,6 +107,12 @@ struct State {
     version: usize,
     cache_file: Option<PathBuf>,
     algos: BTreeMap<String, Choice>,
+    /// Descriptors of each shape seen, shared with the device-thread tasks.
+    descriptors: HashMap<String, Arc<Descriptors>>,
+    /// Shapes whose call succeeded on the waiting path: only these go to the device thread
+    /// (cuDNN 9.14 finds an algorithm for some shapes, e.g. a bf16 data gradient with 8 output
+    /// channels, and then refuses to run it, which only the waiting path can fall back from).
+    proven: HashSet<String>,
     /// Keys already reported as falling back.
     warned: HashSet<String>,
 }
@@ -103,6 +121,64 @@ struct State {
 unsafe impl Send for State {}
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+
+type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+
+/// What the device-thread tasks use: a cuDNN handle of their own (only that thread calls it,
+/// one task at a time, so it needs no lock, and the first-call path's handle can be busy
+/// meanwhile) and a handle on cubecl's device thread.
+struct DeviceSide {
+    handle: sys::cudnnHandle_t,
+    ctx: cudarc::driver::sys::CUcontext,
+    thread: cubecl::device_handle::DeviceHandle<CudaServer>,
+}
+
+// The cuDNN handle is only used on cubecl's device thread.
+unsafe impl Send for DeviceSide {}
+unsafe impl Sync for DeviceSide {}
+
+static DEVICE_SIDE: OnceLock<Result<DeviceSide, String>> = OnceLock::new();
+
+/// Errors of convolutions that failed on the device thread, oldest first.
+static DEVICE_ERRORS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The first convolution that failed on cubecl's device thread since the last call, if any.
+/// Such a failure leaves that convolution's output unwritten, so whatever step it belonged to
+/// is invalid: callers stop with this as the error.
+pub fn device_error() -> Option<String> {
+    let mut errors = DEVICE_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
+    let first = errors.first().cloned();
+    errors.clear();
+    first
+}
+
+fn sync_requested() -> bool {
+    static SYNC: OnceLock<bool> = OnceLock::new();
+    *SYNC.get_or_init(|| std::env::var("MEDDDPM_CUDNN_SYNC").is_ok_and(|v| v == "1"))
+}
+
+fn device_side(
+    device: &cubecl_cuda::CudaDevice,
+    ctx: cudarc::driver::sys::CUcontext,
+) -> Result<&'static DeviceSide, String> {
+    DEVICE_SIDE
+        .get_or_init(|| {
+            use cubecl::device::Device as _;
+            // SAFETY: the primary context, retained in `init`, is made current first.
+            unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
+            let mut handle = std::ptr::null_mut();
+            // SAFETY: plain handle creation with the context current.
+            check(unsafe { sys::cudnnCreate(&mut handle) }, "cudnnCreate")?;
+            Ok(DeviceSide {
+                handle,
+                ctx,
+                // The device thread of the client that burn already made for this device.
+                thread: cubecl::device_handle::DeviceHandle::new(device.to_id()),
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
 
 /// Loads cuDNN for CUDA device `device_index` and reads the algorithm cache in `cache_dir`
 /// (`cudnn-algorithms.json`; none is kept when `None`). Idempotent: later calls return what the
@@ -157,6 +233,8 @@ pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, 
         version,
         cache_file,
         algos,
+        descriptors: HashMap::new(),
+        proven: HashSet::new(),
         warned: HashSet::new(),
     }));
     Ok(info)
@@ -285,6 +363,10 @@ struct Descriptors {
     w: sys::cudnnFilterDescriptor_t,
     conv: sys::cudnnConvolutionDescriptor_t,
 }
+
+// Never changed after `Descriptors::new`; cuDNN only reads them.
+unsafe impl Send for Descriptors {}
+unsafe impl Sync for Descriptors {}
 
 impl Drop for Descriptors {
     fn drop(&mut self) {
@@ -457,8 +539,6 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
         ConvOp::Forward => &out,
         _ => dy.as_ref().ok_or("missing gradient")?,
     };
-    let desc = Descriptors::new(&x, y_like, w_dims, spec, cudnn_dtype)?;
-
     let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
     let key = format!(
         "cudnn{}|{}|{:?}|{}|{}|x{:?}|w{:?}|s{:?}|p{:?}",
@@ -472,6 +552,29 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
         spec.stride,
         spec.padding
     );
+    let desc = match s.descriptors.get(&key) {
+        Some(d) => d.clone(),
+        None => {
+            let d = Arc::new(Descriptors::new(&x, y_like, w_dims, spec, cudnn_dtype)?);
+            s.descriptors.insert(key.clone(), d.clone());
+            d
+        }
+    };
+    let proven = s.proven.contains(&key) && !sync_requested();
+    if let Some(choice) = s.algos.get(&key).copied().filter(|_| proven) {
+        let ctx = s.ctx;
+        drop(s);
+        let workspace = (choice.workspace > 0).then(|| x.client.empty(choice.workspace));
+        let handles = OperandHandles {
+            x: x.handle.clone(),
+            w: (op != ConvOp::WeightGrad).then(|| w.handle.clone()),
+            dy: dy.as_ref().map(|t| t.handle.clone()),
+            out: out.handle.clone(),
+            workspace,
+        };
+        enqueue(device_side(&x.device, ctx)?, op, desc, choice, handles, key);
+        return Ok(out);
+    }
     // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
     unsafe { cudarc::driver::result::ctx::set_current(s.ctx) }.map_err(|e| e.to_string())?;
     let handle = s.handle;
@@ -540,9 +643,84 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
         choice.workspace,
     );
     drop(workspace);
+    if result.is_ok() {
+        s.proven.insert(key.clone());
+    }
     drop(s);
     result.map_err(|e| format!("{key}: {e}"))?;
     Ok(out)
+}
+
+/// The buffers of one call, held until the device thread has enqueued it.
+struct OperandHandles {
+    x: cubecl::server::Handle,
+    w: Option<cubecl::server::Handle>,
+    dy: Option<cubecl::server::Handle>,
+    out: cubecl::server::Handle,
+    workspace: Option<cubecl::server::Handle>,
+}
+
+/// Hands one call of an already searched shape to cubecl's device thread without waiting: it
+/// runs after the kernels queued before it, resolves the buffers there (no round trip) and
+/// enqueues cuDNN on the buffers' stream. A failure is kept for [`device_error`].
+fn enqueue(
+    side: &'static DeviceSide,
+    op: ConvOp,
+    desc: Arc<Descriptors>,
+    choice: Choice,
+    handles: OperandHandles,
+    key: String,
+) {
+    use cubecl::server::ComputeServer as _;
+    let stream_id = cubecl::stream_id::StreamId::current();
+    side.thread.submit(move |server: &mut CudaServer| {
+        let mut resolve = |h: &cubecl::server::Handle| -> Result<(u64, usize), String> {
+            let managed = server
+                .get_resource(h.clone().binding(), stream_id)
+                .map_err(|e| format!("buffer: {e:?}"))?;
+            let r = managed.resource();
+            Ok((r.ptr, r.stream as usize))
+        };
+        let result = (|| {
+            let mut ptr_of = |h: &Option<cubecl::server::Handle>| match h {
+                Some(h) => resolve(h).map(|r| r.0),
+                None => Ok(0),
+            };
+            let w = ptr_of(&handles.w)?;
+            let dy = ptr_of(&handles.dy)?;
+            let ws = ptr_of(&handles.workspace)?;
+            let (x, stream) = resolve(&handles.x)?;
+            let out = resolve(&handles.out)?.0;
+            let ptrs = Ptrs { x, w, dy, out };
+            // SAFETY: the retained primary context; the handle is this thread's alone, and the
+            // stream is the one cubecl enqueues these buffers' kernels on.
+            unsafe { cudarc::driver::result::ctx::set_current(side.ctx) }
+                .map_err(|e| e.to_string())?;
+            let stream = stream as sys::cudaStream_t;
+            check(
+                unsafe { sys::cudnnSetStream(side.handle, stream) },
+                "set stream",
+            )?;
+            launch(
+                op,
+                side.handle,
+                &desc,
+                &ptrs,
+                choice.algo,
+                ws,
+                choice.workspace,
+            )
+        })();
+        drop(handles);
+        if let Err(e) = result {
+            let message = format!("cuDNN {key} failed on the device thread: {e}");
+            eprintln!("{message}");
+            DEVICE_ERRORS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(message);
+        }
+    });
 }
 
 /// Reports (once per shape and reason) that cuDNN was not used.

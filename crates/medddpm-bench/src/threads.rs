@@ -1,0 +1,43 @@
+//! How busy the host's threads were over the timed training steps, on the CubeCL backends.
+//!
+//! burn 0.21 runs an operation on three threads: the caller's (autodiff, the model), burn-fusion's
+//! runner (fusing, and the cuDNN engine's first calls) and the compute server's runner (kernel
+//! launches, memory, cuDNN calls). A step takes as long as the busiest of them or the GPU,
+//! whichever is longest; no profiler on our GPU machines shows the threads, so the patched
+//! `cubecl-common` counts them (`vendor/cubecl-common/README.medddpm.md`).
+
+use std::collections::BTreeMap;
+
+/// Starts counting from zero.
+pub fn reset() {
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    cubecl_common::busy::reset();
+}
+
+/// Milliseconds per step since [`reset`], by thread and state; empty where nothing was counted
+/// (the CPU backend runs no such threads).
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(unused_variables))]
+pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
+    #[allow(unused_mut)]
+    let mut out = BTreeMap::new();
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        use cubecl_common::busy::{RUNNING, WAITING};
+        let ms = |s: f64| s * 1e3 / steps.max(1) as f64;
+        let rows = [
+            ("fusion thread running", RUNNING[1].read()),
+            ("device thread running", RUNNING[2].read()),
+            ("caller waiting for the fusion thread", WAITING[0].read()),
+            (
+                "fusion thread waiting for the device thread",
+                WAITING[1].read(),
+            ),
+        ];
+        if rows.iter().any(|(_, (n, _))| *n > 0) {
+            for (name, (_, s)) in rows {
+                out.insert(name.to_string(), ms(s));
+            }
+        }
+    }
+    out
+}

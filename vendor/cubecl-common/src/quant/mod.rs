@@ -1,0 +1,2 @@
+/// Types representing the quantization scheme
+pub mod scheme;
