@@ -60,12 +60,22 @@ pub fn parse_size(s: &str) -> Result<[usize; 3], String> {
         .split([',', 'x'])
         .map(|p| p.trim().parse::<usize>())
         .collect();
-    match parts.map_err(|e| format!("'{s}': {e}"))?.as_slice() {
-        [n] => Ok([*n; 3]),
-        [d, h, w] => Ok([*d, *h, *w]),
-        _ => Err(format!("'{s}': give one size or three (D,H,W)")),
+    let size = match parts.map_err(|e| format!("'{s}': {e}"))?.as_slice() {
+        [n] => [*n; 3],
+        [d, h, w] => [*d, *h, *w],
+        _ => return Err(format!("'{s}': give one size or three (D,H,W)")),
+    };
+    if size.iter().any(|&n| n > MAX_SIDE) {
+        return Err(format!(
+            "'{s}': at most {MAX_SIDE} voxels per side (one 64-channel f32 activation of a {MAX_SIDE}^3 volume is already 256 GiB)"
+        ));
     }
+    Ok(size)
 }
+
+/// Largest volume side `parse_size` accepts: far beyond any GPU's memory, and small enough that
+/// no product of sizes and channels overflows.
+const MAX_SIDE: usize = 1024;
 
 /// Measures training micro-steps and sampling steps over a matrix of backend x precision x
 /// layout, each configuration in its own process, and writes JSON lines, CSV, markdown and a
@@ -339,6 +349,9 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
         if args.steps == 0 {
             bail!("--steps must be at least 1");
         }
+        if args.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
         // The sampling steps walk down from the last timestep, one per step.
         let timesteps = crate::single::TIMESTEPS;
         if 1 + args.warmup + args.steps > timesteps {
@@ -428,4 +441,20 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_and_absurd_ones_are_refused() {
+        assert_eq!(parse_size("32"), Ok([32; 3]));
+        assert_eq!(parse_size("16,32x48"), Ok([16, 32, 48]));
+        assert!(parse_size("16,32")
+            .unwrap_err()
+            .contains("one size or three"));
+        let err = parse_size("4294967296").unwrap_err();
+        assert!(err.contains("at most 1024"), "{err}");
+    }
 }

@@ -133,7 +133,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Rust ignores SIGPIPE, so printing into a closed pipe (`medddpm inspect FILE | head`) panics
+/// with a backtrace; with the default action the process ends quietly, as `cat` does.
+fn end_quietly_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: sets a signal's disposition to its default before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    end_quietly_on_closed_pipe();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

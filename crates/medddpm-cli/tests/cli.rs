@@ -46,6 +46,50 @@ fn inspect_prints_a_nifti_header() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `medddpm inspect FILE | head`: the reader is gone before the header is printed.
+    use std::process::Stdio;
+    let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_medddpm"))
+        .args(["inspect", mask.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            out.status.success() || out.status.signal() == Some(13),
+            "{:?}: {stderr}",
+            out.status
+        );
+    }
+}
+
+#[test]
+fn bench_refuses_an_empty_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bench");
+    let (ok, _, stderr) = medddpm(&[
+        "bench",
+        "--backends",
+        "cpu",
+        "--batch",
+        "0",
+        "--size",
+        "16",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("--batch"), "{stderr}");
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     let (ok, _, stderr) = medddpm(&["train", "--experiment", "no-such-experiment"]);
     assert!(
