@@ -335,6 +335,9 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
+    // This run's configurations that failed or disagreed (the JSON lines may hold earlier runs').
+    let mut failed = Vec::new();
+    let mut disagreeing = Vec::new();
     if !args.report_only {
         let unet = args.model.config();
         unet.validate()?;
@@ -419,6 +422,12 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
                             .map(|m| format!(" ({m})"))
                             .unwrap_or_default()
                     );
+                    let name = format!("{backend}/{precision}/{layout}");
+                    match record.status {
+                        RecordStatus::Failed => failed.push(name),
+                        RecordStatus::Disagrees => disagreeing.push(name),
+                        RecordStatus::Ok | RecordStatus::Unsupported => {}
+                    }
                     append_jsonl(&jsonl, &record)?;
                 }
             }
@@ -427,20 +436,21 @@ pub fn run_bench(args: BenchArgs, command: Vec<String>) -> anyhow::Result<()> {
     let records = write_reports(&args)?;
     println!("{}", to_markdown(&records));
     eprintln!("wrote {}/results.{{jsonl,csv,md,png}}", args.out.display());
-    if args.check_only {
-        let disagreeing: Vec<String> = records
-            .iter()
-            .filter(|r| r.status == RecordStatus::Disagrees)
-            .map(|r| format!("{}/{}/{}", r.backend, r.precision, r.layout))
-            .collect();
-        if !disagreeing.is_empty() {
-            bail!(
-                "outputs disagree with the float64 reference: {}",
-                disagreeing.join(", ")
-            );
-        }
+    // A failed or disagreeing configuration makes the exit status non-zero (after the reports
+    // are written), so that scripts and CI see it.
+    match (failed.is_empty(), disagreeing.is_empty()) {
+        (true, true) => Ok(()),
+        (true, false) => bail!(
+            "outputs disagree with the float64 reference: {}",
+            disagreeing.join(", ")
+        ),
+        (false, true) => bail!("failed: {} (see the log above)", failed.join(", ")),
+        (false, false) => bail!(
+            "failed: {}; outputs disagree with the float64 reference: {}",
+            failed.join(", "),
+            disagreeing.join(", ")
+        ),
     }
-    Ok(())
 }
 
 #[cfg(test)]

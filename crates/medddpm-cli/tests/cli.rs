@@ -90,6 +90,35 @@ fn bench_refuses_an_empty_batch() {
 }
 
 #[test]
+fn bench_exits_non_zero_when_a_configuration_fails() {
+    // A zero timeout stops the configuration's process at once.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bench");
+    let (ok, _, stderr) = medddpm(&[
+        "bench",
+        "--backends",
+        "cpu",
+        "--precisions",
+        "fp32",
+        "--layouts",
+        "ndhwc",
+        "--model",
+        "tiny",
+        "--size",
+        "16",
+        "--timeout",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("failed: cpu/fp32/ndhwc"), "{stderr}");
+    assert!(
+        out.join("results.md").is_file(),
+        "the reports are still written"
+    );
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     let (ok, _, stderr) = medddpm(&["train", "--experiment", "no-such-experiment"]);
     assert!(
