@@ -74,6 +74,9 @@ fn parse_range(s: &str) -> Result<(f32, f32), String> {
         .ok_or_else(|| format!("'{s}': expected MIN,MAX"))?;
     let lo = a.trim().parse::<f32>().map_err(|e| format!("'{a}': {e}"))?;
     let hi = b.trim().parse::<f32>().map_err(|e| format!("'{b}': {e}"))?;
+    if !(lo.is_finite() && hi.is_finite()) {
+        return Err(format!("'{s}': MIN and MAX must be finite numbers"));
+    }
     if lo >= hi {
         return Err(format!("'{s}': MIN must be below MAX"));
     }
@@ -198,4 +201,17 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
             },
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_range;
+
+    #[test]
+    fn rescale_ranges_are_finite_and_ordered() {
+        assert_eq!(parse_range("0, 255"), Ok((0.0, 255.0)));
+        for bad in ["nan,1", "0,inf", "-inf,0", "1,1", "2,1", "1"] {
+            assert!(parse_range(bad).is_err(), "{bad} accepted");
+        }
+    }
 }

@@ -131,6 +131,21 @@ pub enum DataError {
         /// The configured grid.
         expected: [usize; 3],
     },
+    /// An image holds NaN or infinite voxels, which would make the loss NaN.
+    #[error(
+        "{path}: {count} voxels are not finite numbers (the first, {value}, at voxel index \
+         {index} in file order); the network cannot train on them: fix or mask them first"
+    )]
+    NonFinite {
+        /// The file.
+        path: PathBuf,
+        /// How many voxels are NaN or infinite.
+        count: usize,
+        /// The first of them.
+        value: f32,
+        /// Its index in the file's voxel order.
+        index: usize,
+    },
     /// An example index past the end.
     #[error("example index {index} is out of range (data set has {len} examples)")]
     IndexOutOfRange {
@@ -551,6 +566,7 @@ impl NiftiDataset {
         let mut image = Vec::with_capacity(n * entry.images.len());
         for path in &entry.images {
             let vol = Volume::read(path)?;
+            ensure_finite(path, &vol)?;
             ensure_same_grid(&entry.mask, &mask, path, &vol)?;
             let vol = prepare_image(vol, path, self.normalization, self.grid, self.policy)?;
             image.extend_from_slice(vol.data());
@@ -563,6 +579,20 @@ impl NiftiDataset {
             cond,
             shape: self.shape(),
         })
+    }
+}
+
+/// A NaN or infinite voxel would surface much later as "training diverged"; name the file now.
+fn ensure_finite(path: &Path, vol: &Volume) -> Result<(), DataError> {
+    let data = vol.data();
+    match data.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(index) => Err(DataError::NonFinite {
+            path: path.to_path_buf(),
+            count: data.iter().filter(|v| !v.is_finite()).count(),
+            value: data[index],
+            index,
+        }),
     }
 }
 

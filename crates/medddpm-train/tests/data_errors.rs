@@ -102,6 +102,37 @@ fn missing_and_empty_folders_are_named() {
 }
 
 #[test]
+fn non_finite_image_voxels_are_named_with_their_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    let d = Some([8, 8, 8]);
+    let cfg = whole_head(r, &[("a.nii.gz", d, d), ("b.nii.gz", d, None)]);
+    let bad = r.join("image/b.nii.gz");
+    let mut values: Vec<f32> = (0..512).map(|x| x as f32).collect();
+    values[10] = f32::NAN;
+    values[20] = f32::INFINITY;
+    Volume::new([8, 8, 8], values, IDENTITY)
+        .unwrap()
+        .write(&bad)
+        .unwrap();
+    let ds = NiftiDataset::open(&cfg).unwrap();
+    assert!(ds.get(0).is_ok());
+    let err = ds.get(1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DataError::NonFinite {
+                count: 2,
+                index: 10,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(shows(&err, &bad), "{err}");
+}
+
+#[test]
 fn exact_refuses_a_mis_sized_file() {
     let tmp = tempfile::tempdir().unwrap();
     let r = tmp.path();
