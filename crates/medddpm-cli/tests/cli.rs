@@ -72,24 +72,6 @@ fn output_into_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
-fn bench_refuses_an_empty_batch() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("bench");
-    let (ok, _, stderr) = medddpm(&[
-        "bench",
-        "--backends",
-        "cpu",
-        "--batch",
-        "0",
-        "--size",
-        "16",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(!ok && stderr.contains("--batch"), "{stderr}");
-}
-
-#[test]
 fn bench_exits_non_zero_when_a_configuration_fails() {
     // A zero timeout stops the configuration's process at once.
     let tmp = tempfile::tempdir().unwrap();
@@ -197,18 +179,22 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
     let (ok, _, stderr) = medddpm(&["bench", "--report-only", "--out", out.to_str().unwrap()]);
     assert!(ok && out.join("results.md").is_file(), "{stderr}");
 
-    let (ok, _, stderr) = medddpm(&[
-        "bench",
-        "--backends",
-        "cpu",
-        "--model",
-        "whole-head",
-        "--size",
-        "40",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(!ok && stderr.contains("multiple of 16"), "{stderr}");
+    // Arguments that cannot work are refused before any configuration runs.
+    for (args, says) in [
+        (
+            &["--model", "whole-head", "--size", "40"][..],
+            "multiple of 16",
+        ),
+        (
+            &["--batch", "0", "--size", "16"][..],
+            "--batch must be at least 1",
+        ),
+    ] {
+        let mut all = vec!["bench", "--backends", "cpu", "--out", out.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let (ok, _, stderr) = medddpm(&all);
+        assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
 
 #[test]

@@ -24,7 +24,8 @@
 //!   A shape goes to the device thread only once a call of it succeeded where burn-fusion runs
 //!   it (the first call of each shape, where a refusal can still fall back); a later call that
 //!   fails there (none was seen to) cannot fall back, and is reported by [`device_error`],
-//!   which the trainer, the sampler and the bench check after each step.
+//!   which the trainer (each step), the sampler (each sample) and the bench (each
+//!   synchronisation) check.
 
 mod fusion;
 
