@@ -251,7 +251,7 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
                         back(tensor(copy.clone())),
                         back(crate::cast_to(updated[0].clone(), dtype)),
                     );
-                    copy_err = worse(copy_err, err);
+                    copy_err = crate::conv::worse(copy_err, err);
                     last_copies.push(Some(copy));
                 } else {
                     last_copies.push(None);
@@ -268,14 +268,8 @@ pub fn engine_vs_reference<B: crate::KernelBackend>(
     let mut worst = [0.0f64, 0.0, 0.0, copy_err];
     for (g, w) in got.into_iter().zip(want) {
         for (k, (a, b)) in g.into_iter().zip(w).enumerate() {
-            worst[k] = worse(worst[k], crate::conv::rel_l2(back(a), b));
+            worst[k] = crate::conv::worse(worst[k], crate::conv::rel_l2(back(a), b));
         }
     }
     worst
-}
-
-/// The larger error, NaN counting as infinite (`f64::max` would drop it).
-fn worse(a: f64, b: f64) -> f64 {
-    let b = if b.is_nan() { f64::INFINITY } else { b };
-    a.max(b)
 }

@@ -788,13 +788,16 @@ pub fn engine_vs_reference<B: KernelBackend>(
         ];
         for (i, (g, w)) in got.into_iter().zip(want.iter()).enumerate() {
             let g = Tensor::<Flex, 5>::from_data(g.cast(burn::tensor::DType::F32).to_data(), &cpu);
-            let e = rel_l2(g, w.clone());
-            if e.is_nan() || e > errs[i] {
-                errs[i] = e; // (f64::max would drop a NaN)
-            }
+            errs[i] = worse(errs[i], rel_l2(g, w.clone()));
         }
     }
     errs
+}
+
+/// The larger of two errors, NaN counting as infinite (`f64::max` would drop it).
+pub(crate) fn worse(a: f64, b: f64) -> f64 {
+    let b = if b.is_nan() { f64::INFINITY } else { b };
+    a.max(b)
 }
 
 /// `||a - b|| / ||b||`, in f64 on the host.

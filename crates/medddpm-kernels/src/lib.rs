@@ -39,6 +39,9 @@ pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };
 pub use norm::{cast_to, group_norm, to_stats, GroupNormSpec};
+pub use upsample::{
+    upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
+};
 
 /// The first operation that failed after being handed to a GPU device thread without waiting
 /// (today: a cuDNN convolution of a shape that had run before), if any since the last call.
@@ -53,6 +56,3 @@ pub fn device_error() -> Option<String> {
         None
     }
 }
-pub use upsample::{
-    upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
-};

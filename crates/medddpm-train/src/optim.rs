@@ -222,10 +222,9 @@ where
             grads: &mut grads,
             records: &mut self.records,
             pending: Vec::new(),
-            restore: HashMap::new(),
         };
         let module = module.map(&mut take);
-        let (pending, restore) = (take.pending, take.restore);
+        let pending = take.pending;
 
         let mut groups: Vec<(GroupKey, Vec<Pending<B::InnerBackend>>)> = Vec::new();
         for p in pending {
@@ -239,26 +238,26 @@ where
         for ((time, dtype, grad_dtype), group) in groups {
             let step = self.adam.at(lr, time);
             let copy = (grad_dtype != dtype).then_some(grad_dtype);
-            let ids: Vec<ParamId> = group.iter().map(|p| p.id).collect();
+            let mut taken = Vec::with_capacity(group.len());
             let items = group
                 .into_iter()
                 .map(|mut p| {
                     if copy.is_some() {
                         p.tensors.recycle = recycle.remove(&p.id);
                     }
+                    taken.push((p.id, p.restore));
                     p.tensors
                 })
                 .collect();
             let outputs = B::InnerBackend::adam_steps(items, step, copy);
-            for (id, out) in ids.into_iter().zip(outputs) {
-                updated.insert(id, (time, out));
+            for ((id, restore), out) in taken.into_iter().zip(outputs) {
+                updated.insert(id, (time, out, restore));
             }
         }
         module.map(&mut Replace::<M, B> {
             records: &mut self.records,
             copies: &mut self.copies,
             updated,
-            restore,
         })
     }
 }
@@ -272,6 +271,8 @@ struct Pending<B: KernelBackend> {
     /// Updates so far, this one included.
     time: usize,
     tensors: AdamTensors<B>,
+    /// A `Restore` of the parameter's tensor type (its rank is not known here).
+    restore: Box<dyn std::any::Any>,
 }
 
 /// What [`Replace`] needs to rebuild a parameter [`Take`] took out.
@@ -291,7 +292,6 @@ where
     grads: &'a mut GradAdaptor,
     records: &'a mut Records<M, B>,
     pending: Vec<Pending<B::InnerBackend>>,
-    restore: HashMap<ParamId, Box<dyn std::any::Any>>,
 }
 
 impl<M, B> ModuleMapper<B> for Take<'_, M, B>
@@ -322,14 +322,11 @@ where
                 moment_2: prim(moment_2),
                 recycle: None,
             },
-        });
-        self.restore.insert(
-            id,
-            Box::new(Restore {
+            restore: Box::new(Restore {
                 mapper,
                 require_grad,
             }),
-        );
+        });
         let placeholder = |_: &B::Device, _: bool| -> Tensor<B, D> {
             unreachable!("the optimizer replaces every parameter it takes out")
         };
@@ -346,8 +343,8 @@ where
 {
     records: &'a mut Records<M, B>,
     copies: &'a mut HashMap<ParamId, FloatTensor<B::InnerBackend>>,
-    updated: HashMap<ParamId, (usize, AdamOutput<B::InnerBackend>)>,
-    restore: HashMap<ParamId, Box<dyn std::any::Any>>,
+    /// Per parameter: its step count, the update's results and what rebuilds it.
+    updated: HashMap<ParamId, (usize, AdamOutput<B::InnerBackend>, Box<dyn std::any::Any>)>,
 }
 
 impl<M, B> ModuleMapper<B> for Replace<'_, M, B>
@@ -356,16 +353,14 @@ where
     M: AutodiffModule<B>,
 {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let Some((time, out)) = self.updated.remove(&param.id) else {
+        let Some((time, out, restore)) = self.updated.remove(&param.id) else {
             return param;
         };
         let id = param.id;
         // The placeholder: dropped uninitialised.
         drop(param);
-        let restore = self
-            .restore
-            .remove(&id)
-            .and_then(|r| r.downcast::<Restore<Tensor<B, D>>>().ok())
+        let restore = restore
+            .downcast::<Restore<Tensor<B, D>>>()
             .expect("every updated parameter was taken out with its rank");
         let [inner, moment_1, moment_2] = out
             .updated

@@ -11,11 +11,14 @@ use burn::tensor::DType;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::CubeRuntime;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::AdamStep;
+use crate::{AdamStep, AdamTensors};
+
+/// One parameter tensor's inputs, as CubeCL tensors.
+type Item<R, F, I, BT> = AdamTensors<CubeBackend<R, F, I, BT>>;
 
 /// The most tensors one launch updates (each brings seven or eight bindings).
 pub const TENSORS_PER_LAUNCH: usize = 32;
@@ -23,20 +26,6 @@ pub const TENSORS_PER_LAUNCH: usize = 32;
 /// Threads per cube, and the most cubes a launch uses (its threads then stride).
 const CUBE_SIZE: u32 = 256;
 const MAX_CUBES: usize = 1024;
-
-/// One parameter tensor's inputs.
-pub struct Item<R: CubeRuntime> {
-    /// The parameter before the update.
-    pub param: CubeTensor<R>,
-    /// Its gradient (any float dtype).
-    pub grad: CubeTensor<R>,
-    /// The first moment.
-    pub moment_1: CubeTensor<R>,
-    /// The second moment.
-    pub moment_2: CubeTensor<R>,
-    /// The previous working copy, consumed; its buffer takes the new copy when it can.
-    pub recycle: Option<CubeTensor<R>>,
-}
 
 /// The scalars every element's update uses.
 #[derive(CubeType, CubeLaunch)]
@@ -107,8 +96,8 @@ fn adam_update<F: Float, G: Float, W: Float>(
 /// of one shape and dtype, the gradient of that shape in any float dtype), and with `copy` the
 /// updated parameter in that dtype as a fourth tensor. A launch takes consecutive items of one
 /// parameter and gradient dtype (the optimizer passes one dtype pair per call).
-pub fn run<R: CubeRuntime>(
-    items: Vec<Item<R>>,
+pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    items: Vec<Item<R, F, I, BT>>,
     step: AdamStep,
     copy: Option<DType>,
 ) -> Vec<Vec<CubeTensor<R>>> {
@@ -118,9 +107,9 @@ pub fn run<R: CubeRuntime>(
     // Room for the launch's bindings (and the backend's own) where the device allows fewer.
     let max_bindings = first.param.client.properties().hardware.max_bindings as usize;
     let per_launch = (max_bindings.saturating_sub(2) / 8).clamp(1, TENSORS_PER_LAUNCH);
-    let dtypes = |t: &Item<R>| (t.param.dtype, t.grad.dtype);
+    let dtypes = |t: &Item<R, F, I, BT>| (t.param.dtype, t.grad.dtype);
     let mut results = Vec::with_capacity(items.len());
-    let mut group: Vec<Item<R>> = Vec::with_capacity(per_launch);
+    let mut group: Vec<Item<R, F, I, BT>> = Vec::with_capacity(per_launch);
     for item in items {
         let joins =
             group.len() < per_launch && group.first().is_none_or(|g| dtypes(g) == dtypes(&item));
@@ -134,15 +123,15 @@ pub fn run<R: CubeRuntime>(
 }
 
 /// One launch over items of one parameter and gradient dtype.
-fn launch<R: CubeRuntime>(
-    items: Vec<Item<R>>,
+fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    items: Vec<Item<R, F, I, BT>>,
     step: AdamStep,
     copy: Option<DType>,
 ) -> Vec<Vec<CubeTensor<R>>> {
     let client = items[0].param.client.clone();
     let dtype = items[0].param.dtype;
     let grad_dtype = items[0].grad.dtype;
-    let items: Vec<Item<R>> = items
+    let items: Vec<Item<R, F, I, BT>> = items
         .into_iter()
         .map(|t| Item {
             param: into_contiguous(t.param),

@@ -330,7 +330,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let items = self
             .recycled
             .iter()
-            .map(|&recycled| adam::Item {
+            .map(|&recycled| crate::AdamTensors::<Cube<R, F, I, BT>> {
                 param: next(),
                 grad: next(),
                 moment_1: next(),

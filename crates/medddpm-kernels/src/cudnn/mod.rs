@@ -140,17 +140,17 @@ unsafe impl Sync for DeviceSide {}
 
 static DEVICE_SIDE: OnceLock<Result<DeviceSide, String>> = OnceLock::new();
 
-/// Errors of convolutions that failed on the device thread, oldest first.
-static DEVICE_ERRORS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The first convolution that failed on the device thread since [`device_error`] last looked.
+static DEVICE_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 /// The first convolution that failed on cubecl's device thread since the last call, if any.
 /// Such a failure leaves that convolution's output unwritten, so whatever step it belonged to
 /// is invalid: callers stop with this as the error.
 pub fn device_error() -> Option<String> {
-    let mut errors = DEVICE_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
-    let first = errors.first().cloned();
-    errors.clear();
-    first
+    DEVICE_ERROR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
 }
 
 fn sync_requested() -> bool {
@@ -716,10 +716,10 @@ fn enqueue(
         if let Err(e) = result {
             let message = format!("cuDNN {key} failed on the device thread: {e}");
             eprintln!("{message}");
-            DEVICE_ERRORS
+            DEVICE_ERROR
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(message);
+                .get_or_insert(message);
         }
     });
 }
