@@ -2,7 +2,8 @@
 # The main job: build the medddpm command, train the quickstart model on the built-in phantoms,
 # sample from it, draw the samples beside their mask and training image, and score them against
 # it. About five minutes on 2 CPU cores once built (docs/benchmarks/quickstart.md). Re-running
-# continues (or reuses) the existing run; nothing already in runs/ is overwritten.
+# continues (or reuses) the existing run and replaces only the samples, pictures and metrics
+# this script writes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backend=${BACKEND:-auto}
@@ -23,10 +24,10 @@ mask=runs/phantoms/mask/phantom_000.nii.gz
 image=runs/phantoms/image/phantom_000.nii.gz
 echo "== sampling with the EMA weights (the denoising of each sample as a GIF)"
 "$bin" sample --checkpoint runs/quickstart --masks "$mask" --samples-per-mask 2 --seed 1 \
-  --out "$out" --trajectory 25 --backend "$backend"
+  --out "$out" --trajectory 25 --backend "$backend" --overwrite
 
 echo "== pictures: the training image and both samples, mask outlined"
-"$bin" render "$image" "$out/phantom_000_sample-0.nii.gz" "$out/phantom_000_sample-1.nii.gz" \
+"$bin" render "$image" "$out/phantom_000_seed-1_sample-0.nii.gz" "$out/phantom_000_seed-1_sample-1.nii.gz" \
   --mask "$mask" --titles "training image,sample 0,sample 1" \
   --out "$out/montage.png" --gif "$out/sweep.gif"
 

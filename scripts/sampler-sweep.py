@@ -50,13 +50,17 @@ for kind, steps in settings:
     report = json.loads((dest / "eval" / "eval.json").read_text())
     mean = report["paired"]["mean"]
     adherence = report["adherence"]
-    background = [l for s in adherence["synthetic"] for l in s["labels"] if l["label"] == 0]
+    def labelled(k):
+        return [l for s in adherence["synthetic"] for l in s["labels"] if l["label"] == k]
+    background, head, tumour = labelled(0), labelled(1), labelled(2)
     row = {
         "sampler": kind, "steps": steps, "seconds_per_sample": round(seconds, 2),
         "psnr": mean["psnr"], "ssim": mean["ssim"], "mae": mean["mae"],
         "mmd2": report["mmd"]["value"], "dice": adherence["mean_dice_synthetic"],
         "background_mean": sum(l["mean"] for l in background) / len(background),
         "background_std": sum(l["std"] for l in background) / len(background),
+        "head_mean": sum(l["mean"] for l in head) / len(head),
+        "tumour_mean": sum(l["mean"] for l in tumour) / len(tumour),
     }
     rows.append(row)
     print(json.dumps(row), flush=True)
@@ -65,11 +69,12 @@ if plot_only:
     rows = [json.loads(l) for l in (out / "sweep.jsonl").read_text().splitlines()]
 else:
     (out / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-head = "| sampler | steps | s / sample | PSNR (dB) | SSIM | MAE | MMD^2 | mean Dice | background mean | background std |\n"
-head += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+head = "| sampler | steps | s / sample | PSNR (dB) | SSIM | MAE | MMD^2 | mean Dice | background mean | background std | head mean | tumour mean |\n"
+head += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 body = "".join(
     f"| {r['sampler']} | {r['steps']} | {r['seconds_per_sample']:.2f} | {r['psnr']:.2f} | {r['ssim']:.4f} | "
-    f"{r['mae']:.4f} | {r['mmd2']:.4f} | {r['dice']:.4f} | {r['background_mean']:.3f} | {r['background_std']:.3f} |\n"
+    f"{r['mae']:.4f} | {r['mmd2']:.4f} | {r['dice']:.4f} | {r['background_mean']:.3f} | {r['background_std']:.3f} | "
+    f"{r.get('head_mean', float('nan')):.3f} | {r.get('tumour_mean', float('nan')):.3f} |\n"
     for r in rows)
 (out / "sweep.md").write_text(head + body)
 print(head + body)

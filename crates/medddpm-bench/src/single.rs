@@ -11,7 +11,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{Precision, RunEnv};
-use medddpm_diffusion::{network_input, CosineSchedule, DdpmSampler, LossType};
+use medddpm_diffusion::{network_input, CosineSchedule, DdpmSampler};
 use medddpm_train::{micro_step, micro_step_loss, MicroBatch};
 use medddpm_unet::{cast_compute_params, OpProfile, UNet, UNetConfig};
 use serde::{Deserialize, Serialize};
@@ -495,6 +495,8 @@ fn measure<B: KernelAutodiffBackend>(
     let mut optim = medddpm_train::FusedAdam::default().init::<B, UNet<B>>();
     let compute_dtype = env.compute_dtype();
     let mut last_loss = f32::NAN;
+    // The reference's objective: L1 on the predicted noise.
+    let objective = medddpm_train::DiffusionConfig::default();
     // The same images, condition and timesteps every step, fresh noise.
     let new_batch = || MicroBatch {
         x0: x0.clone(),
@@ -512,7 +514,7 @@ fn measure<B: KernelAutodiffBackend>(
         let start = Instant::now();
         // The working copies of the previous step's update (cast on the first step).
         let work = optim.working_model(&model, compute_dtype);
-        let (grads, loss) = micro_step(&work, &schedule, new_batch(), LossType::L1, 1.0);
+        let (grads, loss) = micro_step(&work, &schedule, new_batch(), &objective, 1.0);
         // As the trainer does: the update consumes the working copies.
         drop(work);
         let model = optim.step(config.lr, model, grads);
@@ -599,7 +601,7 @@ fn measure<B: KernelAutodiffBackend>(
             sync::<B>(device)?;
             let t0 = Instant::now();
             let work = optim.working_model(&model, compute_dtype);
-            let loss = micro_step_loss(&work, &schedule, batch, LossType::L1);
+            let loss = micro_step_loss(&work, &schedule, batch, &objective);
             sync::<B>(device)?;
             let forward_ms = ms_since(t0);
             memory = B::memory_usage(device);

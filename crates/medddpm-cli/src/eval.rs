@@ -14,8 +14,8 @@ pub struct EvalArgs {
     /// A mask file or a folder of masks (*.nii, *.nii.gz): the label maps the volumes belong to.
     #[arg(long)]
     masks: PathBuf,
-    /// Generated volumes (a file or a folder), named `<mask>_sample-<n>.nii.gz` as `medddpm
-    /// sample` writes them.
+    /// Generated volumes (a file or a folder), named `<mask>_seed-<s>_sample-<n>.nii.gz` as
+    /// `medddpm sample` writes them (any `<mask>_..._sample-<n>` pairs with `<mask>`).
     #[arg(long)]
     synthetic: PathBuf,
     /// Real volumes (a file or a folder), named like their mask (`<mask>.nii.gz`, or
@@ -134,7 +134,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         }
         let Some(m) = owner(&stem, &names) else {
             bail!(
-                "{}: no mask named like it (expected <mask>_sample-<n>; masks: {})",
+                "{}: no mask named like it (expected <mask>_seed-<s>_sample-<n> or <mask>_sample-<n>; masks: {})",
                 path.display(),
                 names.join(", ")
             );
@@ -264,6 +264,7 @@ mod tests {
     fn files_go_to_the_longest_matching_mask() {
         let masks = vec!["case".to_string(), "case_1".to_string()];
         assert_eq!(owner("case_1_sample-0", &masks), Some(1));
+        assert_eq!(owner("case_1_seed-7_sample-0", &masks), Some(1));
         assert_eq!(owner("case_sample-0", &masks), Some(0));
         assert_eq!(owner("case_1", &masks), Some(1));
         assert_eq!(owner("other_sample-0", &masks), None);

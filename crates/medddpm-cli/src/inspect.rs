@@ -8,7 +8,9 @@ use burn::module::Module;
 use clap::Args;
 use medddpm_nifti::Volume;
 use medddpm_train::checkpoint::{read_state, RunDir};
+use medddpm_train::integrity::{verify_or_offer, Verification};
 use medddpm_train::ExperimentConfig;
+use medddpm_train::{load_sampling_model, WeightsSource};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -61,6 +63,22 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         let state = read_state(&ckpt)?;
         let config = ExperimentConfig::from_file(&ckpt.join("config.toml"))?;
         let params = config.model.init::<Flex>(&Default::default())?.num_params();
+        // The checks sampling and resuming make: checksums, shapes against the config, and
+        // finite weights, for both sets of weights.
+        let checked = verify_or_offer(&ckpt)?;
+        for live in [false, true] {
+            load_sampling_model::<Flex>(
+                &WeightsSource::Checkpoint(ckpt.clone()),
+                live,
+                &Default::default(),
+            )?;
+        }
+        let integrity = match checked {
+            Verification::Verified { files } => format!("{files} files match their checksums"),
+            Verification::NoManifest => {
+                "no checksums (written by an older medddpm), not verified".to_string()
+            }
+        };
         println!("checkpoint: {}", ckpt.display());
         println!(
             "step:       {} (micro-batches {}, seed {})",
@@ -69,6 +87,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         println!("last loss:  {}", state.last_loss);
         println!("trained:    {:.1} s", state.elapsed_s);
         println!("parameters: {params}");
+        println!("integrity:  {integrity}; live and EMA weights fit the config and are finite");
         println!("\n# resolved config\n{}", config.to_toml());
         return Ok(());
     }
@@ -79,6 +98,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     {
         let (_, config) = crate::experiments::load(&args.path)?;
         config.validate()?;
+        for warning in config.model.unmatched_attention() {
+            eprintln!("warning: [model] {warning}");
+        }
         println!("{}", config.to_toml());
         return Ok(());
     }

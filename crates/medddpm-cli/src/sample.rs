@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::{Sampler, SamplerConfig, SamplerKind};
 use medddpm_train::data::list_masks;
-use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, WeightsSource};
+use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, TrainError, WeightsSource};
 use medddpm_unet::{cast_compute_params, UNetConfig};
 
 use crate::progress::SamplingProgress;
@@ -60,10 +60,15 @@ pub struct SampleArgs {
     /// `[sampler]` eta, else 0).
     #[arg(long)]
     eta: Option<f64>,
-    /// Also write `<mask>_sample-<n>_trajectory.gif` beside each sample: the denoising, three
-    /// planes per frame (at most FRAMES frames, evenly spaced over the reverse steps).
+    /// Also write `<mask>_seed-<seed>_sample-<n>_trajectory.gif` beside each sample: the
+    /// denoising, three planes per frame (at most FRAMES frames, evenly spaced over the reverse
+    /// steps).
     #[arg(long, num_args = 0..=1, default_missing_value = "50", value_name = "FRAMES")]
     trajectory: Option<usize>,
+    /// Replace files of the same names in --out (without it, sampling refuses to start when
+    /// any of its outputs exists).
+    #[arg(long)]
+    overwrite: bool,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -150,7 +155,13 @@ impl BackendTask for SampleTask {
                     format!("mask {}/{} sample {}", m + 1, self.masks.len(), n + 1),
                 );
             },
-        )?;
+        )
+        .map_err(|e| match e {
+            TrainError::WouldOverwrite { .. } => anyhow::anyhow!(
+                "{e}: pass --overwrite to replace them, or choose another --out or --seed"
+            ),
+            e => e.into(),
+        })?;
         bar.finish();
         for path in &written {
             println!("{}", path.display());
@@ -185,6 +196,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         rescale: args.rescale,
         sampler: SamplerConfig::default(),
         trajectory: args.trajectory,
+        overwrite: args.overwrite,
     };
     run_on(
         &args.compute.settings(),

@@ -113,6 +113,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     if let Some(seed) = args.seed {
         config.train.seed = seed;
     }
+    for warning in config.model.unmatched_attention() {
+        eprintln!("warning: [model] {warning}");
+    }
     let options = SessionOptions {
         resume,
         max_steps: args.max_steps,

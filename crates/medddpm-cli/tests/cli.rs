@@ -129,6 +129,21 @@ fn bad_input_is_a_clear_error() {
     ]);
     assert!(!ok && stderr.contains("empty"), "{stderr}");
 
+    // An empty experiment file would be the 40M-parameter model for 100,000 steps.
+    let empty = tmp.path().join("empty.toml");
+    std::fs::write(&empty, "# nothing yet\n").unwrap();
+    for cmd in ["inspect", "train"] {
+        let args: Vec<&str> = match cmd {
+            "inspect" => vec!["inspect", empty.to_str().unwrap()],
+            _ => vec!["train", "--experiment", empty.to_str().unwrap()],
+        };
+        let (ok, _, stderr) = medddpm(&args);
+        assert!(
+            !ok && stderr.contains("empty.toml") && stderr.contains("sets nothing"),
+            "{cmd}: {stderr}"
+        );
+    }
+
     let (ok, _, stderr) = medddpm(&["train", "--backend", "cuda", "--steps", "1"]);
     if !cfg!(feature = "cuda") {
         assert!(!ok && stderr.contains("--features cuda"), "{stderr}");

@@ -6,6 +6,7 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
+use crate::process::Prediction;
 use crate::sampler::{reverse_process, DdpmSampler, Denoiser, StepOutput};
 use crate::schedule::CosineSchedule;
 
@@ -118,6 +119,16 @@ impl Sampler {
         }
     }
 
+    /// The same sampler for a network that predicts `prediction` (the default: the noise).
+    pub fn with_prediction(mut self, prediction: Prediction) -> Self {
+        match &mut self {
+            Sampler::Ddpm(s) => s.prediction = prediction,
+            Sampler::Ddim(s) => s.prediction = prediction,
+            Sampler::DpmSolver(s) => s.prediction = prediction,
+        }
+        self
+    }
+
     /// Network calls per sample.
     pub fn num_steps(&self) -> usize {
         match self {
@@ -174,6 +185,8 @@ pub struct DdimSampler {
     pub eta: f64,
     /// Clamp x0 to [-1, 1] at every step (as the reference's DDPM sampler does).
     pub clip_denoised: bool,
+    /// What the network predicts (the reference's: the noise).
+    pub prediction: Prediction,
 }
 
 impl DdimSampler {
@@ -187,6 +200,7 @@ impl DdimSampler {
             timesteps: Vec::new(),
             eta,
             clip_denoised: true,
+            prediction: Prediction::Epsilon,
         };
         sampler.set_timesteps(steps)?;
         Ok(sampler)
@@ -292,6 +306,7 @@ impl DdimSampler {
         let ts = &self.timesteps;
         reverse_process(
             denoiser,
+            (&self.schedule, self.prediction),
             cond,
             image_channels,
             ts,

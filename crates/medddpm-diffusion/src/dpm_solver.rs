@@ -12,6 +12,7 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::ddim::{trailing_timesteps, SamplerError};
+use crate::process::Prediction;
 use crate::sampler::{reverse_process, Denoiser};
 use crate::schedule::CosineSchedule;
 
@@ -23,6 +24,8 @@ pub struct DpmSolverSampler {
     timesteps: Vec<usize>,
     /// Clamp x0 to [-1, 1] at every step (as the reference's DDPM sampler does).
     pub clip_denoised: bool,
+    /// What the network predicts (the reference's: the noise).
+    pub prediction: Prediction,
 }
 
 impl DpmSolverSampler {
@@ -33,6 +36,7 @@ impl DpmSolverSampler {
             schedule,
             timesteps,
             clip_denoised: true,
+            prediction: Prediction::Epsilon,
         })
     }
 
@@ -113,6 +117,7 @@ impl DpmSolverSampler {
         let mut previous: Option<(usize, Tensor<B, 5>)> = None;
         reverse_process(
             denoiser,
+            (&self.schedule, self.prediction),
             cond,
             image_channels,
             ts,

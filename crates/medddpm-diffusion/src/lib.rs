@@ -33,7 +33,7 @@ pub mod schedule;
 
 pub use ddim::{DdimSampler, Sampler, SamplerConfig, SamplerError, SamplerKind};
 pub use dpm_solver::DpmSolverSampler;
-pub use process::{network_input, noise_loss, training_loss, LossType, TrainingLoss};
+pub use process::{network_input, noise_loss, training_loss, LossType, Prediction, TrainingLoss};
 pub use sampler::{DdpmSampler, Denoiser, StepOutput};
 pub use schedule::{CosineSchedule, ScheduleConfig};
 

@@ -2,7 +2,7 @@
 
 use burn::tensor::{backend::Backend, Distribution, Tensor};
 
-use crate::process::network_input;
+use crate::process::{network_input, Prediction};
 use crate::schedule::CosineSchedule;
 
 /// Anything that predicts the noise in a network input (noisy image and condition channels
@@ -32,6 +32,8 @@ pub struct DdpmSampler {
     schedule: CosineSchedule,
     /// Clamp x0 to [-1, 1] at every step (`clip_denoised=True` in the reference).
     pub clip_denoised: bool,
+    /// What the network predicts (the reference's: the noise).
+    pub prediction: Prediction,
 }
 
 impl DdpmSampler {
@@ -40,6 +42,7 @@ impl DdpmSampler {
         Self {
             schedule,
             clip_denoised: true,
+            prediction: Prediction::Epsilon,
         }
     }
 
@@ -118,6 +121,7 @@ impl DdpmSampler {
         let timesteps: Vec<usize> = self.timesteps().collect();
         reverse_process(
             denoiser,
+            (&self.schedule, self.prediction),
             cond,
             image_channels,
             &timesteps,
@@ -129,12 +133,14 @@ impl DdpmSampler {
 }
 
 /// The reverse loop every sampler shares: from pure noise of `image_channels` channels, one
-/// network call per entry of `timesteps` (visited in order); `step(eps, i, x, z)` gives the next
+/// network call per entry of `timesteps` (visited in order), its output turned into the noise
+/// by `prediction` over `schedule`; `step(eps, i, x, z)` gives the next
 /// x from the predicted noise, with z fresh standard normal noise where `noisy(i)` says step i
 /// adds any (zeros otherwise, drawing nothing from the generator); `on_step(i + 1, x)` sees
 /// each new x.
 pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
     denoiser: &M,
+    (schedule, prediction): (&CosineSchedule, Prediction),
     cond: Tensor<B, 5>,
     image_channels: usize,
     timesteps: &[usize],
@@ -147,7 +153,9 @@ pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
     let shape = [b, image_channels, d, h, w];
     let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
     for (i, &t) in timesteps.iter().enumerate() {
-        let eps = denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
+        let output =
+            denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
+        let eps = prediction.to_noise(schedule, output, t, x.clone());
         let noise = if noisy(i) {
             Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
         } else {

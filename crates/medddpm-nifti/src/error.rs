@@ -41,6 +41,14 @@ pub enum NiftiError {
         /// File being read.
         path: PathBuf,
     },
+    /// Voxel sizes (`pixdim[1..4]`) that are zero, negative or not numbers.
+    #[error("{path}: voxel spacing {spacing:?} (pixdim[1..4]) must be positive numbers of mm")]
+    BadSpacing {
+        /// The file.
+        path: PathBuf,
+        /// pixdim[1], pixdim[2], pixdim[3].
+        spacing: [f32; 3],
+    },
     /// `sizeof_hdr` is neither 348 (NIfTI-1) nor 540 (NIfTI-2) in either byte order.
     #[error("{path}: not a NIfTI file (sizeof_hdr = {sizeof_hdr}, expected 348)")]
     NotNifti {

@@ -42,7 +42,11 @@ impl WriteOptions {
 }
 
 /// Reads a whole file, inflating it when it starts with the gzip magic (whatever its name).
-fn read_bytes(path: &Path) -> Result<Vec<u8>, NiftiError> {
+/// Inflation stops after `limit(first bytes)` bytes, the length the file's own header claims
+/// (`limit` sees the first [`NIFTI1_HEADER_SIZE`] inflated bytes, or fewer if the stream is
+/// shorter): a small volume followed by gigabytes of compressed zeros (a gzip bomb) costs only
+/// what the header says.
+fn read_bytes(path: &Path, limit: impl Fn(&[u8]) -> Option<u64>) -> Result<Vec<u8>, NiftiError> {
     let raw = std::fs::read(path).map_err(|source| NiftiError::Io {
         path: path.to_path_buf(),
         source,
@@ -50,17 +54,64 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>, NiftiError> {
     if raw.len() < 2 || raw[..2] != [0x1f, 0x8b] {
         return Ok(raw);
     }
-    let mut out = Vec::with_capacity(raw.len() * 4);
-    match MultiGzDecoder::new(&raw[..]).read_to_end(&mut out) {
-        Ok(_) => Ok(out),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(NiftiError::TruncatedGzip {
+    let gzip_error = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => NiftiError::TruncatedGzip {
             path: path.to_path_buf(),
-        }),
-        Err(source) => Err(NiftiError::CorruptGzip {
+        },
+        _ => NiftiError::CorruptGzip {
             path: path.to_path_buf(),
-            source,
-        }),
+            source: e,
+        },
+    };
+    let mut decoder = MultiGzDecoder::new(&raw[..]);
+    let mut out = Vec::with_capacity(raw.len().saturating_mul(4).min(1 << 30));
+    (&mut decoder)
+        .take(NIFTI1_HEADER_SIZE as u64)
+        .read_to_end(&mut out)
+        .map_err(gzip_error)?;
+    // One byte past the claim: a stream of exactly the claimed length is then read to its end,
+    // so its CRC is checked.
+    let rest = limit(&out)
+        .unwrap_or(u64::MAX)
+        .saturating_sub(out.len() as u64)
+        .saturating_add(1);
+    decoder
+        .take(rest)
+        .read_to_end(&mut out)
+        .map_err(gzip_error)?;
+    Ok(out)
+}
+
+/// The bytes a single-file NIfTI-1 claims (voxel offset and voxel data), or only its header for
+/// the header of a pair; `None` when the header cannot say (the reader then reports why).
+fn claimed_len(prefix: &[u8]) -> Option<u64> {
+    let first4: [u8; 4] = prefix.get(..4)?.try_into().ok()?;
+    let SizeofHdr::Nifti1(endian) = detect(&first4) else {
+        return None;
+    };
+    if prefix.len() < NIFTI1_HEADER_SIZE {
+        return None;
     }
+    let h = NiftiHeader::parse(prefix, endian);
+    if &h.magic == b"ni1\0" {
+        return Some(NIFTI1_HEADER_SIZE as u64);
+    }
+    image_len(&h)
+}
+
+/// Voxel offset plus voxel bytes that a header claims.
+fn image_len(h: &NiftiHeader) -> Option<u64> {
+    let size = DataType::from_code(h.datatype)?.size() as u64;
+    let voxels = h.dim[1..4]
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?))?;
+    let offset = h.vox_offset;
+    let offset = if offset.is_finite() && offset >= 0.0 {
+        offset as u64
+    } else {
+        0
+    };
+    offset.checked_add(voxels.checked_mul(size)?)
 }
 
 /// `path` without its NIfTI/Analyze suffix, for finding the other half of a pair.
@@ -95,7 +146,7 @@ impl Volume {
     pub fn read(path: impl AsRef<Path>) -> Result<Self, NiftiError> {
         let path = header_path(path.as_ref());
         let path = path.as_path();
-        let bytes = read_bytes(path)?;
+        let bytes = read_bytes(path, claimed_len)?;
         let truncated = || NiftiError::TruncatedHeader {
             path: path.to_path_buf(),
             len: bytes.len(),
@@ -142,7 +193,7 @@ impl Volume {
         // Voxel bytes live after vox_offset in this file, or in the .img partner.
         let (data_path, data_bytes, min_offset) = if pair {
             let img = find_image(path)?;
-            let b = read_bytes(&img)?;
+            let b = read_bytes(&img, |_| image_len(&header))?;
             (img, b, 0.0)
         } else {
             (path.to_path_buf(), bytes, NIFTI1_HEADER_SIZE as f32)
@@ -293,6 +344,14 @@ fn volume_dims(path: &Path, h: &NiftiHeader) -> Result<[usize; 3], NiftiError> {
         return Err(NiftiError::UnsupportedDims {
             path: path.to_path_buf(),
             dims: stored(),
+        });
+    }
+    // Voxel sizes end up in every output written on this grid and in the pictures' aspect.
+    let spacing = [h.pixdim[1], h.pixdim[2], h.pixdim[3]];
+    if !spacing.iter().all(|s| s.is_finite() && *s > 0.0) {
+        return Err(NiftiError::BadSpacing {
+            path: path.to_path_buf(),
+            spacing,
         });
     }
     Ok([h.dim[1] as usize, h.dim[2] as usize, h.dim[3] as usize])

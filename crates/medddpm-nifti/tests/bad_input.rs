@@ -261,3 +261,40 @@ fn wrong_data_length_is_an_error() {
         }
     ));
 }
+
+#[test]
+fn a_gzip_bomb_is_inflated_only_as_far_as_its_header_claims() {
+    // A valid 4x3x2 volume followed by 64 MiB of zeros in the same gzip stream: the reader
+    // stops one byte after the 348 + 4 + 96 bytes the header claims, and the volume reads.
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, raw) = valid_nii(dir.path());
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(&raw).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        gz.write_all(&zeros).unwrap();
+    }
+    let bomb = gz.finish().unwrap();
+    assert!(bomb.len() < 1 << 20, "compresses to {} bytes", bomb.len());
+    let p = dir.path().join("bomb.nii.gz");
+    std::fs::write(&p, &bomb).unwrap();
+    let v = Volume::read(&p).unwrap();
+    assert_eq!(v.dims(), [4, 3, 2]);
+    assert_eq!(v.data()[23], 23.0);
+}
+
+#[test]
+fn zero_negative_or_nan_spacing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, raw) = valid_nii(dir.path());
+    // pixdim[1..4] are the f32s at bytes 80, 84 and 88 (little-endian).
+    for (name, value) in [("zero", 0.0f32), ("negative", -1.5), ("nan", f32::NAN)] {
+        let mut bytes = raw.clone();
+        bytes[84..88].copy_from_slice(&value.to_le_bytes());
+        let err = read_err(dir.path(), &format!("spacing-{name}.nii"), &bytes);
+        assert!(matches!(err, NiftiError::BadSpacing { .. }), "{err:?}");
+        assert!(err.to_string().contains("spacing"), "{err}");
+    }
+}

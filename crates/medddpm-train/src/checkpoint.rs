@@ -4,7 +4,8 @@
 //! weights, the optimizer state, the resolved config and `state.json` (step, seed and data
 //! position). It is written under a temporary name and renamed into place, and only then is the
 //! `latest` pointer replaced (also by rename), so a crash at any point leaves the previous
-//! checkpoint as the latest and loadable.
+//! checkpoint as the latest and loadable. `checksums.json` (size and CRC-32 of every file)
+//! lets loading find a checkpoint damaged afterwards ([`crate::integrity`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,6 +138,7 @@ impl RunDir {
         write_file(&tmp.join(CONFIG_FILE), config_toml.as_bytes())?;
         let state_json = serde_json::to_string_pretty(state).expect("state serialises");
         write_file(&tmp.join(STATE_FILE), state_json.as_bytes())?;
+        crate::integrity::write_checksums(&tmp)?;
 
         let final_path = dir.join(&name);
         if FAIL_NEXT_RENAME.swap(false, Ordering::SeqCst) {

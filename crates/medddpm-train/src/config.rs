@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use medddpm_diffusion::{LossType, SamplerConfig, ScheduleConfig};
+use medddpm_diffusion::{LossType, Prediction, SamplerConfig, ScheduleConfig};
 use medddpm_unet::UNetConfig;
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +36,7 @@ fn is_default_compute(c: &ComputeConfig) -> bool {
     *c == ComputeConfig::default()
 }
 
-/// Schedule and loss.
+/// Schedule, loss and prediction target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DiffusionConfig {
@@ -44,6 +44,9 @@ pub struct DiffusionConfig {
     pub timesteps: usize,
     /// Noise-prediction loss (`l1` in every reference script).
     pub loss: LossType,
+    /// What the network predicts: `epsilon` (the noise, the reference's and its weights') or
+    /// `v` (the velocity; short runs learn a volume's overall level better with it).
+    pub prediction: Prediction,
 }
 
 impl Default for DiffusionConfig {
@@ -51,6 +54,7 @@ impl Default for DiffusionConfig {
         Self {
             timesteps: ScheduleConfig::default().timesteps,
             loss: LossType::L1,
+            prediction: Prediction::Epsilon,
         }
     }
 }
@@ -165,6 +169,12 @@ impl ExperimentConfig {
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Self, String> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        if table.is_empty() {
+            // Every field has a default, so an empty file would quietly mean the 40M-parameter
+            // whole-head model for 100,000 steps on data in the default folders.
+            return Err("the experiment sets nothing (an empty file?): start from one of experiments/*.toml, or name a built-in experiment".into());
+        }
         toml::from_str(text).map_err(|e| e.to_string())
     }
 

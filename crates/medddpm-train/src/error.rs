@@ -48,6 +48,24 @@ pub enum TrainError {
         /// The loss value.
         loss: f32,
     },
+    /// Another process is training in this run folder.
+    #[error("{}: {owner} is training in this run folder (it holds {}/.lock); wait for it, or stop it first", run.display(), run.display())]
+    Locked {
+        /// The run folder.
+        run: PathBuf,
+        /// Who holds the lock ("process 1234").
+        owner: String,
+    },
+    /// Files to be written already exist and replacing them was not asked for.
+    #[error("{}: {count} of the files to write already exist (first: {first}); nothing was written", dir.display())]
+    WouldOverwrite {
+        /// The output folder.
+        dir: PathBuf,
+        /// How many of the planned files exist.
+        count: usize,
+        /// The first of them.
+        first: String,
+    },
     /// A GPU operation handed to the device thread failed, so what it belonged to is invalid.
     #[error("{during}: {message}")]
     Device {

@@ -8,6 +8,8 @@ mod config;
 pub mod data;
 pub mod ema;
 mod error;
+pub mod integrity;
+pub mod lock;
 pub mod optim;
 pub mod phantom;
 pub mod pictures;
@@ -18,7 +20,9 @@ pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, TrainSettings};
 pub use error::TrainError;
 pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
-pub use sample::{load_sampling_model, sample_masks, SampleOptions, SamplingModel, WeightsSource};
+pub use sample::{
+    load_sampling_model, sample_masks, sample_stem, SampleOptions, SamplingModel, WeightsSource,
+};
 pub use trainer::{
     micro_step, micro_step_loss, train, MicroBatch, Quiet, SessionOptions, StepMetrics,
     TrainObserver, TrainSummary,

@@ -447,8 +447,9 @@ mod tests {
     #[test]
     fn working_copies_train_like_recorded_casts() {
         use crate::trainer::{micro_step, micro_step_loss, MicroBatch};
+        use crate::DiffusionConfig;
         use burn::tensor::backend::Backend;
-        use medddpm_diffusion::{CosineSchedule, LossType};
+        use medddpm_diffusion::CosineSchedule;
         use medddpm_unet::{cast_compute_params, Compute, Precision, UNet, UNetConfig};
 
         let device = Default::default();
@@ -483,14 +484,20 @@ mod tests {
         let (mut a, mut b) = (start.clone(), start);
         for step in 0..3 {
             let work = ours.working_model(&a, DType::BF16);
-            let (grads, _) = micro_step(&work, &schedule, batch(step), LossType::L1, 1.0);
+            let (grads, _) = micro_step(
+                &work,
+                &schedule,
+                batch(step),
+                &DiffusionConfig::default(),
+                1.0,
+            );
             a = ours.step(1e-3, a, grads);
             // Every convolution and linear parameter came back with its bf16 copy.
             assert!(ours.copies.len() > 20, "{} copies", ours.copies.len());
             assert!(ours.copies.values().all(|c| c.dtype() == DType::BF16));
             // The casts recorded in the graph: f32 gradients for the master weights.
             let cast = cast_compute_params(b.clone(), DType::BF16);
-            let loss = micro_step_loss(&cast, &schedule, batch(step), LossType::L1);
+            let loss = micro_step_loss(&cast, &schedule, batch(step), &DiffusionConfig::default());
             let grads = GradientsParams::from_grads(loss.backward(), &b);
             b = reference.step(1e-3, b, grads);
         }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::DataError;
 
 /// Bumped whenever the generator's output changes, so old folders are regenerated.
-const GENERATOR: &str = "medddpm-phantom-v1";
+const GENERATOR: &str = "medddpm-phantom-v2";
 
 /// Field of view per axis in mm: 128 voxels give the reference's 1.5 mm spacing.
 const FOV_MM: f64 = 192.0;
@@ -225,17 +225,21 @@ fn phantom(size: [usize; 3], seed: u64, n: u64) -> (Vec<f32>, Vec<f32>, Affine) 
             (amp, freq, phase)
         })
         .collect();
-    // Tumour: inside the brain (offset <= 0.4 of the head radius, semi-axes <= 0.24 of the
-    // [-1, 1] span, head radius >= 0.72: 0.4 + 0.24 / 0.72 < 0.85 <= brain_edge), and at least
-    // ~1.5 voxels in semi-axis so small grids still show it.
+    // Tumour: at least 2.4 voxels in semi-axis (from 16 voxels per side up; at most 0.3 of the
+    // span below that), so that on small grids it has an inside and
+    // not only a rim (1.5 voxels gave 23-voxel tumours at 16^3, all edge), and inside the brain:
+    // offset <= `max_dist` of the head radius, semi-axes <= `hi` of the [-1, 1] span, head
+    // radius >= 0.72, so max_dist + hi / 0.72 <= 0.85 <= brain_edge. From 50 voxels per side
+    // up this is 0.4 and [0.10, 0.24], what it always was.
+    let lo: [f64; 3] = std::array::from_fn(|a| (5.0 / size[a] as f64).clamp(0.10, 0.30));
+    let hi = lo.map(|l| l.max(0.20) + 0.04);
+    let widest = hi.iter().cloned().fold(0.0, f64::max);
+    let max_dist = (0.85 - widest / 0.72).clamp(0.0, 0.4);
     let dir: [f64; 3] = std::array::from_fn(|_| u(-1.0, 1.0));
     let norm = dir.iter().map(|d| d * d).sum::<f64>().sqrt().max(1e-9);
-    let dist = u(0.0, 0.4);
+    let dist = u(0.0, max_dist);
     let tum_c: [f64; 3] = std::array::from_fn(|a| head_c[a] + dir[a] / norm * dist * head_r[a]);
-    let tum_r: [f64; 3] = std::array::from_fn(|a| {
-        let lo = (0.10f64).max(3.0 / size[a] as f64);
-        u(lo, lo.max(0.20) + 0.04)
-    });
+    let tum_r: [f64; 3] = std::array::from_fn(|a| u(lo[a], hi[a]));
     let core_val = u(0.45, 0.60);
     let rim_val = u(0.85, 0.95);
     const NOISE: f64 = 0.03;

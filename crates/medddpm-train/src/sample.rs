@@ -63,12 +63,20 @@ pub fn load_sampling_model<B: Backend>(
                         )
                     })?
             };
+            crate::integrity::verify_or_offer(&dir)?;
             let config = ExperimentConfig::from_file(&dir.join(CONFIG_FILE))?;
             let file = dir.join(if live { MODEL_FILE } else { EMA_FILE });
             let record = recorder().load(file.clone(), device).map_err(|e| {
                 TrainError::checkpoint(&dir, format!("cannot load {}: {e}", file.display()))
             })?;
-            let unet = config.model.init::<B>(device)?.load_record(record);
+            let configured = config.model.init::<B>(device)?;
+            let unet = configured.clone().load_record(record);
+            let what = if live {
+                "the live weights"
+            } else {
+                "the EMA weights"
+            };
+            crate::integrity::check_weights(&configured, &unet, what, &file.with_extension("mpk"))?;
             Ok(SamplingModel {
                 unet,
                 schedule: CosineSchedule::new(config.diffusion.timesteps),
@@ -81,7 +89,9 @@ pub fn load_sampling_model<B: Backend>(
             } else {
                 WeightsEntry::Ema
             };
-            let (unet, report) = load_reference_checkpoint(model.init::<B>(device)?, path, entry)?;
+            let configured = model.init::<B>(device)?;
+            let (unet, report) = load_reference_checkpoint(configured.clone(), path, entry)?;
+            crate::integrity::check_weights(&configured, &unet, "the weights", path)?;
             let timesteps = report.timesteps.unwrap_or(250);
             let mut config = ExperimentConfig {
                 model: model.clone(),
@@ -112,13 +122,71 @@ pub struct SampleOptions {
     pub rescale: Option<(f32, f32)>,
     /// Which reverse process, with how many network calls.
     pub sampler: SamplerConfig,
-    /// Also write `<id>_sample-<n>_trajectory.gif`: the sample after each reverse step (at
-    /// most this many frames, evenly spaced; the first image channel), three planes per frame.
+    /// Also write `<id>_seed-<seed>_sample-<n>_trajectory.gif`: the sample after each reverse
+    /// step (at most this many frames, evenly spaced; the first image channel), three planes
+    /// per frame.
     pub trajectory: Option<usize>,
+    /// Replace files already in the output folder (refused otherwise, before any sampling).
+    pub overwrite: bool,
+}
+
+/// The name (without extension) of sample `n` of mask `id` drawn with `seed`: a second run
+/// with another seed writes beside the first instead of over it.
+pub fn sample_stem(id: &str, seed: u64, n: usize) -> String {
+    format!("{id}_seed-{seed}_sample-{n}")
+}
+
+/// The NIfTI file names of one sample: `<stem>.nii.gz`, or `<stem>_<channel>.nii.gz` per
+/// channel when there are several.
+fn sample_file_names(stem: &str, channel_names: &[String]) -> Vec<String> {
+    if channel_names.len() <= 1 {
+        return vec![format!("{stem}.nii.gz")];
+    }
+    channel_names
+        .iter()
+        .map(|chan| format!("{stem}_{chan}.nii.gz"))
+        .collect()
+}
+
+/// Every file `sample_masks` would write for mask ids `ids`, in the order it writes them.
+fn planned_outputs(
+    out_dir: &Path,
+    ids: &[String],
+    options: &SampleOptions,
+    channel_names: &[String],
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for id in ids {
+        for n in 0..options.samples_per_mask {
+            let stem = sample_stem(id, options.seed, n);
+            out.extend(
+                sample_file_names(&stem, channel_names)
+                    .into_iter()
+                    .map(|f| out_dir.join(f)),
+            );
+            if options.trajectory.is_some() {
+                out.push(out_dir.join(format!("{stem}_trajectory.gif")));
+            }
+        }
+    }
+    out
+}
+
+/// Creates `dir` and proves a file can be written there, so a read-only or missing output
+/// folder fails before hours of sampling rather than after the first sample.
+fn check_writable(dir: &Path) -> Result<(), TrainError> {
+    std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
+    let probe = dir.join(format!(".medddpm-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| TrainError::io(dir, e))?;
+    std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
 }
 
 /// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
 /// `progress(mask, sample, reverse_steps_done)` is called after every reverse step.
+///
+/// Everything that can fail is checked before the first sample: every mask is read and fits
+/// the model, the output folder is writable, and (unless `options.overwrite`) none of the
+/// files to write exists.
 pub fn sample_masks<B: KernelBackend>(
     model: &SamplingModel<B>,
     masks: &[PathBuf],
@@ -129,25 +197,56 @@ pub fn sample_masks<B: KernelBackend>(
 ) -> Result<Vec<PathBuf>, TrainError> {
     let data = &model.config.data;
     let scheme: LabelScheme = data.label_scheme.clone().into();
-    let sampler =
-        Sampler::new(model.schedule.clone(), &options.sampler).map_err(|e| TrainError::Config {
+    let sampler = Sampler::new(model.schedule.clone(), &options.sampler)
+        .map_err(|e| TrainError::Config {
             path: None,
             message: e.to_string(),
-        })?;
+        })?
+        .with_prediction(model.config.diffusion.prediction);
     let channels = model.unet.out_channels();
     let names = crate::data::image_channel_names(channels);
-    std::fs::create_dir_all(out_dir).map_err(|e| TrainError::io(out_dir, e))?;
-    let mut written = Vec::new();
-    for (m, mask_path) in masks.iter().enumerate() {
+    // Each mask as the network will see it, and the grid its samples are written on.
+    let prepare = |mask_path: &PathBuf| -> Result<_, TrainError> {
         let (cond, shape, mask) = load_condition(mask_path, &scheme, data.grid, data.grid_policy)?;
         // The output lives on the mask's grid after the same policy the condition went through.
         let reference = regrid_mask(mask, mask_path, data.grid, data.grid_policy)?;
         let [d, h, w] = shape;
         let c = cond.len() / (d * h * w);
-        model.unet.check_input([1, c + channels, d, h, w], 1)?;
+        model
+            .unet
+            .check_input([1, c + channels, d, h, w], 1)
+            .map_err(|e| TrainError::Config {
+                path: Some(mask_path.clone()),
+                message: e.to_string(),
+            })?;
+        Ok((cond, [c, d, h, w], reference))
+    };
+    for mask_path in masks {
+        prepare(mask_path)?;
+    }
+    check_writable(out_dir)?;
+    let ids: Vec<String> = masks.iter().map(|p| mask_stem(p)).collect();
+    let planned = planned_outputs(out_dir, &ids, options, &names);
+    if !options.overwrite {
+        let existing: Vec<&PathBuf> = planned.iter().filter(|p| p.exists()).collect();
+        if let Some(first) = existing.first() {
+            return Err(TrainError::WouldOverwrite {
+                dir: out_dir.to_path_buf(),
+                count: existing.len(),
+                first: first
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    let mut written = Vec::new();
+    for (m, mask_path) in masks.iter().enumerate() {
+        let (cond, [c, d, h, w], reference) = prepare(mask_path)?;
         let cond = Tensor::<B, 5>::from_data(TensorData::new(cond, [1, c, d, h, w]), device);
-        let id = mask_stem(mask_path);
+        let id = &ids[m];
         for n in 0..options.samples_per_mask {
+            let stem = sample_stem(id, options.seed, n);
             B::seed(
                 device,
                 options
@@ -194,9 +293,9 @@ pub fn sample_masks<B: KernelBackend>(
                     *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
                 }
             }
-            written.extend(write_sample(out_dir, &id, n, &values, &reference, &names)?);
+            written.extend(write_sample(out_dir, &stem, &values, &reference, &names)?);
             if let Some(t) = trajectory {
-                written.push(t.write(&out_dir.join(format!("{id}_sample-{n}_trajectory.gif")))?);
+                written.push(t.write(&out_dir.join(format!("{stem}_trajectory.gif")))?);
             }
         }
     }
@@ -215,29 +314,20 @@ pub fn mask_stem(path: &Path) -> String {
 }
 
 /// Writes one sample (channels of (nk, nj, ni) voxels in file order) as NIfTI files on
-/// `reference`'s grid: `<id>_sample-<n>.nii.gz`, or `<id>_sample-<n>_<channel>.nii.gz` when
-/// there are several channels.
+/// `reference`'s grid: `<stem>.nii.gz`, or `<stem>_<channel>.nii.gz` when there are several
+/// channels (one name per channel in `channel_names`).
 pub fn write_sample(
     dir: &Path,
-    id: &str,
-    n: usize,
+    stem: &str,
     values: &[f32],
     reference: &Volume,
     channel_names: &[String],
 ) -> Result<Vec<PathBuf>, TrainError> {
     let voxels = reference.voxel_count();
-    let channels = values.len() / voxels;
+    let names = sample_file_names(stem, channel_names);
+    debug_assert_eq!(names.len() * voxels, values.len());
     let mut out = Vec::new();
-    for c in 0..channels {
-        let name = if channels == 1 {
-            format!("{id}_sample-{n}.nii.gz")
-        } else {
-            let chan = channel_names
-                .get(c)
-                .cloned()
-                .unwrap_or_else(|| format!("ch{c}"));
-            format!("{id}_sample-{n}_{chan}.nii.gz")
-        };
+    for (c, name) in names.into_iter().enumerate() {
         let path = dir.join(name);
         reference
             .with_data(values[c * voxels..(c + 1) * voxels].to_vec())?

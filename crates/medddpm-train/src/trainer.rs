@@ -10,7 +10,7 @@ use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
-use medddpm_diffusion::{training_loss, CosineSchedule, LossType, Sampler};
+use medddpm_diffusion::{training_loss, CosineSchedule, Sampler};
 use medddpm_unet::{cast_compute_params, Compute, KernelAutodiffBackend, KernelBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,7 +22,7 @@ use crate::checkpoint::{
 use crate::data::{Example, NiftiDataset};
 use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::sample::write_sample;
-use crate::{ExperimentConfig, TrainError};
+use crate::{DiffusionConfig, ExperimentConfig, TrainError};
 
 /// Records are full precision: resumed runs must continue bit for bit.
 pub(crate) fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
@@ -174,10 +174,10 @@ pub fn micro_step<B: KernelAutodiffBackend>(
     work: &UNet<B>,
     schedule: &CosineSchedule,
     batch: MicroBatch<B>,
-    loss: LossType,
+    objective: &DiffusionConfig,
     divisor: f64,
 ) -> (GradientsParams, Tensor<B, 1>) {
-    let loss = micro_step_loss(work, schedule, batch, loss);
+    let loss = micro_step_loss(work, schedule, batch, objective);
     let grads = loss.clone().div_scalar(divisor).backward();
     (GradientsParams::from_grads(grads, work), loss)
 }
@@ -188,7 +188,7 @@ pub fn micro_step_loss<B: KernelAutodiffBackend>(
     work: &UNet<B>,
     schedule: &CosineSchedule,
     batch: MicroBatch<B>,
-    loss: LossType,
+    objective: &DiffusionConfig,
 ) -> Tensor<B, 1> {
     training_loss(
         work,
@@ -197,7 +197,8 @@ pub fn micro_step_loss<B: KernelAutodiffBackend>(
         batch.cond,
         &batch.timesteps,
         batch.noise,
-        loss,
+        objective.loss,
+        objective.prediction,
     )
     .loss
 }
@@ -258,6 +259,8 @@ pub fn train<B: KernelAutodiffBackend>(
         last_loss: f32::NAN,
         elapsed_s: 0.0,
     };
+    // Held to the end of the session: a second process on this run stops here.
+    let _lock = crate::lock::RunLock::acquire(&run.root)?;
     let existing = run.latest_checkpoint()?;
     if options.resume {
         let Some(ckpt) = existing else {
@@ -266,7 +269,9 @@ pub fn train<B: KernelAutodiffBackend>(
                 "no checkpoint to resume from",
             ));
         };
+        crate::integrity::verify_or_offer(&ckpt)?;
         state = read_state(&ckpt)?;
+        check_same_network(config, &ckpt)?;
         if state.seed != settings.seed {
             return Err(TrainError::checkpoint(
                 &ckpt,
@@ -279,12 +284,22 @@ pub fn train<B: KernelAutodiffBackend>(
         let load_err = |what: &str, e: burn::record::RecorderError| {
             TrainError::checkpoint(&ckpt, format!("cannot load {what}: {e}"))
         };
+        let configured = model.clone();
         model = model
             .load_file(ckpt.join(MODEL_FILE), &recorder, device)
             .map_err(|e| load_err("the model", e))?;
+        let file = |name: &str| ckpt.join(format!("{name}.mpk"));
+        crate::integrity::check_weights(
+            &configured,
+            &model,
+            "the live weights",
+            &file(MODEL_FILE),
+        )?;
+        let configured = ema.clone();
         ema = ema
             .load_file(ckpt.join(EMA_FILE), &recorder, device)
             .map_err(|e| load_err("the EMA", e))?;
+        crate::integrity::check_weights(&configured, &ema, "the EMA weights", &file(EMA_FILE))?;
         let record = recorder
             .load(ckpt.join(OPTIMIZER_FILE), device)
             .map_err(|e| load_err("the optimizer state", e))?;
@@ -362,8 +377,7 @@ pub fn train<B: KernelAutodiffBackend>(
                 timesteps,
                 noise,
             };
-            let (mut grads, loss) =
-                micro_step(&work, &schedule, batch, config.diffusion.loss, divisor);
+            let (mut grads, loss) = micro_step(&work, &schedule, batch, &config.diffusion, divisor);
             if settings.grad_accum > 1 {
                 // Summed over micro-batches in f32, not in the compute dtype.
                 grads = crate::optim::gradients_to_f32(&model, grads);
@@ -493,6 +507,35 @@ pub fn train<B: KernelAutodiffBackend>(
     })
 }
 
+/// A resumed run must build the network and the process its checkpoint was trained with (the
+/// run's `config.toml` may change steps, learning rate and the like, not these).
+fn check_same_network(config: &ExperimentConfig, ckpt: &Path) -> Result<(), TrainError> {
+    let written = ExperimentConfig::from_file(&ckpt.join(crate::checkpoint::CONFIG_FILE))?;
+    let differs = |section: &str, a: String, b: String| {
+        TrainError::checkpoint(
+            ckpt,
+            format!(
+                "was trained with another [{section}] than the run's config.toml says:\n  checkpoint: {a}\n  config:     {b}"
+            ),
+        )
+    };
+    if written.model != config.model {
+        return Err(differs(
+            "model",
+            format!("{:?}", written.model),
+            format!("{:?}", config.model),
+        ));
+    }
+    if written.diffusion != config.diffusion {
+        return Err(differs(
+            "diffusion",
+            format!("{:?}", written.diffusion),
+            format!("{:?}", config.diffusion),
+        ));
+    }
+    Ok(())
+}
+
 /// Mean of the values (NaN for none).
 fn mean<'a>(values: impl ExactSizeIterator<Item = &'a f32>) -> f32 {
     let n = values.len();
@@ -513,11 +556,12 @@ fn periodic_samples<B: KernelBackend>(
     device: &B::Device,
     observer: &mut dyn TrainObserver,
 ) -> Result<Vec<PathBuf>, TrainError> {
-    let sampler =
-        Sampler::new(schedule.clone(), &config.sampler).map_err(|e| TrainError::Config {
+    let sampler = Sampler::new(schedule.clone(), &config.sampler)
+        .map_err(|e| TrainError::Config {
             path: None,
             message: format!("[sampler]: {e}"),
-        })?;
+        })?
+        .with_prediction(config.diffusion.prediction);
     let dir = run.samples(state.step);
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
     let mut written = Vec::new();
@@ -537,8 +581,7 @@ fn periodic_samples<B: KernelBackend>(
         let reference = dataset.mask_volume(i)?;
         written.extend(write_sample(
             &dir,
-            &example.id,
-            0,
+            &format!("{}_sample-0", example.id),
             &values,
             &reference,
             &dataset.image_channel_names(),

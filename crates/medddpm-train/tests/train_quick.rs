@@ -27,6 +27,84 @@ fn mean_per_label(values: &[f32], labels: &[f32]) -> [f64; 3] {
     ]
 }
 
+/// The same sampling again is refused before it starts and leaves the files as they were; with
+/// `overwrite` it replaces them; another seed writes beside them; a bad mask after a good one,
+/// or an output folder that cannot be written, fails before any sample is drawn.
+fn check_nothing_is_overwritten(
+    model: &medddpm_train::SamplingModel<Flex>,
+    masks: &[std::path::PathBuf],
+    out: &std::path::Path,
+    options: &SampleOptions,
+    written: &[std::path::PathBuf],
+) {
+    let device = Default::default();
+    let before: Vec<Vec<u8>> = written.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    std::fs::write(written[0].clone(), b"user's own file").unwrap();
+    let mut calls = 0;
+    let err = sample_masks(model, masks, out, options, &device, |_, _, _| calls += 1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            medddpm_train::TrainError::WouldOverwrite { count: 2, .. }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("phantom_000_seed-5_sample-0.nii.gz"),
+        "{err}"
+    );
+    assert_eq!(calls, 0, "nothing is sampled before the refusal");
+    assert_eq!(std::fs::read(&written[0]).unwrap(), b"user's own file");
+    assert_eq!(std::fs::read(&written[1]).unwrap(), before[1]);
+
+    let replace = SampleOptions {
+        overwrite: true,
+        ..options.clone()
+    };
+    sample_masks(model, masks, out, &replace, &device, |_, _, _| {}).unwrap();
+    // The same seed gives the same samples.
+    assert_eq!(std::fs::read(&written[0]).unwrap(), before[0]);
+
+    let other_seed = SampleOptions {
+        seed: options.seed + 1,
+        samples_per_mask: 1,
+        ..options.clone()
+    };
+    let beside = sample_masks(model, masks, out, &other_seed, &device, |_, _, _| {}).unwrap();
+    assert!(beside[0].ends_with("phantom_000_seed-6_sample-0.nii.gz"));
+    assert_eq!(std::fs::read(&written[1]).unwrap(), before[1]);
+    std::fs::remove_file(&beside[0]).unwrap();
+
+    // A second mask that is not a mask: refused up front, naming it.
+    let dir = out.parent().unwrap().join("masks-with-a-bad-one");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&masks[0], dir.join("a_good.nii.gz")).unwrap();
+    std::fs::write(dir.join("b_bad.nii.gz"), b"not a NIfTI file").unwrap();
+    let listed = list_masks(&dir).unwrap();
+    let fresh = out.parent().unwrap().join("samples-never");
+    let mut calls = 0;
+    let err = sample_masks(model, &listed, &fresh, options, &device, |_, _, _| {
+        calls += 1
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("b_bad.nii.gz"), "{err}");
+    assert_eq!(calls, 0);
+    assert!(
+        !fresh.exists(),
+        "no output folder for a run that cannot start"
+    );
+
+    // An output path under a regular file cannot be a folder.
+    let blocked = written[1].join("sub");
+    let err = sample_masks(model, masks, &blocked, options, &device, |_, _, _| {
+        calls += 1
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("sub"), "{err}");
+    assert_eq!(calls, 0);
+}
+
 #[test]
 fn overfitted_tiny_model_samples_follow_the_mask() {
     let tmp = tempfile::tempdir().unwrap();
@@ -71,9 +149,15 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         rescale: None,
         sampler: SamplerConfig::default(),
         trajectory: None,
+        overwrite: false,
     };
     let mut written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {}).unwrap();
     assert_eq!(written.len(), 2);
+    assert!(
+        written[1].ends_with("phantom_000_seed-5_sample-1.nii.gz"),
+        "{written:?}"
+    );
+    check_nothing_is_overwritten(&model, &masks, &out, &options, &written);
     // The same model through 25 deterministic DDIM steps (a tenth of the network calls).
     let ddim = SampleOptions {
         samples_per_mask: 1,

@@ -89,6 +89,32 @@ impl UNetConfig {
             .collect()
     }
 
+    /// A sentence for each `attention_resolutions` entry that matches no level, so gets no
+    /// attention block. Not an error: the reference's BraTS model has one (`[16]` with
+    /// `image_size = 192`: factor 12), and its released weights depend on that.
+    pub fn unmatched_attention(&self) -> Vec<String> {
+        let factors: Vec<usize> = (0..self.channel_mult.len()).map(|l| 1 << l).collect();
+        let resolutions: Vec<usize> = factors
+            .iter()
+            .filter(|&&f| self.image_size.is_multiple_of(f))
+            .map(|f| self.image_size / f)
+            .collect();
+        self.attention_resolutions
+            .iter()
+            .filter(|&&r| {
+                !(r > 0
+                    && self.image_size.is_multiple_of(r)
+                    && factors.contains(&(self.image_size / r)))
+            })
+            .map(|r| {
+                format!(
+                    "attention_resolutions entry {r} matches no level (with image_size {} the levels are at {resolutions:?}), so it adds no attention block",
+                    self.image_size
+                )
+            })
+            .collect()
+    }
+
     /// Every spatial size must be divisible by this (one halving per level but the last).
     pub fn size_divisor(&self) -> usize {
         1 << self.channel_mult.len().saturating_sub(1)
@@ -131,5 +157,28 @@ impl UNetConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_entries_that_match_no_level_are_named() {
+        assert!(UNetConfig::whole_head().unmatched_attention().is_empty());
+        assert!(UNetConfig::tiny().unmatched_attention().is_empty());
+        // The reference's BraTS setting: 192 / 16 = 12 is no level's factor.
+        let brats = UNetConfig::brats().unmatched_attention();
+        assert_eq!(brats.len(), 1, "{brats:?}");
+        assert!(brats[0].contains("entry 16"), "{brats:?}");
+        let odd = UNetConfig {
+            attention_resolutions: vec![8, 5, 0, 1],
+            ..UNetConfig::tiny()
+        };
+        let warnings = odd.unmatched_attention();
+        // tiny: image_size 16, two levels, at 16 and 8.
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(warnings[0].contains("entry 5") && warnings[0].contains("[16, 8]"));
     }
 }

@@ -1,0 +1,171 @@
+//! kill -9 at random moments: a small training run is killed 20 times (some kills land while a
+//! checkpoint is being written) and resumed each time. After every kill the latest checkpoint
+//! verifies and loads, the run resumes from it, at most the steps since it are lost, and the run
+//! finally completes.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use burn::backend::Flex;
+use medddpm_train::checkpoint::read_state;
+use medddpm_train::integrity::verify_checkpoint;
+use medddpm_train::{load_sampling_model, RunDir, WeightsSource};
+
+const SAVE_EVERY: usize = 3;
+const STEPS: usize = 100_000; // never reached: every session is killed, then one finishes
+
+fn experiment(dir: &Path, steps: usize) -> String {
+    format!(
+        r#"
+[model]
+in_channels = 3
+out_channels = 1
+model_channels = 8
+channel_mult = [1, 2]
+attention_resolutions = []
+image_size = 16
+num_groups = 8
+
+[diffusion]
+timesteps = 50
+
+[data]
+source = {{ layout = "phantom", dir = {:?}, count = 2, size = [16, 16, 16], seed = 3 }}
+
+[train]
+steps = {steps}
+lr = 1e-3
+save_every = {SAVE_EVERY}
+samples_per_checkpoint = 0
+keep_checkpoints = 3
+ema_start = 2
+"#,
+        dir.join("phantoms")
+    )
+}
+
+/// The last step `metrics.jsonl` records.
+fn last_logged_step(run: &Path) -> usize {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["step"].as_u64())
+        .max()
+        .unwrap_or(0) as usize
+}
+
+#[test]
+fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let toml = tmp.path().join("crash.toml");
+    std::fs::write(&toml, experiment(tmp.path(), STEPS)).unwrap();
+    let run_dir = tmp.path().join("run");
+    let run = RunDir::new(&run_dir);
+    let bin = env!("CARGO_BIN_EXE_medddpm");
+
+    // Kill times spread over a session's start (loading, no step yet) and its steps; a fixed
+    // sequence, so a failure reproduces.
+    let mut state = 0x9e37_79b9u32;
+    let mut next_delay = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        Duration::from_millis(150 + (state % 2500) as u64)
+    };
+    let mut last_step = 0usize;
+    let mut kills_during_a_write = 0;
+    for kill in 0..20 {
+        let mut cmd = Command::new(bin);
+        match run.latest_checkpoint().unwrap() {
+            Some(_) => cmd.args(["train", "--resume", run_dir.to_str().unwrap()]),
+            None => cmd.args([
+                "train",
+                "--experiment",
+                toml.to_str().unwrap(),
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+            ]),
+        };
+        let mut child = cmd
+            .args(["--backend", "cpu"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let delay = next_delay();
+        let start = Instant::now();
+        while start.elapsed() < delay {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("kill {kill}: training ended by itself ({status}) before the kill");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let writing = std::fs::read_dir(run.checkpoints())
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            })
+            .unwrap_or(false);
+        kills_during_a_write += writing as usize;
+
+        let logged = last_logged_step(&run_dir);
+        let Some(latest) = run.latest_checkpoint().unwrap() else {
+            assert!(
+                logged < SAVE_EVERY,
+                "kill {kill}: step {logged} logged but no checkpoint"
+            );
+            continue;
+        };
+        verify_checkpoint(&latest)
+            .unwrap_or_else(|e| panic!("kill {kill}: latest checkpoint damaged: {e}"));
+        load_sampling_model::<Flex>(
+            &WeightsSource::Checkpoint(latest.clone()),
+            false,
+            &Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("kill {kill}: {e}"));
+        let step = read_state(&latest).unwrap().step;
+        assert!(
+            step >= last_step,
+            "kill {kill}: went back from {last_step} to {step}"
+        );
+        assert!(
+            logged < step + SAVE_EVERY + 1,
+            "kill {kill}: {} steps lost (logged {logged}, checkpoint {step})",
+            logged - step
+        );
+        last_step = step;
+    }
+    println!("20 kills, {kills_during_a_write} while a checkpoint was being written; last checkpoint at step {last_step}");
+    assert!(last_step > 0, "no session got as far as a checkpoint");
+
+    // Then the run finishes: a few steps more, from the last checkpoint.
+    let config_path = run_dir.join("config.toml");
+    let config = std::fs::read_to_string(&config_path).unwrap().replace(
+        &format!("steps = {STEPS}"),
+        &format!("steps = {}", last_step + 4),
+    );
+    std::fs::write(&config_path, config).unwrap();
+    let out = Command::new(bin)
+        .args([
+            "train",
+            "--resume",
+            run_dir.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("step {last_step})")),
+        "resumed from the last checkpoint: {stderr}"
+    );
+    let done = run.latest_checkpoint().unwrap().unwrap();
+    assert_eq!(read_state(&done).unwrap().step, last_step + 4);
+}

@@ -1,0 +1,74 @@
+//! One training process per run folder.
+//!
+//! Two sessions resuming the same run would read the same checkpoint and then overwrite each
+//! other's. `train` holds an exclusive advisory lock (std's `File::try_lock`: `flock(2)` on
+//! Linux) on `<run>/.lock` for the whole session; the kernel releases it when the process ends
+//! in any way (kill -9 included), so a crash never leaves a stale lock behind. The file holds
+//! the owner's process id, for the message.
+
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use crate::TrainError;
+
+/// The lock file inside a run folder.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Held while a process trains in a run folder; released on drop (or when the process ends).
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl RunLock {
+    /// Takes the run folder's lock (creating the folder), or says which process holds it.
+    pub fn acquire(run_root: &Path) -> Result<Self, TrainError> {
+        std::fs::create_dir_all(run_root).map_err(|e| TrainError::io(run_root, e))?;
+        let path = run_root.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| TrainError::io(&path, e))?;
+        if !try_lock(&file).map_err(|e| TrainError::io(&path, e))? {
+            let mut owner = String::new();
+            let _ = file.read_to_string(&mut owner);
+            let owner = owner.trim();
+            return Err(TrainError::Locked {
+                run: run_root.to_path_buf(),
+                owner: if owner.is_empty() {
+                    "another process".into()
+                } else {
+                    format!("process {owner}")
+                },
+            });
+        }
+        // Ours now: record who holds it.
+        let write = |file: &mut File| -> std::io::Result<()> {
+            file.set_len(0)?;
+            file.rewind()?;
+            write!(file, "{}", std::process::id())?;
+            file.flush()
+        };
+        write(&mut file).map_err(|e| TrainError::io(&path, e))?;
+        Ok(Self { _file: file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// std's advisory exclusive lock (flock(2) on Linux), without waiting.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
