@@ -135,6 +135,14 @@ impl RunDir {
         }
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         write_files(&tmp)?;
+        // Test hook: widens the window in which a kill finds a half-written checkpoint (the
+        // crash test sets it; nothing else should).
+        if let Some(ms) = std::env::var("MEDDDPM_TEST_CHECKPOINT_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         write_file(&tmp.join(CONFIG_FILE), config_toml.as_bytes())?;
         let state_json = serde_json::to_string_pretty(state).expect("state serialises");
         write_file(&tmp.join(STATE_FILE), state_json.as_bytes())?;

@@ -102,6 +102,22 @@ pub struct TrainSettings {
     pub keep_checkpoints: usize,
     /// Seed of every random choice of the run (data order, timesteps, noise).
     pub seed: u64,
+    /// What a NaN or infinite loss does: `stop` the run (the default; the error names the
+    /// step, the batch's files and the last checkpoint) or `skip` the batch (no update; the
+    /// run stops after 10 skipped batches in a row). With `skip` each step's loss is read
+    /// before its update, which costs the GPU its overlap of one step with the next.
+    pub on_non_finite_loss: NonFiniteLoss,
+}
+
+/// See [`TrainSettings::on_non_finite_loss`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NonFiniteLoss {
+    /// Stop the run.
+    #[default]
+    Stop,
+    /// Skip the batch without updating the weights.
+    Skip,
 }
 
 impl Default for TrainSettings {
@@ -124,6 +140,7 @@ impl Default for TrainSettings {
             samples_per_checkpoint: 1,
             keep_checkpoints: 5,
             seed: 0,
+            on_non_finite_loss: NonFiniteLoss::Stop,
         }
     }
 }

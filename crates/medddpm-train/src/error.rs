@@ -41,12 +41,19 @@ pub enum TrainError {
     #[error(transparent)]
     Render(Box<medddpm_render::RenderError>),
     /// The loss stopped being a finite number.
-    #[error("training diverged at step {step}: the loss is {loss}")]
+    #[error("training diverged at step {step}: the loss is {loss} (batch: {}); {}", files.join(", "), match last_checkpoint {
+        Some(p) => format!("the last checkpoint is {} (resume continues from it; a lower learning rate or [train] on_non_finite_loss = \"skip\" may get past this step)", p.display()),
+        None => "no checkpoint was written yet".to_string(),
+    })]
     Diverged {
         /// Optimizer step.
         step: usize,
         /// The loss value.
         loss: f32,
+        /// The image files of the step's batch.
+        files: Vec<String>,
+        /// The newest checkpoint of the run.
+        last_checkpoint: Option<PathBuf>,
     },
     /// Another process is training in this run folder.
     #[error("{}: {owner} is training in this run folder (it holds {}/.lock); wait for it, or stop it first", run.display(), run.display())]

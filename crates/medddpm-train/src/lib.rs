@@ -17,7 +17,7 @@ pub mod sample;
 pub mod trainer;
 
 pub use checkpoint::RunDir;
-pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, TrainSettings};
+pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, NonFiniteLoss, TrainSettings};
 pub use error::TrainError;
 pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
 pub use sample::{

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
 use medddpm_diffusion::{training_loss, CosineSchedule, Sampler};
@@ -22,7 +22,20 @@ use crate::checkpoint::{
 use crate::data::{Example, NiftiDataset};
 use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::sample::write_sample;
-use crate::{DiffusionConfig, ExperimentConfig, TrainError};
+use crate::{DiffusionConfig, ExperimentConfig, NonFiniteLoss, TrainError};
+
+/// Writes a record as `NamedMpkFileRecorder` would (the same bytes), but through our own file
+/// write, so a failure is the file's I/O error ("No space left on device") rather than the
+/// encoder's ("MessagePack value").
+pub(crate) fn save_record<B: Backend, R: burn::record::Record<B>>(
+    record: R,
+    path: &Path,
+) -> Result<(), TrainError> {
+    let bytes = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
+        .record(record, ())
+        .map_err(|e| TrainError::checkpoint(path, format!("cannot encode: {e}")))?;
+    std::fs::write(path, bytes).map_err(|e| TrainError::io(path, e))
+}
 
 /// Records are full precision: resumed runs must continue bit for bit.
 pub(crate) fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
@@ -346,15 +359,28 @@ pub fn train<B: KernelAutodiffBackend>(
     // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
     // model itself.
     let compute_dtype = options.compute.precision.compute_dtype();
+    // Batches skipped in a row for a non-finite loss (`on_non_finite_loss = "skip"`).
+    let mut skipped_in_a_row = 0usize;
     while state.step < end_step {
         let work = optim.working_model(&model, compute_dtype);
         let mut accumulator = GradientsAccumulator::<UNet<B>>::new();
         let mut losses = Vec::with_capacity(settings.grad_accum);
+        // The image files of this step's batch, for the message if its loss is not finite.
+        let mut batch_files = Vec::new();
         for _ in 0..settings.grad_accum {
             // 1. Draw the micro-batch and its randomness, both from the micro-batch counter.
             let draw = state.micro_batches;
-            let examples: Vec<Example> = (0..settings.batch_size)
-                .map(|i| dataset.get(order.index(draw * settings.batch_size + i)))
+            let indices: Vec<usize> = (0..settings.batch_size)
+                .map(|i| order.index(draw * settings.batch_size + i))
+                .collect();
+            for &i in &indices {
+                if let Some((_, images)) = dataset.files(i) {
+                    batch_files.extend(images.iter().map(|p| p.display().to_string()));
+                }
+            }
+            let examples: Vec<Example> = indices
+                .iter()
+                .map(|&i| dataset.get(i))
                 .collect::<Result<_, _>>()?;
             let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
             rng.set_stream(draw as u64 + 1);
@@ -395,14 +421,43 @@ pub fn train<B: KernelAutodiffBackend>(
         // The working model goes first, so that the update consumes its copies (see
         // `FusedAdamOptimizer::working_model`).
         drop(work);
+        let read_mean = |losses: Vec<Tensor<B, 1>>| {
+            let sum: f32 = losses
+                .into_iter()
+                .map(|l| l.inner().into_scalar().elem::<f32>())
+                .sum();
+            sum / settings.grad_accum as f32
+        };
+        let skip = settings.on_non_finite_loss == NonFiniteLoss::Skip;
         let lr = settings.lr_at(state.step);
-        model = optim.step(lr, model, accumulator.grads());
-        let mut loss_sum = 0.0f32;
-        for loss in losses {
-            let value: f32 = loss.inner().into_scalar().elem();
-            loss_sum += value;
-        }
-        let loss = loss_sum / settings.grad_accum as f32;
+        let loss = if skip {
+            // The loss decides whether the update happens, so it is read first.
+            let loss = read_mean(losses);
+            if !loss.is_finite() {
+                skipped_in_a_row += 1;
+                if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW {
+                    return Err(diverged(
+                        state.step + 1,
+                        loss,
+                        batch_files,
+                        &last_checkpoint,
+                        run,
+                    )?);
+                }
+                observer.message(&format!(
+                    "step {}: the loss is {loss}; batch skipped without an update ({})",
+                    state.step + 1,
+                    batch_files.join(", ")
+                ));
+                continue;
+            }
+            skipped_in_a_row = 0;
+            model = optim.step(lr, model, accumulator.grads());
+            loss
+        } else {
+            model = optim.step(lr, model, accumulator.grads());
+            read_mean(losses)
+        };
         if let Some(message) = medddpm_kernels::device_error() {
             return Err(TrainError::Device {
                 during: format!("training stopped at step {}", state.step + 1),
@@ -410,10 +465,13 @@ pub fn train<B: KernelAutodiffBackend>(
             });
         }
         if !loss.is_finite() {
-            return Err(TrainError::Diverged {
-                step: state.step + 1,
+            return Err(diverged(
+                state.step + 1,
                 loss,
-            });
+                batch_files,
+                &last_checkpoint,
+                run,
+            )?);
         }
         let action = ema_schedule.action(state.step);
         if action != EmaAction::Skip {
@@ -449,19 +507,10 @@ pub fn train<B: KernelAutodiffBackend>(
         if state.step % settings.save_every == 0 || state.step == end_step {
             let path =
                 run.write_checkpoint(&state, &config_toml, settings.keep_checkpoints, |dir| {
-                    let save_err = |what: &str, e: burn::record::RecorderError| {
-                        TrainError::checkpoint(dir, format!("cannot write {what}: {e}"))
-                    };
-                    model
-                        .clone()
-                        .save_file(dir.join(MODEL_FILE), &recorder)
-                        .map_err(|e| save_err("the model", e))?;
-                    ema.clone()
-                        .save_file(dir.join(EMA_FILE), &recorder)
-                        .map_err(|e| save_err("the EMA", e))?;
-                    recorder
-                        .record(optim.to_record(), dir.join(OPTIMIZER_FILE))
-                        .map_err(|e| save_err("the optimizer state", e))?;
+                    let mpk = |name: &str| dir.join(format!("{name}.mpk"));
+                    save_record::<B, _>(model.clone().into_record(), &mpk(MODEL_FILE))?;
+                    save_record::<B::InnerBackend, _>(ema.clone().into_record(), &mpk(EMA_FILE))?;
+                    save_record::<B, _>(optim.to_record(), &mpk(OPTIMIZER_FILE))?;
                     Ok(())
                 })?;
             observer.checkpoint(&path);
@@ -504,6 +553,30 @@ pub fn train<B: KernelAutodiffBackend>(
         loss_window: first_losses.len(),
         checkpoint,
         samples,
+    })
+}
+
+/// Batches skipped in a row after which `on_non_finite_loss = "skip"` gives up.
+const MAX_SKIPPED_IN_A_ROW: usize = 10;
+
+/// The error for a non-finite loss at `step`, naming the batch and the run's newest checkpoint
+/// (this session's, else the one it resumed from).
+fn diverged(
+    step: usize,
+    loss: f32,
+    files: Vec<String>,
+    this_session: &Option<PathBuf>,
+    run: &RunDir,
+) -> Result<TrainError, TrainError> {
+    let last_checkpoint = match this_session {
+        Some(p) => Some(p.clone()),
+        None => run.latest_checkpoint()?,
+    };
+    Ok(TrainError::Diverged {
+        step,
+        loss,
+        files,
+        last_checkpoint,
     })
 }
 
@@ -650,5 +723,26 @@ impl MetricsLog {
         use std::io::Write;
         let line = serde_json::to_string(m).expect("metrics serialise");
         writeln!(self.file, "{line}").map_err(|e| TrainError::io(&self.path, e))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod full_disk {
+    use burn::backend::Flex;
+    use burn::module::Module;
+
+    /// /dev/full fails every write with ENOSPC, as a full disk does.
+    #[test]
+    fn a_full_disk_is_named_as_such() {
+        let unet = medddpm_unet::UNetConfig::tiny()
+            .init::<Flex>(&Default::default())
+            .unwrap();
+        let path = std::path::Path::new("/dev/full");
+        let err = super::save_record::<Flex, _>(unet.into_record(), path).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("/dev/full") && message.contains("No space left on device"),
+            "{message}"
+        );
     }
 }
