@@ -59,14 +59,46 @@ fn driver_jit_cache(root: &Path) {
     }
 }
 
-/// Sets up a CubeCL backend and runs `task` on it. `conv_engine` resolves `--conv-engine` for
+/// Runs `f`, turning a panic into its message, with the panic hook silenced meanwhile (the
+/// hook is process-wide: this is for start-up, before other threads work).
+/// The first panic's message is kept: cubecl's device thread panics with the reason ("no
+/// adapter"), and the caller then sees only a closed channel.
+fn quiet_catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    use std::sync::{Arc, Mutex};
+    let first: Arc<Mutex<Option<String>>> = Arc::default();
+    let keep = first.clone();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("no detail");
+        keep.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| message.to_string());
+    }));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    out.map_err(|_| {
+        first
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_else(|| "no detail".into())
+    })
+}
+
+/// Sets up a CubeCL backend and runs `task` on it (taking it out of the option only once the
+/// device is up, so that a caller can run it elsewhere after a [`crate::NoDevice`] error). `conv_engine` resolves `--conv-engine` for
 /// this backend, given the tuning-cache folder (where cuDNN keeps its algorithm choices).
 pub(crate) fn run<R, B, T>(
     backend: BackendKind,
     device: R::Device,
     settings: &ComputeSettings,
     conv_engine: impl FnOnce(&Path) -> anyhow::Result<ConvEngine>,
-    task: T,
+    task: &mut Option<T>,
 ) -> anyhow::Result<T::Output>
 where
     R: Runtime,
@@ -97,19 +129,10 @@ where
         driver_jit_cache(&root);
     }
 
-    // cubecl panics (in a device thread) when it finds no adapter, e.g. wgpu without a Vulkan
-    // driver: turn that into an error that says what to install.
-    let client = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| R::client(&device)))
-        .map_err(|panic| {
-            let why = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("no detail");
-            crate::Unsupported(format!(
-                "the {backend} backend found no usable GPU device ({why}); for wgpu on Linux install a Vulkan driver and loader (e.g. libvulkan1 and the NVIDIA or Mesa ICD) or point VK_DRIVER_FILES at the driver's ICD file"
-            ))
-        })?;
+    // cubecl panics when it finds no device (wgpu without a Vulkan driver, CUDA without the
+    // driver library): a `NoDevice` error instead, without the panic's trace on stderr, and
+    // the task left in `task` for the caller's fallback.
+    let client = quiet_catch(|| R::client(&device)).map_err(|why| crate::NoDevice(why))?;
     match precision {
         Precision::Tf32 => {
             let tf32 = cubecl::tf32::as_type_native_unchecked().storage_type();
@@ -141,6 +164,7 @@ where
         tuned_before,
     };
     let watcher = TuneWatcher::start(root, settings.show_tuning);
+    let task = task.take().expect("the task is taken only here");
     let out = task.run::<B>(device, &env);
     watcher.finish();
     out

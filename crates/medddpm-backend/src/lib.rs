@@ -283,6 +283,49 @@ pub trait BackendTask {
 /// and runs `task`.
 pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Result<T::Output> {
     let backend = settings.backend.resolve();
+    let mut task = Some(task);
+    match run_resolved(backend, settings, &mut task) {
+        Err(e) if e.is::<NoDevice>() => {
+            let why = e.downcast::<NoDevice>().expect("checked").0;
+            match (settings.backend, task) {
+                // `auto` chose a GPU backend that has no device: the CPU, saying so.
+                (BackendKind::Auto, Some(task)) => {
+                    eprintln!("no usable GPU for the {backend} backend ({why}): running on the cpu backend");
+                    run_resolved(BackendKind::Cpu, settings, &mut Some(task))
+                }
+                // Asked for by name: a GPU run silently on the CPU could take days.
+                _ => Err(anyhow::Error::new(Unsupported(format!(
+                    "the {backend} backend found no usable GPU device ({why}); {}",
+                    match backend {
+                        BackendKind::Cuda => "check that the NVIDIA driver is installed and loaded (nvidia-smi), or use --backend cpu",
+                        _ => "for wgpu on Linux install a Vulkan driver and loader (e.g. libvulkan1 and the NVIDIA or Mesa ICD) or point VK_DRIVER_FILES at the driver's ICD file, or use --backend cpu",
+                    }
+                )))),
+            }
+        }
+        other => other,
+    }
+}
+
+/// No GPU device could be opened (no driver, no adapter). `run_on` falls back to the CPU on it
+/// when the backend was `auto`.
+#[derive(Debug, Clone)]
+pub struct NoDevice(pub String);
+
+impl fmt::Display for NoDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no usable GPU device: {}", self.0)
+    }
+}
+
+impl std::error::Error for NoDevice {}
+
+/// [`run_on`] on a resolved backend; `task` stays in its option when the device is missing.
+fn run_resolved<T: BackendTask>(
+    backend: BackendKind,
+    settings: &ComputeSettings,
+    task: &mut Option<T>,
+) -> anyhow::Result<T::Output> {
     if !backend.compiled_in() {
         unsupported!(
             "the {backend} backend is not compiled into this binary: rebuild with `cargo build --release -p medddpm --features {backend}`"
@@ -309,6 +352,7 @@ pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Re
                 tune_cache: None,
                 tuned_before: 0,
             };
+            let task = task.take().expect("the task is taken only once");
             task.run::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default(), &env)
         }
         #[cfg(feature = "cuda")]

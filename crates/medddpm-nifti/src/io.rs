@@ -51,6 +51,15 @@ fn read_bytes(path: &Path, limit: impl Fn(&[u8]) -> Option<u64>) -> Result<Vec<u
         path: path.to_path_buf(),
         source,
     })?;
+    inflate(raw, path, limit)
+}
+
+/// [`read_bytes`] after the file is read: `raw` itself, or inflated when gzip.
+fn inflate(
+    raw: Vec<u8>,
+    path: &Path,
+    limit: impl Fn(&[u8]) -> Option<u64>,
+) -> Result<Vec<u8>, NiftiError> {
     if raw.len() < 2 || raw[..2] != [0x1f, 0x8b] {
         return Ok(raw);
     }
@@ -147,6 +156,36 @@ impl Volume {
         let path = header_path(path.as_ref());
         let path = path.as_path();
         let bytes = read_bytes(path, claimed_len)?;
+        Self::parse(bytes, path, |header| {
+            let img = find_image(path)?;
+            let b = read_bytes(&img, |_| image_len(header))?;
+            Ok((img, b))
+        })
+    }
+
+    /// Reads a single-file NIfTI-1 (`.nii`, or gzip-compressed) from memory, as
+    /// [`Volume::read`] reads a file; `name` stands for the file in errors. The header of a
+    /// `.hdr`/`.img` pair is an error here (its voxels live in another file).
+    pub fn from_bytes(raw: Vec<u8>, name: &Path) -> Result<Self, NiftiError> {
+        let bytes = inflate(raw, name, claimed_len)?;
+        Self::parse(bytes, name, |_| {
+            Err(NiftiError::Io {
+                path: name.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the header of a .hdr/.img pair: read it from its file, beside its .img",
+                ),
+            })
+        })
+    }
+
+    /// The header and voxels in `bytes` (inflated); `pair_image` gives the `.img` partner's
+    /// path and bytes when the header says the voxels live there.
+    fn parse(
+        bytes: Vec<u8>,
+        path: &Path,
+        pair_image: impl FnOnce(&NiftiHeader) -> Result<(PathBuf, Vec<u8>), NiftiError>,
+    ) -> Result<Self, NiftiError> {
         let truncated = || NiftiError::TruncatedHeader {
             path: path.to_path_buf(),
             len: bytes.len(),
@@ -192,8 +231,7 @@ impl Volume {
 
         // Voxel bytes live after vox_offset in this file, or in the .img partner.
         let (data_path, data_bytes, min_offset) = if pair {
-            let img = find_image(path)?;
-            let b = read_bytes(&img, |_| image_len(&header))?;
+            let (img, b) = pair_image(&header)?;
             (img, b, 0.0)
         } else {
             (path.to_path_buf(), bytes, NIFTI1_HEADER_SIZE as f32)

@@ -208,7 +208,9 @@ pub fn sample_masks<B: KernelBackend>(
     // Each mask as the network will see it, and the grid its samples are written on.
     let prepare = |mask_path: &PathBuf| -> Result<_, TrainError> {
         let (cond, shape, mask) = load_condition(mask_path, &scheme, data.grid, data.grid_policy)?;
-        // The output lives on the mask's grid after the same policy the condition went through.
+        // The network works on the mask after the same policy the condition went through; the
+        // output goes back to the mask's own grid (`original`).
+        let original = mask.clone();
         let reference = regrid_mask(mask, mask_path, data.grid, data.grid_policy)?;
         let [d, h, w] = shape;
         let c = cond.len() / (d * h * w);
@@ -219,7 +221,7 @@ pub fn sample_masks<B: KernelBackend>(
                 path: Some(mask_path.clone()),
                 message: e.to_string(),
             })?;
-        Ok((cond, [c, d, h, w], reference))
+        Ok((cond, [c, d, h, w], reference, original))
     };
     for mask_path in masks {
         prepare(mask_path)?;
@@ -242,7 +244,7 @@ pub fn sample_masks<B: KernelBackend>(
     }
     let mut written = Vec::new();
     for (m, mask_path) in masks.iter().enumerate() {
-        let (cond, [c, d, h, w], reference) = prepare(mask_path)?;
+        let (cond, [c, d, h, w], reference, original) = prepare(mask_path)?;
         let cond = Tensor::<B, 5>::from_data(TensorData::new(cond, [1, c, d, h, w]), device);
         let id = &ids[m];
         for n in 0..options.samples_per_mask {
@@ -293,13 +295,39 @@ pub fn sample_masks<B: KernelBackend>(
                     *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
                 }
             }
-            written.extend(write_sample(out_dir, &stem, &values, &reference, &names)?);
+            let values = to_mask_grid(values, &reference, &original, data.grid_policy)?;
+            written.extend(write_sample(out_dir, &stem, &values, &original, &names)?);
             if let Some(t) = trajectory {
                 written.push(t.write(&out_dir.join(format!("{stem}_trajectory.gif")))?);
             }
         }
     }
     Ok(written)
+}
+
+/// Brings a sample computed on `model_grid` (the mask after the grid policy) back to the mask's
+/// own grid `original`, channel by channel: the inverse resize (linear) or crop-or-pad (with
+/// the background value -1). Unchanged when the mask was already on the model's grid.
+fn to_mask_grid(
+    values: Vec<f32>,
+    model_grid: &Volume,
+    original: &Volume,
+    policy: crate::data::GridPolicy,
+) -> Result<Vec<f32>, TrainError> {
+    if model_grid.dims() == original.dims() {
+        return Ok(values);
+    }
+    let voxels = model_grid.voxel_count();
+    let mut out = Vec::with_capacity(values.len() / voxels * original.voxel_count());
+    for channel in values.chunks(voxels) {
+        let on_model = model_grid.with_data(channel.to_vec())?;
+        let back = match policy {
+            crate::data::GridPolicy::CropOrPad => on_model.crop_or_pad(original.dims(), -1.0)?,
+            _ => on_model.resize(original.dims(), medddpm_nifti::Interpolation::Linear)?,
+        };
+        out.extend(back.into_data());
+    }
+    Ok(out)
 }
 
 /// File name of a mask without `.nii` / `.nii.gz`.

@@ -158,6 +158,28 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         "{written:?}"
     );
     check_nothing_is_overwritten(&model, &masks, &out, &options, &written);
+
+    // A mask on another grid (20 x 16 x 12 voxels of another size) is resized to the model's
+    // 16^3 for the network, and its sample is written back on the mask's own grid.
+    let odd_dir = tmp.path().join("odd-mask");
+    std::fs::create_dir_all(&odd_dir).unwrap();
+    let odd_path = odd_dir.join("odd.nii.gz");
+    Volume::read(&masks[0])
+        .unwrap()
+        .resize([20, 16, 12], medddpm_nifti::Interpolation::Nearest)
+        .unwrap()
+        .write(&odd_path)
+        .unwrap();
+    let odd = Volume::read(&odd_path).unwrap();
+    let one = SampleOptions {
+        samples_per_mask: 1,
+        ..options.clone()
+    };
+    let odd_written =
+        sample_masks(&model, &[odd_path], &odd_dir, &one, &device, |_, _, _| {}).unwrap();
+    let sample = Volume::read(&odd_written[0]).unwrap();
+    assert_eq!(sample.dims(), [20, 16, 12]);
+    assert!(sample.same_grid(&odd), "written on the mask's own grid");
     // The same model through 25 deterministic DDIM steps (a tenth of the network calls).
     let ddim = SampleOptions {
         samples_per_mask: 1,
