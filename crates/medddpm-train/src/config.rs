@@ -36,6 +36,9 @@ fn is_default_compute(c: &ComputeConfig) -> bool {
     *c == ComputeConfig::default()
 }
 
+/// Largest `diffusion.timesteps` accepted (the reference uses 250; DDPM papers 1000-4000).
+pub const MAX_TIMESTEPS: usize = 100_000;
+
 /// Schedule, loss and prediction target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -228,8 +231,12 @@ impl ExperimentConfig {
         if !(t.lr > 0.0) {
             return bad(format!("train.lr must be positive, got {}", t.lr));
         }
-        if self.diffusion.timesteps == 0 {
-            return bad("diffusion.timesteps must be at least 1".into());
+        // The schedule holds a dozen f64 buffers of this length (the reference uses 250).
+        if !(1..=MAX_TIMESTEPS).contains(&self.diffusion.timesteps) {
+            return bad(format!(
+                "diffusion.timesteps must be between 1 and {MAX_TIMESTEPS}, got {}",
+                self.diffusion.timesteps
+            ));
         }
         // The sampler section fails here, not after hours of training at the first checkpoint.
         medddpm_diffusion::Sampler::new(

@@ -222,11 +222,11 @@ pub fn check_weights<B: Backend, M: Module<B>>(
     walk(configured, false, |name, shape, _| {
         want.push((name.to_string(), shape))
     });
+    // Shapes first, without touching the data: a record claiming a huge shape must not make
+    // the finiteness check allocate it.
     let mut index = 0;
     let mut mismatch = None;
-    let mut non_finite = 0usize;
-    let mut first_bad = None;
-    walk(loaded, true, |name, shape, bad| {
+    walk(loaded, false, |name, shape, _| {
         match want.get(index) {
             Some((n, s)) if *s != shape && mismatch.is_none() => {
                 mismatch = Some(format!(
@@ -239,25 +239,194 @@ pub fn check_weights<B: Backend, M: Module<B>>(
             _ => {}
         }
         index += 1;
+    });
+    if let Some(m) = mismatch {
+        return Err(TrainError::checkpoint(
+            file,
+            format!(
+                "{what} are not of the configured network ({m}): a record of another architecture"
+            ),
+        ));
+    }
+    let mut non_finite = 0usize;
+    let mut first_bad = None;
+    walk(loaded, true, |name, _, bad| {
         if let Some(bad) = bad.filter(|&b| b > 0) {
             non_finite += bad;
             first_bad.get_or_insert_with(|| name.to_string());
         }
     });
-    let file_name = file.display();
-    if let Some(m) = mismatch {
-        return Err(TrainError::checkpoint(
-            file,
-            format!("{what} in {file_name} are not of the configured network ({m}): a record of another architecture"),
-        ));
-    }
     if let Some(first) = first_bad {
         return Err(TrainError::checkpoint(
             file,
-            format!(
-                "{what} in {file_name} hold {non_finite} NaN or infinite values (first in {first})"
-            ),
+            format!("{what} hold {non_finite} NaN or infinite values (first in {first})"),
         ));
     }
     Ok(())
+}
+
+/// Decodes a record file's `bytes` (`NamedMpkFileRecorder`'s format) onto `device`. Every
+/// failure is a checkpoint error naming `file`.
+pub fn decode_record<B: Backend, R: burn::record::Record<B>>(
+    bytes: Vec<u8>,
+    file: &Path,
+    device: &B::Device,
+) -> Result<R, TrainError> {
+    use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+    let unreadable =
+        |why: String| TrainError::checkpoint(file, format!("not a readable record: {why}"));
+    // The decoder allocates what a length prefix claims before it finds the bytes missing (a
+    // flipped bit made it reserve 2 GiB for a 30 kB file): every claim is checked first.
+    msgpack_lengths_fit(&bytes).map_err(unreadable)?;
+    // burn panics on some malformed records instead of returning an error (a parameter id
+    // that does not parse: "Invalid id."), found by the fuzz test.
+    quiet_catch(|| {
+        Recorder::<B>::load(
+            &NamedMpkBytesRecorder::<FullPrecisionSettings>::new(),
+            bytes,
+            device,
+        )
+    })
+    .map_err(unreadable)?
+    .map_err(|e| unreadable(e.to_string()))
+}
+
+/// Loads the network record `bytes` (the contents of `file`) into a copy of `configured` on
+/// `device` and checks it with [`check_weights`]. Every failure, including bytes that are not
+/// a record of this network at all, is a checkpoint error naming `file`.
+pub fn load_record_bytes<B: Backend, M: Module<B>>(
+    configured: &M,
+    bytes: Vec<u8>,
+    file: &Path,
+    device: &B::Device,
+) -> Result<M, TrainError> {
+    let record: M::Record = decode_record::<B, M::Record>(bytes, file, device)?;
+    let unreadable =
+        |why: String| TrainError::checkpoint(file, format!("not a readable record: {why}"));
+    let loaded = quiet_catch(|| configured.clone().load_record(record)).map_err(unreadable)?;
+    // A record whose data disagrees with its shape panics where the data is first read.
+    quiet_catch(|| check_weights(configured, &loaded, "the weights", file))
+        .map_err(unreadable)??;
+    Ok(loaded)
+}
+
+/// Runs `f`, turning a panic into its message, with the panic hook silenced meanwhile.
+fn quiet_catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    out.map_err(|panic| {
+        panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no detail")
+            .to_string()
+    })
+}
+
+/// Walks a MessagePack document without decoding it and checks that every length it claims
+/// (strings, binaries, extensions, array and map counts) fits in the bytes that remain, so a
+/// decoder that trusts those lengths cannot allocate more than a few times the input.
+pub fn msgpack_lengths_fit(bytes: &[u8]) -> Result<(), String> {
+    let mut at = 0usize;
+    // Values still to read: the document is one value; containers add their elements.
+    let mut pending: u64 = 1;
+    let read = |at: usize, n: usize| -> Result<u64, String> {
+        let b = bytes
+            .get(at..at + n)
+            .ok_or_else(|| format!("the record ends inside a value at byte {at}"))?;
+        Ok(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64))
+    };
+    while pending > 0 {
+        let marker = *bytes
+            .get(at)
+            .ok_or_else(|| format!("the record ends at byte {at} with values missing"))?;
+        at += 1;
+        pending -= 1;
+        // (bytes of the length field, payload bytes known now, extra values it holds)
+        let (len_bytes, fixed, values): (usize, u64, u64) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0, 0),
+            0x80..=0x8f => (0, 0, 2 * (marker & 0x0f) as u64),
+            0x90..=0x9f => (0, 0, (marker & 0x0f) as u64),
+            0xa0..=0xbf => (0, (marker & 0x1f) as u64, 0),
+            0xc4 | 0xd9 => (1, 0, 0),
+            0xc5 | 0xda => (2, 0, 0),
+            0xc6 | 0xdb => (4, 0, 0),
+            0xc7 => (1, 1, 0),
+            0xc8 => (2, 1, 0),
+            0xc9 => (4, 1, 0),
+            0xca => (0, 4, 0),
+            0xcb => (0, 8, 0),
+            0xcc | 0xd0 => (0, 1, 0),
+            0xcd | 0xd1 => (0, 2, 0),
+            0xce | 0xd2 => (0, 4, 0),
+            0xcf | 0xd3 => (0, 8, 0),
+            0xd4 => (0, 2, 0),
+            0xd5 => (0, 3, 0),
+            0xd6 => (0, 5, 0),
+            0xd7 => (0, 9, 0),
+            0xd8 => (0, 17, 0),
+            0xdc => (2, 0, 0),
+            0xdd => (4, 0, 0),
+            0xde => (2, 0, 0),
+            0xdf => (4, 0, 0),
+            0xc1 => return Err(format!("byte {}: 0xc1 is not a MessagePack value", at - 1)),
+        };
+        let claimed = if len_bytes > 0 {
+            let n = read(at, len_bytes)?;
+            at += len_bytes;
+            n
+        } else {
+            0
+        };
+        let remaining = (bytes.len() - at) as u64;
+        let (payload, values) = match marker {
+            0xdc | 0xdd => (0, claimed),
+            0xde | 0xdf => (0, claimed.saturating_mul(2)),
+            _ => (fixed.saturating_add(claimed), values),
+        };
+        if payload > remaining || values > remaining.saturating_sub(payload) + 1 {
+            return Err(format!(
+                "a length at byte {} claims {} where {remaining} bytes remain",
+                at - len_bytes - 1,
+                payload.max(values)
+            ));
+        }
+        at += payload as usize;
+        pending = pending.saturating_add(values);
+        if pending > remaining.saturating_sub(payload) + 1 {
+            return Err(format!(
+                "the record claims {pending} more values than its {remaining} remaining bytes can hold"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::msgpack_lengths_fit;
+
+    #[test]
+    fn lengths_that_do_not_fit_are_found_before_decoding() {
+        // {"a": [1, 2.5, bin(3)]}
+        let doc = [
+            0x81, 0xa1, b'a', 0x93, 0x01, 0xcb, 0, 0, 0, 0, 0, 0, 0x04, 0x40, 0xc4, 3, 7, 8, 9,
+        ];
+        msgpack_lengths_fit(&doc).unwrap();
+        // The binary claims 2^31 bytes.
+        let mut huge = doc.to_vec();
+        huge.splice(14..16, [0xc6, 0x80, 0, 0, 0]);
+        assert!(msgpack_lengths_fit(&huge)
+            .unwrap_err()
+            .contains("claims 2147483648"));
+        // An array of 65,535 values in 19 bytes.
+        let mut many = doc.to_vec();
+        many.splice(3..4, [0xdc, 0xff, 0xff]);
+        assert!(msgpack_lengths_fit(&many).is_err());
+        // Cut short.
+        assert!(msgpack_lengths_fit(&doc[..10]).is_err());
+    }
 }

@@ -2,8 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
-use burn::record::Recorder;
 use burn::tensor::{backend::Backend, Tensor, TensorData};
 use medddpm_diffusion::{CosineSchedule, Sampler, SamplerConfig};
 use medddpm_mask::LabelScheme;
@@ -14,7 +12,6 @@ use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
 use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE};
 use crate::data::{load_condition, regrid_mask};
 use crate::pictures::Trajectory;
-use crate::trainer::recorder;
 use crate::{ExperimentConfig, TrainError};
 
 /// Where sampling weights come from.
@@ -65,18 +62,16 @@ pub fn load_sampling_model<B: Backend>(
             };
             crate::integrity::verify_or_offer(&dir)?;
             let config = ExperimentConfig::from_file(&dir.join(CONFIG_FILE))?;
-            let file = dir.join(if live { MODEL_FILE } else { EMA_FILE });
-            let record = recorder().load(file.clone(), device).map_err(|e| {
-                TrainError::checkpoint(&dir, format!("cannot load {}: {e}", file.display()))
-            })?;
-            let configured = config.model.init::<B>(device)?;
-            let unet = configured.clone().load_record(record);
-            let what = if live {
-                "the live weights"
-            } else {
-                "the EMA weights"
-            };
-            crate::integrity::check_weights(&configured, &unet, what, &file.with_extension("mpk"))?;
+            let file = dir
+                .join(if live { MODEL_FILE } else { EMA_FILE })
+                .with_extension("mpk");
+            let bytes = std::fs::read(&file).map_err(|e| TrainError::io(&file, e))?;
+            let unet = crate::integrity::load_record_bytes(
+                &config.model.init::<B>(device)?,
+                bytes,
+                &file,
+                device,
+            )?;
             Ok(SamplingModel {
                 unet,
                 schedule: CosineSchedule::new(config.diffusion.timesteps),

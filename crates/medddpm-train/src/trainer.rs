@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, NamedMpkFileRecorder, Recorder};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
 use medddpm_diffusion::{training_loss, CosineSchedule, Sampler};
@@ -24,7 +24,8 @@ use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::sample::write_sample;
 use crate::{DiffusionConfig, ExperimentConfig, NonFiniteLoss, TrainError};
 
-/// Writes a record as `NamedMpkFileRecorder` would (the same bytes), but through our own file
+/// Writes a record as `NamedMpkFileRecorder` would (the same bytes, full precision: resumed
+/// runs continue bit for bit), but through our own file
 /// write, so a failure is the file's I/O error ("No space left on device") rather than the
 /// encoder's ("MessagePack value").
 pub(crate) fn save_record<B: Backend, R: burn::record::Record<B>>(
@@ -35,11 +36,6 @@ pub(crate) fn save_record<B: Backend, R: burn::record::Record<B>>(
         .record(record, ())
         .map_err(|e| TrainError::checkpoint(path, format!("cannot encode: {e}")))?;
     std::fs::write(path, bytes).map_err(|e| TrainError::io(path, e))
-}
-
-/// Records are full precision: resumed runs must continue bit for bit.
-pub(crate) fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
-    NamedMpkFileRecorder::<FullPrecisionSettings>::new()
 }
 
 /// One optimizer step's numbers, as written to `metrics.jsonl`.
@@ -252,7 +248,6 @@ pub fn train<B: KernelAutodiffBackend>(
     }
     let schedule = CosineSchedule::new(config.diffusion.timesteps);
     let config_toml = config.to_toml();
-    let recorder = recorder();
 
     // Model, EMA and optimizer: fresh (initialised from the run's seed) or from the latest
     // checkpoint.
@@ -294,29 +289,17 @@ pub fn train<B: KernelAutodiffBackend>(
                 ),
             ));
         }
-        let load_err = |what: &str, e: burn::record::RecorderError| {
-            TrainError::checkpoint(&ckpt, format!("cannot load {what}: {e}"))
+        let load = |name: &str| -> Result<(PathBuf, Vec<u8>), TrainError> {
+            let file = ckpt.join(format!("{name}.mpk"));
+            let bytes = std::fs::read(&file).map_err(|e| TrainError::io(&file, e))?;
+            Ok((file, bytes))
         };
-        let configured = model.clone();
-        model = model
-            .load_file(ckpt.join(MODEL_FILE), &recorder, device)
-            .map_err(|e| load_err("the model", e))?;
-        let file = |name: &str| ckpt.join(format!("{name}.mpk"));
-        crate::integrity::check_weights(
-            &configured,
-            &model,
-            "the live weights",
-            &file(MODEL_FILE),
-        )?;
-        let configured = ema.clone();
-        ema = ema
-            .load_file(ckpt.join(EMA_FILE), &recorder, device)
-            .map_err(|e| load_err("the EMA", e))?;
-        crate::integrity::check_weights(&configured, &ema, "the EMA weights", &file(EMA_FILE))?;
-        let record = recorder
-            .load(ckpt.join(OPTIMIZER_FILE), device)
-            .map_err(|e| load_err("the optimizer state", e))?;
-        optim = optim.load_record(record);
+        let (file, bytes) = load(MODEL_FILE)?;
+        model = crate::integrity::load_record_bytes(&model, bytes, &file, device)?;
+        let (file, bytes) = load(EMA_FILE)?;
+        ema = crate::integrity::load_record_bytes(&ema, bytes, &file, device)?;
+        let (file, bytes) = load(OPTIMIZER_FILE)?;
+        optim = optim.load_record(crate::integrity::decode_record(bytes, &file, device)?);
         observer.message(&format!(
             "resuming from {} (step {})",
             ckpt.display(),
