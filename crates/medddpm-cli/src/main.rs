@@ -4,6 +4,7 @@ mod check_kernels;
 mod eval;
 mod experiments;
 mod inspect;
+mod oom;
 mod progress;
 mod render;
 mod sample;
@@ -145,6 +146,7 @@ fn end_quietly_on_closed_pipe() {
 
 fn main() -> ExitCode {
     end_quietly_on_closed_pipe();
+    oom::install_hook();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

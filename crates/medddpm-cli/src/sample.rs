@@ -132,6 +132,14 @@ impl BackendTask for SampleTask {
         let mut options = self.options;
         options.sampler = self.sampler.resolve(&model.config.sampler);
         let steps = Sampler::new(model.schedule.clone(), &options.sampler)?.num_steps();
+        crate::oom::describe(format!(
+            "sampling {:?} volumes (model_channels {}) in {} {} on {}",
+            model.config.data.grid,
+            model.config.model.model_channels,
+            env.precision,
+            env.layout,
+            env.backend
+        ));
         eprintln!(
             "sampling {} mask(s) x {} on the {} backend ({}, {}), {} sampler, {steps} reverse steps each",
             self.masks.len(),

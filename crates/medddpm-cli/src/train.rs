@@ -56,6 +56,17 @@ impl BackendTask for TrainTask {
             env.layout,
             self.run.root.display()
         );
+        let t = &self.config.train;
+        crate::oom::describe(format!(
+            "training {:?} volumes (batch {}, grad_accum {}, model_channels {}) in {} {} on {}",
+            self.config.data.grid,
+            t.batch_size,
+            t.grad_accum,
+            self.config.model.model_channels,
+            env.precision,
+            env.layout,
+            env.backend
+        ));
         let mut options = self.options;
         options.compute = env.compute();
         let mut bar = TrainBar::new();

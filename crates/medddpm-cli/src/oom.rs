@@ -1,0 +1,79 @@
+//! A GPU running out of memory surfaces as a panic deep in cubecl, in its device thread
+//! ("can't allocate buffer of size: 21254373376" on the H100), followed by hundreds of lines of
+//! panics of everything that waited on it. The panic hook turns the first into one error:
+//! what was running, with which settings, and what uses less memory; then the process exits
+//! (nothing can continue on that device, and checkpoints are only ever replaced atomically).
+
+use std::sync::Mutex;
+
+/// What the process is doing, for the hint ("training 128x128x128 volumes, batch 1, ...").
+static WORK: Mutex<Option<String>> = Mutex::new(None);
+
+/// Records what the process is about to run.
+pub fn describe(work: String) {
+    *WORK.lock().unwrap_or_else(|e| e.into_inner()) = Some(work);
+}
+
+/// Whether a panic message is an allocation failure of the device.
+pub fn is_out_of_memory(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("out of memory")
+        || m.contains("can't allocate buffer")
+        || m.contains("out-of-memory")
+        || m.contains("outofmemory")
+        || m.contains("cuda_error_out_of_memory")
+}
+
+/// The line added to an out-of-memory panic.
+pub fn hint(work: Option<&str>) -> String {
+    format!(
+        "the GPU ran out of memory{}. What needs less: --precision bf16 (about a third of fp32's peak in docs/benchmarks), a smaller [data] grid, [train] batch_size = 1 with grad_accum for the same effective batch; `medddpm bench` measures a configuration's peak memory before a long run",
+        work.map(|w| format!(" while {w}")).unwrap_or_default()
+    )
+}
+
+/// Installs the hook (keeping the default one's output before the hint).
+pub fn install_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if !is_out_of_memory(message) {
+            return default(info);
+        }
+        let work = WORK.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        eprintln!("error: {}", message.lines().next().unwrap_or(message));
+        eprintln!("error: {}", hint(work.as_deref()));
+        std::process::exit(1);
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_panics_get_the_settings_and_a_hint() {
+        assert!(is_out_of_memory(
+            "An out-of-memory error happened during launch\nCaused by:\n  ..."
+        ));
+        assert!(is_out_of_memory(
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")"
+        ));
+        assert!(is_out_of_memory(
+            "called `Result::unwrap()` on an `Err` value: can't allocate buffer of size: 21254373376"
+        ));
+        assert!(!is_out_of_memory("index out of bounds"));
+        let h = hint(Some(
+            "training 256x256x256 volumes, batch 1, fp32, ncdhw on cuda",
+        ));
+        assert!(
+            h.contains("while training 256x256x256") && h.contains("bf16"),
+            "{h}"
+        );
+    }
+}
