@@ -59,37 +59,6 @@ fn driver_jit_cache(root: &Path) {
     }
 }
 
-/// Runs `f`, turning a panic into its message, with the panic hook silenced meanwhile (the
-/// hook is process-wide: this is for start-up, before other threads work).
-/// The first panic's message is kept: cubecl's device thread panics with the reason ("no
-/// adapter"), and the caller then sees only a closed channel.
-fn quiet_catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    use std::sync::{Arc, Mutex};
-    let first: Arc<Mutex<Option<String>>> = Arc::default();
-    let keep = first.clone();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("no detail");
-        keep.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(|| message.to_string());
-    }));
-    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    std::panic::set_hook(hook);
-    out.map_err(|_| {
-        first
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .unwrap_or_else(|| "no detail".into())
-    })
-}
-
 /// Sets up a CubeCL backend and runs `task` on it (taking it out of the option only once the
 /// device is up, so that a caller can run it elsewhere after a [`crate::NoDevice`] error). `conv_engine` resolves `--conv-engine` for
 /// this backend, given the tuning-cache folder (where cuDNN keeps its algorithm choices).
@@ -132,7 +101,8 @@ where
     // cubecl panics when it finds no device (wgpu without a Vulkan driver, CUDA without the
     // driver library): a `NoDevice` error instead, without the panic's trace on stderr, and
     // the task left in `task` for the caller's fallback.
-    let client = quiet_catch(|| R::client(&device)).map_err(|why| crate::NoDevice(why))?;
+    let client = medddpm_kernels::panics::quiet_catch(|| R::client(&device))
+        .map_err(|why| crate::NoDevice(why))?;
     match precision {
         Precision::Tf32 => {
             let tf32 = cubecl::tf32::as_type_native_unchecked().storage_type();

@@ -36,12 +36,7 @@ pub fn hint(work: Option<&str>) -> String {
 pub fn install_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("");
+        let message = medddpm_kernels::panics::panic_message(info.payload());
         if !is_out_of_memory(message) {
             return default(info);
         }

@@ -31,6 +31,7 @@ pub mod cube;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
 pub mod norm;
+pub mod panics;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};

@@ -14,6 +14,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{backend::Backend, Tensor};
 use serde::{Deserialize, Serialize};
 
+use medddpm_kernels::panics::quiet_catch;
+
 use crate::TrainError;
 
 /// The checksum manifest inside a checkpoint folder.
@@ -154,7 +156,7 @@ pub fn verify_or_offer(dir: &Path) -> Result<Verification, TrainError> {
         (TrainError::Checkpoint { path, message }, Some(previous)) => TrainError::Checkpoint {
             path: path.clone(),
             message: format!(
-                "{message}; the previous checkpoint {} is intact (remove this one to fall back to it, or name it directly)",
+                "{message}; the previous checkpoint {} is intact (`sample` and `inspect` take it by name; to resume from it, move this one out of checkpoints/)",
                 previous.display()
             ),
         },
@@ -308,22 +310,6 @@ pub fn load_record_bytes<B: Backend, M: Module<B>>(
     quiet_catch(|| check_weights(configured, &loaded, "the weights", file))
         .map_err(unreadable)??;
     Ok(loaded)
-}
-
-/// Runs `f`, turning a panic into its message, with the panic hook silenced meanwhile.
-fn quiet_catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    std::panic::set_hook(hook);
-    out.map_err(|panic| {
-        panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("no detail")
-            .to_string()
-    })
 }
 
 /// Walks a MessagePack document without decoding it and checks that every length it claims

@@ -416,26 +416,21 @@ pub fn train<B: KernelAutodiffBackend>(
         let loss = if skip {
             // The loss decides whether the update happens, so it is read first.
             let loss = read_mean(losses);
-            if !loss.is_finite() {
+            if loss.is_finite() {
+                skipped_in_a_row = 0;
+                model = optim.step(lr, model, accumulator.grads());
+            } else {
                 skipped_in_a_row += 1;
-                if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW {
-                    return Err(diverged(
+                if skipped_in_a_row < MAX_SKIPPED_IN_A_ROW {
+                    observer.message(&format!(
+                        "step {}: the loss is {loss}; batch skipped without an update ({})",
                         state.step + 1,
-                        loss,
-                        batch_files,
-                        &last_checkpoint,
-                        run,
-                    )?);
+                        batch_files.join(", ")
+                    ));
+                    continue;
                 }
-                observer.message(&format!(
-                    "step {}: the loss is {loss}; batch skipped without an update ({})",
-                    state.step + 1,
-                    batch_files.join(", ")
-                ));
-                continue;
+                // Too many in a row: no update, and the run stops below as without `skip`.
             }
-            skipped_in_a_row = 0;
-            model = optim.step(lr, model, accumulator.grads());
             loss
         } else {
             model = optim.step(lr, model, accumulator.grads());
