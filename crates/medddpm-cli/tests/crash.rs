@@ -1,7 +1,7 @@
 //! kill -9 at random moments: a small training run is killed 20 times (some kills land while a
 //! checkpoint is being written) and resumed each time. After every kill the latest checkpoint
 //! verifies and loads, the run resumes from it, at most the steps since it are lost, and the run
-//! finally completes.
+//! finally completes; then `inspect` vouches for its checkpoint, and refuses it once damaged.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -175,4 +175,27 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
     );
     let done = run.latest_checkpoint().unwrap().unwrap();
     assert_eq!(read_state(&done).unwrap().step, last_step + 4);
+
+    // `inspect` checks what it reports: fine now, refused with one flipped byte.
+    let inspect = || {
+        let out = Command::new(bin)
+            .args(["inspect", run_dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = inspect();
+    assert!(ok && text.contains("files match their checksums"), "{text}");
+    let ema = done.join("ema.mpk");
+    let mut bytes = std::fs::read(&ema).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    std::fs::write(&ema, bytes).unwrap();
+    let (ok, text) = inspect();
+    assert!(
+        !ok && text.contains("ema.mpk does not match its checksum"),
+        "{text}"
+    );
 }
