@@ -4,7 +4,7 @@
 #![cfg(feature = "wgpu")]
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Distribution, Tensor};
+use burn::tensor::{DType, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
@@ -24,6 +24,34 @@ fn on_wgpu<T: BackendTask>(task: T) -> T::Output {
     run_on(&settings, task).unwrap_or_else(|e| {
         panic!("on wgpu (needs a Vulkan device; on Linux lavapipe, mesa-vulkan-drivers): {e:#}")
     })
+}
+
+/// Normal values from a generator of the caller's own (xorshift and Box-Muller): burn's CPU
+/// generator is one for the whole process, shared by the tests that run in parallel, so its
+/// draws, and with them the inputs and the errors compared here, changed from run to run.
+fn normal<B: Backend, const D: usize>(
+    shape: [usize; D],
+    mean: f32,
+    std: f32,
+    seed: u64,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let n = shape.iter().product::<usize>();
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+            mean + std * z as f32
+        })
+        .collect();
+    Tensor::from_data(burn::tensor::TensorData::new(values, shape), device)
 }
 
 fn rel_l2(a: Vec<f32>, b: Vec<f32>) -> f64 {
@@ -51,13 +79,12 @@ impl BackendTask for Products {
     ) -> anyhow::Result<Self::Output> {
         type Cpu = burn::backend::Flex;
         let cpu = Default::default();
-        Cpu::seed(&cpu, 5);
         let mut errors = Vec::new();
         for m in [512, 4096] {
             for k in [8, 16, 24, 40, 48] {
                 let n = 16;
-                let x = Tensor::<Cpu, 3>::random([1, m, k], Distribution::Normal(0.0, 1.0), &cpu);
-                let w = Tensor::<Cpu, 2>::random([n, k], Distribution::Normal(0.0, 1.0), &cpu);
+                let x = normal::<Cpu, 3>([1, m, k], 0.0, 1.0, 8, &cpu);
+                let w = normal::<Cpu, 2>([n, k], 0.0, 1.0, 1, &cpu);
                 let expected = product(x.clone(), w.clone());
                 let got = product(
                     Tensor::<B::InnerBackend, 3>::from_data(x.to_data(), &device),
@@ -197,10 +224,10 @@ impl BackendTask for GroupNormAndMemory {
                 Layout::Ncdhw => [2, 8, 6, 5, 7],
                 Layout::Ndhwc => [2, 6, 5, 7, 8],
             };
-            let x = Tensor::<Cpu, 5>::random(shape, Distribution::Normal(0.3, 2.0), &cpu);
-            let gamma = Tensor::<Cpu, 1>::random([8], Distribution::Normal(1.0, 0.5), &cpu);
-            let beta = Tensor::<Cpu, 1>::random([8], Distribution::Normal(0.0, 0.5), &cpu);
-            let probe = Tensor::<Cpu, 5>::random(shape, Distribution::Normal(0.0, 1.0), &cpu);
+            let x = normal::<Cpu, 5>(shape, 0.3, 2.0, 2, &cpu);
+            let gamma = normal::<Cpu, 1>([8], 1.0, 0.5, 3, &cpu);
+            let beta = normal::<Cpu, 1>([8], 0.0, 0.5, 4, &cpu);
+            let probe = normal::<Cpu, 5>(shape, 0.0, 1.0, 5, &cpu);
             let data = |t: Tensor<Cpu, 5>| t.into_data().to_vec::<f32>().unwrap();
             // CPU.
             let (xc, gc, bc) = (
@@ -345,8 +372,8 @@ impl BackendTask for UpsampleKernels {
                     Layout::Ncdhw => [b, c, 2 * d, 2 * h, 2 * w],
                     Layout::Ndhwc => [b, 2 * d, 2 * h, 2 * w, c],
                 };
-                let x = Tensor::<Cpu, 5>::random(shape, Distribution::Normal(0.0, 1.0), &cpu);
-                let dy = Tensor::<Cpu, 5>::random(big, Distribution::Normal(0.0, 1.0), &cpu);
+                let x = normal::<Cpu, 5>(shape, 0.0, 1.0, 6, &cpu);
+                let dy = normal::<Cpu, 5>(big, 0.0, 1.0, 7, &cpu);
                 let want_y = upsample_trilinear_x2_in(x.clone(), layout);
                 let want_dx = upsample_trilinear_x2_backward_in(dy.clone(), layout);
                 let on = |t: Tensor<Cpu, 5>| Tensor::<G<B>, 5>::from_data(t.into_data(), &device);
