@@ -138,6 +138,7 @@ impl DdpmSampler {
 /// x from the predicted noise, with z fresh standard normal noise where `noisy(i)` says step i
 /// adds any (zeros otherwise, drawing nothing from the generator); `on_step(i + 1, x)` sees
 /// each new x.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
     denoiser: &M,
     (schedule, prediction): (&CosineSchedule, Prediction),
