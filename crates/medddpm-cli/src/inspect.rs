@@ -7,9 +7,8 @@ use burn::backend::Flex;
 use burn::module::Module;
 use clap::Args;
 use medddpm_nifti::Volume;
-use medddpm_train::checkpoint::{read_state, RunDir};
+use medddpm_train::checkpoint::{read_config, read_state, RunDir};
 use medddpm_train::integrity::{verify_or_offer, Verification};
-use medddpm_train::ExperimentConfig;
 use medddpm_train::{load_sampling_model, WeightsSource};
 
 #[derive(Debug, Args)]
@@ -61,7 +60,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("{} holds no checkpoint", path.display()))?
         };
         let state = read_state(&ckpt)?;
-        let config = ExperimentConfig::from_file(&ckpt.join("config.toml"))?;
+        let config = read_config(&ckpt)?;
         let params = config.model.init::<Flex>(&Default::default())?.num_params();
         // The checks sampling and resuming make: checksums, shapes against the config, and
         // finite weights, for both sets of weights.

@@ -518,3 +518,37 @@ fn atomic_write(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound itself (the integration test `a_gzip_bomb_...` shows the volume still reads):
+    /// a 4x3x2 float volume (352-byte offset, 96 voxel bytes) followed by 64 MiB of zeros in one
+    /// gzip stream is inflated to one byte past what its header claims.
+    #[test]
+    fn inflation_stops_one_byte_past_the_headers_claim() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.nii");
+        let affine = [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ];
+        Volume::new([4, 3, 2], (0..24).map(|x| x as f32).collect(), affine)
+            .unwrap()
+            .write(&path)
+            .unwrap();
+        let raw = std::fs::read(&path).unwrap();
+        assert_eq!(raw.len(), 352 + 96);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&raw).unwrap();
+        gz.write_all(&vec![0u8; 64 << 20]).unwrap();
+        let bomb = gz.finish().unwrap();
+        let inflated = inflate(bomb, &path, claimed_len).unwrap();
+        assert_eq!(inflated.len(), 352 + 96 + 1);
+        assert_eq!(&inflated[..raw.len()], &raw[..]);
+    }
+}

@@ -188,13 +188,25 @@ impl RunDir {
 }
 
 /// Reads `state.json` of a checkpoint folder.
+/// (Checked against the checkpoint's checksums, as every read of a checkpoint file is.)
 pub fn read_state(checkpoint: &Path) -> Result<TrainState, TrainError> {
-    let path = checkpoint.join(STATE_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        TrainError::checkpoint(checkpoint, format!("cannot read {STATE_FILE}: {e}"))
-    })?;
-    serde_json::from_str(&text)
+    let bytes = crate::integrity::read_checked(checkpoint, STATE_FILE)?;
+    serde_json::from_slice(&bytes)
         .map_err(|e| TrainError::checkpoint(checkpoint, format!("{STATE_FILE} is not valid: {e}")))
+}
+
+/// Reads the configuration a checkpoint was trained with (checked against its checksums).
+pub fn read_config(checkpoint: &Path) -> Result<crate::ExperimentConfig, TrainError> {
+    let bytes = crate::integrity::read_checked(checkpoint, CONFIG_FILE)?;
+    let path = checkpoint.join(CONFIG_FILE);
+    let text = String::from_utf8(bytes).map_err(|e| TrainError::Config {
+        path: Some(path.clone()),
+        message: e.to_string(),
+    })?;
+    crate::ExperimentConfig::from_toml(&text).map_err(|message| TrainError::Config {
+        path: Some(path),
+        message,
+    })
 }
 
 /// `step-000123`.

@@ -87,41 +87,72 @@ pub enum Verification {
     NoManifest,
 }
 
-/// Checks every file of a checkpoint folder against its manifest.
-pub fn verify_checkpoint(dir: &Path) -> Result<Verification, TrainError> {
+/// The manifest of `dir`, or `None` for a checkpoint written before checksums existed.
+fn read_manifest(dir: &Path) -> Result<Option<Manifest>, TrainError> {
     let path = dir.join(CHECKSUMS_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Verification::NoManifest),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(TrainError::io(&path, e)),
     };
-    let manifest: Manifest = serde_json::from_str(&text)
-        .map_err(|e| TrainError::checkpoint(dir, format!("{CHECKSUMS_FILE} is damaged: {e}")))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| TrainError::checkpoint(dir, format!("{CHECKSUMS_FILE} is damaged: {e}")))
+}
+
+/// The error for file `name` of `dir` whose size or checksum is not what was written.
+fn compare(dir: &Path, name: &str, got: &FileSum, want: &FileSum) -> Result<(), TrainError> {
+    if got.bytes != want.bytes {
+        return Err(TrainError::checkpoint(
+            dir,
+            format!(
+                "{name} has {} bytes where {} were written (truncated or replaced)",
+                got.bytes, want.bytes
+            ),
+        ));
+    }
+    if got.crc32 != want.crc32 {
+        return Err(TrainError::checkpoint(
+            dir,
+            format!("{name} does not match its checksum (its bytes changed after writing)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks every file of a checkpoint folder against its manifest.
+pub fn verify_checkpoint(dir: &Path) -> Result<Verification, TrainError> {
+    let Some(manifest) = read_manifest(dir)? else {
+        return Ok(Verification::NoManifest);
+    };
     for (name, want) in &manifest.files {
         let file = dir.join(name);
         if !file.is_file() {
             return Err(TrainError::checkpoint(dir, format!("{name} is missing")));
         }
-        let got = sum_file(&file)?;
-        if got.bytes != want.bytes {
-            return Err(TrainError::checkpoint(
-                dir,
-                format!(
-                    "{name} has {} bytes where {} were written (truncated or replaced)",
-                    got.bytes, want.bytes
-                ),
-            ));
-        }
-        if got.crc32 != want.crc32 {
-            return Err(TrainError::checkpoint(
-                dir,
-                format!("{name} does not match its checksum (its bytes changed after writing)"),
-            ));
-        }
+        compare(dir, name, &sum_file(&file)?, want)?;
     }
     Ok(Verification::Verified {
         files: manifest.files.len(),
     })
+}
+
+/// Reads file `name` of checkpoint folder `dir`, checked against the manifest in memory (each
+/// byte read once: loading needs the bytes anyway). A mismatch names the intact checkpoint
+/// before this one, as [`verify_or_offer`] does. Without a manifest the bytes come unchecked.
+pub fn read_checked(dir: &Path, name: &str) -> Result<Vec<u8>, TrainError> {
+    let path = dir.join(name);
+    let bytes = std::fs::read(&path).map_err(|e| TrainError::io(&path, e))?;
+    if let Some(want) = read_manifest(dir)?.and_then(|m| m.files.get(name).cloned()) {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&bytes);
+        let got = FileSum {
+            bytes: bytes.len() as u64,
+            crc32: hasher.finalize(),
+        };
+        compare(dir, name, &got, &want).map_err(|e| offer_previous(dir, e))?;
+    }
+    Ok(bytes)
 }
 
 /// The newest checkpoint before `damaged` in the same folder that verifies, for error messages
@@ -152,7 +183,12 @@ pub fn previous_intact(damaged: &Path) -> Option<PathBuf> {
 
 /// [`verify_checkpoint`], with the error naming the newest older checkpoint that verifies.
 pub fn verify_or_offer(dir: &Path) -> Result<Verification, TrainError> {
-    verify_checkpoint(dir).map_err(|e| match (&e, previous_intact(dir)) {
+    verify_checkpoint(dir).map_err(|e| offer_previous(dir, e))
+}
+
+/// `e` (about damaged checkpoint `dir`) with the newest older checkpoint that verifies.
+fn offer_previous(dir: &Path, e: TrainError) -> TrainError {
+    match (&e, previous_intact(dir)) {
         (TrainError::Checkpoint { path, message }, Some(previous)) => TrainError::Checkpoint {
             path: path.clone(),
             message: format!(
@@ -161,18 +197,19 @@ pub fn verify_or_offer(dir: &Path) -> Result<Verification, TrainError> {
             ),
         },
         _ => e,
-    })
+    }
 }
 
-/// Walks a module's float parameters with their dotted paths.
-struct Walk<'a, F> {
+/// Walks a module's float parameters with their dotted paths and shapes; with `counts`, also
+/// queues each parameter's count of non-finite values (read back together, not one device
+/// round trip per parameter).
+struct Walk<'a, B: Backend, F> {
     path: Vec<String>,
-    /// Count each parameter's non-finite values (reads every weight).
-    count_non_finite: bool,
+    counts: Option<Vec<Tensor<B, 1, burn::tensor::Int>>>,
     visit: &'a mut F,
 }
 
-impl<B: Backend, F: FnMut(&str, Vec<usize>, Option<usize>)> ModuleVisitor<B> for Walk<'_, F> {
+impl<B: Backend, F: FnMut(&str, Vec<usize>)> ModuleVisitor<B> for Walk<'_, B, F> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -183,32 +220,49 @@ impl<B: Backend, F: FnMut(&str, Vec<usize>, Option<usize>)> ModuleVisitor<B> for
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let tensor = param.val();
-        let shape = tensor.dims().to_vec();
-        let bad = self.count_non_finite.then(|| {
+        (self.visit)(&self.path.join("."), tensor.dims().to_vec());
+        if let Some(counts) = &mut self.counts {
             // x - x is 0 for finite x and NaN otherwise.
-            let bad = tensor
-                .clone()
-                .sub(tensor)
-                .is_nan()
-                .int()
-                .sum()
-                .into_scalar();
-            burn::tensor::ElementConversion::elem::<i64>(bad) as usize
-        });
-        (self.visit)(&self.path.join("."), shape, bad);
+            counts.push(tensor.clone().sub(tensor).is_nan().int().sum());
+        }
     }
 }
 
-fn walk<B: Backend, M: Module<B>>(
-    module: &M,
-    count_non_finite: bool,
-    mut visit: impl FnMut(&str, Vec<usize>, Option<usize>),
-) {
-    module.visit(&mut Walk {
+/// Names and shapes of `module`'s float parameters, in visiting order.
+fn shapes<B: Backend, M: Module<B>>(module: &M) -> Vec<(String, Vec<usize>)> {
+    let mut out = Vec::new();
+    let mut visit = |name: &str, shape: Vec<usize>| out.push((name.to_string(), shape));
+    module.visit(&mut Walk::<B, _> {
         path: Vec::new(),
-        count_non_finite,
+        counts: None,
         visit: &mut visit,
     });
+    out
+}
+
+/// Each float parameter's name and its number of NaN or infinite values, in visiting order.
+fn non_finite_counts<B: Backend, M: Module<B>>(module: &M) -> Vec<(String, usize)> {
+    let mut names = Vec::new();
+    let mut visit = |name: &str, _: Vec<usize>| names.push(name.to_string());
+    let mut walk = Walk::<B, _> {
+        path: Vec::new(),
+        counts: Some(Vec::new()),
+        visit: &mut visit,
+    };
+    module.visit(&mut walk);
+    let counts = walk.counts.take().unwrap_or_default();
+    if counts.is_empty() {
+        return Vec::new();
+    }
+    let counts: Vec<i64> = Tensor::cat(counts, 0)
+        .into_data()
+        .convert::<i64>()
+        .to_vec()
+        .expect("integer counts");
+    names
+        .into_iter()
+        .zip(counts.into_iter().map(|c| c as usize))
+        .collect()
 }
 
 /// Checks that `loaded` (a record loaded into the configured network) has the shapes of
@@ -220,28 +274,20 @@ pub fn check_weights<B: Backend, M: Module<B>>(
     what: &str,
     file: &Path,
 ) -> Result<(), TrainError> {
-    let mut want = Vec::new();
-    walk(configured, false, |name, shape, _| {
-        want.push((name.to_string(), shape))
-    });
     // Shapes first, without touching the data: a record claiming a huge shape must not make
     // the finiteness check allocate it.
-    let mut index = 0;
-    let mut mismatch = None;
-    walk(loaded, false, |name, shape, _| {
-        match want.get(index) {
-            Some((n, s)) if *s != shape && mismatch.is_none() => {
-                mismatch = Some(format!(
-                    "{n} is {shape:?} in the file, {s:?} in the configured network"
-                ))
-            }
-            None if mismatch.is_none() => {
-                mismatch = Some(format!("{name} is not in the configured network"))
-            }
-            _ => {}
-        }
-        index += 1;
-    });
+    let want = shapes(configured);
+    let got = shapes(loaded);
+    let mismatch = got
+        .iter()
+        .enumerate()
+        .find_map(|(i, (name, shape))| match want.get(i) {
+            Some((n, s)) if s != shape => Some(format!(
+                "{n} is {shape:?} in the file, {s:?} in the configured network"
+            )),
+            None => Some(format!("{name} is not in the configured network")),
+            _ => None,
+        });
     if let Some(m) = mismatch {
         return Err(TrainError::checkpoint(
             file,
@@ -250,15 +296,9 @@ pub fn check_weights<B: Backend, M: Module<B>>(
             ),
         ));
     }
-    let mut non_finite = 0usize;
-    let mut first_bad = None;
-    walk(loaded, true, |name, _, bad| {
-        if let Some(bad) = bad.filter(|&b| b > 0) {
-            non_finite += bad;
-            first_bad.get_or_insert_with(|| name.to_string());
-        }
-    });
-    if let Some(first) = first_bad {
+    let counts = non_finite_counts(loaded);
+    let non_finite: usize = counts.iter().map(|(_, c)| c).sum();
+    if let Some((first, _)) = counts.iter().find(|(_, c)| *c > 0) {
         return Err(TrainError::checkpoint(
             file,
             format!("{what} hold {non_finite} NaN or infinite values (first in {first})"),

@@ -9,7 +9,7 @@ use medddpm_nifti::Volume;
 use medddpm_unet::KernelBackend;
 use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
 
-use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE};
+use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE, STATE_FILE};
 use crate::data::{load_condition, regrid_mask};
 use crate::pictures::Trajectory;
 use crate::{ExperimentConfig, TrainError};
@@ -48,7 +48,7 @@ pub fn load_sampling_model<B: Backend>(
 ) -> Result<SamplingModel<B>, TrainError> {
     match source {
         WeightsSource::Checkpoint(path) => {
-            let dir = if path.join(CONFIG_FILE).is_file() && path.join("state.json").is_file() {
+            let dir = if path.join(CONFIG_FILE).is_file() && path.join(STATE_FILE).is_file() {
                 path.clone()
             } else {
                 crate::checkpoint::RunDir::new(path)
@@ -60,12 +60,11 @@ pub fn load_sampling_model<B: Backend>(
                         )
                     })?
             };
-            crate::integrity::verify_or_offer(&dir)?;
-            let config = ExperimentConfig::from_file(&dir.join(CONFIG_FILE))?;
-            let file = dir
-                .join(if live { MODEL_FILE } else { EMA_FILE })
-                .with_extension("mpk");
-            let bytes = std::fs::read(&file).map_err(|e| TrainError::io(&file, e))?;
+            // Each file read is checked against the checkpoint's checksums.
+            let config = crate::checkpoint::read_config(&dir)?;
+            let name = format!("{}.mpk", if live { MODEL_FILE } else { EMA_FILE });
+            let file = dir.join(&name);
+            let bytes = crate::integrity::read_checked(&dir, &name)?;
             let unet = crate::integrity::load_record_bytes(
                 &config.model.init::<B>(device)?,
                 bytes,
@@ -204,8 +203,8 @@ pub fn sample_masks<B: KernelBackend>(
     let prepare = |mask_path: &PathBuf| -> Result<_, TrainError> {
         let (cond, shape, mask) = load_condition(mask_path, &scheme, data.grid, data.grid_policy)?;
         // The network works on the mask after the same policy the condition went through; the
-        // output goes back to the mask's own grid (`original`).
-        let original = mask.clone();
+        // output goes back to the mask's own grid (`original`, kept only when it differs).
+        let original = (mask.dims() != data.grid).then(|| mask.clone());
         let reference = regrid_mask(mask, mask_path, data.grid, data.grid_policy)?;
         let [d, h, w] = shape;
         let c = cond.len() / (d * h * w);
@@ -285,13 +284,21 @@ pub fn sample_masks<B: KernelBackend>(
                     message,
                 });
             }
+            // Back on the mask's grid first: padding there is the network's background, -1,
+            // which the rescaling then maps with everything else.
+            let grid = match &original {
+                Some(original) => {
+                    values = to_mask_grid(values, &reference, original, data.grid_policy)?;
+                    original
+                }
+                None => &reference,
+            };
             if let Some((lo, hi)) = options.rescale {
                 for v in &mut values {
                     *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
                 }
             }
-            let values = to_mask_grid(values, &reference, &original, data.grid_policy)?;
-            written.extend(write_sample(out_dir, &stem, &values, &original, &names)?);
+            written.extend(write_sample(out_dir, &stem, &values, grid, &names)?);
             if let Some(t) = trajectory {
                 written.push(t.write(&out_dir.join(format!("{stem}_trajectory.gif")))?);
             }
@@ -302,16 +309,13 @@ pub fn sample_masks<B: KernelBackend>(
 
 /// Brings a sample computed on `model_grid` (the mask after the grid policy) back to the mask's
 /// own grid `original`, channel by channel: the inverse resize (linear) or crop-or-pad (with
-/// the background value -1). Unchanged when the mask was already on the model's grid.
+/// the background value -1).
 fn to_mask_grid(
     values: Vec<f32>,
     model_grid: &Volume,
     original: &Volume,
     policy: crate::data::GridPolicy,
 ) -> Result<Vec<f32>, TrainError> {
-    if model_grid.dims() == original.dims() {
-        return Ok(values);
-    }
     let voxels = model_grid.voxel_count();
     let mut out = Vec::with_capacity(values.len() / voxels * original.voxel_count());
     for channel in values.chunks(voxels) {

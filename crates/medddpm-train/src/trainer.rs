@@ -277,7 +277,7 @@ pub fn train<B: KernelAutodiffBackend>(
                 "no checkpoint to resume from",
             ));
         };
-        crate::integrity::verify_or_offer(&ckpt)?;
+        // Each file read below is checked against the checkpoint's checksums.
         state = read_state(&ckpt)?;
         check_same_network(config, &ckpt)?;
         if state.seed != settings.seed {
@@ -290,9 +290,11 @@ pub fn train<B: KernelAutodiffBackend>(
             ));
         }
         let load = |name: &str| -> Result<(PathBuf, Vec<u8>), TrainError> {
-            let file = ckpt.join(format!("{name}.mpk"));
-            let bytes = std::fs::read(&file).map_err(|e| TrainError::io(&file, e))?;
-            Ok((file, bytes))
+            let name = format!("{name}.mpk");
+            Ok((
+                ckpt.join(&name),
+                crate::integrity::read_checked(&ckpt, &name)?,
+            ))
         };
         let (file, bytes) = load(MODEL_FILE)?;
         model = crate::integrity::load_record_bytes(&model, bytes, &file, device)?;
@@ -348,20 +350,16 @@ pub fn train<B: KernelAutodiffBackend>(
         let work = optim.working_model(&model, compute_dtype);
         let mut accumulator = GradientsAccumulator::<UNet<B>>::new();
         let mut losses = Vec::with_capacity(settings.grad_accum);
-        // The image files of this step's batch, for the message if its loss is not finite.
-        let mut batch_files = Vec::new();
+        // The examples of this step's batch, named only if its loss is not finite.
+        let mut batch_indices = Vec::with_capacity(settings.grad_accum * settings.batch_size);
         for _ in 0..settings.grad_accum {
             // 1. Draw the micro-batch and its randomness, both from the micro-batch counter.
             let draw = state.micro_batches;
-            let indices: Vec<usize> = (0..settings.batch_size)
-                .map(|i| order.index(draw * settings.batch_size + i))
-                .collect();
-            for &i in &indices {
-                if let Some((_, images)) = dataset.files(i) {
-                    batch_files.extend(images.iter().map(|p| p.display().to_string()));
-                }
-            }
-            let examples: Vec<Example> = indices
+            let first = batch_indices.len();
+            batch_indices.extend(
+                (0..settings.batch_size).map(|i| order.index(draw * settings.batch_size + i)),
+            );
+            let examples: Vec<Example> = batch_indices[first..]
                 .iter()
                 .map(|&i| dataset.get(i))
                 .collect::<Result<_, _>>()?;
@@ -425,7 +423,7 @@ pub fn train<B: KernelAutodiffBackend>(
                     observer.message(&format!(
                         "step {}: the loss is {loss}; batch skipped without an update ({})",
                         state.step + 1,
-                        batch_files.join(", ")
+                        image_files(&dataset, &batch_indices).join(", ")
                     ));
                     continue;
                 }
@@ -446,7 +444,7 @@ pub fn train<B: KernelAutodiffBackend>(
             return Err(diverged(
                 state.step + 1,
                 loss,
-                batch_files,
+                image_files(&dataset, &batch_indices),
                 &last_checkpoint,
                 run,
             )?);
@@ -534,6 +532,15 @@ pub fn train<B: KernelAutodiffBackend>(
     })
 }
 
+/// The image files of the examples at `indices`.
+fn image_files(dataset: &NiftiDataset, indices: &[usize]) -> Vec<String> {
+    indices
+        .iter()
+        .filter_map(|&i| dataset.files(i))
+        .flat_map(|(_, images)| images.into_iter().map(|p| p.display().to_string()))
+        .collect()
+}
+
 /// Batches skipped in a row after which `on_non_finite_loss = "skip"` gives up.
 const MAX_SKIPPED_IN_A_ROW: usize = 10;
 
@@ -561,7 +568,7 @@ fn diverged(
 /// A resumed run must build the network and the process its checkpoint was trained with (the
 /// run's `config.toml` may change steps, learning rate and the like, not these).
 fn check_same_network(config: &ExperimentConfig, ckpt: &Path) -> Result<(), TrainError> {
-    let written = ExperimentConfig::from_file(&ckpt.join(crate::checkpoint::CONFIG_FILE))?;
+    let written = crate::checkpoint::read_config(ckpt)?;
     let differs = |section: &str, a: String, b: String| {
         TrainError::checkpoint(
             ckpt,

@@ -359,6 +359,24 @@ fn fuzz_the_experiment_parser() {
     assert!(err > 0 && ok > 0);
 }
 
+/// Whether every float parameter holds only finite values.
+struct AllFinite(bool);
+
+impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for AllFinite {
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<B, D>>,
+    ) {
+        let values = param
+            .val()
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .unwrap();
+        self.0 &= values.iter().all(|v| v.is_finite());
+    }
+}
+
 #[test]
 fn fuzz_the_checkpoint_loader() {
     let _serial = serial();
@@ -387,7 +405,13 @@ fn fuzz_the_checkpoint_loader() {
                 file,
                 &device,
             ) {
-                Ok(_) => ok += 1,
+                Ok(unet) => {
+                    // What loads is usable: every weight a finite number, read back one by one.
+                    let mut finite = AllFinite(true);
+                    unet.visit(&mut finite);
+                    assert!(finite.0, "a record with non-finite weights loaded");
+                    ok += 1
+                }
                 Err(e) => {
                     assert!(e.to_string().contains("ema.mpk"), "unnamed: {e}");
                     err += 1;
