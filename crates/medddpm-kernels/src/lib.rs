@@ -4,14 +4,21 @@
 //! - [`Compute`]: precision, activation layout and convolution engine, built once by the
 //!   command line and passed down to every layer.
 //! - [`KernelBackend`]: 3-D convolution with its data and weight gradients, GroupNorm (SiLU
-//!   fused in) with a hand-written backward, and trilinear x2 upsampling. Every backend gets
-//!   the plain-burn-op versions (the reference twins in [`conv::reference`]); burn's CUDA backend
+//!   fused in) with a hand-written backward, trilinear x2 upsampling and Adam updates. Every
+//!   backend gets the plain-burn-op versions (the reference twins in [`conv::reference`],
+//!   [`norm::reference`], [`upsample::reference`] and [`adam::reference`]); burn's CUDA backend
 //!   computes them with cuDNN when [`ConvEngine::Cudnn`] is chosen (feature `cuda`), and the
 //!   autodiff backend has a hand-written backward that calls the same engine.
 //! - Trilinear x2 upsampling: burn 0.21's `interpolate` is 2-D only. The reference U-Net
 //!   upsamples with PyTorch's `F.interpolate(scale_factor=2, mode="trilinear",
 //!   align_corners=False)`, and imported weights only reproduce the reference if we do exactly
 //!   the same.
+//!
+//! The modules stand in layers, each using only those below it: `compute`, `dtype` and
+//! `primitive` (on burn alone); the plain-op twins (each `reference`); the CubeCL kernels (`cube`);
+//! the trait with the convolution and its Flex and wgpu engines (`conv`); the cuDNN engine
+//! (`cudnn`); and the calls through the trait with their agreement checks
+//! (`norm::group_norm`, `adam::adam_step`, each `engine_vs_reference`).
 //!
 //! # Example
 //! ```
@@ -30,8 +37,10 @@ pub mod conv;
 pub mod cube;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
+mod dtype;
 pub mod norm;
 pub mod panics;
+mod primitive;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
@@ -39,7 +48,8 @@ pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precis
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };
-pub use norm::{cast_to, group_norm, to_stats, GroupNormSpec};
+pub use dtype::{cast_to, to_stats};
+pub use norm::{group_norm, GroupNormSpec};
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
 };

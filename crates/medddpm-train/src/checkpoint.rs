@@ -10,21 +10,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
+use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
 use crate::TrainError;
 
-/// File names inside a checkpoint folder (burn adds `.mpk` to the record files).
-pub const MODEL_FILE: &str = "model";
-/// EMA weights.
-pub const EMA_FILE: &str = "ema";
-/// Adam state.
-pub const OPTIMIZER_FILE: &str = "optimizer";
-/// Step, seed and data position.
-pub const STATE_FILE: &str = "state.json";
-/// The resolved experiment configuration.
-pub const CONFIG_FILE: &str = "config.toml";
-const LATEST: &str = "latest";
+pub use crate::layout::{
+    step_name, CHECKPOINTS_DIR, CONFIG_FILE, EMA_FILE, METRICS_FILE, MODEL_FILE, OPTIMIZER_FILE,
+    SAMPLES_DIR, STATE_FILE,
+};
+use crate::layout::{step_of, LATEST};
 
 /// Everything besides tensors that an exact resume needs. All randomness of a run is derived
 /// from `seed` and the step and micro-step counters, so these numbers are the whole RNG state.
@@ -71,17 +67,17 @@ impl RunDir {
 
     /// `metrics.jsonl` of the run.
     pub fn metrics_path(&self) -> PathBuf {
-        self.root.join("metrics.jsonl")
+        self.root.join(METRICS_FILE)
     }
 
     /// The checkpoints folder.
     pub fn checkpoints(&self) -> PathBuf {
-        self.root.join("checkpoints")
+        self.root.join(CHECKPOINTS_DIR)
     }
 
     /// Folder of the samples taken at `step`.
     pub fn samples(&self, step: usize) -> PathBuf {
-        self.root.join("samples").join(step_name(step))
+        self.root.join(SAMPLES_DIR).join(step_name(step))
     }
 
     /// The newest complete checkpoint, if any: the `latest` pointer, or else the highest
@@ -100,11 +96,7 @@ impl RunDir {
         let mut best: Option<(usize, PathBuf)> = None;
         for entry in entries {
             let entry = entry.map_err(|e| TrainError::io(&dir, e))?;
-            let name = entry.file_name().to_string_lossy().to_string();
-            let Some(step) = name
-                .strip_prefix("step-")
-                .and_then(|s| s.parse::<usize>().ok())
-            else {
+            let Some(step) = step_of(&entry.path()) else {
                 continue;
             };
             if entry.path().join(STATE_FILE).is_file()
@@ -114,6 +106,20 @@ impl RunDir {
             }
         }
         Ok(best.map(|(_, p)| p))
+    }
+
+    /// The checkpoint a path names: a checkpoint folder itself, or a run folder's latest
+    /// checkpoint. The one place that decides (training resumes, sampling and `inspect` use it).
+    pub fn resolve_checkpoint(path: &Path) -> Result<PathBuf, TrainError> {
+        if is_checkpoint(path) {
+            return Ok(path.to_path_buf());
+        }
+        RunDir::new(path).latest_checkpoint()?.ok_or_else(|| {
+            TrainError::checkpoint(
+                path,
+                "neither a checkpoint folder nor a run folder with checkpoints",
+            )
+        })
     }
 
     /// Writes a checkpoint for `state.step`: `write_files` fills a temporary folder, which is then
@@ -147,6 +153,7 @@ impl RunDir {
         let state_json = serde_json::to_string_pretty(state).expect("state serialises");
         write_file(&tmp.join(STATE_FILE), state_json.as_bytes())?;
         crate::integrity::write_checksums(&tmp)?;
+        medddpm_atomic::sync_dir(&tmp);
 
         let final_path = dir.join(&name);
         if FAIL_NEXT_RENAME.swap(false, Ordering::SeqCst) {
@@ -159,6 +166,7 @@ impl RunDir {
             std::fs::remove_dir_all(&final_path).map_err(|e| TrainError::io(&final_path, e))?;
         }
         std::fs::rename(&tmp, &final_path).map_err(|e| TrainError::io(&final_path, e))?;
+        medddpm_atomic::sync_dir(&dir);
         atomic_write(&dir.join(LATEST), name.as_bytes())?;
         if keep > 0 {
             self.prune(keep)?;
@@ -171,12 +179,7 @@ impl RunDir {
         let mut steps: Vec<(usize, PathBuf)> = std::fs::read_dir(&dir)
             .map_err(|e| TrainError::io(&dir, e))?
             .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().to_string();
-                name.strip_prefix("step-")
-                    .and_then(|s| s.parse().ok())
-                    .map(|s| (s, e.path()))
-            })
+            .filter_map(|e| step_of(&e.path()).map(|s| (s, e.path())))
             .collect();
         steps.sort();
         let excess = steps.len().saturating_sub(keep);
@@ -209,19 +212,50 @@ pub fn read_config(checkpoint: &Path) -> Result<crate::ExperimentConfig, TrainEr
     })
 }
 
-/// `step-000123`.
-pub fn step_name(step: usize) -> String {
-    format!("step-{step:06}")
+/// True for a folder holding a checkpoint's configuration and state (its weights are checked
+/// when they are read).
+pub fn is_checkpoint(path: &Path) -> bool {
+    path.join(CONFIG_FILE).is_file() && path.join(STATE_FILE).is_file()
 }
 
+/// Writes a record as `NamedMpkFileRecorder` would (the same bytes, full precision: resumed
+/// runs continue bit for bit), but through our own file write, so a failure is the file's I/O
+/// error ("No space left on device") rather than the encoder's ("MessagePack value").
+pub fn save_record<B: Backend, R: Record<B>>(record: R, path: &Path) -> Result<(), TrainError> {
+    let bytes = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
+        .record(record, ())
+        .map_err(|e| TrainError::checkpoint(path, format!("cannot encode: {e}")))?;
+    write_file(path, &bytes)
+}
+
+/// A file inside the temporary checkpoint folder (published as a whole by one rename).
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    std::fs::write(path, bytes).map_err(|e| TrainError::io(path, e))
+    medddpm_atomic::write_synced(path, bytes).map_err(|e| TrainError::io(path, e))
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename, so readers never see a
-/// half-written file.
+/// Replaces `path` atomically ([`medddpm_atomic::write`]), so readers never see a half-written
+/// file.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let tmp = path.with_extension("tmp");
-    write_file(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+    medddpm_atomic::write(path, bytes).map_err(|e| TrainError::io(path, e))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod full_disk {
+    use burn::backend::Flex;
+    use burn::module::Module;
+
+    /// /dev/full fails every write with ENOSPC, as a full disk does.
+    #[test]
+    fn a_full_disk_is_named_as_such() {
+        let unet = medddpm_unet::UNetConfig::tiny()
+            .init::<Flex>(&Default::default())
+            .unwrap();
+        let path = std::path::Path::new("/dev/full");
+        let err = super::save_record::<Flex, _>(unet.into_record(), path).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("/dev/full") && message.contains("No space left on device"),
+            "{message}"
+        );
+    }
 }

@@ -7,7 +7,7 @@ use medddpm_diffusion::{LossType, Prediction, SamplerConfig, ScheduleConfig};
 use medddpm_unet::UNetConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::data::DataConfig;
+use crate::data::{DataConfig, DataSource};
 use crate::TrainError;
 use medddpm_unet::ComputeConfig;
 
@@ -178,6 +178,32 @@ impl TrainSettings {
 }
 
 impl ExperimentConfig {
+    /// The experiment of the reference's released whole-head model (`model_128.pt`): its
+    /// network, T = 250, and the whole-head layout's data defaults (128^3, whole-head labels).
+    pub fn reference_whole_head() -> Self {
+        Self {
+            model: UNetConfig::whole_head(),
+            data: DataConfig::new(DataSource::WholeHead {
+                mask_dir: "dataset/whole_head/mask".into(),
+                image_dir: "dataset/whole_head/image".into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The experiment of the reference's released BraTS model (`model_brats.pt`): its network
+    /// (8 -> 4 channels), T = 250, and the BraTS layout's data defaults (192x192x144, BraTS
+    /// labels).
+    pub fn reference_brats() -> Self {
+        Self {
+            model: UNetConfig::brats(),
+            data: DataConfig::new(DataSource::Brats {
+                root: "dataset/brats2021".into(),
+            }),
+            ..Default::default()
+        }
+    }
+
     /// Reads an experiment file.
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;

@@ -1,5 +1,8 @@
 use std::path::{Path, PathBuf};
 
+use medddpm_mask::MaskError;
+use medddpm_nifti::NiftiError;
+
 /// Everything that can stop training or sampling.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -30,7 +33,7 @@ pub enum TrainError {
     },
     /// The data could not be loaded.
     #[error(transparent)]
-    Data(#[from] crate::data::DataError),
+    Data(#[from] DataError),
     /// The network could not be built or loaded.
     #[error(transparent)]
     UNet(#[from] medddpm_unet::UNetError),
@@ -103,4 +106,131 @@ impl TrainError {
             message: message.into(),
         }
     }
+}
+
+/// What can go wrong finding, pairing or decoding training data. Every variant names the file
+/// or folder involved, because the usual fix is to look at that path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// A folder the layout needs does not exist (or is not a folder).
+    #[error("{role} folder {path} does not exist")]
+    MissingFolder {
+        /// The folder looked for.
+        path: PathBuf,
+        /// What it should hold ("mask", "image", "t1", ...).
+        role: String,
+    },
+    /// A folder holds no `.nii`/`.nii.gz` files.
+    #[error("{role} folder {path} holds no .nii or .nii.gz files")]
+    EmptyFolder {
+        /// The folder.
+        path: PathBuf,
+        /// What it should hold.
+        role: String,
+    },
+    /// A path given for masks is neither a NIfTI file nor a folder.
+    #[error("{path} does not exist or is not a .nii/.nii.gz file or a folder")]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Listing a folder or touching a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file in one folder has no partner in the other.
+    #[error(
+        "{file} ({role}) has no matching {other_role} file named {expected_name} in {other_dir}"
+    )]
+    Unpaired {
+        /// The file without a partner.
+        file: PathBuf,
+        /// Its role ("mask", "image", "t1", ...).
+        role: String,
+        /// The role of the missing partner.
+        other_role: String,
+        /// The file name that was looked for.
+        expected_name: String,
+        /// The folder it was looked for in.
+        other_dir: PathBuf,
+    },
+    /// Two files in one folder stand for the same id (e.g. `a.nii` and `a.nii.gz`).
+    #[error("{first} and {second} both stand for id '{id}'; keep only one")]
+    DuplicateId {
+        /// The id.
+        id: String,
+        /// One file.
+        first: PathBuf,
+        /// The other file.
+        second: PathBuf,
+    },
+    /// A BraTS case has a segmentation but lacks one of the four modalities.
+    #[error("BraTS case {case}: modality {modality} is missing (expected {expected})")]
+    MissingModality {
+        /// Case id, e.g. `BraTS2021_00529`.
+        case: String,
+        /// The missing modality.
+        modality: String,
+        /// The file looked for.
+        expected: PathBuf,
+    },
+    /// A file in a BraTS folder does not follow `<case>_<modality>.nii[.gz]`.
+    #[error("{path}: BraTS file names must end in _{modality}.nii.gz (or .nii)")]
+    BadBratsName {
+        /// The file.
+        path: PathBuf,
+        /// The folder's modality.
+        modality: String,
+    },
+    /// A volume is not on the model grid under [`crate::data::GridPolicy::Exact`].
+    #[error(
+        "{path}: volume is {found:?} voxels (i, j, k) but the model grid is {expected:?}; \
+         set grid_policy = \"resize\" or \"crop-or-pad\", or preprocess the file"
+    )]
+    WrongGrid {
+        /// The file.
+        path: PathBuf,
+        /// Its dimensions.
+        found: [usize; 3],
+        /// The configured grid.
+        expected: [usize; 3],
+    },
+    /// An image holds NaN or infinite voxels, which would make the loss NaN.
+    #[error(
+        "{path}: {count} voxels are not finite numbers (the first, {value}, at voxel index \
+         {index} in file order); the network cannot train on them: fix or mask them first"
+    )]
+    NonFinite {
+        /// The file.
+        path: PathBuf,
+        /// How many voxels are NaN or infinite.
+        count: usize,
+        /// The first of them.
+        value: f32,
+        /// Its index in the file's voxel order.
+        index: usize,
+    },
+    /// An example index past the end.
+    #[error("example index {index} is out of range (data set has {len} examples)")]
+    IndexOutOfRange {
+        /// Index asked for.
+        index: usize,
+        /// Number of examples.
+        len: usize,
+    },
+    /// A configuration value that cannot work.
+    #[error("invalid data configuration: {0}")]
+    InvalidConfig(String),
+    /// Reading, writing or regridding a NIfTI file failed.
+    #[error(transparent)]
+    Nifti(#[from] NiftiError),
+    /// Encoding a mask failed (unknown label, invalid scheme, grid mismatch).
+    #[error(transparent)]
+    Mask(#[from] MaskError),
 }

@@ -19,7 +19,7 @@ use medddpm_kernels::panics::quiet_catch;
 use crate::TrainError;
 
 /// The checksum manifest inside a checkpoint folder.
-pub const CHECKSUMS_FILE: &str = "checksums.json";
+pub use crate::layout::CHECKSUMS_FILE;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct FileSum {
@@ -72,7 +72,8 @@ pub fn write_checksums(dir: &Path) -> Result<(), TrainError> {
         files.insert(name.clone(), sum_file(&dir.join(&name))?);
     }
     let json = serde_json::to_string_pretty(&Manifest { files }).expect("manifest serialises");
-    crate::checkpoint::atomic_write(&dir.join(CHECKSUMS_FILE), json.as_bytes())
+    let path = dir.join(CHECKSUMS_FILE);
+    medddpm_atomic::write(&path, json.as_bytes()).map_err(|e| TrainError::io(&path, e))
 }
 
 /// What [`verify_checkpoint`] found.
@@ -159,19 +160,12 @@ pub fn read_checked(dir: &Path, name: &str) -> Result<Vec<u8>, TrainError> {
 /// that offer it.
 pub fn previous_intact(damaged: &Path) -> Option<PathBuf> {
     let parent = damaged.parent()?;
-    let step_of = |p: &Path| {
-        p.file_name()?
-            .to_str()?
-            .strip_prefix("step-")?
-            .parse::<usize>()
-            .ok()
-    };
-    let limit = step_of(damaged)?;
+    let limit = crate::layout::step_of(damaged)?;
     let mut older: Vec<(usize, PathBuf)> = std::fs::read_dir(parent)
         .ok()?
         .filter_map(|e| e.ok())
-        .filter_map(|e| step_of(&e.path()).map(|s| (s, e.path())))
-        .filter(|(s, p)| *s < limit && p.join(crate::checkpoint::STATE_FILE).is_file())
+        .filter_map(|e| crate::layout::step_of(&e.path()).map(|s| (s, e.path())))
+        .filter(|(s, p)| *s < limit && p.join(crate::layout::STATE_FILE).is_file())
         .collect();
     older.sort();
     older

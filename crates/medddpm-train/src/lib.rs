@@ -9,6 +9,7 @@ pub mod data;
 pub mod ema;
 mod error;
 pub mod integrity;
+pub mod layout;
 pub mod lock;
 pub mod optim;
 pub mod phantom;
@@ -18,7 +19,7 @@ pub mod trainer;
 
 pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, NonFiniteLoss, TrainSettings};
-pub use error::TrainError;
+pub use error::{DataError, TrainError};
 pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
 pub use sample::{
     load_sampling_model, sample_masks, sample_stem, SampleOptions, SamplingModel, WeightsSource,

@@ -18,7 +18,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::data::DataError;
+use crate::error::DataError;
+
+/// The manifest recording the parameters a phantom folder was generated with.
+pub const MANIFEST_FILE: &str = "phantoms.json";
 
 /// Bumped whenever the generator's output changes, so old folders are regenerated.
 const GENERATOR: &str = "medddpm-phantom-v2";
@@ -93,7 +96,7 @@ pub fn generate_phantoms(
         image_dir,
         generated: false,
     };
-    let manifest_path = dir.join("phantoms.json");
+    let manifest_path = dir.join(MANIFEST_FILE);
     let existing = std::fs::read(&manifest_path)
         .ok()
         .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok());
@@ -181,14 +184,9 @@ fn remove_if_exists(path: &Path) -> Result<(), DataError> {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
-    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    let r = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    r.map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+    medddpm_atomic::write(path, bytes).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
     })
 }
 
@@ -209,119 +207,168 @@ fn phantom_affine(size: [usize; 3]) -> Affine {
 fn phantom(size: [usize; 3], seed: u64, n: u64) -> (Vec<f32>, Vec<f32>, Affine) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(n);
-    let mut u = |lo: f64, hi: f64| lo + (hi - lo) * rng.random::<f64>();
-
-    let head_c: [f64; 3] = std::array::from_fn(|_| u(-0.06, 0.06));
-    let head_r: [f64; 3] = std::array::from_fn(|_| u(0.72, 0.86));
-    let brain_edge = 1.0 - u(0.10, 0.15); // skull shell = outer part of the head ellipsoid
-    let skull_val = u(-0.55, -0.40);
-    let brain_val = u(0.0, 0.12);
-    // Low-frequency texture: a few separable sinusoid products (cheap at 128^3).
-    let waves: Vec<(f64, [f64; 3], [f64; 3])> = (0..3)
-        .map(|_| {
-            let amp = u(0.04, 0.08);
-            let freq = std::array::from_fn(|_| u(1.0, 3.0) * std::f64::consts::PI);
-            let phase = std::array::from_fn(|_| u(0.0, std::f64::consts::TAU));
-            (amp, freq, phase)
-        })
-        .collect();
-    // Tumour: at least 2.4 voxels in semi-axis (from 16 voxels per side up; at most 0.3 of the
-    // span below that), so that on small grids it has an inside and
-    // not only a rim (1.5 voxels gave 23-voxel tumours at 16^3, all edge), and inside the brain:
-    // offset <= `max_dist` of the head radius, semi-axes <= `hi` of the [-1, 1] span, head
-    // radius >= 0.72, so max_dist + hi / 0.72 <= 0.85 <= brain_edge. From 50 voxels per side
-    // up this is 0.4 and [0.10, 0.24], what it always was.
-    let lo: [f64; 3] = std::array::from_fn(|a| (5.0 / size[a] as f64).clamp(0.10, 0.30));
-    let hi = lo.map(|l| l.max(0.20) + 0.04);
-    let widest = hi.iter().cloned().fold(0.0, f64::max);
-    let max_dist = (0.85 - widest / 0.72).clamp(0.0, 0.4);
-    let dir: [f64; 3] = std::array::from_fn(|_| u(-1.0, 1.0));
-    let norm = dir.iter().map(|d| d * d).sum::<f64>().sqrt().max(1e-9);
-    let dist = u(0.0, max_dist);
-    let tum_c: [f64; 3] = std::array::from_fn(|a| head_c[a] + dir[a] / norm * dist * head_r[a]);
-    let tum_r: [f64; 3] = std::array::from_fn(|a| u(lo[a], hi[a]));
-    let core_val = u(0.45, 0.60);
-    let rim_val = u(0.85, 0.95);
-    const NOISE: f64 = 0.03;
-
-    let coord = |a: usize, x: usize| (x as f64 + 0.5) / size[a] as f64 * 2.0 - 1.0;
-    let tables: Vec<[Vec<f64>; 3]> = waves
-        .iter()
-        .map(|(amp, f, p)| {
-            std::array::from_fn(|a| {
-                let scale = if a == 0 { *amp } else { 1.0 };
-                (0..size[a])
-                    .map(|x| scale * (f[a] * coord(a, x) + p[a]).sin())
-                    .collect()
-            })
-        })
-        .collect();
-
-    let total: usize = size.iter().product();
-    let mut labels = vec![0f32; total];
-    let mut image = vec![-1f32; total];
-    let mut idx = 0;
-    let mut tumour_voxels = 0usize;
-    for k in 0..size[2] {
-        let zk = coord(2, k);
-        let (hz, tz) = (
-            ((zk - head_c[2]) / head_r[2]).powi(2),
-            ((zk - tum_c[2]) / tum_r[2]).powi(2),
-        );
-        for j in 0..size[1] {
-            let yj = coord(1, j);
-            let (hy, ty) = (
-                hz + ((yj - head_c[1]) / head_r[1]).powi(2),
-                tz + ((yj - tum_c[1]) / tum_r[1]).powi(2),
-            );
-            for i in 0..size[0] {
-                let xi = coord(0, i);
-                let rh2 = hy + ((xi - head_c[0]) / head_r[0]).powi(2);
-                if rh2 > 1.0 {
-                    idx += 1;
-                    continue; // background: label 0, exactly -1
-                }
-                let rt2 = ty + ((xi - tum_c[0]) / tum_r[0]).powi(2);
-                let in_brain = rh2 <= brain_edge * brain_edge;
-                let base = if in_brain && rt2 <= 1.0 {
-                    labels[idx] = 2.0;
-                    tumour_voxels += 1;
-                    // Bright rim around a darker (still bright) core.
-                    if rt2 > 0.5 {
-                        rim_val
-                    } else {
-                        core_val
-                    }
-                } else {
-                    labels[idx] = 1.0;
-                    if in_brain {
-                        brain_val
-                            + tables
-                                .iter()
-                                .map(|t| t[0][i] * t[1][j] * t[2][k])
-                                .sum::<f64>()
-                    } else {
-                        skull_val
-                    }
-                };
-                // Triangular noise with standard deviation NOISE.
-                let noise = (rng.random::<f64>() + rng.random::<f64>() - 1.0) * NOISE * 6f64.sqrt();
-                image[idx] = (base + noise).clamp(-0.95, 1.0) as f32;
-                idx += 1;
-            }
-        }
-    }
+    let anatomy = Anatomy::draw(size, &mut rng);
+    let (mut labels, mut image, tumour_voxels) = anatomy.rasterise(size, &mut rng);
     if tumour_voxels == 0 {
         // Grids too coarse for the sampled tumour: mark the voxel at its centre.
         let ijk: [usize; 3] = std::array::from_fn(|a| {
-            (((tum_c[a] + 1.0) / 2.0 * size[a] as f64 - 0.5).round())
+            (((anatomy.tum_c[a] + 1.0) / 2.0 * size[a] as f64 - 0.5).round())
                 .clamp(0.0, size[a] as f64 - 1.0) as usize
         });
         let at = ijk[0] + size[0] * (ijk[1] + size[1] * ijk[2]);
         labels[at] = 2.0;
-        image[at] = rim_val as f32;
+        image[at] = anatomy.rim_val as f32;
     }
     (labels, image, phantom_affine(size))
+}
+
+/// Standard deviation of the image noise.
+const NOISE: f64 = 0.03;
+
+/// One phantom's random anatomy, in normalised coordinates: a head ellipsoid whose outer
+/// shell is skull, a textured brain, and an ellipsoidal tumour with a bright rim.
+struct Anatomy {
+    head_c: [f64; 3],
+    head_r: [f64; 3],
+    brain_edge: f64,
+    skull_val: f64,
+    brain_val: f64,
+    /// Low-frequency texture: (amplitude, frequencies, phases) of separable sinusoid products.
+    waves: Vec<(f64, [f64; 3], [f64; 3])>,
+    tum_c: [f64; 3],
+    tum_r: [f64; 3],
+    core_val: f64,
+    rim_val: f64,
+}
+
+impl Anatomy {
+    /// Draws the anatomy from `rng` (the order of the draws is part of the phantom set's
+    /// definition: changing it changes every phantom).
+    fn draw(size: [usize; 3], rng: &mut ChaCha8Rng) -> Self {
+        let mut u = |lo: f64, hi: f64| lo + (hi - lo) * rng.random::<f64>();
+        let head_c: [f64; 3] = std::array::from_fn(|_| u(-0.06, 0.06));
+        let head_r: [f64; 3] = std::array::from_fn(|_| u(0.72, 0.86));
+        let brain_edge = 1.0 - u(0.10, 0.15); // skull shell = outer part of the head ellipsoid
+        let skull_val = u(-0.55, -0.40);
+        let brain_val = u(0.0, 0.12);
+        // A few separable sinusoid products: cheap at 128^3.
+        let waves = (0..3)
+            .map(|_| {
+                let amp = u(0.04, 0.08);
+                let freq = std::array::from_fn(|_| u(1.0, 3.0) * std::f64::consts::PI);
+                let phase = std::array::from_fn(|_| u(0.0, std::f64::consts::TAU));
+                (amp, freq, phase)
+            })
+            .collect();
+        // Tumour: at least 2.4 voxels in semi-axis (from 16 voxels per side up; at most 0.3 of
+        // the span below that), so that on small grids it has an inside and not only a rim
+        // (1.5 voxels gave 23-voxel tumours at 16^3, all edge), and inside the brain: offset
+        // <= `max_dist` of the head radius, semi-axes <= `hi` of the [-1, 1] span, head radius
+        // >= 0.72, so max_dist + hi / 0.72 <= 0.85 <= brain_edge. From 50 voxels per side up
+        // this is 0.4 and [0.10, 0.24], what it always was.
+        let lo: [f64; 3] = std::array::from_fn(|a| (5.0 / size[a] as f64).clamp(0.10, 0.30));
+        let hi = lo.map(|l| l.max(0.20) + 0.04);
+        let widest = hi.iter().cloned().fold(0.0, f64::max);
+        let max_dist = (0.85 - widest / 0.72).clamp(0.0, 0.4);
+        let dir: [f64; 3] = std::array::from_fn(|_| u(-1.0, 1.0));
+        let norm = dir.iter().map(|d| d * d).sum::<f64>().sqrt().max(1e-9);
+        let dist = u(0.0, max_dist);
+        let tum_c = std::array::from_fn(|a| head_c[a] + dir[a] / norm * dist * head_r[a]);
+        let tum_r = std::array::from_fn(|a| u(lo[a], hi[a]));
+        let core_val = u(0.45, 0.60);
+        let rim_val = u(0.85, 0.95);
+        Self {
+            head_c,
+            head_r,
+            brain_edge,
+            skull_val,
+            brain_val,
+            waves,
+            tum_c,
+            tum_r,
+            core_val,
+            rim_val,
+        }
+    }
+
+    /// The texture's per-axis factors: `tables[w][axis][x]`, the amplitude folded into axis 0.
+    fn wave_tables(&self, size: [usize; 3]) -> Vec<[Vec<f64>; 3]> {
+        self.waves
+            .iter()
+            .map(|(amp, f, p)| {
+                std::array::from_fn(|a| {
+                    let scale = if a == 0 { *amp } else { 1.0 };
+                    (0..size[a])
+                        .map(|x| scale * (f[a] * coord(size, a, x) + p[a]).sin())
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    /// Labels and image in file order, and the number of tumour voxels; noise from `rng`.
+    fn rasterise(&self, size: [usize; 3], rng: &mut ChaCha8Rng) -> (Vec<f32>, Vec<f32>, usize) {
+        let (head_c, head_r, tum_c, tum_r) = (self.head_c, self.head_r, self.tum_c, self.tum_r);
+        let tables = self.wave_tables(size);
+        let total: usize = size.iter().product();
+        let mut labels = vec![0f32; total];
+        let mut image = vec![-1f32; total];
+        let mut idx = 0;
+        let mut tumour_voxels = 0usize;
+        for k in 0..size[2] {
+            let zk = coord(size, 2, k);
+            let (hz, tz) = (
+                ((zk - head_c[2]) / head_r[2]).powi(2),
+                ((zk - tum_c[2]) / tum_r[2]).powi(2),
+            );
+            for j in 0..size[1] {
+                let yj = coord(size, 1, j);
+                let (hy, ty) = (
+                    hz + ((yj - head_c[1]) / head_r[1]).powi(2),
+                    tz + ((yj - tum_c[1]) / tum_r[1]).powi(2),
+                );
+                for i in 0..size[0] {
+                    let xi = coord(size, 0, i);
+                    let rh2 = hy + ((xi - head_c[0]) / head_r[0]).powi(2);
+                    if rh2 > 1.0 {
+                        idx += 1;
+                        continue; // background: label 0, exactly -1
+                    }
+                    let rt2 = ty + ((xi - tum_c[0]) / tum_r[0]).powi(2);
+                    let in_brain = rh2 <= self.brain_edge * self.brain_edge;
+                    let base = if in_brain && rt2 <= 1.0 {
+                        labels[idx] = 2.0;
+                        tumour_voxels += 1;
+                        // Bright rim around a darker (still bright) core.
+                        if rt2 > 0.5 {
+                            self.rim_val
+                        } else {
+                            self.core_val
+                        }
+                    } else {
+                        labels[idx] = 1.0;
+                        if in_brain {
+                            let texture = tables.iter().map(|t| t[0][i] * t[1][j] * t[2][k]);
+                            self.brain_val + texture.sum::<f64>()
+                        } else {
+                            self.skull_val
+                        }
+                    };
+                    // Triangular noise with standard deviation NOISE.
+                    let noise =
+                        (rng.random::<f64>() + rng.random::<f64>() - 1.0) * NOISE * 6f64.sqrt();
+                    image[idx] = (base + noise).clamp(-0.95, 1.0) as f32;
+                    idx += 1;
+                }
+            }
+        }
+        (labels, image, tumour_voxels)
+    }
+}
+
+/// Voxel `x` of axis `a` in normalised coordinates (voxel centres spanning [-1, 1]).
+fn coord(size: [usize; 3], a: usize, x: usize) -> f64 {
+    (x as f64 + 0.5) / size[a] as f64 * 2.0 - 1.0
 }
 
 #[cfg(test)]

@@ -7,10 +7,10 @@ use medddpm_diffusion::{CosineSchedule, Sampler, SamplerConfig};
 use medddpm_mask::LabelScheme;
 use medddpm_nifti::Volume;
 use medddpm_unet::KernelBackend;
-use medddpm_unet::{load_reference_checkpoint, UNet, UNetConfig, WeightsEntry};
+use medddpm_unet::{load_reference_checkpoint, UNet, WeightsEntry};
 
-use crate::checkpoint::{CONFIG_FILE, EMA_FILE, MODEL_FILE, STATE_FILE};
-use crate::data::{load_condition, regrid_mask};
+use crate::checkpoint::{EMA_FILE, MODEL_FILE};
+use crate::data::{load_condition, regrid_mask, to_mask_grid};
 use crate::pictures::Trajectory;
 use crate::{ExperimentConfig, TrainError};
 
@@ -20,13 +20,15 @@ pub enum WeightsSource {
     /// One of our checkpoint folders (`.../checkpoints/step-N`) or a run folder (its latest
     /// checkpoint); the configuration comes from the checkpoint's `config.toml`.
     Checkpoint(PathBuf),
-    /// A checkpoint of the PyTorch reference (`{'step', 'model', 'ema'}`), with the network
-    /// configuration it was trained with.
+    /// A checkpoint of the PyTorch reference (`{'step', 'model', 'ema'}`), with the experiment
+    /// it was trained in ([`ExperimentConfig::reference_whole_head`],
+    /// [`ExperimentConfig::reference_brats`]): its network, data grid and label scheme, and
+    /// the number of timesteps if the file carries no schedule.
     Reference {
         /// The `.pt` file.
         path: PathBuf,
-        /// Its network.
-        model: UNetConfig,
+        /// Its experiment.
+        experiment: Box<ExperimentConfig>,
     },
 }
 
@@ -48,18 +50,7 @@ pub fn load_sampling_model<B: Backend>(
 ) -> Result<SamplingModel<B>, TrainError> {
     match source {
         WeightsSource::Checkpoint(path) => {
-            let dir = if path.join(CONFIG_FILE).is_file() && path.join(STATE_FILE).is_file() {
-                path.clone()
-            } else {
-                crate::checkpoint::RunDir::new(path)
-                    .latest_checkpoint()?
-                    .ok_or_else(|| {
-                        TrainError::checkpoint(
-                            path,
-                            "neither a checkpoint folder nor a run folder with checkpoints",
-                        )
-                    })?
-            };
+            let dir = crate::checkpoint::RunDir::resolve_checkpoint(path)?;
             // Each file read is checked against the checkpoint's checksums.
             let config = crate::checkpoint::read_config(&dir)?;
             let name = format!("{}.mpk", if live { MODEL_FILE } else { EMA_FILE });
@@ -77,28 +68,23 @@ pub fn load_sampling_model<B: Backend>(
                 config,
             })
         }
-        WeightsSource::Reference { path, model } => {
+        WeightsSource::Reference { path, experiment } => {
             let entry = if live {
                 WeightsEntry::Model
             } else {
                 WeightsEntry::Ema
             };
-            let configured = model.init::<B>(device)?;
+            let configured = experiment.model.init::<B>(device)?;
             let (unet, report) = load_reference_checkpoint(configured.clone(), path, entry)?;
             crate::integrity::check_weights(&configured, &unet, "the weights", path)?;
-            let timesteps = report.timesteps.unwrap_or(250);
-            let mut config = ExperimentConfig {
-                model: model.clone(),
-                ..Default::default()
-            };
-            config.diffusion.timesteps = timesteps;
-            if model.in_channels == 8 {
-                config.data.label_scheme = LabelScheme::brats().into();
-                config.data.grid = [192, 192, 144];
+            let mut config = ExperimentConfig::clone(experiment);
+            // The schedule's length as stored in the file, else the experiment's T.
+            if let Some(timesteps) = report.timesteps {
+                config.diffusion.timesteps = timesteps;
             }
             Ok(SamplingModel {
                 unet,
-                schedule: CosineSchedule::new(timesteps),
+                schedule: CosineSchedule::new(config.diffusion.timesteps),
                 config,
             })
         }
@@ -175,6 +161,70 @@ fn check_writable(dir: &Path) -> Result<(), TrainError> {
     std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
 }
 
+/// One mask as the network will see it, and the grids its samples are written on.
+struct PreparedMask {
+    /// Encoded condition channels, `[c, d, h, w]` in `dims`.
+    cond: Vec<f32>,
+    dims: [usize; 4],
+    /// The mask after the grid policy: the network's grid.
+    reference: Volume,
+    /// The mask's own grid, kept only when it differs from `reference`.
+    original: Option<Volume>,
+}
+
+/// Reads and encodes `mask_path` and checks it fits the network.
+fn prepare_mask<B: KernelBackend>(
+    model: &SamplingModel<B>,
+    mask_path: &Path,
+    scheme: &LabelScheme,
+) -> Result<PreparedMask, TrainError> {
+    let data = &model.config.data;
+    let (cond, shape, mask) = load_condition(mask_path, scheme, data.grid, data.grid_policy)?;
+    // The network works on the mask after the same policy the condition went through; the
+    // output goes back to the mask's own grid.
+    let original = (mask.dims() != data.grid).then(|| mask.clone());
+    let reference = regrid_mask(mask, mask_path, data.grid, data.grid_policy)?;
+    let [d, h, w] = shape;
+    let c = cond.len() / (d * h * w);
+    model
+        .unet
+        .check_input([1, c + model.unet.out_channels(), d, h, w], 1)
+        .map_err(|e| TrainError::Config {
+            path: Some(mask_path.to_path_buf()),
+            message: e.to_string(),
+        })?;
+    Ok(PreparedMask {
+        cond,
+        dims: [c, d, h, w],
+        reference,
+        original,
+    })
+}
+
+/// The output folder must be writable and (unless `options.overwrite`) hold none of `planned`.
+fn check_outputs(
+    out_dir: &Path,
+    planned: &[PathBuf],
+    options: &SampleOptions,
+) -> Result<(), TrainError> {
+    check_writable(out_dir)?;
+    if options.overwrite {
+        return Ok(());
+    }
+    let existing: Vec<&PathBuf> = planned.iter().filter(|p| p.exists()).collect();
+    match existing.first() {
+        None => Ok(()),
+        Some(first) => Err(TrainError::WouldOverwrite {
+            dir: out_dir.to_path_buf(),
+            count: existing.len(),
+            first: first
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }),
+    }
+}
+
 /// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
 /// `progress(mask, sample, reverse_steps_done)` is called after every reverse step.
 ///
@@ -189,60 +239,31 @@ pub fn sample_masks<B: KernelBackend>(
     device: &B::Device,
     mut progress: impl FnMut(usize, usize, usize),
 ) -> Result<Vec<PathBuf>, TrainError> {
-    let data = &model.config.data;
-    let scheme: LabelScheme = data.label_scheme.clone().into();
+    let scheme: LabelScheme = model.config.data.label_scheme.clone().into();
     let sampler = Sampler::new(model.schedule.clone(), &options.sampler)
         .map_err(|e| TrainError::Config {
             path: None,
             message: e.to_string(),
         })?
         .with_prediction(model.config.diffusion.prediction);
-    let channels = model.unet.out_channels();
-    let names = crate::data::image_channel_names(channels);
-    // Each mask as the network will see it, and the grid its samples are written on.
-    let prepare = |mask_path: &PathBuf| -> Result<_, TrainError> {
-        let (cond, shape, mask) = load_condition(mask_path, &scheme, data.grid, data.grid_policy)?;
-        // The network works on the mask after the same policy the condition went through; the
-        // output goes back to the mask's own grid (`original`, kept only when it differs).
-        let original = (mask.dims() != data.grid).then(|| mask.clone());
-        let reference = regrid_mask(mask, mask_path, data.grid, data.grid_policy)?;
-        let [d, h, w] = shape;
-        let c = cond.len() / (d * h * w);
-        model
-            .unet
-            .check_input([1, c + channels, d, h, w], 1)
-            .map_err(|e| TrainError::Config {
-                path: Some(mask_path.clone()),
-                message: e.to_string(),
-            })?;
-        Ok((cond, [c, d, h, w], reference, original))
-    };
+    let names = crate::data::image_channel_names(model.unet.out_channels());
     for mask_path in masks {
-        prepare(mask_path)?;
+        prepare_mask(model, mask_path, &scheme)?;
     }
-    check_writable(out_dir)?;
     let ids: Vec<String> = masks.iter().map(|p| mask_stem(p)).collect();
-    let planned = planned_outputs(out_dir, &ids, options, &names);
-    if !options.overwrite {
-        let existing: Vec<&PathBuf> = planned.iter().filter(|p| p.exists()).collect();
-        if let Some(first) = existing.first() {
-            return Err(TrainError::WouldOverwrite {
-                dir: out_dir.to_path_buf(),
-                count: existing.len(),
-                first: first
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            });
-        }
-    }
+    check_outputs(
+        out_dir,
+        &planned_outputs(out_dir, &ids, options, &names),
+        options,
+    )?;
     let mut written = Vec::new();
     for (m, mask_path) in masks.iter().enumerate() {
-        let (cond, [c, d, h, w], reference, original) = prepare(mask_path)?;
-        let cond = Tensor::<B, 5>::from_data(TensorData::new(cond, [1, c, d, h, w]), device);
-        let id = &ids[m];
+        let mask = prepare_mask(model, mask_path, &scheme)?;
+        let [c, d, h, w] = mask.dims;
+        let cond =
+            Tensor::<B, 5>::from_data(TensorData::new(mask.cond.clone(), [1, c, d, h, w]), device);
         for n in 0..options.samples_per_mask {
-            let stem = sample_stem(id, options.seed, n);
+            let stem = sample_stem(&ids[m], options.seed, n);
             B::seed(
                 device,
                 options
@@ -250,11 +271,63 @@ pub fn sample_masks<B: KernelBackend>(
                     .wrapping_mul(1_000_003)
                     .wrapping_add((m as u64) << 20 | n as u64),
             );
-            let mut trajectory = options
-                .trajectory
-                .map(|frames| Trajectory::new(reference.clone(), sampler.num_steps(), frames));
-            let mut frame_error = None;
-            let x = sampler.sample_observed(&model.unet, cond.clone(), channels, |done, x| {
+            let draw = Draw {
+                sampler: &sampler,
+                model,
+                mask: &mask,
+                trajectory: options.trajectory,
+            };
+            let (values, trajectory) = draw.run(cond.clone(), |done| progress(m, n, done))?;
+            if let Some(message) = medddpm_kernels::device_error() {
+                return Err(TrainError::Device {
+                    during: format!("sample {n} of {} not written", ids[m]),
+                    message,
+                });
+            }
+            let (values, grid) = on_mask_grid(
+                values,
+                &mask,
+                model.config.data.grid_policy,
+                options.rescale,
+            )?;
+            written.extend(write_sample(out_dir, &stem, &values, grid, &names)?);
+            if let Some(t) = trajectory {
+                written.push(t.write(&out_dir.join(format!("{stem}_trajectory.gif")))?);
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// One reverse process for one mask, optionally keeping trajectory frames.
+struct Draw<'a, B: KernelBackend> {
+    sampler: &'a Sampler,
+    model: &'a SamplingModel<B>,
+    mask: &'a PreparedMask,
+    trajectory: Option<usize>,
+}
+
+impl<B: KernelBackend> Draw<'_, B> {
+    /// Runs the reverse process from noise; returns the sample's values (channels in file
+    /// order, on the network's grid) and the trajectory, if asked for.
+    fn run(
+        &self,
+        cond: Tensor<B, 5>,
+        mut progress: impl FnMut(usize),
+    ) -> Result<(Vec<f32>, Option<Trajectory>), TrainError> {
+        let [_, d, h, w] = self.mask.dims;
+        let mut trajectory = self.trajectory.map(|frames| {
+            Trajectory::new(
+                self.mask.reference.clone(),
+                self.sampler.num_steps(),
+                frames,
+            )
+        });
+        let mut frame_error = None;
+        let channels = self.model.unet.out_channels();
+        let x = self
+            .sampler
+            .sample_observed(&self.model.unet, cond, channels, |done, x| {
                 if let Some(t) = trajectory.as_mut().filter(|t| t.wants(done)) {
                     let voxels = d * h * w;
                     let values = x
@@ -268,65 +341,42 @@ pub fn sample_masks<B: KernelBackend>(
                         frame_error.get_or_insert(e);
                     }
                 }
-                progress(m, n, done)
+                progress(done)
             });
-            if let Some(e) = frame_error {
-                return Err(e);
-            }
-            let mut values = x
-                .into_data()
-                .convert::<f32>()
-                .to_vec::<f32>()
-                .expect("f32 data");
-            if let Some(message) = medddpm_kernels::device_error() {
-                return Err(TrainError::Device {
-                    during: format!("sample {n} of {id} not written"),
-                    message,
-                });
-            }
-            // Back on the mask's grid first: padding there is the network's background, -1,
-            // which the rescaling then maps with everything else.
-            let grid = match &original {
-                Some(original) => {
-                    values = to_mask_grid(values, &reference, original, data.grid_policy)?;
-                    original
-                }
-                None => &reference,
-            };
-            if let Some((lo, hi)) = options.rescale {
-                for v in &mut values {
-                    *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
-                }
-            }
-            written.extend(write_sample(out_dir, &stem, &values, grid, &names)?);
-            if let Some(t) = trajectory {
-                written.push(t.write(&out_dir.join(format!("{stem}_trajectory.gif")))?);
-            }
+        if let Some(e) = frame_error {
+            return Err(e);
         }
+        let values = x
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 data");
+        Ok((values, trajectory))
     }
-    Ok(written)
 }
 
-/// Brings a sample computed on `model_grid` (the mask after the grid policy) back to the mask's
-/// own grid `original`, channel by channel: the inverse resize (linear) or crop-or-pad (with
-/// the background value -1).
-fn to_mask_grid(
-    values: Vec<f32>,
-    model_grid: &Volume,
-    original: &Volume,
+/// Brings a sample back to its mask's own grid first (padding there is the network's
+/// background, -1, which the rescaling then maps with everything else), then rescales it.
+/// Returns the values and the grid they are on.
+fn on_mask_grid(
+    mut values: Vec<f32>,
+    mask: &PreparedMask,
     policy: crate::data::GridPolicy,
-) -> Result<Vec<f32>, TrainError> {
-    let voxels = model_grid.voxel_count();
-    let mut out = Vec::with_capacity(values.len() / voxels * original.voxel_count());
-    for channel in values.chunks(voxels) {
-        let on_model = model_grid.with_data(channel.to_vec())?;
-        let back = match policy {
-            crate::data::GridPolicy::CropOrPad => on_model.crop_or_pad(original.dims(), -1.0)?,
-            _ => on_model.resize(original.dims(), medddpm_nifti::Interpolation::Linear)?,
-        };
-        out.extend(back.into_data());
+    rescale: Option<(f32, f32)>,
+) -> Result<(Vec<f32>, &Volume), TrainError> {
+    let grid = match &mask.original {
+        Some(original) => {
+            values = to_mask_grid(values, &mask.reference, original, policy)?;
+            original
+        }
+        None => &mask.reference,
+    };
+    if let Some((lo, hi)) = rescale {
+        for v in &mut values {
+            *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
+        }
     }
-    Ok(out)
+    Ok((values, grid))
 }
 
 /// File name of a mask without `.nii` / `.nii.gz`.

@@ -15,7 +15,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::{AdamStep, AdamTensors};
+use crate::adam::reference::{AdamStep, AdamTensors};
 
 /// One parameter tensor's inputs, as CubeCL tensors.
 type Item<R, F, I, BT> = AdamTensors<CubeBackend<R, F, I, BT>>;
@@ -131,49 +131,9 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     let client = items[0].param.client.clone();
     let dtype = items[0].param.dtype;
     let grad_dtype = items[0].grad.dtype;
-    let items: Vec<Item<R, F, I, BT>> = items
-        .into_iter()
-        .map(|t| Item {
-            param: into_contiguous(t.param),
-            grad: into_contiguous(t.grad),
-            moment_1: into_contiguous(t.moment_1),
-            moment_2: into_contiguous(t.moment_2),
-            recycle: t.recycle,
-        })
-        .collect();
-    let out = |like: &CubeTensor<R>, dtype: DType| {
-        empty_device_contiguous_dtype::<R>(
-            like.client.clone(),
-            like.device.clone(),
-            like.meta.shape().clone(),
-            dtype,
-        )
-    };
-    let outputs: Vec<Vec<CubeTensor<R>>> = items
-        .iter()
-        .map(|t| {
-            let mut o = vec![
-                out(&t.param, dtype),
-                out(&t.param, dtype),
-                out(&t.param, dtype),
-            ];
-            if let Some(c) = copy {
-                // The old copy's buffer when this update is its only holder (nothing reads it
-                // again), a new one otherwise.
-                let reuse = t.recycle.as_ref().filter(|r| {
-                    r.dtype == c
-                        && r.meta.shape() == t.param.meta.shape()
-                        && r.is_contiguous()
-                        && r.can_mut()
-                });
-                o.push(match reuse {
-                    Some(r) => r.clone(),
-                    None => out(&t.param, c),
-                });
-            }
-            o
-        })
-        .collect();
+    let items: Vec<Item<R, F, I, BT>> = items.into_iter().map(contiguous).collect();
+    let outputs: Vec<Vec<CubeTensor<R>>> =
+        items.iter().map(|t| outputs_of(t, dtype, copy)).collect();
     let longest = items
         .iter()
         .map(|t| t.param.meta.num_elements())
@@ -223,4 +183,54 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         [dtype.into(), grad_dtype.into(), copy_dtype.into()],
     );
     outputs
+}
+
+/// `t` with every tensor contiguous (the kernel indexes them as flat arrays).
+fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: Item<R, F, I, BT>,
+) -> Item<R, F, I, BT> {
+    Item {
+        param: into_contiguous(t.param),
+        grad: into_contiguous(t.grad),
+        moment_1: into_contiguous(t.moment_1),
+        moment_2: into_contiguous(t.moment_2),
+        recycle: t.recycle,
+    }
+}
+
+/// The buffers one item's update writes: `[param, moment_1, moment_2]` in `dtype`, and with
+/// `copy` the working copy in that dtype.
+fn outputs_of<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: &Item<R, F, I, BT>,
+    dtype: DType,
+    copy: Option<DType>,
+) -> Vec<CubeTensor<R>> {
+    let out = |like: &CubeTensor<R>, dtype: DType| {
+        empty_device_contiguous_dtype::<R>(
+            like.client.clone(),
+            like.device.clone(),
+            like.meta.shape().clone(),
+            dtype,
+        )
+    };
+    let mut o = vec![
+        out(&t.param, dtype),
+        out(&t.param, dtype),
+        out(&t.param, dtype),
+    ];
+    if let Some(c) = copy {
+        // The old copy's buffer when this update is its only holder (nothing reads it
+        // again), a new one otherwise.
+        let reuse = t.recycle.as_ref().filter(|r| {
+            r.dtype == c
+                && r.meta.shape() == t.param.meta.shape()
+                && r.is_contiguous()
+                && r.can_mut()
+        });
+        o.push(match reuse {
+            Some(r) => r.clone(),
+            None => out(&t.param, c),
+        });
+    }
+    o
 }

@@ -16,8 +16,13 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
+use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
 use crate::compute::NormEngine;
-use crate::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::norm::reference::{
+    backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
+};
+use crate::primitive;
+use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 type Fused<R, F, I, BT> = Fusion<Cube<R, F, I, BT>>;
@@ -133,7 +138,7 @@ where
 #[derive(Debug, Clone)]
 struct Upsample<B> {
     desc: CustomOpIr,
-    layout: crate::Layout,
+    layout: crate::compute::Layout,
     backward: bool,
     _b: core::marker::PhantomData<B>,
 }
@@ -158,14 +163,15 @@ fn upsample_runs(dtype: DType) -> bool {
 /// kernel, or the plain ops for f64.
 pub fn upsample_trilinear_x2<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
-    layout: crate::Layout,
+    layout: crate::compute::Layout,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
     if upsample_runs(x.dtype) {
         upsample_fused::<R, F, I, BT>(x, layout, false)
     } else {
-        crate::conv::float(crate::upsample::upsample_trilinear_x2_in::<
-            Fused<R, F, I, BT>,
-        >(crate::conv::tensor(x), layout))
+        primitive::float(upsample_trilinear_x2_in::<Fused<R, F, I, BT>>(
+            primitive::tensor(x),
+            layout,
+        ))
     }
 }
 
@@ -177,21 +183,22 @@ pub fn upsample_trilinear_x2_backward<
     BT: BoolElement,
 >(
     grad: FloatTensor<Fused<R, F, I, BT>>,
-    layout: crate::Layout,
+    layout: crate::compute::Layout,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
     if upsample_runs(grad.dtype) {
         upsample_fused::<R, F, I, BT>(grad, layout, true)
     } else {
-        crate::conv::float(crate::upsample::upsample_trilinear_x2_backward_in::<
-            Fused<R, F, I, BT>,
-        >(crate::conv::tensor(grad), layout))
+        primitive::float(upsample_trilinear_x2_backward_in::<Fused<R, F, I, BT>>(
+            primitive::tensor(grad),
+            layout,
+        ))
     }
 }
 
 /// The upsampling kernel (or, `backward`, its backward) as a fusion custom operation.
 fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
-    layout: crate::Layout,
+    layout: crate::compute::Layout,
     backward: bool,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
     let out_shape = upsample::output_shape(&x.shape, layout, backward);
@@ -225,7 +232,7 @@ pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
     if group_norm_runs(&spec, x.dtype) {
         group_norm_forward_fused(x, gamma, beta, spec)
     } else {
-        crate::norm::forward_primitive::<Fused<R, F, I, BT>>(x, gamma, beta, &spec)
+        forward_primitive::<Fused<R, F, I, BT>>(x, gamma, beta, &spec)
     }
 }
 
@@ -244,9 +251,7 @@ pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
     if group_norm_runs(&spec, x.dtype) {
         group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
     } else {
-        crate::norm::backward_primitive::<Fused<R, F, I, BT>>(
-            x, gamma, beta, mean, rstd, grad, &spec,
-        )
+        backward_primitive::<Fused<R, F, I, BT>>(x, gamma, beta, mean, rstd, grad, &spec)
     }
 }
 
@@ -310,7 +315,7 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
 #[derive(Debug, Clone)]
 struct AdamOp<B> {
     desc: CustomOpIr,
-    step: crate::AdamStep,
+    step: AdamStep,
     copy: Option<DType>,
     /// Per item, whether a copy to recycle follows its four inputs.
     recycled: Vec<bool>,
@@ -330,7 +335,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let items = self
             .recycled
             .iter()
-            .map(|&recycled| crate::AdamTensors::<Cube<R, F, I, BT>> {
+            .map(|&recycled| AdamTensors::<Cube<R, F, I, BT>> {
                 param: next(),
                 grad: next(),
                 moment_1: next(),
@@ -349,16 +354,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
 /// operation for the whole list (a kernel launch per few dozen tensors) when every dtype is
 /// f32, f16 or bf16; the plain-op twin otherwise (f64).
 pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    items: Vec<crate::adam::AdamTensors<Fused<R, F, I, BT>>>,
-    step: crate::AdamStep,
+    items: Vec<AdamTensors<Fused<R, F, I, BT>>>,
+    step: AdamStep,
     copy: Option<DType>,
-) -> Vec<crate::adam::AdamOutput<Fused<R, F, I, BT>>> {
+) -> Vec<AdamOutput<Fused<R, F, I, BT>>> {
     let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
-    let runs = |t: &crate::adam::AdamTensors<Fused<R, F, I, BT>>| {
+    let runs = |t: &AdamTensors<Fused<R, F, I, BT>>| {
         float(t.param.dtype) && float(t.grad.dtype) && copy.is_none_or(float)
     };
     if items.is_empty() || !items.iter().all(runs) {
-        return crate::adam::adam_steps_primitive::<Fused<R, F, I, BT>>(items, step, copy);
+        return adam_steps_primitive::<Fused<R, F, I, BT>>(items, step, copy);
     }
     let per_item = 3 + copy.is_some() as usize;
     let mut inputs = Vec::with_capacity(items.len() * 5);
@@ -390,7 +395,7 @@ pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         (outputs.next(), outputs.next(), outputs.next())
     {
         let copy = copy.and_then(|_| outputs.next());
-        results.push(crate::adam::AdamOutput {
+        results.push(AdamOutput {
             updated: [param, moment_1, moment_2],
             copy,
         });

@@ -9,12 +9,13 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl_cuda::CudaRuntime;
 
-use super::{run, warn_fallback, ConvOp, Operands};
-use crate::conv::{
-    data_grad_via_forward, float, is_strided_same, tensor, Conv3dSpec, KernelBackend,
-};
-use crate::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
-use crate::Layout;
+use super::calls::ConvOp;
+use super::engine::{run, warn_fallback, Operands};
+use crate::adam::reference::{AdamOutput, AdamStep, AdamTensors};
+use crate::compute::Layout;
+use crate::conv::{data_grad_via_forward, is_strided_same, Conv3dSpec, KernelBackend};
+use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::primitive::{float, tensor};
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
@@ -125,10 +126,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     }
 
     fn adam_steps(
-        items: Vec<crate::adam::AdamTensors<Self>>,
-        step: crate::AdamStep,
+        items: Vec<AdamTensors<Self>>,
+        step: AdamStep,
         copy: Option<burn::tensor::DType>,
-    ) -> Vec<crate::adam::AdamOutput<Self>> {
+    ) -> Vec<AdamOutput<Self>> {
         crate::cube::adam_steps::<CudaRuntime, F, I, BT>(items, step, copy)
     }
 

@@ -1,22 +1,15 @@
-//! GroupNorm (with the SiLU that follows it in the U-Net fused in) as a backend extension:
-//! forward and a hand-written backward that keeps only the input and the per-group statistics.
-//!
-//! The plain-burn-op bodies here are the reference twins and the fallback. Statistics are in
-//! f32 whatever the activation dtype (f64 stays f64), with two-level blocked sums: a group holds
-//! millions of values at 128^3, and one running f32 sum over them (as some backends reduce)
-//! loses about 1e-3 of the mean, where sqrt(n)-sized partial sums keep it at f32 rounding (on the
-//! H100 the error of the whole network's output at 128^3 went from 2.4e-3 to 1.7e-6).
-//!
-//! Why a hand-written backward: autodiff of the plain-op chain keeps every intermediate (the
-//! centred input, its square, the normalised values, the affine result and the SiLU input) for
-//! about 40 normalisations per pass; this keeps the input and two numbers per group.
+//! GroupNorm's types and its plain-burn-op twins: the forward and backward pass that every
+//! backend gets as [`KernelBackend`](crate::KernelBackend)'s provided bodies, and that the
+//! kernels are checked against.
+//! It never uses the trait (only burn and the crate's ground modules), so the trait can use it.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, Tensor};
+use burn::tensor::{DType, Tensor};
 
 use crate::compute::{Layout, NormEngine};
-use crate::conv::{float, tensor};
+use crate::dtype::{cast_to, to_stats};
+use crate::primitive::{float, tensor};
 
 /// How a GroupNorm computes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,30 +48,6 @@ pub struct GroupNormGrads<B: Backend> {
     pub gamma: FloatTensor<B>,
     /// dL/dbeta, `[c]`, in `beta`'s dtype.
     pub beta: FloatTensor<B>,
-}
-
-/// `x` in the dtype reductions (normalisation statistics, softmax) run in: f64 stays f64,
-/// everything else goes to f32.
-pub fn to_stats<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    match x.dtype() {
-        DType::F64 | DType::F32 => x,
-        _ => cast_to(x, DType::F32),
-    }
-}
-
-/// `x` in `dtype` (a no-op when it already is); `dtype` must be a float type.
-pub fn cast_to<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
-    if x.dtype() == dtype {
-        return x;
-    }
-    let target = match dtype {
-        DType::F64 => FloatDType::F64,
-        DType::F32 => FloatDType::F32,
-        DType::F16 => FloatDType::F16,
-        DType::BF16 => FloatDType::BF16,
-        other => panic!("cast_to: {other:?} is not a float dtype"),
-    };
-    x.cast(target)
 }
 
 /// The largest power of two that divides `n` and is at most sqrt(n) (the inner block of a
@@ -329,150 +298,4 @@ pub fn backward_primitive<B: Backend>(
         gamma: float(dgamma),
         beta: float(dbeta),
     }
-}
-
-/// GroupNorm (and SiLU when `spec.silu`) of `x` on `B`'s kernels, differentiable on an autodiff
-/// backend through its hand-written backward.
-pub fn group_norm<B: crate::KernelBackend>(
-    x: Tensor<B, 5>,
-    gamma: Tensor<B, 1>,
-    beta: Tensor<B, 1>,
-    spec: GroupNormSpec,
-) -> Tensor<B, 5> {
-    tensor(B::group_norm(float(x), float(gamma), float(beta), spec))
-}
-
-/// One GroupNorm geometry for agreement checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct NormCase {
-    /// Batch size.
-    pub batch: usize,
-    /// Channels.
-    pub channels: usize,
-    /// Groups.
-    pub groups: usize,
-    /// Spatial size (d, h, w).
-    pub size: [usize; 3],
-    /// SiLU fused in.
-    pub silu: bool,
-}
-
-impl NormCase {
-    /// The U-Net's normalisations (32 groups of 2 to 16 channels, with and without SiLU) at
-    /// small sizes, and odd ones: one channel per group, one group, odd volumes (which leave a
-    /// short last block in every reduction), batch 2, one group of 2M values. `scale` multiplies
-    /// the spatial sizes (but the last case's).
-    pub fn standard(scale: usize) -> Vec<NormCase> {
-        let c = |batch, channels, groups, size: [usize; 3], silu| NormCase {
-            batch,
-            channels,
-            groups,
-            size: size.map(|s| s * scale),
-            silu,
-        };
-        vec![
-            c(1, 64, 32, [8, 8, 8], true),
-            c(1, 128, 32, [4, 4, 4], false),
-            c(2, 24, 4, [5, 6, 7], true),
-            c(1, 8, 8, [7, 5, 3], true),
-            c(1, 16, 1, [9, 9, 9], false),
-            c(1, 512, 32, [2, 2, 2], true),
-            c(2, 4, 2, [17, 3, 11], true),
-            // One group of two million values whatever the scale: the finishing sums of the
-            // CubeCL kernels then run several chunks per thread.
-            NormCase {
-                batch: 1,
-                channels: 64,
-                groups: 1,
-                size: [32, 32, 32],
-                silu: false,
-            },
-        ]
-    }
-
-    /// The case's activation shape in `layout`'s logical order.
-    pub fn shape(&self, layout: Layout) -> [usize; 5] {
-        let [d, h, w] = self.size;
-        match layout {
-            Layout::Ncdhw => [self.batch, self.channels, d, h, w],
-            Layout::Ndhwc => [self.batch, d, h, w, self.channels],
-        }
-    }
-}
-
-/// Relative L2 differences of backend `B`'s GroupNorm (as `engine` asks) against the plain-op
-/// twin in f32 on the CPU for one case, activations in `dtype` and parameters in f32 (as the
-/// U-Net keeps them): `[y, dx, dgamma, dbeta]`, the backward from `B`'s own statistics.
-///
-/// The operands are drawn on the CPU and rounded to `dtype` first, so what remains is the
-/// kernels' own arithmetic and the rounding of their outputs.
-pub fn engine_vs_reference<B: crate::KernelBackend>(
-    device: &B::Device,
-    case: NormCase,
-    layout: Layout,
-    engine: NormEngine,
-    dtype: DType,
-    seed: u64,
-) -> [f64; 4] {
-    use burn::backend::Flex;
-    use burn::tensor::Distribution;
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
-    let round = |t: Tensor<Flex, 5>| cast_to(cast_to(t, dtype), DType::F32);
-    let shape = case.shape(layout);
-    let c = case.channels;
-    // A mean far from zero, as the statistics have to cope with.
-    let x = round(Tensor::<Flex, 5>::random(
-        shape,
-        Distribution::Normal(1.5, 2.0),
-        &cpu,
-    ));
-    let dy = round(Tensor::<Flex, 5>::random(
-        shape,
-        Distribution::Normal(0.0, 1.0),
-        &cpu,
-    ));
-    let gamma = Tensor::<Flex, 1>::random([c], Distribution::Normal(1.0, 0.5), &cpu);
-    let beta = Tensor::<Flex, 1>::random([c], Distribution::Normal(0.0, 0.5), &cpu);
-    let spec = GroupNormSpec {
-        num_groups: case.groups,
-        epsilon: 1e-5,
-        silu: case.silu,
-        layout,
-        engine,
-    };
-    let (y, mean, rstd) = forward(x.clone(), gamma.clone(), beta.clone(), &spec);
-    let (dx, dgamma, dbeta) = backward(
-        x.clone(),
-        gamma.clone(),
-        beta.clone(),
-        mean,
-        rstd,
-        dy.clone(),
-        &spec,
-    );
-    let on5 = |t: &Tensor<Flex, 5>| cast_to(Tensor::<B, 5>::from_data(t.to_data(), device), dtype);
-    let on1 = |t: &Tensor<Flex, 1>| Tensor::<B, 1>::from_data(t.to_data(), device);
-    let out = B::group_norm_forward(float(on5(&x)), float(on1(&gamma)), float(on1(&beta)), spec);
-    let grads = B::group_norm_backward(
-        float(on5(&x)),
-        float(on1(&gamma)),
-        float(on1(&beta)),
-        out.mean,
-        out.rstd,
-        float(on5(&dy)),
-        spec,
-    );
-    let back5 = |t: FloatTensor<B>| {
-        Tensor::<Flex, 5>::from_data(cast_to(tensor::<B, 5>(t), DType::F32).to_data(), &cpu)
-    };
-    let back1 = |t: FloatTensor<B>| {
-        Tensor::<Flex, 1>::from_data(cast_to(tensor::<B, 1>(t), DType::F32).to_data(), &cpu)
-    };
-    [
-        crate::conv::rel_l2(back5(out.y), y),
-        crate::conv::rel_l2(back5(grads.x), dx),
-        crate::conv::rel_l2(back1(grads.gamma), dgamma),
-        crate::conv::rel_l2(back1(grads.beta), dbeta),
-    ]
 }

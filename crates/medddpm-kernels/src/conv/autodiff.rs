@@ -1,0 +1,185 @@
+//! The autodiff backend's hand-written backward passes: the convolution's calls the inner
+//! backend's two gradient methods (so training uses the forward pass's engine), GroupNorm's
+//! keeps only the input and the statistics, and the upsampling's runs the adjoint kernel.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::NodeId;
+use burn::backend::Autodiff;
+use burn::tensor::ops::FloatTensor;
+
+use super::backend::{KernelBackend, MemoryStats};
+use super::backward_profile;
+use super::spec::Conv3dSpec;
+use crate::compute::Layout;
+use crate::norm::reference::GroupNormSpec;
+
+impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
+    fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
+        B::memory_usage(device)
+    }
+
+    fn conv3d_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Conv3dBackward;
+
+        impl<B: KernelBackend> Backward<B, 2> for Conv3dBackward {
+            type State = (NodeId, NodeId, Conv3dSpec);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let [node_x, node_weight] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x_state, weight_state, spec) = ops.state;
+                let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
+                let weight =
+                    checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight_state);
+                let timer = backward_profile::Timer::<B>::start(&x);
+                if let Some(node) = node_x {
+                    let dx = B::conv3d_data_grad(x.clone(), weight.clone(), grad.clone(), spec);
+                    let dx = timer.lap(0, dx);
+                    grads.register::<B>(node.id, dx);
+                }
+                if let Some(node) = node_weight {
+                    let dw = B::conv3d_weight_grad(x, weight, grad, spec);
+                    let dw = timer.lap(1, dw);
+                    grads.register::<B>(node.id, dw);
+                }
+            }
+        }
+
+        match Conv3dBackward
+            .prepare::<C>([x.node.clone(), weight.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let x_state = prep.checkpoint(&x);
+                let weight_state = prep.checkpoint(&weight);
+                let out = B::conv3d_forward(x.primitive, weight.primitive, spec);
+                prep.finish((x_state, weight_state, spec), out)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::conv3d_forward(x.primitive, weight.primitive, spec))
+            }
+        }
+    }
+
+    fn group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct GroupNormBackward;
+
+        type GroupNormState<B> = (
+            NodeId,
+            NodeId,
+            NodeId,
+            FloatTensor<B>,
+            FloatTensor<B>,
+            GroupNormSpec,
+        );
+
+        impl<B: KernelBackend> Backward<B, 3> for GroupNormBackward {
+            type State = GroupNormState<B>;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 3>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let [node_x, node_gamma, node_beta] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x_state, gamma_state, beta_state, mean, rstd, spec) = ops.state;
+                let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
+                let gamma =
+                    checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(gamma_state);
+                let beta = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(beta_state);
+                let g = B::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec);
+                if let Some(node) = node_x {
+                    grads.register::<B>(node.id, g.x);
+                }
+                if let Some(node) = node_gamma {
+                    grads.register::<B>(node.id, g.gamma);
+                }
+                if let Some(node) = node_beta {
+                    grads.register::<B>(node.id, g.beta);
+                }
+            }
+        }
+
+        match GroupNormBackward
+            .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let x_state = prep.checkpoint(&x);
+                let gamma_state = prep.checkpoint(&gamma);
+                let beta_state = prep.checkpoint(&beta);
+                let out = B::group_norm_forward(x.primitive, gamma.primitive, beta.primitive, spec);
+                prep.finish(
+                    (x_state, gamma_state, beta_state, out.mean, out.rstd, spec),
+                    out.y,
+                )
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::group_norm(
+                x.primitive,
+                gamma.primitive,
+                beta.primitive,
+                spec,
+            )),
+        }
+    }
+
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct UpsampleBackward;
+
+        impl<B: KernelBackend> Backward<B, 1> for UpsampleBackward {
+            type State = Layout;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 1>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let [node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                if let Some(node) = node {
+                    grads
+                        .register::<B>(node.id, B::upsample_trilinear_x2_backward(grad, ops.state));
+                }
+            }
+        }
+
+        match UpsampleBackward
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                prep.finish(layout, B::upsample_trilinear_x2(x.primitive, layout))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::upsample_trilinear_x2(x.primitive, layout)),
+        }
+    }
+
+    // The other gradient methods keep their provided bodies (burn's own ops, which autodiff
+    // differentiates): nothing here needs second-order gradients.
+}

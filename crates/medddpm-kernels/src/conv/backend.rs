@@ -1,0 +1,164 @@
+//! The backend extension itself: [`KernelBackend`] with the plain-op bodies every backend
+//! gets, and what the bench reads of burn's memory pools.
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::DType;
+
+use super::spec::Conv3dSpec;
+use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
+use crate::compute::Layout;
+use crate::norm::reference::{
+    backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
+};
+use crate::primitive::{float, tensor};
+use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
+
+/// The U-Net's heavy operations, per backend.
+///
+/// Tensors are logically `[batch, channels, d, h, w]` (weights `[c_out, c_in, kd, kh, kw]`)
+/// whatever `spec.compute.layout` says: the layout tells an engine which memory order to
+/// compute in (channels-last activations arrive as permuted views of `[b, d, h, w, c]`
+/// buffers and the results are returned the same way).
+pub trait KernelBackend: Backend {
+    /// `y = conv(x, weight)`, without bias.
+    fn conv3d_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d(x, weight, None, spec.options())
+    }
+
+    /// `dL/dx` given `dL/dy`.
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d_x_backward(x, weight, grad_out, spec.options())
+    }
+
+    /// `dL/dweight` given `dL/dy`.
+    fn conv3d_weight_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
+    }
+
+    /// GroupNorm forward (SiLU fused in when `spec.silu`): the output and the per-group
+    /// statistics the backward pass needs. Provided body: the plain-op reference
+    /// ([`crate::norm::forward`]).
+    fn group_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormOutput<Self> {
+        forward_primitive::<Self>(x, gamma, beta, &spec)
+    }
+
+    /// GroupNorm backward from the input, the parameters and the forward's statistics.
+    /// Provided body: the plain-op reference ([`crate::norm::backward`]).
+    #[allow(clippy::too_many_arguments)]
+    fn group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormGrads<Self> {
+        backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
+    }
+
+    /// GroupNorm as a network layer: the forward's output. The autodiff backend overrides it
+    /// with a node whose backward is [`KernelBackend::group_norm_backward`].
+    fn group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> FloatTensor<Self> {
+        Self::group_norm_forward(x, gamma, beta, spec).y
+    }
+
+    /// What burn's memory pools hold on `device` now, where the backend says (the CubeCL
+    /// backends); `None` elsewhere. nvidia-smi sees the pools' reservations and the CUDA
+    /// context, not what the live tensors need: this tells the two apart.
+    fn memory_usage(_device: &Self::Device) -> Option<MemoryStats> {
+        None
+    }
+
+    /// Trilinear x2 upsampling (`align_corners = False`) of a `[b, c, d, h, w]` tensor, or of a
+    /// contiguous channels-last `[b, d, h, w, c]` one when `layout` is `Ndhwc`. The provided
+    /// body is the separable plain-op version (autodiff differentiates it); a fused kernel
+    /// overrides it per backend with this as its reference.
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        float(upsample_trilinear_x2_in::<Self>(tensor(x), layout))
+    }
+
+    /// The backward pass of [`KernelBackend::upsample_trilinear_x2`]: `dL/dx` from `dL/dy`
+    /// (every spatial size halved). Provided body: the separable plain-op adjoint.
+    fn upsample_trilinear_x2_backward(
+        grad: FloatTensor<Self>,
+        layout: Layout,
+    ) -> FloatTensor<Self> {
+        float(upsample_trilinear_x2_backward_in::<Self>(
+            tensor(grad),
+            layout,
+        ))
+    }
+
+    /// One Adam update of each item's parameter tensor, all with `step`: per item, in order,
+    /// `[param, moment_1, moment_2]` after the update, and with `copy` also the updated
+    /// parameter in that dtype. Provided body: the plain-op twin
+    /// ([`crate::adam::adam_step_reference`] per item); the CubeCL backends update a few dozen
+    /// tensors per kernel launch.
+    fn adam_steps(
+        items: Vec<AdamTensors<Self>>,
+        step: AdamStep,
+        copy: Option<DType>,
+    ) -> Vec<AdamOutput<Self>> {
+        adam_steps_primitive::<Self>(items, step, copy)
+    }
+}
+
+/// An autodiff backend whose inner backend has the kernels too: what training needs.
+pub trait KernelAutodiffBackend:
+    AutodiffBackend<InnerBackend: KernelBackend> + KernelBackend
+{
+}
+
+impl<B> KernelAutodiffBackend for B
+where
+    B: AutodiffBackend + KernelBackend,
+    B::InnerBackend: KernelBackend,
+{
+}
+
+/// Device memory held by burn's pools, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryStats {
+    /// Bytes of the live tensors (allocations in use, without padding).
+    pub in_use: u64,
+    /// Bytes the pools have reserved from the device.
+    pub reserved: u64,
+}
+
+/// [`KernelBackend::memory_usage`] of a CubeCL runtime's client.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn cube_memory_usage<R: burn_cubecl::cubecl::Runtime>(
+    device: &R::Device,
+) -> Option<MemoryStats> {
+    let usage = R::client(device).memory_usage().ok()?;
+    Some(MemoryStats {
+        in_use: usage.bytes_in_use,
+        reserved: usage.bytes_reserved,
+    })
+}

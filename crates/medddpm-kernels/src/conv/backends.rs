@@ -1,0 +1,105 @@
+//! Which engine computes each operation on burn's Flex (CPU) and wgpu backends; burn's CUDA
+//! backend is in `crate::cudnn`.
+
+use burn::tensor::ops::FloatTensor;
+#[cfg(feature = "wgpu")]
+use burn::tensor::DType;
+use burn::tensor::Tensor;
+
+use super::backend::KernelBackend;
+#[cfg(feature = "wgpu")]
+use super::backend::{cube_memory_usage, MemoryStats};
+use super::rewrites::{data_grad_via_forward, is_same_padded};
+use super::spec::Conv3dSpec;
+#[cfg(feature = "wgpu")]
+use crate::adam::reference::{AdamOutput, AdamStep, AdamTensors};
+#[cfg(feature = "wgpu")]
+use crate::compute::Layout;
+#[cfg(feature = "wgpu")]
+use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::primitive::{float, tensor};
+
+impl KernelBackend for burn::backend::Flex {
+    /// Flex's own data gradient is a transposed convolution on one core without its matrix
+    /// kernels (13% of a quickstart training step under perf); for the U-Net's "same"-padded
+    /// convolutions the same gradient is a forward convolution, which Flex runs as a
+    /// multi-threaded im2col and gemm.
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        let weight: Tensor<Self, 5> = tensor(weight);
+        let [_, _, kd, kh, kw] = weight.dims();
+        if is_same_padded([kd, kh, kw], &spec) {
+            let x: Tensor<Self, 5> = tensor(x);
+            let [_, _, d, h, w] = x.dims();
+            return float(data_grad_via_forward::<Self>(
+                [d, h, w],
+                weight,
+                tensor(grad_out),
+                spec,
+            ));
+        }
+        <Self as burn::tensor::ops::ModuleOps<Self>>::conv3d_x_backward(
+            x,
+            float(weight),
+            grad_out,
+            spec.options(),
+        )
+    }
+}
+
+#[cfg(feature = "wgpu")]
+impl KernelBackend for burn::backend::Wgpu {
+    fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
+        cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
+    }
+
+    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+        crate::cube::upsample_trilinear_x2::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            x, layout,
+        )
+    }
+
+    fn upsample_trilinear_x2_backward(
+        grad: FloatTensor<Self>,
+        layout: Layout,
+    ) -> FloatTensor<Self> {
+        crate::cube::upsample_trilinear_x2_backward::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            grad, layout,
+        )
+    }
+
+    fn group_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormOutput<Self> {
+        crate::cube::group_norm_forward(x, gamma, beta, spec)
+    }
+
+    fn adam_steps(
+        items: Vec<AdamTensors<Self>>,
+        step: AdamStep,
+        copy: Option<DType>,
+    ) -> Vec<AdamOutput<Self>> {
+        crate::cube::adam_steps::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
+            items, step, copy,
+        )
+    }
+
+    fn group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormGrads<Self> {
+        crate::cube::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec)
+    }
+}

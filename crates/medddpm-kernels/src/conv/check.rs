@@ -1,0 +1,167 @@
+//! Agreement checks: an engine against the f32 CPU convolution on the same operands (what
+//! `medddpm check-kernels` and the tests run), and the error measure every check uses.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+use super::backend::KernelBackend;
+use super::layout::in_layout;
+use super::ops::{conv3d, conv3d_data_grad, conv3d_weight_grad};
+use super::reference;
+use super::spec::Conv3dSpec;
+use crate::compute::{Compute, Layout};
+
+/// One convolution geometry for agreement checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ConvCase {
+    /// Batch size.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Input spatial size (d, h, w).
+    pub size: [usize; 3],
+    /// Cubic kernel size (1 or 3).
+    pub kernel: usize,
+    /// Stride on every axis.
+    pub stride: usize,
+}
+
+impl ConvCase {
+    /// The U-Net's geometries (3x3x3 stride 1 and 2, 1x1x1) at small sizes, and odd ones: 1 to
+    /// 512 channels, odd and non-cubic volumes. `scale` multiplies the spatial sizes.
+    pub fn standard(scale: usize) -> Vec<ConvCase> {
+        let c = |batch, c_in, c_out, size: [usize; 3], kernel, stride| ConvCase {
+            batch,
+            c_in,
+            c_out,
+            size: size.map(|s| s * scale),
+            kernel,
+            stride,
+        };
+        vec![
+            c(1, 5, 16, [8, 8, 8], 3, 1), // the input convolution (image + mask channels)
+            c(1, 16, 16, [8, 8, 8], 3, 2), // downsampling
+            c(2, 24, 8, [5, 6, 7], 3, 1), // odd, non-cubic, batch 2
+            c(1, 7, 3, [7, 5, 3], 3, 2),  // odd sizes with stride 2
+            c(1, 32, 16, [4, 4, 4], 1, 1), // 1x1x1 skip projection
+            c(1, 1, 1, [6, 6, 6], 3, 1),  // one channel
+            c(1, 512, 8, [2, 2, 2], 3, 1), // 512 input channels
+            c(1, 8, 512, [2, 2, 2], 1, 1), // 512 output channels
+        ]
+    }
+
+    /// The spec of this case.
+    pub fn spec(&self, compute: Compute) -> Conv3dSpec {
+        Conv3dSpec {
+            stride: [self.stride; 3],
+            padding: [self.kernel / 2; 3],
+            compute,
+        }
+    }
+}
+
+/// Relative L2 differences of backend `B`'s engine against the plain-op twin computed in f32 on
+/// the CPU (burn's Flex convolution) for one case: `[forward, data gradient, weight gradient]`,
+/// each the worse of two calls.
+///
+/// The inputs are drawn on the CPU and rounded to the compute dtype first, so the reference
+/// sees exactly the operands the engine sees: what remains is the engine's own arithmetic
+/// (f32 summation order; TF32 operand rounding; bf16 output rounding).
+pub fn engine_vs_reference<B: KernelBackend>(
+    device: &B::Device,
+    case: ConvCase,
+    compute: Compute,
+    seed: u64,
+) -> [f64; 3] {
+    use burn::backend::Flex;
+    use burn::tensor::Distribution;
+    let cpu = Default::default();
+    Flex::seed(&cpu, seed);
+    let dtype = compute.precision.compute_dtype();
+    let round = |t: Tensor<Flex, 5>| t.cast(dtype).cast(burn::tensor::DType::F32);
+    let [d, h, w] = case.size;
+    let k = case.kernel;
+    let x = round(Tensor::<Flex, 5>::random(
+        [case.batch, case.c_in, d, h, w],
+        Distribution::Normal(0.0, 1.0),
+        &cpu,
+    ));
+    let fan_in = (case.c_in * k * k * k) as f64;
+    let weight = round(Tensor::<Flex, 5>::random(
+        [case.c_out, case.c_in, k, k, k],
+        Distribution::Normal(0.0, 1.0 / fan_in.sqrt()),
+        &cpu,
+    ));
+    let spec = case.spec(compute);
+    let out = spec.output_size(case.size, [k; 3]);
+    let grad = round(Tensor::<Flex, 5>::random(
+        [case.batch, case.c_out, out[0], out[1], out[2]],
+        Distribution::Normal(0.0, 1.0),
+        &cpu,
+    ));
+    let reference_spec = Conv3dSpec {
+        compute: Compute {
+            layout: Layout::Ncdhw,
+            ..compute
+        },
+        ..spec
+    };
+    let want = [
+        reference::forward(x.clone(), weight.clone(), reference_spec),
+        reference::data_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
+        reference::weight_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
+    ];
+    let on_b = |t: &Tensor<Flex, 5>| Tensor::<B, 5>::from_data(t.to_data(), device).cast(dtype);
+    let layout = compute.layout;
+    let (xb, wb, gb) = (
+        in_layout(on_b(&x), layout),
+        on_b(&weight),
+        in_layout(on_b(&grad), layout),
+    );
+    // Twice: an engine may compute a shape's first call differently from later ones (cuDNN
+    // searches its algorithm in the first, then hands the call to the device thread).
+    let mut errs = [0.0f64; 3];
+    for _ in 0..2 {
+        let got = [
+            conv3d(xb.clone(), wb.clone(), None, spec),
+            conv3d_data_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+            conv3d_weight_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+        ];
+        for (i, (g, w)) in got.into_iter().zip(want.iter()).enumerate() {
+            let g = Tensor::<Flex, 5>::from_data(g.cast(burn::tensor::DType::F32).to_data(), &cpu);
+            errs[i] = worse(errs[i], rel_l2(g, w.clone()));
+        }
+    }
+    errs
+}
+
+/// The larger of two errors, NaN counting as infinite (`f64::max` would drop it).
+pub(crate) fn worse(a: f64, b: f64) -> f64 {
+    let b = if b.is_nan() { f64::INFINITY } else { b };
+    a.max(b)
+}
+
+/// `||a - b|| / ||b||`, in f64 on the host.
+pub fn rel_l2<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let f = |t: Tensor<B, D>| -> Vec<f32> {
+        t.cast(burn::tensor::DType::F32)
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 data")
+    };
+    let (a, b) = (f(a), f(b));
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(&b) {
+        num += ((x - y) as f64).powi(2);
+        den += (*y as f64).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}

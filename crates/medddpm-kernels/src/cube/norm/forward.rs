@@ -1,0 +1,280 @@
+//! The forward pass's three launches: per block of rows the sum and the centred sum of
+//! squares, per group the mean and variance from them, one normalising write.
+
+use burn::tensor::Shape;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+use cubecl::{CubeCount, CubeDim};
+
+use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
+use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, sigmoid};
+use super::view::{elementwise, f32_buffer, View, ELEMENTWISE_ROWS};
+use crate::norm::reference::GroupNormSpec;
+
+/// Values one thread adds before its partial sum is written, in the forward's reductions. 256
+/// rather than 64: the finishing cubes read 4x fewer partial sums (H100, bf16 training step:
+/// the forward's sums and their finishing launches 5.7 ms with 64, 4.2 ms with 256).
+pub const FORWARD_ROWS: usize = 256;
+
+/// The forward's first level: per block of `rows` rows of each column of a contiguous
+/// `[p, r, q]` array, the sum and the sum of squares about the block's own mean (two passes
+/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn block_moments<F: Float>(
+    input: &Tensor<F>,
+    moments: &mut Tensor<f32>,
+    half: usize,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= half {
+        terminate!();
+    }
+    let (base, start, end, _p, _col) = row_block(pos, r, q, rows, blocks);
+    let mut acc = 0.0f32;
+    for row in start..end {
+        acc += f32::cast_from(input[base + row * q]);
+    }
+    let m = acc / f32::cast_from(end - start);
+    let mut m2 = 0.0f32;
+    for row in start..end {
+        let d = f32::cast_from(input[base + row * q]) - m;
+        m2 += d * d;
+    }
+    moments[pos] = acc;
+    moments[half + pos] = m2;
+}
+
+/// The forward's second level: one cube per (batch, group) combines the [`block_moments`] of its
+/// blocks (Chan et al.: the group's mean from the sums, then the sums of squares about each
+/// block's mean plus `n_k (mean_k - mean)^2`), each thread adding chunks of `chunk_rows`
+/// partials in f32 before the cube's tree. Partials are addressed as in
+/// [`group_sums`](super::finish::group_sums).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn group_moments(
+    moments: &Tensor<f32>,
+    mean: &mut Tensor<f32>,
+    rstd: &mut Tensor<f32>,
+    half: usize,
+    per_batch: usize,
+    batch_stride: usize,
+    group_stride: usize,
+    run: usize,
+    run_stride: usize,
+    n: usize,
+    chunks: usize,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+    inv_n: f32,
+    epsilon: f32,
+    #[comptime] threads: usize,
+    #[comptime] chunk_rows: usize,
+    #[comptime] channels_last: bool,
+) {
+    let o = CUBE_POS;
+    let t = UNIT_POS as usize;
+    let base = (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
+    let mut shared = SharedMemory::<f32>::new(threads);
+    let total = chunked_sum(
+        moments, base, run, run_stride, n, chunks, threads, chunk_rows,
+    );
+    let mu = cube_total(&mut shared, total) * inv_n;
+    let mut total2 = 0.0f32;
+    for c in 0..chunks {
+        let mut acc = 0.0f32;
+        for j in 0..chunk_rows {
+            let k = (c * chunk_rows + j) * threads + t;
+            if k < n {
+                let at = base + (k / run) * run_stride + k % run;
+                let mut blk = (k / q) % blocks;
+                if channels_last {
+                    blk = k / run;
+                }
+                let mut count = r - blk * rows;
+                if count > rows {
+                    count = rows;
+                }
+                let nk = f32::cast_from(count);
+                let d = moments[at] - nk * mu;
+                acc += moments[half + at] + d * d / nk;
+            }
+        }
+        total2 += acc;
+    }
+    let var = cube_total(&mut shared, total2) * inv_n;
+    if t == 0 {
+        mean[o] = mu;
+        rstd[o] = 1.0 / f32::sqrt(var + epsilon);
+    }
+}
+
+/// `y = silu?(gamma * (x - mean) * rstd + beta)`, over the same `[p, r, q]` view and blocks of
+/// rows as the reductions: a thread's elements share one channel and group, so it reads the
+/// statistics and parameters once and does no index division per element.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn normalise<F: Float, P: Float>(
+    x: &Tensor<F>,
+    gamma: &Tensor<P>,
+    beta: &Tensor<P>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+    y: &mut Tensor<F>,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+    group_div: usize,
+    c: usize,
+    #[comptime] channels_last: bool,
+    #[comptime] silu: bool,
+    #[define(F, P)] _dtypes: [StorageType; 2],
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= blocks * q * (y.len() / (r * q)) {
+        terminate!();
+    }
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
+    let scale = rstd[g] * f32::cast_from(gamma[ch]);
+    let shift = f32::cast_from(beta[ch]) - mean[g] * scale;
+    for row in start..end {
+        let idx = base + row * q;
+        let a = f32::cast_from(x[idx]) * scale + shift;
+        if silu {
+            y[idx] = F::cast_from(a * sigmoid(a));
+        } else {
+            y[idx] = F::cast_from(a);
+        }
+    }
+}
+
+/// The forward pass: `(y, mean, rstd)`, the statistics `[b, g]` in f32.
+pub fn forward<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    gamma: CubeTensor<R>,
+    beta: CubeTensor<R>,
+    spec: &GroupNormSpec,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
+    let x = into_contiguous(x);
+    let gamma = into_contiguous(gamma);
+    let beta = into_contiguous(beta);
+    let v = View::new(&x.meta.shape().clone(), spec);
+    let (mean, rstd) = statistics(&x, &v, spec);
+    let y = normalised(x, gamma, beta, &mean, &rstd, &v, spec);
+    (y, mean, rstd)
+}
+
+/// Per-block sums and centred sums of squares, then per group the mean and
+/// 1 / sqrt(variance + epsilon): `(mean, rstd)`, `[b, g]` f32, in two launches.
+fn statistics<R: CubeRuntime>(
+    x: &CubeTensor<R>,
+    v: &View,
+    spec: &GroupNormSpec,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let client = &x.client;
+    let x_dtype: StorageType = x.dtype.into();
+    let inv_n = 1.0 / v.values_per_group() as f32;
+    let blocks = View::blocks(v.r, FORWARD_ROWS);
+    let half = v.p * blocks * v.q;
+    let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
+    let (count, dim) = elementwise(x, half);
+    block_moments::launch::<R>(
+        client,
+        count,
+        dim,
+        x.clone().into_tensor_arg(),
+        moments.clone().into_tensor_arg(),
+        half,
+        v.r,
+        v.q,
+        FORWARD_ROWS,
+        blocks,
+        x_dtype,
+    );
+    let [per_batch, batch_stride, group_stride, run, run_stride, n] =
+        addressing(v, blocks, Finish::Groups);
+    let stats = || f32_buffer(x, Shape::new([v.batch, v.groups]));
+    let (mean, rstd) = (stats(), stats());
+    group_moments::launch::<R>(
+        client,
+        CubeCount::Static((v.batch * v.groups) as u32, 1, 1),
+        CubeDim::new_1d(FINISH_THREADS as u32),
+        moments.into_tensor_arg(),
+        mean.clone().into_tensor_arg(),
+        rstd.clone().into_tensor_arg(),
+        half,
+        per_batch,
+        batch_stride,
+        group_stride,
+        run,
+        run_stride,
+        n,
+        n.div_ceil(FINISH_THREADS * FINISH_ROWS),
+        v.r,
+        v.q,
+        FORWARD_ROWS,
+        blocks,
+        inv_n,
+        spec.epsilon as f32,
+        FINISH_THREADS,
+        FINISH_ROWS,
+        v.channels_last,
+    );
+    (mean, rstd)
+}
+
+/// `y = silu?(gamma * (x - mean) * rstd + beta)` in `x`'s dtype, in one launch.
+fn normalised<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    gamma: CubeTensor<R>,
+    beta: CubeTensor<R>,
+    mean: &CubeTensor<R>,
+    rstd: &CubeTensor<R>,
+    v: &View,
+    spec: &GroupNormSpec,
+) -> CubeTensor<R> {
+    let client = x.client.clone();
+    let x_dtype: StorageType = x.dtype.into();
+    let y = empty_device_contiguous_dtype::<R>(
+        client.clone(),
+        x.device.clone(),
+        x.meta.shape().clone(),
+        x.dtype,
+    );
+    let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
+    let (count, dim) = elementwise(&x, v.p * blocks * v.q);
+    let p_dtype: StorageType = gamma.dtype.into();
+    normalise::launch::<R>(
+        &client,
+        count,
+        dim,
+        x.into_tensor_arg(),
+        gamma.into_tensor_arg(),
+        beta.into_tensor_arg(),
+        mean.clone().into_tensor_arg(),
+        rstd.clone().into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        v.r,
+        v.q,
+        ELEMENTWISE_ROWS,
+        blocks,
+        v.group_div(),
+        v.channels,
+        v.channels_last,
+        spec.silu,
+        [x_dtype, p_dtype],
+    );
+    y
+}

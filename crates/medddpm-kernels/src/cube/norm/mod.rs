@@ -1,0 +1,33 @@
+//! GroupNorm (+ SiLU) forward and backward as CubeCL kernels: three launches forward (per block
+//! of rows the sum and the centred sum of squares, per group the mean and variance from them,
+//! one normalising write) and four backward (one pass of sums, one finishing launch for both
+//! sums, one `[b, c]`-sized launch, one write). Statistics and sums are f32 whatever the
+//! activation dtype; launches are few because each costs host time on the order of a small
+//! kernel's run time.
+//!
+//! Every reduction is blocked: a thread adds [`FORWARD_ROWS`] or [`BACKWARD_ROWS`] values in
+//! f32 (one column of a `[p, r, q]` view of the tensor, so neighbouring threads read
+//! neighbouring addresses), and one cube per statistic adds its partial sums in chunks of
+//! `FINISH_ROWS` before a tree over the cube, so no f32 running sum spans more than a few
+//! hundred terms (what keeps the statistics of a two-million-voxel group at f32 rounding; see
+//! [`crate::norm`]). The variance combines per-block centred sums of squares (Chan et al.'s
+//! parallel formula), as stable as a second pass about the group's mean.
+//!
+//! The reduced view is `[b, S, c]` for channels-last activations (columns are channels) and
+//! `[b * c, S / q, q]` with `q` a power of two dividing `S` for channels-first ones (columns
+//! are `q` interleaved slices of one channel).
+//!
+//! Its parts: `view` (the `[p, r, q]` view and the launch geometry), `parts` (the `#[cube]`
+//! helpers the kernels share), `finish` (the second level of the reductions), `forward` and
+//! `backward` (each pass's kernels and their launches).
+
+mod backward;
+mod finish;
+mod forward;
+mod parts;
+mod view;
+
+pub use backward::{
+    backward_channel_sums, backward_input_grad, backward_param_grads, ChannelSums, BACKWARD_ROWS,
+};
+pub use forward::{forward, FORWARD_ROWS};

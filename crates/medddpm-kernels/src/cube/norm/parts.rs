@@ -1,0 +1,120 @@
+//! The `#[cube]` helpers the kernels share: where a thread works, blocked f32 sums, the cube's
+//! tree sum, and the SiLU's derivative.
+
+use cubecl::prelude::*;
+
+/// Where thread `pos` works in a `[p, r, q]` view cut into blocks of `rows` rows: the first
+/// element of its column in that view (`base`; rows are `q` apart), its rows `start..end`, and
+/// its `p` and column.
+#[cube]
+pub(super) fn row_block(
+    pos: usize,
+    r: usize,
+    q: usize,
+    rows: usize,
+    blocks: usize,
+) -> (usize, usize, usize, usize, usize) {
+    let col = pos % q;
+    let rest = pos / q;
+    let p = rest / blocks;
+    let start = (rest % blocks) * rows;
+    let mut end = start + rows;
+    if end > r {
+        end = r;
+    }
+    (p * r * q + col, start, end, p, col)
+}
+
+/// The (batch, group) index and the channel of column `col` of row block `p`: the group is
+/// `(p * q + col) / group_div` in both views, the channel `col` (channels-last) or `p % c`.
+#[cube]
+pub(super) fn group_and_channel(
+    p: usize,
+    q: usize,
+    col: usize,
+    group_div: usize,
+    c: usize,
+    #[comptime] channels_last: bool,
+) -> (usize, usize) {
+    let mut ch = p % c;
+    if channels_last {
+        ch = col;
+    }
+    ((p * q + col) / group_div, ch)
+}
+
+/// This unit's share of the `n` partial sums `input[base + (k / run) * run_stride + k % run]`
+/// of one output (every `threads`-th `k`), added in chunks of `rows` in f32.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn chunked_sum(
+    input: &Tensor<f32>,
+    base: usize,
+    run: usize,
+    run_stride: usize,
+    n: usize,
+    chunks: usize,
+    #[comptime] threads: usize,
+    #[comptime] rows: usize,
+) -> f32 {
+    let t = UNIT_POS as usize;
+    let mut total = 0.0f32;
+    for c in 0..chunks {
+        let mut acc = 0.0f32;
+        for j in 0..rows {
+            let k = (c * rows + j) * threads + t;
+            if k < n {
+                acc += input[base + (k / run) * run_stride + k % run];
+            }
+        }
+        total += acc;
+    }
+    total
+}
+
+/// The sum of `value` over the cube (a tree in `shared`, one slot per unit); every unit gets it.
+#[cube]
+pub(super) fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
+    let t = UNIT_POS as usize;
+    shared[t] = value;
+    sync_cube();
+    let mut active = CUBE_DIM;
+    while active > 1 {
+        active /= 2;
+        if UNIT_POS < active {
+            let other = shared[t + active as usize];
+            shared[t] += other;
+        }
+        sync_cube();
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+#[cube]
+pub(super) fn sigmoid(a: f32) -> f32 {
+    1.0 / (1.0 + f32::exp(-a))
+}
+
+/// `x_hat` and `dL/da` (a = gamma x_hat + beta, the SiLU input) of one element.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn xhat_and_da(
+    x: f32,
+    dy: f32,
+    gamma: f32,
+    beta: f32,
+    mean: f32,
+    rstd: f32,
+    #[comptime] silu: bool,
+) -> (f32, f32) {
+    let x_hat = (x - mean) * rstd;
+    if silu {
+        let a = x_hat * gamma + beta;
+        let sg = sigmoid(a);
+        (x_hat, dy * sg * (1.0 + a * (1.0 - sg)))
+    } else {
+        (x_hat, dy)
+    }
+}

@@ -1,0 +1,97 @@
+//! How an activation is viewed for the kernels (the `[p, r, q]` view of the module's
+//! introduction) and the launch geometry of the elementwise passes.
+
+use burn::tensor::{DType, Shape};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
+
+use crate::compute::Layout;
+use crate::norm::reference::GroupNormSpec;
+
+/// Values one thread normalises (or differentiates) in the elementwise passes.
+pub(super) const ELEMENTWISE_ROWS: usize = 16;
+
+/// Threads per cube of the elementwise launches.
+const THREADS: u32 = 256;
+
+/// How an activation is viewed for the reductions.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View {
+    pub batch: usize,
+    pub channels: usize,
+    pub groups: usize,
+    /// Voxels per channel.
+    pub spatial: usize,
+    pub channels_last: bool,
+    /// `[p, r, q]` of the reduced view.
+    pub p: usize,
+    pub r: usize,
+    pub q: usize,
+}
+
+impl View {
+    /// The view of an activation of `shape` normalised as `spec` says.
+    pub(super) fn new(shape: &Shape, spec: &GroupNormSpec) -> Self {
+        let dims: Vec<usize> = shape.iter().copied().collect();
+        let channels_last = spec.layout == Layout::Ndhwc;
+        let batch = dims[0];
+        let channels = dims[spec.layout.channel_dim()];
+        let spatial = dims.iter().product::<usize>() / (batch * channels);
+        let (p, r, q) = if channels_last {
+            (batch, spatial, channels)
+        } else {
+            let mut q = 1;
+            while q < 32 && spatial.is_multiple_of(2 * q) {
+                q *= 2;
+            }
+            (batch * channels, spatial / q, q)
+        };
+        View {
+            batch,
+            channels,
+            groups: spec.num_groups,
+            spatial,
+            channels_last,
+            p,
+            r,
+            q,
+        }
+    }
+
+    /// Channels per group.
+    pub(super) fn cpg(&self) -> usize {
+        self.channels / self.groups
+    }
+
+    /// Divides `p * q + col` down to the (batch, group) index.
+    pub(super) fn group_div(&self) -> usize {
+        if self.channels_last {
+            self.cpg()
+        } else {
+            self.cpg() * self.q
+        }
+    }
+
+    /// Blocks of `rows` rows that cover `r` rows.
+    pub(super) fn blocks(r: usize, rows: usize) -> usize {
+        r.div_ceil(rows)
+    }
+
+    /// Values one group's statistics are taken over (per batch item).
+    pub(super) fn values_per_group(&self) -> usize {
+        self.spatial * self.cpg()
+    }
+}
+
+/// A new contiguous f32 buffer of `shape` on `like`'s device.
+pub(super) fn f32_buffer<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
+    empty_device_contiguous_dtype::<R>(like.client.clone(), like.device.clone(), shape, DType::F32)
+}
+
+/// The launch of one thread per each of `n` items.
+pub(super) fn elementwise<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(THREADS);
+    (calculate_cube_count_elemwise(&t.client, n, dim), dim)
+}

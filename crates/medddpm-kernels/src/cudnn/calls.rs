@@ -1,0 +1,119 @@
+//! The three convolution calls (forward, data gradient, weight gradient) on raw device
+//! pointers, with a chosen algorithm and workspace.
+
+use cudarc::cudnn::sys;
+
+use super::descriptors::Descriptors;
+use super::library::check;
+
+/// The three convolution operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ConvOp {
+    Forward,
+    DataGrad,
+    WeightGrad,
+}
+
+impl ConvOp {
+    /// Short name, in the algorithm cache's keys and in error messages.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            ConvOp::Forward => "fwd",
+            ConvOp::DataGrad => "bwd-data",
+            ConvOp::WeightGrad => "bwd-filter",
+        }
+    }
+
+    /// How many algorithms cuDNN numbers for this operation.
+    fn algo_count(self) -> u32 {
+        match self {
+            ConvOp::Forward => 8,
+            ConvOp::DataGrad => 6,
+            ConvOp::WeightGrad => 7,
+        }
+    }
+}
+
+/// Device pointers of one call's operands (0 for one the operation does not read); `out` is
+/// `y` for the forward pass, `dL/dx` or `dL/dw` for the gradients.
+pub(super) struct Ptrs {
+    pub x: u64,
+    pub w: u64,
+    pub dy: u64,
+    pub out: u64,
+}
+
+/// A device pointer as cuDNN takes it.
+pub(super) fn vp(p: u64) -> *mut std::ffi::c_void {
+    p as usize as *mut std::ffi::c_void
+}
+
+/// Enqueues `op` with algorithm `algo` on `handle`'s stream.
+pub(super) fn launch(
+    op: ConvOp,
+    handle: sys::cudnnHandle_t,
+    d: &Descriptors,
+    p: &Ptrs,
+    algo: u32,
+    ws: u64,
+    ws_size: usize,
+) -> Result<(), String> {
+    if algo >= op.algo_count() {
+        return Err(format!("cached algorithm {algo} out of range"));
+    }
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let a = &alpha as *const f32 as *const std::ffi::c_void;
+    let b = &beta as *const f32 as *const std::ffi::c_void;
+    // SAFETY: pointers are live buffers of the right sizes (descriptors built from the same
+    // tensors); algorithm values are in range (checked above), so the enum transmutes are valid.
+    let status = unsafe {
+        match op {
+            ConvOp::Forward => sys::cudnnConvolutionForward(
+                handle,
+                a,
+                d.x,
+                vp(p.x),
+                d.w,
+                vp(p.w),
+                d.conv,
+                std::mem::transmute::<u32, sys::cudnnConvolutionFwdAlgo_t>(algo),
+                vp(ws),
+                ws_size,
+                b,
+                d.y,
+                vp(p.out),
+            ),
+            ConvOp::DataGrad => sys::cudnnConvolutionBackwardData(
+                handle,
+                a,
+                d.w,
+                vp(p.w),
+                d.y,
+                vp(p.dy),
+                d.conv,
+                std::mem::transmute::<u32, sys::cudnnConvolutionBwdDataAlgo_t>(algo),
+                vp(ws),
+                ws_size,
+                b,
+                d.x,
+                vp(p.out),
+            ),
+            ConvOp::WeightGrad => sys::cudnnConvolutionBackwardFilter(
+                handle,
+                a,
+                d.x,
+                vp(p.x),
+                d.y,
+                vp(p.dy),
+                d.conv,
+                std::mem::transmute::<u32, sys::cudnnConvolutionBwdFilterAlgo_t>(algo),
+                vp(ws),
+                ws_size,
+                b,
+                d.w,
+                vp(p.out),
+            ),
+        }
+    };
+    check(status, op.name())
+}

@@ -1,0 +1,144 @@
+//! Convolutions of already searched shapes handed to cubecl's device thread without waiting,
+//! and the record of the first one that failed there.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cubecl_cuda::CudaRuntime;
+use cudarc::cudnn::sys;
+
+use super::algorithms::Choice;
+use super::calls::{launch, ConvOp, Ptrs};
+use super::descriptors::Descriptors;
+use super::library::check;
+
+type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+
+/// What the device-thread tasks use: a cuDNN handle of their own (only that thread calls it,
+/// one task at a time, so it needs no lock, and the first-call path's handle can be busy
+/// meanwhile) and a handle on cubecl's device thread.
+pub(super) struct DeviceSide {
+    handle: sys::cudnnHandle_t,
+    ctx: cudarc::driver::sys::CUcontext,
+    thread: cubecl::device_handle::DeviceHandle<CudaServer>,
+}
+
+// The cuDNN handle is only used on cubecl's device thread.
+unsafe impl Send for DeviceSide {}
+unsafe impl Sync for DeviceSide {}
+
+static DEVICE_SIDE: OnceLock<Result<DeviceSide, String>> = OnceLock::new();
+
+/// The first convolution that failed on the device thread since [`device_error`] last looked.
+static DEVICE_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// The first convolution that failed on cubecl's device thread since the last call, if any.
+/// Such a failure leaves that convolution's output unwritten, so whatever step it belonged to
+/// is invalid: callers stop with this as the error.
+pub fn device_error() -> Option<String> {
+    DEVICE_ERROR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+}
+
+/// Whether `MEDDDPM_CUDNN_SYNC=1` keeps every call on the waiting path.
+pub(super) fn sync_requested() -> bool {
+    static SYNC: OnceLock<bool> = OnceLock::new();
+    *SYNC.get_or_init(|| std::env::var("MEDDDPM_CUDNN_SYNC").is_ok_and(|v| v == "1"))
+}
+
+/// The device thread's side, made on first use for `device` in the primary context `ctx`.
+pub(super) fn device_side(
+    device: &cubecl_cuda::CudaDevice,
+    ctx: cudarc::driver::sys::CUcontext,
+) -> Result<&'static DeviceSide, String> {
+    DEVICE_SIDE
+        .get_or_init(|| {
+            use cubecl::device::Device as _;
+            // SAFETY: the primary context, retained in `init`, is made current first.
+            unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
+            let mut handle = std::ptr::null_mut();
+            // SAFETY: plain handle creation with the context current.
+            check(unsafe { sys::cudnnCreate(&mut handle) }, "cudnnCreate")?;
+            Ok(DeviceSide {
+                handle,
+                ctx,
+                // The device thread of the client that burn already made for this device.
+                thread: cubecl::device_handle::DeviceHandle::new(device.to_id()),
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The buffers of one call, held until the device thread has enqueued it.
+pub(super) struct OperandHandles {
+    pub x: cubecl::server::Handle,
+    pub w: Option<cubecl::server::Handle>,
+    pub dy: Option<cubecl::server::Handle>,
+    pub out: cubecl::server::Handle,
+    pub workspace: Option<cubecl::server::Handle>,
+}
+
+/// Hands one call of an already searched shape to cubecl's device thread without waiting: it
+/// runs after the kernels queued before it, resolves the buffers there (no round trip) and
+/// enqueues cuDNN on the buffers' stream. A failure is kept for [`device_error`].
+pub(super) fn enqueue(
+    side: &'static DeviceSide,
+    op: ConvOp,
+    desc: Arc<Descriptors>,
+    choice: Choice,
+    handles: OperandHandles,
+    key: String,
+) {
+    use cubecl::server::ComputeServer as _;
+    let stream_id = cubecl::stream_id::StreamId::current();
+    side.thread.submit(move |server: &mut CudaServer| {
+        let mut resolve = |h: &cubecl::server::Handle| -> Result<(u64, usize), String> {
+            let managed = server
+                .get_resource(h.clone().binding(), stream_id)
+                .map_err(|e| format!("buffer: {e:?}"))?;
+            let r = managed.resource();
+            Ok((r.ptr, r.stream as usize))
+        };
+        let result = (|| {
+            let mut ptr_of = |h: &Option<cubecl::server::Handle>| match h {
+                Some(h) => resolve(h).map(|r| r.0),
+                None => Ok(0),
+            };
+            let w = ptr_of(&handles.w)?;
+            let dy = ptr_of(&handles.dy)?;
+            let ws = ptr_of(&handles.workspace)?;
+            let (x, stream) = resolve(&handles.x)?;
+            let out = resolve(&handles.out)?.0;
+            let ptrs = Ptrs { x, w, dy, out };
+            // SAFETY: the retained primary context; the handle is this thread's alone, and the
+            // stream is the one cubecl enqueues these buffers' kernels on.
+            unsafe { cudarc::driver::result::ctx::set_current(side.ctx) }
+                .map_err(|e| e.to_string())?;
+            let stream = stream as sys::cudaStream_t;
+            check(
+                unsafe { sys::cudnnSetStream(side.handle, stream) },
+                "set stream",
+            )?;
+            launch(
+                op,
+                side.handle,
+                &desc,
+                &ptrs,
+                choice.algo,
+                ws,
+                choice.workspace,
+            )
+        })();
+        drop(handles);
+        if let Err(e) = result {
+            let message = format!("cuDNN {key} failed on the device thread: {e}");
+            eprintln!("{message}");
+            DEVICE_ERROR
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(message);
+        }
+    });
+}

@@ -1,0 +1,368 @@
+//! The engine's shared state and one convolution from end to end: [`init`] loads cuDNN and the
+//! algorithm cache; [`run`] packs the operands, finds the shape's descriptors and algorithm,
+//! and either hands the call to the device thread or runs it here, waiting.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use burn::tensor::DType;
+use cubecl_cuda::CudaRuntime;
+use cudarc::cudnn::sys;
+
+use super::algorithms::{find, load_cache, save_cache, Choice};
+use super::calls::{launch, ConvOp, Ptrs};
+use super::descriptors::{data_type, Descriptors};
+use super::device_thread::{device_side, enqueue, sync_requested, OperandHandles};
+use super::layout::{dims5, empty_like_layout, packed, Tensor};
+use super::library::{self, check, CudnnInfo, CudnnUnavailable};
+use crate::conv::Conv3dSpec;
+
+struct State {
+    handle: sys::cudnnHandle_t,
+    ctx: cudarc::driver::sys::CUcontext,
+    version: usize,
+    cache_file: Option<PathBuf>,
+    algos: BTreeMap<String, Choice>,
+    /// Descriptors of each shape seen, shared with the device-thread tasks.
+    descriptors: HashMap<String, Arc<Descriptors>>,
+    /// Shapes whose call succeeded on the waiting path: only these go to the device thread
+    /// (cuDNN 9.14 finds an algorithm for some shapes, e.g. a bf16 data gradient with 8 output
+    /// channels, and then refuses to run it, which only the waiting path can fall back from).
+    proven: HashSet<String>,
+    /// Keys already reported as falling back.
+    warned: HashSet<String>,
+}
+
+// The handle is only used under the mutex.
+unsafe impl Send for State {}
+
+static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+
+/// Loads cuDNN for CUDA device `device_index` and reads the algorithm cache in `cache_dir`
+/// (`cudnn-algorithms.json`; none is kept when `None`). Idempotent: later calls return what the
+/// first found.
+pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, CudnnUnavailable> {
+    if let Some(state) = STATE.get() {
+        let s = state.lock().unwrap_or_else(|e| e.into_inner());
+        return Ok(CudnnInfo {
+            version: s.version,
+            cached: s.algos.len(),
+        });
+    }
+    let loaded = library::load(device_index)?;
+    let cache_file = cache_dir.map(|d| d.join("cudnn-algorithms.json"));
+    let algos = load_cache(cache_file.as_deref());
+    let info = CudnnInfo {
+        version: loaded.version,
+        cached: algos.len(),
+    };
+    let _ = STATE.set(Mutex::new(State {
+        handle: loaded.handle,
+        ctx: loaded.ctx,
+        version: loaded.version,
+        cache_file,
+        algos,
+        descriptors: HashMap::new(),
+        proven: HashSet::new(),
+        warned: HashSet::new(),
+    }));
+    Ok(info)
+}
+
+/// Reports (once per shape and reason) that cuDNN was not used.
+pub(crate) fn warn_fallback(why: &str) {
+    if let Some(state) = STATE.get() {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.warned.insert(why.to_string()) {
+            eprintln!("cuDNN not used for {why}; burn's kernel computes it instead");
+        }
+    }
+}
+
+/// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
+/// for the forward pass and the incoming gradient otherwise.
+pub(crate) struct Operands {
+    pub x: Tensor,
+    pub w: Tensor,
+    pub dy: Option<Tensor>,
+}
+
+/// Runs `op` with cuDNN. `Err` means cuDNN refused this call (the caller falls back).
+pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, String> {
+    let state = STATE.get().ok_or("cuDNN is not initialised")?;
+    let call = Call::new(op, operands, spec)?;
+    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    let key = call.key(s.version, spec);
+    let desc = s.descriptors_for(&key, &call, spec)?;
+    let proven = s.proven.contains(&key) && !sync_requested();
+    if let Some(choice) = s.algos.get(&key).copied().filter(|_| proven) {
+        let ctx = s.ctx;
+        drop(s);
+        let workspace = (choice.workspace > 0).then(|| call.x.client.empty(choice.workspace));
+        let handles = call.handles(workspace);
+        enqueue(
+            device_side(&call.x.device, ctx)?,
+            op,
+            desc,
+            choice,
+            handles,
+            key,
+        );
+        return Ok(call.out);
+    }
+    let result = run_waiting(&mut s, &call, &desc, &key);
+    drop(s);
+    result?;
+    Ok(call.out)
+}
+
+impl State {
+    /// The descriptors of `key`'s shape, made on its first call.
+    fn descriptors_for(
+        &mut self,
+        key: &str,
+        call: &Call,
+        spec: &Conv3dSpec,
+    ) -> Result<Arc<Descriptors>, String> {
+        if let Some(d) = self.descriptors.get(key) {
+            return Ok(d.clone());
+        }
+        let y_like = call.y_like()?;
+        let d = Arc::new(Descriptors::new(
+            &call.x,
+            y_like,
+            call.w_dims,
+            spec,
+            call.cudnn_dtype,
+        )?);
+        self.descriptors.insert(key.to_string(), d.clone());
+        Ok(d)
+    }
+}
+
+/// The waiting path, for the first calls of a shape (and every call with
+/// `MEDDDPM_CUDNN_SYNC=1`): the buffers resolved through the device thread, the algorithm
+/// searched (and cached) when none is known, and cuDNN called from this thread, so that a
+/// refusal can still fall back. A success marks the shape proven.
+fn run_waiting(s: &mut State, call: &Call, desc: &Descriptors, key: &str) -> Result<(), String> {
+    // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
+    unsafe { cudarc::driver::result::ctx::set_current(s.ctx) }.map_err(|e| e.to_string())?;
+    let handle = s.handle;
+    let choice = match s.algos.get(key) {
+        Some(c) => *c,
+        None => {
+            let (ptrs, _, stream) = call.resolve(None)?;
+            set_stream(handle, stream)?;
+            let c =
+                find(call.op, handle, desc, &ptrs, &call.x).map_err(|e| format!("{key}: {e}"))?;
+            s.algos.insert(key.to_string(), c);
+            save_cache(s.cache_file.as_deref(), &s.algos);
+            c
+        }
+    };
+    let workspace = match choice.workspace {
+        0 => None,
+        bytes => Some(call.x.client.empty(bytes)),
+    };
+    let (ptrs, ws_ptr, stream) = call.resolve(workspace.as_ref())?;
+    set_stream(handle, stream)?;
+    let result = launch(
+        call.op,
+        handle,
+        desc,
+        &ptrs,
+        choice.algo,
+        ws_ptr,
+        choice.workspace,
+    );
+    drop(workspace);
+    if result.is_ok() {
+        s.proven.insert(key.to_string());
+    }
+    result.map_err(|e| format!("{key}: {e}"))
+}
+
+/// Points `handle` at `stream`.
+fn set_stream(
+    handle: sys::cudnnHandle_t,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), String> {
+    // SAFETY: `stream` is cubecl's live stream for this thread.
+    check(
+        unsafe { sys::cudnnSetStream(handle, stream as sys::cudaStream_t) },
+        "set stream",
+    )
+}
+
+/// One call's operands packed in the activations' layout, its output allocated, and what
+/// cuDNN needs to know of them.
+struct Call {
+    op: ConvOp,
+    dtype: DType,
+    cudnn_dtype: sys::cudnnDataType_t,
+    x: Tensor,
+    w: Tensor,
+    dy: Option<Tensor>,
+    out: Tensor,
+    x_dims: [usize; 5],
+    w_dims: [usize; 5],
+}
+
+impl Call {
+    /// Checks the operands' dtypes and the gradient's shape, packs them and allocates the
+    /// output.
+    fn new(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Self, String> {
+        let layout = spec.compute.layout;
+        let dtype = operands.x.dtype;
+        if operands.w.dtype != dtype || operands.dy.as_ref().is_some_and(|t| t.dtype != dtype) {
+            return Err(format!(
+                "mixed dtypes (x {:?}, weight {:?})",
+                dtype, operands.w.dtype
+            ));
+        }
+        let cudnn_dtype = data_type(dtype).ok_or_else(|| format!("dtype {dtype:?}"))?;
+        let x = packed(operands.x, layout);
+        let w_dims = dims5(&operands.w);
+        // The filter in the same memory order as the activations: [k, kd, kh, kw, c] for
+        // channels-last (what cuDNN's NHWC tensor-core kernels read).
+        // (The weight gradient only needs the filter's shape.)
+        let w = match op {
+            ConvOp::WeightGrad => operands.w,
+            _ => packed(operands.w, layout),
+        };
+        let x_dims = dims5(&x);
+        let [n, _, d, h, wd] = x_dims;
+        let out_sp = spec.output_size([d, h, wd], [w_dims[2], w_dims[3], w_dims[4]]);
+        let y_dims = [n, w_dims[0], out_sp[0], out_sp[1], out_sp[2]];
+        let dy = operands.dy.map(|t| packed(t, layout));
+        if let Some(dy) = &dy {
+            if dims5(dy) != y_dims {
+                return Err(format!(
+                    "gradient shape {:?}, expected {y_dims:?}",
+                    dims5(dy)
+                ));
+            }
+        }
+        let out = match op {
+            ConvOp::Forward => empty_like_layout(&x, y_dims, layout, dtype),
+            ConvOp::DataGrad => empty_like_layout(&x, x_dims, layout, dtype),
+            ConvOp::WeightGrad => empty_like_layout(&x, w_dims, layout, dtype),
+        };
+        let call = Call {
+            op,
+            dtype,
+            cudnn_dtype,
+            x,
+            w,
+            dy,
+            out,
+            x_dims,
+            w_dims,
+        };
+        call.y_like()?;
+        Ok(call)
+    }
+
+    /// What cuDNN's `y` descriptor describes: the output of the forward pass, the incoming
+    /// gradient of the others.
+    fn y_like(&self) -> Result<&Tensor, String> {
+        match self.op {
+            ConvOp::Forward => Ok(&self.out),
+            _ => Ok(self.dy.as_ref().ok_or("missing gradient")?),
+        }
+    }
+
+    /// The algorithm cache's key: everything the choice depends on.
+    fn key(&self, version: usize, spec: &Conv3dSpec) -> String {
+        format!(
+            "cudnn{}|{}|{:?}|{}|{}|x{:?}|w{:?}|s{:?}|p{:?}",
+            version,
+            self.op.name(),
+            self.dtype,
+            spec.compute.layout,
+            spec.compute.precision,
+            self.x_dims,
+            self.w_dims,
+            spec.stride,
+            spec.padding
+        )
+    }
+
+    /// The buffers the device thread needs, the weight only where the operation reads it.
+    fn handles(&self, workspace: Option<cubecl::server::Handle>) -> OperandHandles {
+        OperandHandles {
+            x: self.x.handle.clone(),
+            w: (self.op != ConvOp::WeightGrad).then(|| self.w.handle.clone()),
+            dy: self.dy.as_ref().map(|t| t.handle.clone()),
+            out: self.out.handle.clone(),
+            workspace,
+        }
+    }
+
+    /// Every operand's pointer (and the workspace's, once the algorithm is known) in one call
+    /// to the device thread: x, out, then w and dy where the operation reads them. Returns the
+    /// pointers, the workspace's (0 without one) and the stream.
+    fn resolve(
+        &self,
+        workspace: Option<&cubecl::server::Handle>,
+    ) -> Result<(Ptrs, u64, cudarc::driver::sys::CUstream), String> {
+        let mut handles = vec![self.x.handle.clone(), self.out.handle.clone()];
+        if self.op != ConvOp::WeightGrad {
+            handles.push(self.w.handle.clone());
+        }
+        if let Some(dy) = &self.dy {
+            handles.push(dy.handle.clone());
+        }
+        handles.extend(workspace.cloned());
+        let (p, stream) = ptrs_of(&self.x.client, handles)?;
+        let mut rest = p[2..].iter().copied();
+        let w = if self.op != ConvOp::WeightGrad {
+            rest.next().unwrap_or(0)
+        } else {
+            0
+        };
+        let dy_ptr = if self.dy.is_some() {
+            rest.next().unwrap_or(0)
+        } else {
+            0
+        };
+        let ptrs = Ptrs {
+            x: p[0],
+            w,
+            dy: dy_ptr,
+            out: p[1],
+        };
+        Ok((ptrs, rest.next().unwrap_or(0), stream))
+    }
+}
+
+/// The device pointers of `handles` and the stream of the first (the caller keeps the
+/// buffers alive until the work is enqueued). One blocking call to cubecl's device thread for
+/// all of them: each `get_resource` from the fusion thread waits until the device thread has
+/// launched everything queued before it, so this makes one wait per convolution instead of one
+/// per operand (about five). No change in step time was measured (docs/benchmarks, call 8).
+fn ptrs_of(
+    client: &cubecl::client::ComputeClient<CudaRuntime>,
+    handles: Vec<cubecl::server::Handle>,
+) -> Result<(Vec<u64>, cudarc::driver::sys::CUstream), String> {
+    let resolved = client
+        .exclusive(|| {
+            // On the device thread: these calls run inline, without a round trip each.
+            let mut ptrs = Vec::with_capacity(handles.len());
+            let mut stream = 0usize;
+            for (i, h) in handles.into_iter().enumerate() {
+                let managed = client
+                    .get_resource(h)
+                    .map_err(|e| format!("buffer: {e:?}"))?;
+                let r = managed.resource();
+                if i == 0 {
+                    stream = r.stream as usize;
+                }
+                ptrs.push(r.ptr);
+            }
+            Ok::<_, String>((ptrs, stream))
+        })
+        .map_err(|e| format!("device thread: {e:?}"))??;
+    Ok((resolved.0, resolved.1 as cudarc::driver::sys::CUstream))
+}

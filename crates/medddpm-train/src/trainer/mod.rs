@@ -1,0 +1,346 @@
+//! The training loop, reading top to bottom like the reference's `Trainer.train`: draw a
+//! micro-batch, noise it at random steps, predict the noise, accumulate gradients, step Adam,
+//! update the EMA, log, checkpoint and sample.
+//!
+//! Modules: `session` (opening a run: data, network, fresh or resumed state), `step` (the data
+//! order and the micro-step the bench times too), `log` (`metrics.jsonl` and loss windows),
+//! `periodic` (checkpoints, the loss curve and samples on the cadence).
+
+mod log;
+mod periodic;
+mod session;
+mod step;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::tensor::{ElementConversion, Tensor};
+use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
+
+pub use log::{StepMetrics, LOSS_WINDOW};
+pub use step::{micro_step, micro_step_loss, MicroBatch};
+
+use crate::checkpoint::{RunDir, TrainState};
+use crate::data::NiftiDataset;
+use crate::ema::{update_ema, EmaAction, EmaSchedule};
+use crate::{ExperimentConfig, FusedAdamOptimizer, NonFiniteLoss, TrainError};
+use log::{mean, LossWindows, MetricsLog};
+use session::Session;
+use step::{accumulate, AccumulatedStep, DataOrder};
+
+/// Hooks for progress reporting; the CLI draws progress bars with them.
+pub trait TrainObserver {
+    /// Training starts at `start_step` (non-zero on resume) and runs to `end_step`.
+    fn started(&mut self, _start_step: usize, _end_step: usize) {}
+    /// An optimizer step finished.
+    fn step(&mut self, _metrics: &StepMetrics) {}
+    /// A periodic sample is being drawn: `done` of `total` reverse steps.
+    fn sampling(&mut self, _done: usize, _total: usize) {}
+    /// A checkpoint was written.
+    fn checkpoint(&mut self, _path: &Path) {}
+    /// Something worth telling the user.
+    fn message(&mut self, _text: &str) {}
+}
+
+/// An observer that reports nothing.
+pub struct Quiet;
+impl TrainObserver for Quiet {}
+
+/// What a training session did.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    /// Step the session started from.
+    pub start_step: usize,
+    /// Step the session ended at.
+    pub end_step: usize,
+    /// Mean loss of the first and the last optimizer step of the session.
+    pub first_loss: f32,
+    /// See `first_loss`.
+    pub last_loss: f32,
+    /// Mean loss over the session's first and last `loss_window` optimizer steps: single
+    /// steps are noisy (each draws one timestep), so these say whether the model learned.
+    pub first_mean_loss: f32,
+    /// See `first_mean_loss`.
+    pub last_mean_loss: f32,
+    /// Steps averaged in `first_mean_loss` and `last_mean_loss` (fewer if the session was
+    /// shorter than [`LOSS_WINDOW`] steps).
+    pub loss_window: usize,
+    /// The last checkpoint written.
+    pub checkpoint: PathBuf,
+    /// NIfTI files sampled during the session.
+    pub samples: Vec<PathBuf>,
+}
+
+/// How a session runs.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// Continue from the run folder's latest checkpoint.
+    pub resume: bool,
+    /// Stop (and checkpoint) after this many optimizer steps of this session, before
+    /// `train.steps` is reached.
+    pub max_steps: Option<usize>,
+    /// How the network computes: precision (bf16 is mixed precision: weights, Adam state and
+    /// EMA stay f32; gradients arrive in f32 through the recorded casts), activation layout and
+    /// convolution engine. Checkpoints do not depend on it.
+    pub compute: Compute,
+}
+
+/// Batches skipped in a row after which `on_non_finite_loss = "skip"` gives up.
+const MAX_SKIPPED_IN_A_ROW: usize = 10;
+
+/// Trains (or resumes) the experiment in `run`, on backend `B`.
+pub fn train<B: KernelAutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    device: &B::Device,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let mut s = Session::<B>::open(config, run, options, device, observer)?;
+    let settings = &config.train;
+    let end_step = match options.max_steps {
+        Some(n) => (s.state.step + n).min(settings.steps),
+        None => settings.steps,
+    };
+    let ema_schedule = EmaSchedule {
+        decay: settings.ema_decay,
+        every: settings.ema_every,
+        start: settings.ema_start,
+    };
+    let mut order = DataOrder::new(settings.seed, s.dataset.len());
+    let mut progress = Progress::start(run, &s.state)?;
+    let mut skipped_in_a_row = 0usize;
+    observer.started(progress.start_step, end_step);
+    // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
+    // model itself.
+    let compute_dtype = options.compute.precision.compute_dtype();
+    while s.state.step < end_step {
+        // 1-2. The micro-batches: drawn from the micro-batch counter, loss, backward pass.
+        let work = s.optim.working_model(&s.model, compute_dtype);
+        let mut step = accumulate(&mut s, &work, &mut order, config, device)?;
+        // The working model goes first, so that the update consumes its copies (see
+        // `FusedAdamOptimizer::working_model`).
+        drop(work);
+
+        // 3. Adam step, then the EMA (tested on the 0-based index of this optimizer step).
+        let lr = settings.lr_at(s.state.step);
+        // The examples of this step's batch, named only if its loss is not finite.
+        let batch = std::mem::take(&mut step.batch_indices);
+        let (model, outcome) = update(
+            &mut s.optim,
+            s.model,
+            step,
+            config,
+            lr,
+            &mut skipped_in_a_row,
+        );
+        s.model = model;
+        let loss = match outcome {
+            Update::Applied(loss) | Update::GaveUp(loss) => loss,
+            Update::Skipped(loss) => {
+                observer.message(&format!(
+                    "step {}: the loss is {loss}; batch skipped without an update ({})",
+                    s.state.step + 1,
+                    image_files(&s.dataset, &batch).join(", ")
+                ));
+                continue;
+            }
+        };
+        stop_on_failure(&s, loss, &batch, &progress.last_checkpoint, run)?;
+        let action = ema_schedule.action(s.state.step);
+        if action != EmaAction::Skip {
+            s.ema = update_ema(s.ema, &s.model.valid(), action);
+        }
+        s.state.step += 1;
+        s.state.last_loss = loss;
+
+        // 4. Log.
+        progress.record(&mut s.state, loss, lr, observer)?;
+
+        // 5. Checkpoint (and sample with the EMA weights) on the cadence and at the end.
+        if s.state.step % settings.save_every == 0 || s.state.step == end_step {
+            let (path, drawn) =
+                periodic::checkpoint_and_sample(&s, config, run, options, device, observer)?;
+            progress.last_checkpoint = Some(path);
+            progress.samples.extend(drawn);
+        }
+    }
+    progress.summary(run, &s.state)
+}
+
+/// A session's running record: the metrics log, timing, loss windows and what it wrote.
+struct Progress {
+    start_step: usize,
+    metrics: MetricsLog,
+    session_start: Instant,
+    elapsed_before: f64,
+    losses: LossWindows,
+    last_checkpoint: Option<PathBuf>,
+    samples: Vec<PathBuf>,
+}
+
+impl Progress {
+    fn start(run: &RunDir, state: &TrainState) -> Result<Self, TrainError> {
+        Ok(Self {
+            start_step: state.step,
+            metrics: MetricsLog::open(&run.metrics_path(), state.step)?,
+            session_start: Instant::now(),
+            elapsed_before: state.elapsed_s,
+            losses: LossWindows::default(),
+            last_checkpoint: None,
+            samples: Vec::new(),
+        })
+    }
+
+    /// Logs the optimizer step just completed (and keeps the run's training time in `state`).
+    fn record(
+        &mut self,
+        state: &mut TrainState,
+        loss: f32,
+        lr: f64,
+        observer: &mut dyn TrainObserver,
+    ) -> Result<(), TrainError> {
+        self.losses.push(loss);
+        let session_s = self.session_start.elapsed().as_secs_f64();
+        state.elapsed_s = self.elapsed_before + session_s;
+        let m = StepMetrics {
+            step: state.step,
+            loss,
+            lr,
+            steps_per_s: (state.step - self.start_step) as f64 / session_s.max(1e-9),
+            elapsed_s: state.elapsed_s,
+        };
+        self.metrics.write(&m)?;
+        observer.step(&m);
+        Ok(())
+    }
+
+    /// The session's numbers and its last checkpoint (the run's latest if it wrote none).
+    fn summary(self, run: &RunDir, state: &TrainState) -> Result<TrainSummary, TrainError> {
+        let checkpoint = match self.last_checkpoint {
+            Some(p) => p,
+            None => run.latest_checkpoint()?.ok_or_else(|| {
+                TrainError::checkpoint(&run.checkpoints(), "no checkpoint was written")
+            })?,
+        };
+        Ok(TrainSummary {
+            start_step: self.start_step,
+            end_step: state.step,
+            first_loss: self.losses.first.unwrap_or(f32::NAN),
+            last_loss: state.last_loss,
+            first_mean_loss: mean(self.losses.first_window.iter()),
+            last_mean_loss: mean(self.losses.last_window.iter()),
+            loss_window: self.losses.first_window.len(),
+            checkpoint,
+            samples: self.samples,
+        })
+    }
+}
+
+/// Stops the run on a device error or a non-finite loss (after `skip` gave up), before
+/// anything of this step is saved.
+fn stop_on_failure<B: KernelAutodiffBackend>(
+    s: &Session<B>,
+    loss: f32,
+    batch: &[usize],
+    last_checkpoint: &Option<PathBuf>,
+    run: &RunDir,
+) -> Result<(), TrainError> {
+    if let Some(message) = medddpm_kernels::device_error() {
+        return Err(TrainError::Device {
+            during: format!("training stopped at step {}", s.state.step + 1),
+            message,
+        });
+    }
+    if !loss.is_finite() {
+        let files = image_files(&s.dataset, batch);
+        return Err(diverged(
+            s.state.step + 1,
+            loss,
+            files,
+            last_checkpoint,
+            run,
+        )?);
+    }
+    Ok(())
+}
+
+/// What became of one optimizer step's update.
+enum Update {
+    /// Adam stepped; the step's mean loss (not finite: the run stops).
+    Applied(f32),
+    /// The loss was not finite and `on_non_finite_loss = "skip"` left the weights alone.
+    Skipped(f32),
+    /// As `Skipped`, but too many in a row: the run stops as without `skip`.
+    GaveUp(f32),
+}
+
+/// Steps Adam on the accumulated gradients. Reading a loss waits for the device: without
+/// `skip`, only after the whole step (backward passes and update) is queued, so that the GPU
+/// never waits for the host to issue the optimizer's launches; with `skip` the loss decides
+/// whether the update happens, so it is read first.
+fn update<B: KernelAutodiffBackend>(
+    optim: &mut FusedAdamOptimizer<UNet<B>, B>,
+    model: UNet<B>,
+    mut step: AccumulatedStep<B>,
+    config: &ExperimentConfig,
+    lr: f64,
+    skipped_in_a_row: &mut usize,
+) -> (UNet<B>, Update) {
+    let n = config.train.grad_accum as f32;
+    let read_mean = |losses: Vec<Tensor<B, 1>>| {
+        let sum: f32 = losses
+            .into_iter()
+            .map(|l| l.inner().into_scalar().elem::<f32>())
+            .sum();
+        sum / n
+    };
+    if config.train.on_non_finite_loss != NonFiniteLoss::Skip {
+        let model = optim.step(lr, model, step.accumulator.grads());
+        return (model, Update::Applied(read_mean(step.losses)));
+    }
+    let loss = read_mean(step.losses);
+    if loss.is_finite() {
+        *skipped_in_a_row = 0;
+        let model = optim.step(lr, model, step.accumulator.grads());
+        return (model, Update::Applied(loss));
+    }
+    *skipped_in_a_row += 1;
+    if *skipped_in_a_row < MAX_SKIPPED_IN_A_ROW {
+        (model, Update::Skipped(loss))
+    } else {
+        (model, Update::GaveUp(loss))
+    }
+}
+
+/// The image files of the examples at `indices`.
+fn image_files(dataset: &NiftiDataset, indices: &[usize]) -> Vec<String> {
+    indices
+        .iter()
+        .filter_map(|&i| dataset.files(i))
+        .flat_map(|(_, images)| images.into_iter().map(|p| p.display().to_string()))
+        .collect()
+}
+
+/// The error for a non-finite loss at `step`, naming the batch and the run's newest checkpoint
+/// (this session's, else the one it resumed from).
+fn diverged(
+    step: usize,
+    loss: f32,
+    files: Vec<String>,
+    this_session: &Option<PathBuf>,
+    run: &RunDir,
+) -> Result<TrainError, TrainError> {
+    let last_checkpoint = match this_session {
+        Some(p) => Some(p.clone()),
+        None => run.latest_checkpoint()?,
+    };
+    Ok(TrainError::Diverged {
+        step,
+        loss,
+        files,
+        last_checkpoint,
+    })
+}

@@ -1,0 +1,201 @@
+//! One optimizer step's worth of micro-batches: the data order, drawing a micro-batch and its
+//! randomness from the micro-batch counter, and the micro-step the bench times as well.
+
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, Tensor, TensorData};
+use medddpm_diffusion::{training_loss, CosineSchedule};
+use medddpm_unet::{KernelAutodiffBackend, UNet};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::session::Session;
+use crate::data::{Example, NiftiDataset};
+use crate::{DiffusionConfig, ExperimentConfig, TrainError};
+
+/// What one micro-step trains on: clean images, their condition, one timestep per example and
+/// the noise to add.
+pub struct MicroBatch<B: Backend> {
+    /// Clean images `[batch, image_channels, d, h, w]`.
+    pub x0: Tensor<B, 5>,
+    /// Condition channels `[batch, cond_channels, d, h, w]`, if the model is conditioned.
+    pub cond: Option<Tensor<B, 5>>,
+    /// One raw timestep per example.
+    pub timesteps: Vec<usize>,
+    /// Noise like `x0`.
+    pub noise: Tensor<B, 5>,
+}
+
+/// The training micro-step: [`micro_step_loss`], its backward pass scaled by `1 / divisor`
+/// (gradient accumulation), and the gradients under the master weights' ids (in the compute
+/// dtype for the parameters `work` holds in it). `work` is the working model
+/// ([`crate::FusedAdamOptimizer::working_model`]; in f32 the model itself). Returns the
+/// gradients and the unscaled loss, still on the device (reading it waits for the device). The
+/// trainer and `medddpm bench` both run this function.
+pub fn micro_step<B: KernelAutodiffBackend>(
+    work: &UNet<B>,
+    schedule: &CosineSchedule,
+    batch: MicroBatch<B>,
+    objective: &DiffusionConfig,
+    divisor: f64,
+) -> (GradientsParams, Tensor<B, 1>) {
+    let loss = micro_step_loss(work, schedule, batch, objective);
+    let grads = loss.clone().div_scalar(divisor).backward();
+    (GradientsParams::from_grads(grads, work), loss)
+}
+
+/// The forward half of [`micro_step`]: the loss on the predicted noise, computed with the
+/// working model `work`'s weights in its own compute settings.
+pub fn micro_step_loss<B: KernelAutodiffBackend>(
+    work: &UNet<B>,
+    schedule: &CosineSchedule,
+    batch: MicroBatch<B>,
+    objective: &DiffusionConfig,
+) -> Tensor<B, 1> {
+    training_loss(
+        work,
+        schedule,
+        batch.x0,
+        batch.cond,
+        &batch.timesteps,
+        batch.noise,
+        objective.loss,
+        objective.prediction,
+    )
+    .loss
+}
+
+/// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the
+/// reference's reshuffling `DataLoader`, but reproducible from the micro-batch counter alone.
+pub(super) struct DataOrder {
+    seed: u64,
+    len: usize,
+    epoch: Option<(usize, Vec<usize>)>,
+}
+
+impl DataOrder {
+    pub fn new(seed: u64, len: usize) -> Self {
+        Self {
+            seed,
+            len,
+            epoch: None,
+        }
+    }
+
+    fn index(&mut self, draw: usize) -> usize {
+        let (epoch, pos) = (draw / self.len, draw % self.len);
+        if self.epoch.as_ref().map(|(e, _)| *e) != Some(epoch) {
+            let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed_da7a);
+            rng.set_stream(epoch as u64);
+            let mut perm: Vec<usize> = (0..self.len).collect();
+            for i in (1..perm.len()).rev() {
+                perm.swap(i, rng.random_range(0..=i));
+            }
+            self.epoch = Some((epoch, perm));
+        }
+        self.epoch.as_ref().unwrap().1[pos]
+    }
+}
+
+/// Stacks the images (`image`) or the conditions of `examples` into one batch tensor.
+pub(super) fn batch_tensor<B: Backend>(
+    examples: &[Example],
+    image: bool,
+    device: &B::Device,
+) -> Tensor<B, 5> {
+    let [d, h, w] = examples[0].shape;
+    let mut data = Vec::new();
+    for e in examples {
+        data.extend_from_slice(if image { &e.image } else { &e.cond });
+    }
+    let channels = data.len() / (examples.len() * d * h * w);
+    Tensor::from_data(
+        TensorData::new(data, [examples.len(), channels, d, h, w]),
+        device,
+    )
+}
+
+/// The micro-batches of one optimizer step, queued on the device.
+pub(super) struct AccumulatedStep<B: KernelAutodiffBackend> {
+    /// Their gradients, summed.
+    pub accumulator: GradientsAccumulator<UNet<B>>,
+    /// Each micro-batch's loss, not yet read back (reading waits for the device).
+    pub losses: Vec<Tensor<B, 1>>,
+    /// The examples trained on, named only if the loss is not finite.
+    pub batch_indices: Vec<usize>,
+}
+
+/// Runs `grad_accum` micro-steps with the working model `work`: each draws its examples from the
+/// data order and its timesteps and noise from a ChaCha8 stream (seed, micro-batch counter).
+pub(super) fn accumulate<B: KernelAutodiffBackend>(
+    session: &mut Session<B>,
+    work: &UNet<B>,
+    order: &mut DataOrder,
+    config: &ExperimentConfig,
+    device: &B::Device,
+) -> Result<AccumulatedStep<B>, TrainError> {
+    let settings = &config.train;
+    let mut step = AccumulatedStep {
+        accumulator: GradientsAccumulator::new(),
+        losses: Vec::with_capacity(settings.grad_accum),
+        batch_indices: Vec::with_capacity(settings.grad_accum * settings.batch_size),
+    };
+    // The loss scaled as the reference scales it.
+    let mut divisor = settings.grad_accum as f64;
+    if settings.reference_batch_scaling {
+        divisor *= settings.batch_size as f64;
+    }
+    for _ in 0..settings.grad_accum {
+        let draw = session.state.micro_batches;
+        let first = step.batch_indices.len();
+        step.batch_indices
+            .extend((0..settings.batch_size).map(|i| order.index(draw * settings.batch_size + i)));
+        let batch = draw_micro_batch(
+            &session.dataset,
+            &step.batch_indices[first..],
+            config,
+            draw,
+            device,
+        )?;
+        let (mut grads, loss) =
+            micro_step(work, &session.schedule, batch, &config.diffusion, divisor);
+        if settings.grad_accum > 1 {
+            // Summed over micro-batches in f32, not in the compute dtype.
+            grads = crate::optim::gradients_to_f32(&session.model, grads);
+        }
+        step.accumulator.accumulate(&session.model, grads);
+        step.losses.push(loss);
+        session.state.micro_batches += 1;
+    }
+    Ok(step)
+}
+
+/// Micro-batch number `draw`: the examples at `indices`, timesteps and the backend seed of its
+/// noise from the stream (seed, draw + 1).
+fn draw_micro_batch<B: KernelAutodiffBackend>(
+    dataset: &NiftiDataset,
+    indices: &[usize],
+    config: &ExperimentConfig,
+    draw: usize,
+    device: &B::Device,
+) -> Result<MicroBatch<B>, TrainError> {
+    let examples: Vec<Example> = indices
+        .iter()
+        .map(|&i| dataset.get(i))
+        .collect::<Result<_, _>>()?;
+    let mut rng = ChaCha8Rng::seed_from_u64(config.train.seed);
+    rng.set_stream(draw as u64 + 1);
+    let timesteps: Vec<usize> = (0..indices.len())
+        .map(|_| rng.random_range(0..config.diffusion.timesteps))
+        .collect();
+    B::seed(device, rng.next_u64());
+    let x0 = batch_tensor::<B>(&examples, true, device);
+    let cond = batch_tensor::<B>(&examples, false, device);
+    let noise = Tensor::<B, 5>::random(x0.shape(), Distribution::Normal(0.0, 1.0), device);
+    Ok(MicroBatch {
+        x0,
+        cond: Some(cond),
+        timesteps,
+        noise,
+    })
+}
