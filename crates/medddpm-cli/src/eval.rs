@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use medddpm_metrics::{evaluate, EvalInput, MsSsimOptions, NamedImage, NamedLabels};
+use medddpm_metrics::{evaluate, EvalInput, EvalReport, MsSsimOptions, NamedImage, NamedLabels};
 use medddpm_nifti::{Normalization, Volume};
 use medddpm_train::data::list_masks;
 use medddpm_train::sample::mask_stem;
@@ -106,103 +106,14 @@ fn owner(stem: &str, masks: &[String]) -> Option<usize> {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    let mask_files = list_masks(&args.masks)
-        .with_context(|| format!("finding masks in {}", args.masks.display()))?;
-    let mut dims = None;
-    let mut masks = Vec::new();
-    let mut names = Vec::new();
-    for path in &mask_files {
-        let vol = Volume::read(path).with_context(|| format!("reading {}", path.display()))?;
-        check_grid(&mut dims, &vol, path)?;
-        names.push(mask_stem(path));
-        masks.push(NamedLabels {
-            name: mask_stem(path),
-            labels: labels_of(&vol, path)?,
-        });
-    }
-    let dims = dims.context("no masks")?;
-    let keep = |stem: &str| match &args.channel {
-        Some(c) => stem.ends_with(&format!("_{c}")),
-        None => true,
+    let (dims, masks) = load_masks(&args.masks)?;
+    let names: Vec<String> = masks.iter().map(|m| m.name.clone()).collect();
+    let synthetic = load_synthetic(&args, dims, &names)?;
+    let real = match &args.real {
+        Some(dir) => load_real(&args, dir, dims, &names)?,
+        None => Vec::new(),
     };
-
-    let mut synthetic = Vec::new();
-    for path in nifti_files(&args.synthetic, "--synthetic")? {
-        let stem = stem_of(&path).unwrap_or_default();
-        if !keep(&stem) || !stem.contains("_sample-") {
-            continue;
-        }
-        let Some(m) = owner(&stem, &names) else {
-            bail!(
-                "{}: no mask named like it (expected <mask>_seed-<s>_sample-<n> or <mask>_sample-<n>; masks: {})",
-                path.display(),
-                names.join(", ")
-            );
-        };
-        let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        check_grid(&mut Some(dims), &vol, &path)?;
-        synthetic.push(NamedImage {
-            name: stem,
-            mask_index: m,
-            data: vol.into_data(),
-        });
-    }
-    if synthetic.is_empty() {
-        bail!(
-            "{}: no generated volumes named <mask>_sample-<n>.nii(.gz){}",
-            args.synthetic.display(),
-            args.channel
-                .as_ref()
-                .map(|c| format!(" ending in _{c}"))
-                .unwrap_or_default()
-        );
-    }
-
-    let mut real = Vec::new();
-    if let Some(dir) = &args.real {
-        for path in nifti_files(dir, "--real")? {
-            let stem = stem_of(&path).unwrap_or_default();
-            if !keep(&stem) && !names.contains(&stem) {
-                continue;
-            }
-            let Some(m) = owner(&stem, &names) else {
-                continue;
-            };
-            let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            check_grid(&mut Some(dims), &vol, &path)?;
-            let vol = match normalization(&args.real_normalization, vol.data())? {
-                Some(n) => vol
-                    .normalized(n)
-                    .with_context(|| format!("normalising {}", path.display()))?,
-                None => vol,
-            };
-            real.push(NamedImage {
-                name: stem,
-                mask_index: m,
-                data: vol.into_data(),
-            });
-        }
-        if real.is_empty() {
-            bail!(
-                "{}: no real volume is named like a mask ({})",
-                dir.display(),
-                names.join(", ")
-            );
-        }
-    }
-
-    // The most MS-SSIM scales the grid holds (5 need about 112 voxels per axis).
-    let scales = (1..=5)
-        .rev()
-        .find(|&s| {
-            MsSsimOptions {
-                scales: s,
-                ..Default::default()
-            }
-            .check_dims(dims)
-            .is_ok()
-        })
-        .unwrap_or(1);
+    let scales = ms_ssim_scales(dims);
     let input = EvalInput {
         dims,
         masks,
@@ -233,12 +144,140 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let markdown = report.to_markdown();
     println!("{markdown}");
     if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let json = serde_json::to_vec_pretty(&report)?;
-        medddpm_render::write_atomic(&out.join("eval.json"), &json)?;
-        medddpm_render::write_atomic(&out.join("eval.md"), markdown.as_bytes())?;
-        eprintln!("wrote {} and eval.md", out.join("eval.json").display());
+        write_report(out, &report, &markdown)?;
     }
+    Ok(())
+}
+
+/// The label maps of `--masks` (named by their file stems) and the grid they all share.
+fn load_masks(path: &Path) -> anyhow::Result<([usize; 3], Vec<NamedLabels>)> {
+    let mask_files =
+        list_masks(path).with_context(|| format!("finding masks in {}", path.display()))?;
+    let mut dims = None;
+    let mut masks = Vec::new();
+    for path in &mask_files {
+        let vol = Volume::read(path).with_context(|| format!("reading {}", path.display()))?;
+        check_grid(&mut dims, &vol, path)?;
+        masks.push(NamedLabels {
+            name: mask_stem(path),
+            labels: labels_of(&vol, path)?,
+        });
+    }
+    Ok((dims.context("no masks")?, masks))
+}
+
+/// Whether a file stem belongs to the `--channel` asked for (every stem without one).
+fn has_channel(stem: &str, channel: Option<&str>) -> bool {
+    match channel {
+        Some(c) => stem.ends_with(&format!("_{c}")),
+        None => true,
+    }
+}
+
+/// The generated volumes of `--synthetic`, each given to the mask its name starts with; a
+/// sample without its mask, or no sample at all, is an error.
+fn load_synthetic(
+    args: &EvalArgs,
+    dims: [usize; 3],
+    names: &[String],
+) -> anyhow::Result<Vec<NamedImage>> {
+    let mut synthetic = Vec::new();
+    for path in nifti_files(&args.synthetic, "--synthetic")? {
+        let stem = stem_of(&path).unwrap_or_default();
+        if !has_channel(&stem, args.channel.as_deref()) || !stem.contains("_sample-") {
+            continue;
+        }
+        let Some(m) = owner(&stem, names) else {
+            bail!(
+                "{}: no mask named like it (expected <mask>_seed-<s>_sample-<n> or <mask>_sample-<n>; masks: {})",
+                path.display(),
+                names.join(", ")
+            );
+        };
+        let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        check_grid(&mut Some(dims), &vol, &path)?;
+        synthetic.push(NamedImage {
+            name: stem,
+            mask_index: m,
+            data: vol.into_data(),
+        });
+    }
+    if synthetic.is_empty() {
+        bail!(
+            "{}: no generated volumes named <mask>_sample-<n>.nii(.gz){}",
+            args.synthetic.display(),
+            args.channel
+                .as_ref()
+                .map(|c| format!(" ending in _{c}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(synthetic)
+}
+
+/// The real volumes in `dir` named like a mask, normalised as `--real-normalization` says;
+/// finding none is an error.
+fn load_real(
+    args: &EvalArgs,
+    dir: &Path,
+    dims: [usize; 3],
+    names: &[String],
+) -> anyhow::Result<Vec<NamedImage>> {
+    let mut real = Vec::new();
+    for path in nifti_files(dir, "--real")? {
+        let stem = stem_of(&path).unwrap_or_default();
+        if !has_channel(&stem, args.channel.as_deref()) && !names.contains(&stem) {
+            continue;
+        }
+        let Some(m) = owner(&stem, names) else {
+            continue;
+        };
+        let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        check_grid(&mut Some(dims), &vol, &path)?;
+        let vol = match normalization(&args.real_normalization, vol.data())? {
+            Some(n) => vol
+                .normalized(n)
+                .with_context(|| format!("normalising {}", path.display()))?,
+            None => vol,
+        };
+        real.push(NamedImage {
+            name: stem,
+            mask_index: m,
+            data: vol.into_data(),
+        });
+    }
+    if real.is_empty() {
+        bail!(
+            "{}: no real volume is named like a mask ({})",
+            dir.display(),
+            names.join(", ")
+        );
+    }
+    Ok(real)
+}
+
+/// The most MS-SSIM scales the grid holds (5 need about 112 voxels per axis).
+fn ms_ssim_scales(dims: [usize; 3]) -> usize {
+    (1..=5)
+        .rev()
+        .find(|&s| {
+            MsSsimOptions {
+                scales: s,
+                ..Default::default()
+            }
+            .check_dims(dims)
+            .is_ok()
+        })
+        .unwrap_or(1)
+}
+
+/// Writes `eval.json` and `eval.md` into `out` (created if needed), each atomically.
+fn write_report(out: &Path, report: &EvalReport, markdown: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let json = serde_json::to_vec_pretty(report)?;
+    medddpm_render::write_atomic(&out.join("eval.json"), &json)?;
+    medddpm_render::write_atomic(&out.join("eval.md"), markdown.as_bytes())?;
+    eprintln!("wrote {} and eval.md", out.join("eval.json").display());
     Ok(())
 }
 

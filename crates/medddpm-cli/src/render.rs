@@ -48,7 +48,8 @@ fn parse_window(s: &str) -> Result<(f64, f64), String> {
         .ok_or_else(|| format!("'{s}': expected LO,HI"))?;
     let lo: f64 = a.trim().parse().map_err(|e| format!("'{a}': {e}"))?;
     let hi: f64 = b.trim().parse().map_err(|e| format!("'{b}': {e}"))?;
-    if !(lo < hi) {
+    // NaN is neither below nor above anything, so it is refused too.
+    if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
         return Err(format!("'{s}': LO must be below HI"));
     }
     Ok((lo, hi))
@@ -86,15 +87,14 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
     let rows: Vec<Row> = volumes
         .iter()
         .zip(&titles)
-        .map(|(v, t)| {
-            let mut row = Row::new(t.clone(), v);
-            if let Some(m) = &mask {
-                row = row.with_mask(m);
-            }
-            if let Some((lo, hi)) = args.window {
-                row = row.with_window(Window::Fixed { lo, hi });
-            }
-            row
+        .map(|(v, t)| Row {
+            title: t.clone(),
+            volume: v,
+            mask: mask.as_ref(),
+            window: match args.window {
+                Some((lo, hi)) => Window::Fixed { lo, hi },
+                None => Window::auto(v),
+            },
         })
         .collect();
     let picture = montage(&rows, &MontageOptions::default())?;

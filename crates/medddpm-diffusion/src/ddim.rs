@@ -7,174 +7,9 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::process::Prediction;
-use crate::sampler::{reverse_process, DdpmSampler, Denoiser, StepOutput};
+use crate::sampler::{Denoiser, ReverseWalk, StepOutput};
 use crate::schedule::CosineSchedule;
-
-/// Why a sampler cannot be built.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SamplerError {
-    /// Zero steps, or more than the schedule has.
-    #[error(
-        "DDIM and DPM-Solver++ need between 1 and {max} steps (the training timesteps), got {got}"
-    )]
-    Steps {
-        /// Steps asked for.
-        got: usize,
-        /// The schedule's timesteps.
-        max: usize,
-    },
-    /// `eta` outside [0, 1] or not finite.
-    #[error("DDIM eta must be in [0, 1] (0: deterministic, 1: DDPM's variance), got {0}")]
-    Eta(f64),
-    /// A step count for the DDPM sampler other than the schedule's.
-    #[error("the DDPM sampler walks all {timesteps} timesteps (asked for {got}); use the DDIM sampler for fewer")]
-    DdpmSteps {
-        /// Steps asked for.
-        got: usize,
-        /// The schedule's timesteps.
-        timesteps: usize,
-    },
-}
-
-/// Which reverse process to run, and how many network calls it takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SamplerKind {
-    /// Ancestral DDPM over every training timestep (the reference's sampler).
-    #[default]
-    Ddpm,
-    /// DDIM over a subsequence of the timesteps.
-    Ddim,
-    /// DPM-Solver++(2M) over a subsequence of the timesteps.
-    #[serde(rename = "dpm-solver++")]
-    DpmSolver,
-}
-
-impl std::fmt::Display for SamplerKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SamplerKind::Ddpm => "ddpm",
-            SamplerKind::Ddim => "ddim",
-            SamplerKind::DpmSolver => "dpm-solver++",
-        })
-    }
-}
-
-impl std::str::FromStr for SamplerKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "ddpm" => Ok(SamplerKind::Ddpm),
-            "ddim" => Ok(SamplerKind::Ddim),
-            "dpm-solver++" | "dpmpp" => Ok(SamplerKind::DpmSolver),
-            other => Err(format!(
-                "unknown sampler '{other}' (ddpm, ddim or dpm-solver++)"
-            )),
-        }
-    }
-}
-
-/// The sampler settings: kind, number of steps (default: every timestep) and DDIM's eta.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SamplerConfig {
-    /// Which sampler.
-    pub kind: SamplerKind,
-    /// Network calls per sample (`None`: every timestep of the schedule). DDIM and
-    /// DPM-Solver++ take fewer; DDPM takes exactly that many.
-    pub steps: Option<usize>,
-    /// DDIM's noise scale (0: deterministic; the other samplers ignore it).
-    pub eta: f64,
-}
-
-/// A sampler built from a [`SamplerConfig`].
-#[derive(Debug, Clone)]
-pub enum Sampler {
-    /// Ancestral DDPM.
-    Ddpm(DdpmSampler),
-    /// DDIM.
-    Ddim(DdimSampler),
-    /// DPM-Solver++(2M).
-    DpmSolver(crate::dpm_solver::DpmSolverSampler),
-}
-
-impl Sampler {
-    /// The sampler `config` asks for over `schedule`.
-    pub fn new(schedule: CosineSchedule, config: &SamplerConfig) -> Result<Self, SamplerError> {
-        let t = schedule.num_timesteps();
-        match config.kind {
-            SamplerKind::Ddpm => match config.steps {
-                Some(got) if got != t => Err(SamplerError::DdpmSteps { got, timesteps: t }),
-                _ => Ok(Sampler::Ddpm(DdpmSampler::new(schedule))),
-            },
-            SamplerKind::Ddim => Ok(Sampler::Ddim(DdimSampler::new(
-                schedule,
-                config.steps.unwrap_or(t),
-                config.eta,
-            )?)),
-            SamplerKind::DpmSolver => Ok(Sampler::DpmSolver(
-                crate::dpm_solver::DpmSolverSampler::new(schedule, config.steps.unwrap_or(t))?,
-            )),
-        }
-    }
-
-    /// The same sampler for a network that predicts `prediction` (the default: the noise).
-    pub fn with_prediction(mut self, prediction: Prediction) -> Self {
-        match &mut self {
-            Sampler::Ddpm(s) => s.prediction = prediction,
-            Sampler::Ddim(s) => s.prediction = prediction,
-            Sampler::DpmSolver(s) => s.prediction = prediction,
-        }
-        self
-    }
-
-    /// Network calls per sample.
-    pub fn num_steps(&self) -> usize {
-        match self {
-            Sampler::Ddpm(s) => s.schedule().num_timesteps(),
-            Sampler::Ddim(s) => s.timesteps().len(),
-            Sampler::DpmSolver(s) => s.timesteps().len(),
-        }
-    }
-
-    /// Runs the reverse process (see [`DdpmSampler::sample`]).
-    pub fn sample<B: Backend, M: Denoiser<B>>(
-        &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        mut on_step: impl FnMut(usize),
-    ) -> Tensor<B, 5> {
-        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
-    }
-
-    /// Runs the reverse process, showing `on_step` the sample after each step.
-    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
-        &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        on_step: impl FnMut(usize, &Tensor<B, 5>),
-    ) -> Tensor<B, 5> {
-        match self {
-            Sampler::Ddpm(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
-            Sampler::Ddim(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
-            Sampler::DpmSolver(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
-        }
-    }
-}
-
-/// `steps` of the `t` training timesteps, evenly spaced from t - 1 down ("trailing" spacing).
-pub(crate) fn trailing_timesteps(t: usize, steps: usize) -> Result<Vec<usize>, SamplerError> {
-    if steps == 0 || steps > t {
-        return Err(SamplerError::Steps { got: steps, max: t });
-    }
-    let ratio = t as f64 / steps as f64;
-    Ok((0..steps)
-        .map(|i| ((t as f64 - i as f64 * ratio).round() as usize).saturating_sub(1))
-        .collect())
-}
+use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
 #[derive(Debug, Clone)]
@@ -195,15 +30,14 @@ impl DdimSampler {
         if !(0.0..=1.0).contains(&eta) {
             return Err(SamplerError::Eta(eta));
         }
-        let mut sampler = Self {
+        let timesteps = trailing_timesteps(schedule.num_timesteps(), steps)?;
+        Ok(Self {
             schedule,
-            timesteps: Vec::new(),
+            timesteps,
             eta,
             clip_denoised: true,
             prediction: Prediction::Epsilon,
-        };
-        sampler.set_timesteps(steps)?;
-        Ok(sampler)
+        })
     }
 
     /// Chooses `steps` timesteps, evenly spaced from the last training timestep down
@@ -304,12 +138,15 @@ impl DdimSampler {
         on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         let ts = &self.timesteps;
-        reverse_process(
+        let walk = ReverseWalk {
+            schedule: &self.schedule,
+            prediction: self.prediction,
+            timesteps: ts,
+        };
+        walk.run(
             denoiser,
-            (&self.schedule, self.prediction),
             cond,
             image_channels,
-            ts,
             |i| i + 1 < ts.len() && self.eta > 0.0,
             |eps, i, x, noise| {
                 self.step(eps, ts[i], ts.get(i + 1).copied(), x, noise)

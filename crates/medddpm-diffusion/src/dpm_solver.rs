@@ -11,10 +11,10 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::ddim::{trailing_timesteps, SamplerError};
 use crate::process::Prediction;
-use crate::sampler::{reverse_process, Denoiser};
+use crate::sampler::{Denoiser, ReverseWalk};
 use crate::schedule::CosineSchedule;
+use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DPM-Solver++(2M) over a subsequence of the training timesteps (trailing spacing, as
 /// [`crate::DdimSampler`]).
@@ -115,12 +115,15 @@ impl DpmSolverSampler {
     ) -> Tensor<B, 5> {
         let ts = &self.timesteps;
         let mut previous: Option<(usize, Tensor<B, 5>)> = None;
-        reverse_process(
+        let walk = ReverseWalk {
+            schedule: &self.schedule,
+            prediction: self.prediction,
+            timesteps: ts,
+        };
+        walk.run(
             denoiser,
-            (&self.schedule, self.prediction),
             cond,
             image_channels,
-            ts,
             |_| false,
             |eps, i, x, _| {
                 let x0 = self.x0(eps, ts[i], x.clone());

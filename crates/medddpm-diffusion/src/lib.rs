@@ -30,12 +30,18 @@ pub mod dpm_solver;
 pub mod process;
 pub mod sampler;
 pub mod schedule;
+pub mod select;
+pub mod steps;
 
-pub use ddim::{DdimSampler, Sampler, SamplerConfig, SamplerError, SamplerKind};
+pub use ddim::DdimSampler;
 pub use dpm_solver::DpmSolverSampler;
-pub use process::{network_input, noise_loss, training_loss, LossType, Prediction, TrainingLoss};
+pub use process::{
+    network_input, noise_loss, training_loss, LossType, Prediction, TrainingBatch, TrainingLoss,
+};
 pub use sampler::{DdpmSampler, Denoiser, StepOutput};
 pub use schedule::{CosineSchedule, ScheduleConfig};
+pub use select::{Sampler, SamplerConfig, SamplerKind};
+pub use steps::SamplerError;
 
 #[cfg(test)]
 mod tests;

@@ -172,26 +172,39 @@ pub struct TrainingLoss<B: Backend> {
     pub predicted_noise: Tensor<B, 5>,
 }
 
+/// One training batch: clean images, their condition, one timestep per example and the noise
+/// to add. Noise and timesteps are drawn by the caller, not here, so tests can pin them and the
+/// trainer owns the random state.
+pub struct TrainingBatch<B: Backend> {
+    /// Clean images `[batch, image_channels, d, h, w]`.
+    pub x0: Tensor<B, 5>,
+    /// Condition channels `[batch, cond_channels, d, h, w]`, if the model is conditioned.
+    pub cond: Option<Tensor<B, 5>>,
+    /// One raw timestep per example.
+    pub timesteps: Vec<usize>,
+    /// Noise like `x0`.
+    pub noise: Tensor<B, 5>,
+}
+
 /// The Med-DDPM training objective for one batch (reference `p_losses`): diffuse `x0` to the
 /// given steps with `noise`, ask the denoiser for the noise (or v) from cat(x_t, cond), and
 /// compare with the target `prediction` names.
-///
-/// Noise and timesteps are arguments, not drawn here, so tests can pin them and the trainer owns
-/// the random state.
-#[allow(clippy::too_many_arguments)]
 pub fn training_loss<B: Backend, M: Denoiser<B>>(
     denoiser: &M,
     schedule: &CosineSchedule,
-    x0: Tensor<B, 5>,
-    cond: Option<Tensor<B, 5>>,
-    timesteps: &[usize],
-    noise: Tensor<B, 5>,
+    batch: TrainingBatch<B>,
     loss: LossType,
     prediction: Prediction,
 ) -> TrainingLoss<B> {
-    let x_t = schedule.q_sample(x0.clone(), timesteps, noise.clone());
-    let predicted_noise = denoiser.predict_noise(network_input(x_t, cond), timesteps);
-    let target = prediction.target(schedule, x0, timesteps, noise);
+    let TrainingBatch {
+        x0,
+        cond,
+        timesteps,
+        noise,
+    } = batch;
+    let x_t = schedule.q_sample(x0.clone(), &timesteps, noise.clone());
+    let predicted_noise = denoiser.predict_noise(network_input(x_t, cond), &timesteps);
+    let target = prediction.target(schedule, x0, &timesteps, noise);
     TrainingLoss {
         loss: noise_loss(target, predicted_noise.clone(), loss),
         predicted_noise,

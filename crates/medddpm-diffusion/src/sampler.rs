@@ -119,12 +119,15 @@ impl DdpmSampler {
         on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         let timesteps: Vec<usize> = self.timesteps().collect();
-        reverse_process(
+        let walk = ReverseWalk {
+            schedule: &self.schedule,
+            prediction: self.prediction,
+            timesteps: &timesteps,
+        };
+        walk.run(
             denoiser,
-            (&self.schedule, self.prediction),
             cond,
             image_channels,
-            &timesteps,
             |i| timesteps[i] > 0,
             |eps, i, x, noise| self.step(eps, timesteps[i], x, noise).prev_sample,
             on_step,
@@ -132,38 +135,46 @@ impl DdpmSampler {
     }
 }
 
-/// The reverse loop every sampler shares: from pure noise of `image_channels` channels, one
-/// network call per entry of `timesteps` (visited in order), its output turned into the noise
-/// by `prediction` over `schedule`; `step(eps, i, x, z)` gives the next
-/// x from the predicted noise, with z fresh standard normal noise where `noisy(i)` says step i
-/// adds any (zeros otherwise, drawing nothing from the generator); `on_step(i + 1, x)` sees
-/// each new x.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn reverse_process<B: Backend, M: Denoiser<B>>(
-    denoiser: &M,
-    (schedule, prediction): (&CosineSchedule, Prediction),
-    cond: Tensor<B, 5>,
-    image_channels: usize,
-    timesteps: &[usize],
-    noisy: impl Fn(usize) -> bool,
-    mut step: impl FnMut(Tensor<B, 5>, usize, Tensor<B, 5>, Tensor<B, 5>) -> Tensor<B, 5>,
-    mut on_step: impl FnMut(usize, &Tensor<B, 5>),
-) -> Tensor<B, 5> {
-    let [b, _, d, h, w] = cond.dims();
-    let device = cond.device();
-    let shape = [b, image_channels, d, h, w];
-    let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
-    for (i, &t) in timesteps.iter().enumerate() {
-        let output =
-            denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
-        let eps = prediction.to_noise(schedule, output, t, x.clone());
-        let noise = if noisy(i) {
-            Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
-        } else {
-            Tensor::zeros(shape, &device)
-        };
-        x = step(eps, i, x, noise);
-        on_step(i + 1, &x);
+/// The walk every sampler takes: one network call per entry of `timesteps` (visited in order),
+/// its output turned into the noise by `prediction` over `schedule`.
+pub(crate) struct ReverseWalk<'a> {
+    pub schedule: &'a CosineSchedule,
+    pub prediction: Prediction,
+    pub timesteps: &'a [usize],
+}
+
+impl ReverseWalk<'_> {
+    /// The reverse loop every sampler shares: from pure noise of `image_channels` channels, one
+    /// network call per timestep; `step(eps, i, x, z)` gives the next x from the predicted
+    /// noise, with z fresh standard normal noise where `noisy(i)` says step i adds any (zeros
+    /// otherwise, drawing nothing from the generator); `on_step(i + 1, x)` sees each new x.
+    pub fn run<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        noisy: impl Fn(usize) -> bool,
+        mut step: impl FnMut(Tensor<B, 5>, usize, Tensor<B, 5>, Tensor<B, 5>) -> Tensor<B, 5>,
+        mut on_step: impl FnMut(usize, &Tensor<B, 5>),
+    ) -> Tensor<B, 5> {
+        let [b, _, d, h, w] = cond.dims();
+        let device = cond.device();
+        let shape = [b, image_channels, d, h, w];
+        let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        for (i, &t) in self.timesteps.iter().enumerate() {
+            let output =
+                denoiser.predict_noise(network_input(x.clone(), Some(cond.clone())), &vec![t; b]);
+            let eps = self
+                .prediction
+                .to_noise(self.schedule, output, t, x.clone());
+            let noise = if noisy(i) {
+                Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
+            } else {
+                Tensor::zeros(shape, &device)
+            };
+            x = step(eps, i, x, noise);
+            on_step(i + 1, &x);
+        }
+        x
     }
-    x
 }

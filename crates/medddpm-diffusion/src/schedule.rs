@@ -83,11 +83,6 @@ impl CosineSchedule {
         Self::from_betas(betas)
     }
 
-    /// Builds the schedule from `config`.
-    pub fn from_config(config: &ScheduleConfig) -> Self {
-        Self::new(config.timesteps)
-    }
-
     /// Derives every buffer from a given beta sequence (the cosine betas, or a checkpoint's).
     pub fn from_betas(betas: Vec<f64>) -> Self {
         let alphas: Vec<f64> = betas.iter().map(|b| 1.0 - b).collect();

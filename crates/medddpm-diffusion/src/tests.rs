@@ -148,7 +148,8 @@ fn sampling_with_an_exact_denoiser_recovers_the_image() {
 
 mod ddim {
     use super::*;
-    use crate::ddim::{DdimSampler, SamplerError};
+    use crate::ddim::DdimSampler;
+    use crate::steps::SamplerError;
 
     #[test]
     fn timesteps_are_trailing_and_evenly_spaced() {
@@ -251,7 +252,8 @@ mod ddim {
 
 #[test]
 fn sampler_config_builds_the_sampler_it_names() {
-    use crate::ddim::{Sampler, SamplerConfig, SamplerError, SamplerKind};
+    use crate::select::{Sampler, SamplerConfig, SamplerKind};
+    use crate::steps::SamplerError;
     let s = CosineSchedule::new(250);
     let ddpm = Sampler::new(s.clone(), &SamplerConfig::default()).unwrap();
     assert!(matches!(ddpm, Sampler::Ddpm(_)) && ddpm.num_steps() == 250);

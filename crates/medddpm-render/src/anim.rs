@@ -7,7 +7,7 @@ use medddpm_nifti::Volume;
 
 use crate::error::{RenderError, Result};
 use crate::image::{write_atomic, RgbImage};
-use crate::montage::compose;
+use crate::layout::compose;
 use crate::orient::{Plane, Reoriented};
 use crate::slice::{check_grid, render_panel, Scale};
 use crate::window::Window;

@@ -39,63 +39,16 @@ const AVERAGE: RGBColor = RGBColor(200, 30, 30);
 
 /// The chart of [`loss_curve_png`] as a picture.
 pub fn loss_curve_image(points: &[(u64, f64)], opts: &LossCurveOptions) -> Result<RgbImage> {
-    if opts.width < 200 || opts.height < 150 {
-        return Err(RenderError::InvalidOption(format!(
-            "a loss chart of {}x{} pixels is too small (at least 200x150)",
-            opts.width, opts.height
-        )));
-    }
-    if opts.width as u64 * opts.height as u64 > 1 << 26 {
-        return Err(RenderError::TooLarge {
-            width: opts.width as u64,
-            height: opts.height as u64,
-            limit: "2^26 pixels for a chart",
-        });
-    }
-    let mut pts: Vec<(f64, f64)> = points
-        .iter()
-        .filter(|(_, l)| l.is_finite())
-        .map(|&(s, l)| (s as f64, l))
-        .collect();
+    check_size(opts)?;
+    let pts = finite_points(points)?;
     let skipped = points.len() - pts.len();
-    if pts.is_empty() {
-        return Err(RenderError::Empty(format!(
-            "no finite loss value among {} points",
-            points.len()
-        )));
-    }
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let n = pts.len();
-    let window = (n / 20).max(1);
-    let average = moving_average(&pts, window);
-
-    let (x_lo, x_hi) = (pts[0].0, pts[n - 1].0);
-    let x_range = if x_hi > x_lo {
-        x_lo..x_hi
-    } else {
-        (x_lo - 1.0).max(0.0)..x_hi + 1.0
-    };
     let (y_lo, y_hi) = pts
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
             (lo.min(p.1), hi.max(p.1))
         });
     let log = y_lo > 0.0 && y_hi / y_lo > 10.0;
-    let mut title = opts.title.clone();
-    if skipped > 0 {
-        title.push_str(&format!(
-            " ({skipped} non-finite point{} skipped)",
-            if skipped == 1 { "" } else { "s" }
-        ));
-    }
-    let chart = Chart {
-        title,
-        raw: pts,
-        average,
-        window,
-        x_labels: ((x_range.end - x_range.start) as usize + 1).clamp(2, 10),
-        x_range,
-    };
+    let chart = Chart::new(title_noting_skipped(&opts.title, skipped), pts);
 
     ensure_font()?;
     let mut img = RgbImage::new(opts.width, opts.height);
@@ -119,6 +72,53 @@ pub fn loss_curve_image(points: &[(u64, f64)], opts: &LossCurveOptions) -> Resul
         root.present().map_err(draw_err)?;
     }
     Ok(img)
+}
+
+/// Refuses a chart smaller than 200x150 or larger than 2^26 pixels.
+fn check_size(opts: &LossCurveOptions) -> Result<()> {
+    if opts.width < 200 || opts.height < 150 {
+        return Err(RenderError::InvalidOption(format!(
+            "a loss chart of {}x{} pixels is too small (at least 200x150)",
+            opts.width, opts.height
+        )));
+    }
+    if opts.width as u64 * opts.height as u64 > 1 << 26 {
+        return Err(RenderError::TooLarge {
+            width: opts.width as u64,
+            height: opts.height as u64,
+            limit: "2^26 pixels for a chart",
+        });
+    }
+    Ok(())
+}
+
+/// The points with a finite loss, sorted by step; an error when there is none.
+fn finite_points(points: &[(u64, f64)]) -> Result<Vec<(f64, f64)>> {
+    let mut pts: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(_, l)| l.is_finite())
+        .map(|&(s, l)| (s as f64, l))
+        .collect();
+    if pts.is_empty() {
+        return Err(RenderError::Empty(format!(
+            "no finite loss value among {} points",
+            points.len()
+        )));
+    }
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(pts)
+}
+
+/// `title`, with the number of skipped non-finite points when there are any.
+fn title_noting_skipped(title: &str, skipped: usize) -> String {
+    let mut title = title.to_string();
+    if skipped > 0 {
+        title.push_str(&format!(
+            " ({skipped} non-finite point{} skipped)",
+            if skipped == 1 { "" } else { "s" }
+        ));
+    }
+    title
 }
 
 /// Writes a PNG line chart of loss against step, atomically: the raw per-step loss in a light
@@ -246,6 +246,28 @@ struct Chart {
 }
 
 impl Chart {
+    /// The chart of `raw` (finite, sorted by step, at least one point) with its trailing
+    /// moving average over `max(1, n / 20)` points.
+    fn new(title: String, raw: Vec<(f64, f64)>) -> Self {
+        let n = raw.len();
+        let window = (n / 20).max(1);
+        let average = moving_average(&raw, window);
+        let (x_lo, x_hi) = (raw[0].0, raw[n - 1].0);
+        let x_range = if x_hi > x_lo {
+            x_lo..x_hi
+        } else {
+            (x_lo - 1.0).max(0.0)..x_hi + 1.0
+        };
+        Self {
+            title,
+            raw,
+            average,
+            window,
+            x_labels: ((x_range.end - x_range.start) as usize + 1).clamp(2, 10),
+            x_range,
+        }
+    }
+
     fn draw<Y>(
         &self,
         root: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,

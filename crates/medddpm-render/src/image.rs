@@ -1,10 +1,6 @@
 //! A plain RGB pixel buffer, PNG encoding and atomic file writes.
 
-use std::ffi::OsString;
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use crate::error::{RenderError, Result};
 
@@ -136,39 +132,12 @@ pub fn write_png(path: impl AsRef<Path>, image: &RgbImage) -> Result<()> {
     write_atomic(path.as_ref(), &image.encode_png()?)
 }
 
-/// Writes `bytes` to a temporary file in `path`'s directory, syncs it and renames it over
-/// `path`; on any failure the temporary file is removed and `path` is left as it was. Errors
-/// name `path`.
+/// Writes `bytes` to `path` atomically ([`medddpm_atomic::write`]: a temporary file in
+/// `path`'s directory, synced and renamed over `path`); on any failure the temporary file is
+/// removed and `path` is left as it was. Errors name `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let io_err = |source| RenderError::Io {
+    medddpm_atomic::write(path, bytes).map_err(|source| RenderError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let name = path.file_name().ok_or_else(|| {
-        io_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the path names no file",
-        ))
-    })?;
-    let mut tmp_name = OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".{}-{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp: PathBuf = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err(e));
-    }
-    Ok(())
+    })
 }

@@ -63,6 +63,7 @@ mod anim;
 mod chart;
 mod error;
 mod image;
+mod layout;
 mod montage;
 mod orient;
 mod slice;

@@ -4,9 +4,9 @@ use medddpm_nifti::Volume;
 
 use crate::error::{RenderError, Result};
 use crate::image::RgbImage;
+use crate::layout::compose;
 use crate::orient::{Plane, Reoriented};
 use crate::slice::{check_grid, label_of, render_panel, Scale};
-use crate::text::{draw_labels, Anchor, Label};
 use crate::window::Window;
 
 /// One row of a montage: a volume shown as axial, coronal and sagittal panels.
@@ -225,120 +225,4 @@ pub fn montage(rows: &[Row<'_>], opts: &MontageOptions) -> Result<RgbImage> {
         opts.plane_titles,
         opts.orientation_labels,
     )
-}
-
-const PAD: u32 = 8;
-const HEADER_H: u32 = 24;
-const TITLE_H: u32 = 26;
-const LETTER_MARGIN: u32 = 16;
-const PLAIN_MARGIN: u32 = 4;
-/// Extra space between the columns, beyond the panels' margins.
-const COLUMN_GAP: u32 = 8;
-const WHITE: [u8; 3] = [255, 255, 255];
-const LETTER_GREY: [u8; 3] = [190, 190, 190];
-
-/// Lays out `panels[row][column]` (column `c` showing `planes[c]`) on black, with row titles
-/// above the rows, optional plane names above the columns and orientation letters around each
-/// panel. Panels are centred in their cells.
-pub(crate) fn compose(
-    panels: &[Vec<RgbImage>],
-    planes: &[Plane],
-    titles: &[String],
-    plane_titles: bool,
-    letters: bool,
-) -> Result<RgbImage> {
-    let m = if letters { LETTER_MARGIN } else { PLAIN_MARGIN };
-    let header = if plane_titles { HEADER_H } else { 0 };
-    let title_h = if titles.iter().any(|t| !t.is_empty()) {
-        TITLE_H
-    } else {
-        0
-    };
-    let col_w: Vec<u32> = (0..planes.len())
-        .map(|c| panels.iter().map(|r| r[c].width()).max().unwrap_or(0))
-        .collect();
-    let row_h: Vec<u32> = panels
-        .iter()
-        .map(|r| r.iter().map(RgbImage::height).max().unwrap_or(0))
-        .collect();
-    let width = 2 * PAD as u64
-        + col_w.iter().map(|w| (w + 2 * m) as u64).sum::<u64>()
-        + COLUMN_GAP as u64 * (col_w.len() as u64).saturating_sub(1);
-    let height = 2 * PAD as u64
-        + header as u64
-        + row_h
-            .iter()
-            .map(|h| (h + title_h + 2 * m) as u64)
-            .sum::<u64>();
-    if width * height > 1 << 28 || width > u32::MAX as u64 || height > u32::MAX as u64 {
-        return Err(RenderError::TooLarge {
-            width,
-            height,
-            limit: "2^28 pixels",
-        });
-    }
-    let mut img = RgbImage::new(width as u32, height as u32);
-    let mut labels = Vec::new();
-    let col_x: Vec<u32> = col_w
-        .iter()
-        .scan(PAD, |x, w| {
-            let this = *x;
-            *x += w + 2 * m + COLUMN_GAP;
-            Some(this)
-        })
-        .collect();
-    if plane_titles {
-        for (c, plane) in planes.iter().enumerate() {
-            labels.push(Label {
-                text: plane.name().to_string(),
-                x: (col_x[c] + m + col_w[c] / 2) as i32,
-                y: (PAD + HEADER_H / 2) as i32,
-                size: 16,
-                colour: WHITE,
-                anchor: Anchor::Centre,
-            });
-        }
-    }
-    let mut y = PAD + header;
-    for (r, row) in panels.iter().enumerate() {
-        if title_h > 0 {
-            labels.push(Label {
-                text: titles[r].clone(),
-                x: (PAD + m) as i32,
-                y: (y + title_h / 2) as i32,
-                size: 18,
-                colour: WHITE,
-                anchor: Anchor::Left,
-            });
-        }
-        let top = y + title_h + m;
-        for (c, panel) in row.iter().enumerate() {
-            let px = col_x[c] + m + (col_w[c] - panel.width()) / 2;
-            let py = top + (row_h[r] - panel.height()) / 2;
-            img.blit(panel, px as i64, py as i64);
-            if letters {
-                let [left, right, up, down] = planes[c].edge_letters();
-                let (cx, cy) = (px + panel.width() / 2, py + panel.height() / 2);
-                let half = m / 2;
-                for (ch, x, y) in [
-                    (left, px - half, cy),
-                    (right, px + panel.width() + half, cy),
-                    (up, cx, py - half),
-                    (down, cx, py + panel.height() + half),
-                ] {
-                    labels.push(Label {
-                        text: ch.to_string(),
-                        x: x as i32,
-                        y: y as i32,
-                        size: 12,
-                        colour: LETTER_GREY,
-                        anchor: Anchor::Centre,
-                    });
-                }
-            }
-        }
-        y = top + row_h[r] + m;
-    }
-    draw_labels(&mut img, &labels)?;
-    Ok(img)
 }

@@ -1,3 +1,5 @@
+//! The crate's error type.
+
 use std::path::PathBuf;
 
 /// Everything that can go wrong building the U-Net or importing weights into it.
@@ -10,11 +12,32 @@ pub enum UNetError {
         /// What is wrong.
         reason: String,
     },
-    /// An input tensor does not fit the network.
-    #[error("input does not fit the U-Net: {reason}")]
-    InputShape {
-        /// What is wrong.
-        reason: String,
+    /// The input has another number of channels than the network takes (noisy image plus
+    /// condition).
+    #[error("input does not fit the U-Net: expected {expected} input channels, got {got} (shape {dims:?})")]
+    InputChannels {
+        /// Channels the network takes.
+        expected: usize,
+        /// Channels of the input.
+        got: usize,
+        /// The input's shape `[batch, channels, d, h, w]`.
+        dims: [usize; 5],
+    },
+    /// The batch and the timesteps differ in length (one timestep per volume).
+    #[error("input does not fit the U-Net: batch of {batch} volumes but {timesteps} timesteps")]
+    BatchTimesteps {
+        /// Volumes in the batch.
+        batch: usize,
+        /// Timesteps given.
+        timesteps: usize,
+    },
+    /// A spatial size is zero or not a multiple of the network's total downsampling.
+    #[error("input does not fit the U-Net: every spatial size must be a positive multiple of {divisor}, got {sizes:?}")]
+    SpatialSize {
+        /// 2^(levels - 1): every spatial size must be a multiple of it.
+        divisor: usize,
+        /// The input's `[d, h, w]`.
+        sizes: [usize; 3],
     },
     /// A checkpoint could not be read.
     #[error("cannot read checkpoint {}: {message}", path.display())]

@@ -182,16 +182,38 @@ pub fn load_reference_checkpoint<B: Backend>(
             ),
         )
     })?;
-    let tensors = reader.into_tensors();
+    let routed = route_tensors(path, reader.into_tensors())?;
+    let loaded = apply_weights(&mut unet, path, routed.weights, &routed.origin)?;
+    let report = schedule_report(path, &routed.buffers, loaded)?;
+    Ok((unet, report))
+}
 
+/// A checkpoint entry's tensors sorted by where they go.
+struct Routed {
+    /// Network weights, renamed to our module paths.
+    weights: Vec<TensorSnapshot>,
+    /// The schedule buffers, under their checkpoint names.
+    buffers: HashMap<String, TensorSnapshot>,
+    /// Our module path -> the checkpoint key it came from, for error messages.
+    origin: HashMap<String, String>,
+}
+
+/// Renames every `denoise_fn.` tensor to our module path and sets the schedule buffers aside;
+/// any other key, or a network key with no place in our modules, is an error listing them all.
+fn route_tensors(
+    path: &Path,
+    tensors: impl IntoIterator<Item = (String, TensorSnapshot)>,
+) -> Result<Routed, UNetError> {
     let mut unexpected = Vec::new();
-    let mut buffers: HashMap<String, TensorSnapshot> = HashMap::new();
-    let mut snapshots = Vec::new();
-    let mut origin: HashMap<String, String> = HashMap::new();
+    let mut routed = Routed {
+        weights: Vec::new(),
+        buffers: HashMap::new(),
+        origin: HashMap::new(),
+    };
     for (key, mut snapshot) in tensors {
         let Some(inner) = key.strip_prefix("denoise_fn.") else {
             if SCHEDULE_BUFFERS.contains(&key.as_str()) {
-                buffers.insert(key, snapshot);
+                routed.buffers.insert(key, snapshot);
             } else {
                 unexpected.push(key);
             }
@@ -204,8 +226,8 @@ pub fn load_reference_checkpoint<B: Backend>(
         snapshot.path_stack = Some(ours.split('.').map(String::from).collect());
         snapshot.container_stack = None;
         snapshot.tensor_id = None;
-        origin.insert(ours, key);
-        snapshots.push(snapshot);
+        routed.origin.insert(ours, key);
+        routed.weights.push(snapshot);
     }
     if !unexpected.is_empty() {
         unexpected.sort();
@@ -214,8 +236,18 @@ pub fn load_reference_checkpoint<B: Backend>(
             keys: unexpected,
         });
     }
+    Ok(routed)
+}
 
-    let result = unet.apply(snapshots, None, Some(Box::new(PyTorchToBurnAdapter)), false);
+/// Loads `weights` into `unet` and returns how many were applied; a shape mismatch, a missing
+/// parameter or an unused tensor is an error naming the checkpoint keys (`origin`).
+fn apply_weights<B: Backend>(
+    unet: &mut UNet<B>,
+    path: &Path,
+    weights: Vec<TensorSnapshot>,
+    origin: &HashMap<String, String>,
+) -> Result<usize, UNetError> {
+    let result = unet.apply(weights, None, Some(Box::new(PyTorchToBurnAdapter)), false);
     if let Some(err) = result.errors.first() {
         let name = |p: &str| origin.get(p).cloned().unwrap_or_else(|| p.to_string());
         return Err(match err {
@@ -252,9 +284,7 @@ pub fn load_reference_checkpoint<B: Backend>(
             keys,
         });
     }
-
-    let report = schedule_report(path, &buffers, result.applied.len())?;
-    Ok((unet, report))
+    Ok(result.applied.len())
 }
 
 fn buffer_values(

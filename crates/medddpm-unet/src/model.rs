@@ -88,6 +88,19 @@ pub struct UNet<B: Backend> {
     compute: Compute,
 }
 
+/// The encoder half as [`UNetConfig::init`] builds it, with what the decoder continues from.
+struct Encoder<B: Backend> {
+    /// `input_blocks`.
+    blocks: Vec<EmbedBlock<B>>,
+    /// Output channels of every encoder block, in order (the decoder's skips, taken from the
+    /// end).
+    skip_channels: Vec<usize>,
+    /// Channels at the bottom.
+    channels: usize,
+    /// Downsampling factor at the bottom.
+    ds: usize,
+}
+
 impl UNetConfig {
     /// Builds the network with the reference's initialisation (PyTorch defaults, with the second
     /// conv of every ResBlock, every attention `proj_out` and the output conv zeroed).
@@ -96,64 +109,20 @@ impl UNetConfig {
         let c = self.model_channels;
         let emb_dim = 4 * c;
         let groups = self.num_groups;
-        let attn_at = self.attention_downsample_factors();
-        let levels = self.channel_mult.len();
-
-        let mut input_blocks = Vec::new();
-        let mut stem = EmbedBlock::empty();
-        let mut ch = c * self.channel_mult[0];
-        stem.conv = Some(conv3(self.in_channels, ch, 1, false, device));
-        input_blocks.push(stem);
-        let mut skip_channels = vec![ch];
-        let mut ds = 1;
-        for (level, &mult) in self.channel_mult.iter().enumerate() {
-            for _ in 0..self.num_res_blocks {
-                let mut block = EmbedBlock::empty();
-                block.res = Some(ResBlock::new(ch, c * mult, emb_dim, groups, device));
-                ch = c * mult;
-                if attn_at.contains(&ds) {
-                    block.attn = Some(AttentionBlock::new(ch, groups, device));
-                }
-                input_blocks.push(block);
-                skip_channels.push(ch);
-            }
-            if level + 1 != levels {
-                let mut block = EmbedBlock::empty();
-                block.down = Some(Downsample {
-                    op: conv3(ch, ch, 2, false, device),
-                });
-                input_blocks.push(block);
-                skip_channels.push(ch);
-                ds *= 2;
-            }
-        }
-
+        // The parts are built in this order (encoder, middle, decoder, time MLP, head), which
+        // is the order the generator draws their initial weights in.
+        let Encoder {
+            blocks: input_blocks,
+            skip_channels,
+            channels: ch,
+            ds,
+        } = self.encoder(device);
         let middle_block = MiddleBlock {
             res_1: ResBlock::new(ch, ch, emb_dim, groups, device),
             attn: AttentionBlock::new(ch, groups, device),
             res_2: ResBlock::new(ch, ch, emb_dim, groups, device),
         };
-
-        let mut output_blocks = Vec::new();
-        for (level, &mult) in self.channel_mult.iter().enumerate().rev() {
-            for i in 0..=self.num_res_blocks {
-                let skip = skip_channels.pop().expect("one skip per encoder block");
-                let mut block = EmbedBlock::empty();
-                block.res = Some(ResBlock::new(ch + skip, c * mult, emb_dim, groups, device));
-                ch = c * mult;
-                if attn_at.contains(&ds) {
-                    block.attn = Some(AttentionBlock::new(ch, groups, device));
-                }
-                if level > 0 && i == self.num_res_blocks {
-                    block.up = Some(Upsample {
-                        conv: conv3(ch, ch, 1, false, device),
-                    });
-                    ds /= 2;
-                }
-                output_blocks.push(block);
-            }
-        }
-
+        let (output_blocks, ch) = self.decoder(ch, skip_channels, ds, device);
         Ok(UNet {
             time_embed: TimeEmbed {
                 linear_1: LinearConfig::new(c, emb_dim).init(device),
@@ -170,6 +139,89 @@ impl UNetConfig {
             size_divisor: self.size_divisor(),
             compute: Compute::default(),
         })
+    }
+
+    /// The stem conv, then per level `num_res_blocks` ResBlocks (with attention at the
+    /// configured factors) and, except at the last level, a Downsample.
+    fn encoder<B: Backend>(&self, device: &B::Device) -> Encoder<B> {
+        let c = self.model_channels;
+        let (emb_dim, groups) = (4 * c, self.num_groups);
+        let attn_at = self.attention_downsample_factors();
+        let mut ch = c * self.channel_mult[0];
+        let mut blocks = vec![EmbedBlock {
+            conv: Some(conv3(self.in_channels, ch, 1, false, device)),
+            ..EmbedBlock::empty()
+        }];
+        let mut skip_channels = vec![ch];
+        let mut ds = 1;
+        for (level, &mult) in self.channel_mult.iter().enumerate() {
+            for _ in 0..self.num_res_blocks {
+                let out = c * mult;
+                blocks.push(EmbedBlock {
+                    res: Some(ResBlock::new(ch, out, emb_dim, groups, device)),
+                    attn: attn_at
+                        .contains(&ds)
+                        .then(|| AttentionBlock::new(out, groups, device)),
+                    ..EmbedBlock::empty()
+                });
+                ch = out;
+                skip_channels.push(ch);
+            }
+            if level + 1 != self.channel_mult.len() {
+                blocks.push(EmbedBlock {
+                    down: Some(Downsample {
+                        op: conv3(ch, ch, 2, false, device),
+                    }),
+                    ..EmbedBlock::empty()
+                });
+                skip_channels.push(ch);
+                ds *= 2;
+            }
+        }
+        Encoder {
+            blocks,
+            skip_channels,
+            channels: ch,
+            ds,
+        }
+    }
+
+    /// Per level from the bottom, `num_res_blocks + 1` ResBlocks each taking a skip (with
+    /// attention at the configured factors), the last of a level above the first followed by an
+    /// Upsample; returns the blocks and their output channels.
+    fn decoder<B: Backend>(
+        &self,
+        mut ch: usize,
+        mut skip_channels: Vec<usize>,
+        mut ds: usize,
+        device: &B::Device,
+    ) -> (Vec<EmbedBlock<B>>, usize) {
+        let c = self.model_channels;
+        let (emb_dim, groups) = (4 * c, self.num_groups);
+        let attn_at = self.attention_downsample_factors();
+        let mut blocks = Vec::new();
+        for (level, &mult) in self.channel_mult.iter().enumerate().rev() {
+            for i in 0..=self.num_res_blocks {
+                let skip = skip_channels.pop().expect("one skip per encoder block");
+                let out = c * mult;
+                let leaves_level = level > 0 && i == self.num_res_blocks;
+                blocks.push(EmbedBlock {
+                    res: Some(ResBlock::new(ch + skip, out, emb_dim, groups, device)),
+                    attn: attn_at
+                        .contains(&ds)
+                        .then(|| AttentionBlock::new(out, groups, device)),
+                    up: leaves_level.then(|| Upsample {
+                        conv: conv3(out, out, 1, false, device),
+                    }),
+                    ..EmbedBlock::empty()
+                });
+                ch = out;
+                if leaves_level {
+                    ds /= 2;
+                }
+            }
+        }
+        (blocks, ch)
     }
 }
 
@@ -190,26 +242,22 @@ impl<B: Backend> UNet<B> {
     pub fn check_input(&self, dims: [usize; 5], num_timesteps: usize) -> Result<(), UNetError> {
         let expected = self.in_channels();
         if dims[1] != expected {
-            return Err(UNetError::InputShape {
-                reason: format!(
-                    "expected {expected} input channels, got {} (shape {dims:?})",
-                    dims[1]
-                ),
+            return Err(UNetError::InputChannels {
+                expected,
+                got: dims[1],
+                dims,
             });
         }
         if dims[0] != num_timesteps {
-            return Err(UNetError::InputShape {
-                reason: format!("batch of {} volumes but {num_timesteps} timesteps", dims[0]),
+            return Err(UNetError::BatchTimesteps {
+                batch: dims[0],
+                timesteps: num_timesteps,
             });
         }
         let d = self.size_divisor;
-        if dims[2..].iter().any(|&s| s == 0 || s % d != 0) {
-            return Err(UNetError::InputShape {
-                reason: format!(
-                    "every spatial size must be a positive multiple of {d}, got {:?}",
-                    &dims[2..]
-                ),
-            });
+        let sizes = [dims[2], dims[3], dims[4]];
+        if sizes.iter().any(|&s| s == 0 || s % d != 0) {
+            return Err(UNetError::SpatialSize { divisor: d, sizes });
         }
         Ok(())
     }
@@ -259,38 +307,56 @@ impl<B: Backend> UNet<B> {
 
 impl<B: KernelBackend> UNet<B> {
     /// Predicts the noise in `x` (noisy image and condition channels concatenated) at
-    /// `timesteps` (one raw step index per batch element).
+    /// `timesteps` (one raw step index per batch element), after checking the shapes with
+    /// [`UNet::check_input`]: the entry point for inputs built from user data.
     ///
     /// # Shapes
     /// - x: `[batch, in_channels, d, h, w]`, every spatial size a multiple of 2^(levels-1)
     /// - output: `[batch, out_channels, d, h, w]`
+    pub fn try_forward(
+        &self,
+        x: Tensor<B, 5>,
+        timesteps: &[usize],
+    ) -> Result<Tensor<B, 5>, UNetError> {
+        self.check_input(x.dims(), timesteps.len())?;
+        Ok(self.forward_ctx(x, timesteps, None))
+    }
+
+    /// [`UNet::try_forward`] for inputs known to fit, returning the tensor as burn's `Module`
+    /// convention has it.
     ///
     /// # Panics
-    /// On a shape [`UNet::check_input`] rejects; callers with user data check first.
+    /// On a shape [`UNet::check_input`] rejects, with that error's message; callers with user
+    /// data use [`UNet::try_forward`] (or check first).
     pub fn forward(&self, x: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
-        self.forward_ctx(x, timesteps, None)
+        self.try_forward(x, timesteps)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`UNet::forward`] with every operation synchronised and timed by class into `profile`
     /// (see [`OpProfile`] for what the numbers mean).
+    ///
+    /// # Panics
+    /// As [`UNet::forward`], on a shape [`UNet::check_input`] rejects.
     pub fn forward_profiled(
         &self,
         x: Tensor<B, 5>,
         timesteps: &[usize],
         profile: &RefCell<OpProfile>,
     ) -> Tensor<B, 5> {
+        if let Err(e) = self.check_input(x.dims(), timesteps.len()) {
+            panic!("{e}");
+        }
         self.forward_ctx(x, timesteps, Some(profile))
     }
 
+    /// The forward pass of an input [`UNet::check_input`] accepts.
     fn forward_ctx(
         &self,
         x: Tensor<B, 5>,
         timesteps: &[usize],
         profile: Option<&RefCell<OpProfile>>,
     ) -> Tensor<B, 5> {
-        if let Err(e) = self.check_input(x.dims(), timesteps.len()) {
-            panic!("{e}");
-        }
         let ctx = Ctx::<B> {
             layout: self.layout(),
             compute: self.compute,

@@ -194,3 +194,29 @@ fn inputs_the_network_cannot_take_are_errors() {
         .to_string();
     assert!(e.contains("2 volumes but 1 timesteps"), "{e}");
 }
+
+#[test]
+fn try_forward_reports_a_bad_shape_and_otherwise_equals_forward() {
+    use burn::tensor::{Distribution, Tensor};
+    let device = Default::default();
+    let unet = medddpm_unet::randomize_weights(UNetConfig::tiny().init::<Flex>(&device).unwrap());
+    let bad = Tensor::<Flex, 5>::zeros([1, 3, 4, 4, 5], &device);
+    let err = unet.try_forward(bad, &[3]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            UNetError::SpatialSize {
+                divisor: 2,
+                sizes: [4, 4, 5]
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("multiple of 2"), "{err}");
+    let x = Tensor::<Flex, 5>::random([1, 3, 4, 4, 4], Distribution::Default, &device);
+    let got = unet.try_forward(x.clone(), &[3]).unwrap();
+    let want = unet.forward(x, &[3]);
+    assert_eq!(got.dims(), [1, 1, 4, 4, 4]);
+    let diff = (got - want).abs().max().into_scalar();
+    assert!(diff <= 1e-6, "try_forward and forward differ by {diff}");
+}

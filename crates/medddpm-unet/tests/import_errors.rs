@@ -23,9 +23,7 @@ fn c32() -> UNetConfig {
 
 fn load(config: UNetConfig, path: &std::path::Path) -> UNetError {
     let unet = config.init::<Flex>(&Default::default()).unwrap();
-    load_reference_checkpoint(unet, path, WeightsEntry::Ema)
-        .err()
-        .expect("import should fail")
+    load_reference_checkpoint(unet, path, WeightsEntry::Ema).expect_err("import should fail")
 }
 
 #[test]

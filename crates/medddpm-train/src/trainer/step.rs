@@ -4,7 +4,7 @@
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData};
-use medddpm_diffusion::{training_loss, CosineSchedule};
+use medddpm_diffusion::{training_loss, CosineSchedule, TrainingBatch};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,16 +15,7 @@ use crate::{DiffusionConfig, ExperimentConfig, TrainError};
 
 /// What one micro-step trains on: clean images, their condition, one timestep per example and
 /// the noise to add.
-pub struct MicroBatch<B: Backend> {
-    /// Clean images `[batch, image_channels, d, h, w]`.
-    pub x0: Tensor<B, 5>,
-    /// Condition channels `[batch, cond_channels, d, h, w]`, if the model is conditioned.
-    pub cond: Option<Tensor<B, 5>>,
-    /// One raw timestep per example.
-    pub timesteps: Vec<usize>,
-    /// Noise like `x0`.
-    pub noise: Tensor<B, 5>,
-}
+pub type MicroBatch<B> = TrainingBatch<B>;
 
 /// The training micro-step: [`micro_step_loss`], its backward pass scaled by `1 / divisor`
 /// (gradient accumulation), and the gradients under the master weights' ids (in the compute
@@ -52,17 +43,7 @@ pub fn micro_step_loss<B: KernelAutodiffBackend>(
     batch: MicroBatch<B>,
     objective: &DiffusionConfig,
 ) -> Tensor<B, 1> {
-    training_loss(
-        work,
-        schedule,
-        batch.x0,
-        batch.cond,
-        &batch.timesteps,
-        batch.noise,
-        objective.loss,
-        objective.prediction,
-    )
-    .loss
+    training_loss(work, schedule, batch, objective.loss, objective.prediction).loss
 }
 
 /// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the

@@ -1,45 +1,13 @@
-//! Reading and writing NIfTI-1 files (`.nii`, `.nii.gz`; `.hdr`/`.img` pairs read-only).
+//! Reading NIfTI-1: inflating gzip within the header's claim, parsing the header, finding the
+//! `.img` of a pair, and decoding and scaling the voxels.
 
-use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use flate2::read::MultiGzDecoder;
-use flate2::write::GzEncoder;
-use flate2::Compression;
 
-use crate::affine::affine_to_quaternion;
-use crate::header::{detect, SizeofHdr, NIFTI1_HEADER_SIZE, NIFTI1_VOX_OFFSET};
+use crate::header::{detect, SizeofHdr, NIFTI1_HEADER_SIZE};
 use crate::{DataType, Endian, NiftiError, NiftiHeader, Volume};
-
-/// Settings for [`Volume::write_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WriteOptions {
-    /// Storage type. By default, F32 (what the network produces); U8/I16 suit label maps.
-    pub dtype: DataType,
-    /// Byte order. By default, little-endian; big-endian exists to exercise the reader.
-    pub endian: Endian,
-}
-
-impl Default for WriteOptions {
-    fn default() -> Self {
-        Self {
-            dtype: DataType::F32,
-            endian: Endian::Little,
-        }
-    }
-}
-
-impl WriteOptions {
-    /// Default options with another storage type.
-    pub fn dtype(dtype: DataType) -> Self {
-        Self {
-            dtype,
-            ..Self::default()
-        }
-    }
-}
 
 /// Reads a whole file, inflating it when it starts with the gzip magic (whatever its name).
 /// Inflation stops after `limit(first bytes)` bytes, the length the file's own header claims
@@ -186,42 +154,7 @@ impl Volume {
         path: &Path,
         pair_image: impl FnOnce(&NiftiHeader) -> Result<(PathBuf, Vec<u8>), NiftiError>,
     ) -> Result<Self, NiftiError> {
-        let truncated = || NiftiError::TruncatedHeader {
-            path: path.to_path_buf(),
-            len: bytes.len(),
-        };
-        let first4: [u8; 4] = bytes
-            .get(..4)
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(truncated)?;
-        let endian = match detect(&first4) {
-            SizeofHdr::Nifti1(e) => e,
-            SizeofHdr::Nifti2 => {
-                return Err(NiftiError::UnsupportedNifti2 {
-                    path: path.to_path_buf(),
-                })
-            }
-            SizeofHdr::Unknown(sizeof_hdr) => {
-                return Err(NiftiError::NotNifti {
-                    path: path.to_path_buf(),
-                    sizeof_hdr,
-                })
-            }
-        };
-        if bytes.len() < NIFTI1_HEADER_SIZE {
-            return Err(truncated());
-        }
-        let header = NiftiHeader::parse(&bytes, endian);
-        let pair = match &header.magic {
-            b"n+1\0" => false,
-            b"ni1\0" => true,
-            found => {
-                return Err(NiftiError::BadMagic {
-                    path: path.to_path_buf(),
-                    found: *found,
-                })
-            }
-        };
+        let (header, endian, pair) = parse_header(&bytes, path)?;
         let dims = volume_dims(path, &header)?;
         let dtype =
             DataType::from_code(header.datatype).ok_or(NiftiError::UnsupportedDatatype {
@@ -262,112 +195,48 @@ impl Volume {
         apply_scaling(&mut data, header.scl_slope, header.scl_inter);
         Ok(Volume::from_header(header, dims, data, dtype, endian))
     }
+}
 
-    /// Writes `.nii` or `.nii.gz` (by extension) as float32 little-endian; see
-    /// [`Volume::write_with`].
-    pub fn write(&self, path: impl AsRef<Path>) -> Result<(), NiftiError> {
-        self.write_with(path, WriteOptions::default())
-    }
-
-    /// Writes a single-file NIfTI-1. The original header's non-geometric fields are kept; dims,
-    /// datatype, pixdim (= spacing), units (mm), sform (from the affine; code kept, else 2
-    /// "aligned") and qform (the same affine when it has no shear; code kept, else 0) are
-    /// rebuilt. Integer dtypes round values and reject ones out of range.
-    ///
-    /// The file is written under a temporary name in the same folder and renamed into place,
-    /// so an interrupted run never leaves a half-written output behind.
-    pub fn write_with(&self, path: impl AsRef<Path>, opts: WriteOptions) -> Result<(), NiftiError> {
-        let path = path.as_ref();
-        let lower = path.to_string_lossy().to_ascii_lowercase();
-        let gzip = if lower.ends_with(".nii.gz") {
-            true
-        } else if lower.ends_with(".nii") {
-            false
-        } else {
-            return Err(NiftiError::UnsupportedExtension {
+/// The header at the start of `bytes`, its byte order, and whether it is the header of a
+/// `.hdr`/`.img` pair (magic `ni1`) rather than a single file (`n+1`).
+fn parse_header(bytes: &[u8], path: &Path) -> Result<(NiftiHeader, Endian, bool), NiftiError> {
+    let truncated = || NiftiError::TruncatedHeader {
+        path: path.to_path_buf(),
+        len: bytes.len(),
+    };
+    let first4: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(truncated)?;
+    let endian = match detect(&first4) {
+        SizeofHdr::Nifti1(e) => e,
+        SizeofHdr::Nifti2 => {
+            return Err(NiftiError::UnsupportedNifti2 {
                 path: path.to_path_buf(),
-            });
-        };
-        if self.dims.iter().any(|&d| d > i16::MAX as usize) {
-            return Err(NiftiError::GridTooLarge {
+            })
+        }
+        SizeofHdr::Unknown(sizeof_hdr) => {
+            return Err(NiftiError::NotNifti {
                 path: path.to_path_buf(),
-                dims: self.dims,
-            });
+                sizeof_hdr,
+            })
         }
-        let header = self.output_header(opts.dtype).to_bytes(opts.endian);
-        let payload = encode(&self.data, opts.dtype, opts.endian).map_err(|value| {
-            NiftiError::ValueOutOfRange {
+    };
+    if bytes.len() < NIFTI1_HEADER_SIZE {
+        return Err(truncated());
+    }
+    let header = NiftiHeader::parse(bytes, endian);
+    let pair = match &header.magic {
+        b"n+1\0" => false,
+        b"ni1\0" => true,
+        found => {
+            return Err(NiftiError::BadMagic {
                 path: path.to_path_buf(),
-                value,
-                dtype: opts.dtype,
-            }
-        })?;
-        let io_err = |source| NiftiError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        atomic_write(path, |file| {
-            let parts = [
-                &header[..],
-                &[0u8; NIFTI1_VOX_OFFSET - NIFTI1_HEADER_SIZE],
-                &payload,
-            ];
-            if gzip {
-                let mut w = GzEncoder::new(BufWriter::new(file), Compression::default());
-                parts.iter().try_for_each(|p| w.write_all(p))?;
-                w.finish()?.flush()
-            } else {
-                let mut w = BufWriter::new(file);
-                parts.iter().try_for_each(|p| w.write_all(p))?;
-                w.flush()
-            }
-        })
-        .map_err(io_err)
-    }
-
-    /// The header written for this volume.
-    fn output_header(&self, dtype: DataType) -> NiftiHeader {
-        let mut h = self.header.clone();
-        h.sizeof_hdr = NIFTI1_HEADER_SIZE as i32;
-        h.magic = *b"n+1\0";
-        h.dim = [3, 1, 1, 1, 1, 1, 1, 1];
-        for a in 0..3 {
-            h.dim[a + 1] = self.dims[a] as i16; // checked <= i16::MAX by the caller
-            h.pixdim[a + 1] = self.spacing[a] as f32;
+                found: *found,
+            })
         }
-        h.pixdim[4..].fill(0.0);
-        h.datatype = dtype.code();
-        h.bitpix = (dtype.size() * 8) as i16;
-        h.vox_offset = NIFTI1_VOX_OFFSET as f32;
-        h.scl_slope = 1.0;
-        h.scl_inter = 0.0;
-        h.cal_min = 0.0;
-        h.cal_max = 0.0;
-        h.glmin = 0;
-        h.glmax = 0;
-        h.xyzt_units = (h.xyzt_units & 0b0011_1000) | 2; // spatial mm, keep time units
-        let a = &self.affine;
-        let row = |r: usize| a[r].map(|x| x as f32);
-        (h.srow_x, h.srow_y, h.srow_z) = (row(0), row(1), row(2));
-        if h.sform_code <= 0 {
-            h.sform_code = 2;
-        }
-        match affine_to_quaternion(a) {
-            Some([b, c, d, qfac]) => {
-                (h.quatern_b, h.quatern_c, h.quatern_d) = (b as f32, c as f32, d as f32);
-                (h.qoffset_x, h.qoffset_y, h.qoffset_z) =
-                    (a[0][3] as f32, a[1][3] as f32, a[2][3] as f32);
-                h.pixdim[0] = qfac as f32;
-                h.qform_code = h.qform_code.max(0);
-            }
-            None => {
-                (h.quatern_b, h.quatern_c, h.quatern_d) = (0.0, 0.0, 0.0);
-                h.pixdim[0] = 1.0;
-                h.qform_code = 0;
-            }
-        }
-        h
-    }
+    };
+    Ok((header, endian, pair))
 }
 
 /// dims of a 3-D volume (or 4-D with one frame), validated.
@@ -456,67 +325,6 @@ fn apply_scaling(data: &mut [f32], slope: f32, inter: f32) {
     let (s, c) = (slope as f64, inter as f64);
     data.iter_mut()
         .for_each(|x| *x = (*x as f64 * s + c) as f32);
-}
-
-/// Encodes values; `Err(value)` for the first one an integer type cannot hold.
-fn encode(data: &[f32], dtype: DataType, endian: Endian) -> Result<Vec<u8>, f32> {
-    let mut out = Vec::with_capacity(data.len() * dtype.size());
-    macro_rules! put {
-        ($x:expr) => {
-            match endian {
-                Endian::Little => out.extend_from_slice(&$x.to_le_bytes()),
-                Endian::Big => out.extend_from_slice(&$x.to_be_bytes()),
-            }
-        };
-    }
-    let (lo, hi) = dtype.int_range();
-    for &v in data {
-        let r = v.round() as f64;
-        if dtype.is_integer() && !(r >= lo && r <= hi) {
-            return Err(v);
-        }
-        match dtype {
-            DataType::U8 => out.push(r as u8),
-            DataType::I8 => out.push(r as i8 as u8),
-            DataType::I16 => put!(r as i16),
-            DataType::U16 => put!(r as u16),
-            DataType::I32 => put!(r as i32),
-            DataType::U32 => put!(r as u32),
-            DataType::I64 => put!(r as i64),
-            DataType::U64 => put!(r as u64),
-            DataType::F32 => put!(v),
-            DataType::F64 => put!(v as f64),
-        }
-    }
-    Ok(out)
-}
-
-/// Writes through `fill` into a temporary file beside `path`, then renames it over `path`.
-fn atomic_write(
-    path: &Path,
-    fill: impl FnOnce(&File) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let file = File::create(&tmp)?;
-        fill(&file)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

@@ -1,0 +1,175 @@
+//! [`EvalReport::to_markdown`]: the report as Markdown tables, one function per section.
+
+use std::fmt::Write as _;
+
+use crate::mmd::MmdEstimator;
+
+use super::sections::{AdherenceSection, DiversitySection, EvalReport, MmdSection, PairedSection};
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+/// PSNR with 2 decimals; `None` (identical volumes) is infinite.
+fn psnr(p: Option<f64>) -> String {
+    p.map_or_else(|| "inf".into(), |x| format!("{x:.2}"))
+}
+
+impl EvalReport {
+    /// Renders the report as Markdown tables (PSNR 2 decimals, SSIM/MS-SSIM/Dice 4, MMD 6).
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        let [ni, nj, nk] = self.dims;
+        let _ = writeln!(s, "# Evaluation\n");
+        let _ = writeln!(
+            s,
+            "Grid {ni}x{nj}x{nk}, data range {}; {} masks, {} real, {} synthetic images.\n",
+            self.data_range, self.n_masks, self.n_real, self.n_synthetic
+        );
+        paired_markdown(&mut s, &self.paired);
+        diversity_markdown(&mut s, &self.diversity);
+        mmd_markdown(&mut s, self.mmd.as_ref());
+        adherence_markdown(&mut s, self.adherence.as_ref());
+        if !self.notes.is_empty() {
+            let _ = writeln!(s, "## Notes\n");
+            for n in &self.notes {
+                let _ = writeln!(s, "- {n}");
+            }
+        }
+        s
+    }
+}
+
+fn paired_markdown(s: &mut String, paired: &PairedSection) {
+    let _ = writeln!(s, "## Paired fidelity (synthetic vs real, same mask)\n");
+    let _ = writeln!(s, "Region: {}.\n", paired.region);
+    if paired.rows.is_empty() {
+        let _ = writeln!(s, "No synthetic image shares a mask with a real image.\n");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "| mask | sample | real | voxels | PSNR (dB) | SSIM | MAE |"
+    );
+    let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|");
+    for r in &paired.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {:.4} | {:.4} |",
+            r.mask,
+            r.sample,
+            r.real,
+            r.region_voxels,
+            psnr(r.psnr),
+            r.ssim,
+            r.mae
+        );
+    }
+    if let Some(m) = &paired.mean {
+        let _ = writeln!(
+            s,
+            "| **mean** | | | | {} | {:.4} | {:.4} |",
+            psnr(m.psnr),
+            m.ssim,
+            m.mae
+        );
+    }
+    s.push('\n');
+}
+
+fn diversity_markdown(s: &mut String, diversity: &DiversitySection) {
+    let o = &diversity.ms_ssim;
+    let _ = writeln!(
+        s,
+        "## Diversity (mean pairwise MS-SSIM, lower = more diverse)\n"
+    );
+    let _ = writeln!(s, "{} scales, window sigma {}.\n", o.scales, o.sigma);
+    if diversity.rows.is_empty() {
+        let _ = writeln!(s, "No mask has two or more synthetic samples.\n");
+        return;
+    }
+    let _ = writeln!(s, "| mask | samples | MS-SSIM |");
+    let _ = writeln!(s, "|---|---:|---:|");
+    for r in &diversity.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.4} |",
+            r.mask, r.n_samples, r.mean_pairwise_ms_ssim
+        );
+    }
+    s.push('\n');
+}
+
+fn mmd_markdown(s: &mut String, mmd: Option<&MmdSection>) {
+    let _ = writeln!(s, "## Distribution distance (MMD)\n");
+    let Some(m) = mmd else {
+        let _ = writeln!(s, "Needs both real and synthetic images.\n");
+        return;
+    };
+    let _ = writeln!(s, "Features: {}.\n", m.features);
+    let _ = writeln!(s, "| MMD^2 | sigma | estimator | real | synthetic |");
+    let _ = writeln!(s, "|---:|---:|---|---:|---:|");
+    let est = match m.estimator {
+        MmdEstimator::Unbiased => "unbiased",
+        MmdEstimator::Biased => "biased",
+    };
+    let _ = writeln!(
+        s,
+        "| {:.6} | {:.4} | {} | {} | {} |\n",
+        m.value, m.sigma, est, m.n_real, m.n_synthetic
+    );
+}
+
+fn adherence_markdown(s: &mut String, adherence: Option<&AdherenceSection>) {
+    let _ = writeln!(s, "## Mask adherence\n");
+    let Some(a) = adherence else {
+        let _ = writeln!(s, "Needs real images to fit the intensity classifier.\n");
+        return;
+    };
+    let _ = writeln!(s, "| label | real voxels | real mean | real std | centre |");
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
+    for c in &a.classes {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.4} | {:.4} | {:.4} |",
+            c.label, c.real_voxels, c.real_mean, c.real_std, c.centre
+        );
+    }
+    s.push('\n');
+    let thresholds: Vec<String> = a.thresholds.iter().map(|t| format!("{t:.4}")).collect();
+    let _ = writeln!(s, "Thresholds: {}.\n", thresholds.join(", "));
+    let _ = writeln!(
+        s,
+        "Mean Dice (labels != 0): synthetic {}, real ceiling {}.\n",
+        opt(a.mean_dice_synthetic, 4),
+        opt(a.mean_dice_real, 4)
+    );
+    let _ = writeln!(
+        s,
+        "| image | kind | mask | label | voxels | mean | std | real mean | Dice |"
+    );
+    let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|");
+    let kinds = a
+        .synthetic
+        .iter()
+        .map(|x| ("synthetic", x))
+        .chain(a.real.iter().map(|x| ("real", x)));
+    for (kind, x) in kinds {
+        for l in &x.labels {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                x.name,
+                kind,
+                x.mask,
+                l.label,
+                l.voxels,
+                opt(l.mean, 4),
+                opt(l.std, 4),
+                opt(l.real_mean, 4),
+                opt(l.dice, 4)
+            );
+        }
+    }
+    s.push('\n');
+}

@@ -1,0 +1,349 @@
+//! How each operation of a forward pass runs: [`Ctx`] (layout, compute settings, optional
+//! timer) and the convolution, GroupNorm and pointwise kernels it dispatches to.
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use burn::nn::conv::Conv3d;
+use burn::nn::{GroupNorm, PaddingConfig3d};
+use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Tensor};
+use medddpm_kernels::{Compute, Conv3dSpec, GroupNormSpec, KernelBackend, Layout, NormEngine};
+
+use super::profile::{OpClass, OpProfile, OpStats};
+
+/// Per-call settings threaded through the blocks.
+pub(crate) struct Ctx<'a, B: Backend> {
+    pub layout: Layout,
+    pub compute: Compute,
+    pub profile: Option<&'a RefCell<OpProfile>>,
+    pub device: B::Device,
+}
+
+impl<B: KernelBackend> Ctx<'_, B> {
+    /// Runs `f`; when profiling, synchronises before and after and charges the time to `class`.
+    pub fn op<const D: usize>(
+        &self,
+        class: OpClass,
+        f: impl FnOnce() -> Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let Some(profile) = self.profile else {
+            return f();
+        };
+        let mut failed = B::sync(&self.device).is_err();
+        let start = Instant::now();
+        let out = f();
+        failed |= B::sync(&self.device).is_err();
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut p = profile.borrow_mut();
+        *p.ms.entry(class.name().to_string()).or_default() += ms;
+        let calls = p.calls.entry(class.name().to_string()).or_default();
+        *calls += 1;
+        let index = *calls;
+        p.sync_failed |= failed;
+        if p.check_finite && p.first_non_finite.is_none() {
+            let flag =
+                |b: Tensor<B, 1, burn::tensor::Bool>| b.int().into_scalar().elem::<i64>() != 0;
+            let bad = flag(out.clone().is_nan().any()) || flag(out.clone().is_inf().any());
+            if bad {
+                p.first_non_finite = Some(format!(
+                    "{} #{index}, output shape {:?}",
+                    class.name(),
+                    out.dims()
+                ));
+            }
+        }
+        if p.record_stats {
+            let op = format!("{} #{index}", class.name());
+            p.stats.push(OpStats::of(op, &out, self.layout));
+        }
+        out
+    }
+
+    /// A 3-D convolution of an activation in this layout, on the backend's convolution engine
+    /// ([`KernelBackend`]).
+    pub fn conv(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Convolution, || match self.layout {
+            Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x),
+            layout => conv3d(x, conv, None, self.compute, layout),
+        })
+    }
+
+    /// [`Ctx::conv`] plus a per-(batch, channel) term `extra` `[b, c_out]` (a ResBlock's time
+    /// embedding). Channels-last, the term joins the bias in one addition over the volume,
+    /// whose backward is two reductions instead of two sets of three.
+    pub fn conv_add(&self, conv: &Conv3d<B>, x: Tensor<B, 5>, extra: Tensor<B, 2>) -> Tensor<B, 5> {
+        match self.layout {
+            Layout::Ndhwc if is_pointwise(conv) => {
+                let y = self.conv(conv, x);
+                let [b, c] = extra.dims();
+                self.op(OpClass::Elementwise, || y + extra.reshape([b, 1, 1, 1, c]))
+            }
+            layout => self.op(OpClass::Convolution, || {
+                conv3d(x, conv, Some(extra), self.compute, layout)
+            }),
+        }
+    }
+
+    /// GroupNorm of an activation in this layout, with statistics in f32 (or f64) whatever the
+    /// compute dtype (as mixed-precision training does: the statistics need f32's mantissa).
+    pub fn norm(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Normalisation, || {
+            group_norm(norm, x, self.layout, self.compute.norm_engine, false)
+        })
+    }
+
+    /// SiLU(GroupNorm(x)) as one operation of the backend extension (the U-Net applies SiLU
+    /// after every GroupNorm but the attention block's).
+    pub fn norm_silu(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Normalisation, || {
+            group_norm(norm, x, self.layout, self.compute.norm_engine, true)
+        })
+    }
+}
+
+/// `conv` applied to an activation `x` in `layout`'s order through the backend extension.
+/// burn's `Conv3d` module supplies the weights and geometry; the U-Net only builds dilation-1,
+/// single-group convolutions with symmetric padding.
+///
+/// Channels-last: the engine receives the `[b, d, h, w, c]` buffer as a permuted view and
+/// returns its channels-last result the same way, viewed back without a copy; the bias is added
+/// to that contiguous view, so the sum is channels-last for the operations that follow. (With
+/// the bias added to the channels-first view, an H100 run spent 278 / 112 ms in normalisation /
+/// elementwise per forward against 182 / 60 ms before; a sum written channels-first and read
+/// strided is the likely cause, not yet confirmed on the GPU.)
+fn conv3d<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    conv: &Conv3d<B>,
+    extra: Option<Tensor<B, 2>>,
+    compute: Compute,
+    layout: Layout,
+) -> Tensor<B, 5> {
+    let padding = match &conv.padding {
+        PaddingConfig3d::Explicit(a, b, c) => [*a, *b, *c],
+        PaddingConfig3d::Valid => [0, 0, 0],
+        // `Same` with stride 1 and odd kernels pads by half the kernel.
+        PaddingConfig3d::Same => conv.kernel_size.map(|k| k / 2),
+    };
+    let spec = Conv3dSpec {
+        stride: conv.stride,
+        padding,
+        compute: Compute { layout, ..compute },
+    };
+    debug_assert!(conv.groups == 1 && conv.dilation == [1, 1, 1]);
+    let weight = conv.weight.val();
+    let bias = conv.bias.as_ref().map(|b| b.val());
+    match layout {
+        Layout::Ncdhw => {
+            let y = medddpm_kernels::conv3d(x, weight, bias, spec);
+            match extra {
+                Some(extra) => {
+                    let [b, c] = extra.dims();
+                    y + extra.reshape([b, c, 1, 1, 1])
+                }
+                None => y,
+            }
+        }
+        Layout::Ndhwc => {
+            let y = medddpm_kernels::conv3d(x.permute([0, 4, 1, 2, 3]), weight, None, spec)
+                .permute([0, 2, 3, 4, 1]);
+            let add = match (bias, extra) {
+                (Some(bias), Some(extra)) => {
+                    let c = bias.dims()[0];
+                    Some(extra + bias.reshape([1, c]))
+                }
+                (Some(bias), None) => {
+                    let c = bias.dims()[0];
+                    Some(bias.reshape([1, c]))
+                }
+                (None, extra) => extra,
+            };
+            match add {
+                Some(add) => add_per_channel(y, add),
+                None => y,
+            }
+        }
+    }
+}
+
+/// `y + add` for a channels-last `y` `[b, d, h, w, c]` and `add` `[b or 1, c]`, with `y` viewed
+/// as `[b, d, h * w, c]`: autodiff then sums the gradient for `add` in two reductions (over
+/// `d`, then over `h * w`) instead of one per spatial axis. (One reduction over all the voxels
+/// would leave only `c` outputs to spread over the GPU.)
+fn add_per_channel<B: Backend>(y: Tensor<B, 5>, add: Tensor<B, 2>) -> Tensor<B, 5> {
+    let dims = y.dims();
+    let [b, d, h, w, c] = dims;
+    let rows = add.dims()[0];
+    (y.reshape([b, d, h * w, c]) + add.reshape([rows, 1, 1, c])).reshape(dims)
+}
+
+/// Whether `conv` is a plain 1x1x1 convolution (stride 1, no padding, one group).
+fn is_pointwise<B: Backend>(conv: &Conv3d<B>) -> bool {
+    conv.kernel_size == [1, 1, 1]
+        && conv.stride == [1, 1, 1]
+        && conv.groups == 1
+        && !matches!(conv.padding, PaddingConfig3d::Explicit(a, b, c) if a + b + c > 0)
+}
+
+/// A 1x1x1 convolution of channels-last activations `[b, d, h, w, c_in]` as a product of the
+/// voxels-by-channels matrix with the transposed kernel: channels-last is exactly the layout
+/// that makes it a plain matrix product (on the H100 it trained faster than burn's 1x1x1
+/// convolution in this layout: docs/benchmarks/README.md; and faster than cuDNN's, whose bf16
+/// weight gradient took about 145 ms more per training step, call 4 of 2026-11-23).
+///
+/// The voxels go in [`token_chunks`] batches of one product each, so that autodiff computes the
+/// weight gradient, a sum over every voxel, as one product per chunk and a sum over the chunks:
+/// as a single product over the 2M voxels of a 128^3 volume burn ran it in one or two thread
+/// blocks, 35 ms each in bf16 on an H100 (ncu, 2026-11-23).
+fn pointwise_channels_last<B: Backend>(conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+    let [b, d, h, w, c_in] = x.dims();
+    let c_out = conv.weight.dims()[0];
+    let n = d * h * w;
+    let chunks = token_chunks(n);
+    let weight = conv
+        .weight
+        .val()
+        .reshape([1, 1, c_out, c_in])
+        .swap_dims(2, 3);
+    let y = x.reshape([b, chunks, n / chunks, c_in]).matmul(weight);
+    let y = match conv.bias.as_ref() {
+        Some(bias) => y + bias.val().reshape([1, 1, 1, c_out]),
+        None => y,
+    };
+    y.reshape([b, d, h, w, c_out])
+}
+
+/// Batches of voxels for [`pointwise_channels_last`]: the largest power of two dividing `n`
+/// that leaves at least 4096 voxels per batch (one batch for small volumes).
+fn token_chunks(n: usize) -> usize {
+    let mut k = 1;
+    while n.is_multiple_of(2 * k) && n / (2 * k) >= 4096 {
+        k *= 2;
+    }
+    k
+}
+
+/// `x · weightᵀ + bias` for channels-last tokens `x` `[batch, n, c_in]` and a kernel-size-1
+/// weight `[c_out, c_in]`: a pointwise convolution in channels-last memory.
+pub(crate) fn pointwise_tokens<B: Backend>(
+    x: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 3> {
+    let [c_out, c_in] = weight.dims();
+    let y = x.matmul(weight.reshape([1, c_out, c_in]).swap_dims(1, 2));
+    match bias {
+        Some(bias) => y + bias.reshape([1, 1, c_out]),
+        None => y,
+    }
+}
+
+/// GroupNorm (then SiLU when `silu`) of `x` in `layout`'s logical shape through the backend
+/// extension ([`medddpm_kernels::group_norm`]: a hand-written backward that keeps the input and
+/// the per-group statistics). burn's `GroupNorm` module supplies the parameters; without affine
+/// parameters the identity ones are used.
+pub fn group_norm<B: KernelBackend>(
+    norm: &GroupNorm<B>,
+    x: Tensor<B, 5>,
+    layout: Layout,
+    engine: NormEngine,
+    silu: bool,
+) -> Tensor<B, 5> {
+    let c = x.dims()[layout.channel_dim()];
+    let device = x.device();
+    let gamma = norm.gamma.as_ref().map(|p| p.val());
+    let beta = norm.beta.as_ref().map(|p| p.val());
+    let spec = GroupNormSpec {
+        num_groups: norm.num_groups,
+        epsilon: norm.epsilon,
+        silu,
+        layout,
+        engine,
+    };
+    medddpm_kernels::group_norm(
+        x,
+        gamma.unwrap_or_else(|| Tensor::ones([c], &device)),
+        beta.unwrap_or_else(|| Tensor::zeros([c], &device)),
+        spec,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::nn::conv::Conv3dConfig;
+    use burn::tensor::Distribution;
+
+    #[test]
+    fn channels_last_pointwise_convolution_is_the_1x1x1_convolution() {
+        let device = Default::default();
+        let ctx = Ctx::<Flex> {
+            layout: Layout::Ndhwc,
+            compute: Compute {
+                layout: Layout::Ndhwc,
+                ..Default::default()
+            },
+            profile: None,
+            device,
+        };
+        // 24 input channels: a depth burn's wgpu matmul got wrong before the double-buffering
+        // patch in vendor/cubek-matmul.
+        for c_in in [8, 24] {
+            let conv = Conv3dConfig::new([c_in, 16], [1, 1, 1]).init::<Flex>(&device);
+            assert!(is_pointwise(&conv));
+            let x = Tensor::<Flex, 5>::random(
+                [2, c_in, 3, 4, 5],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let expected = conv.forward(x.clone()).permute([0, 2, 3, 4, 1]);
+            let got = ctx.conv(&conv, x.permute([0, 2, 3, 4, 1]));
+            assert_eq!(got.dims(), [2, 3, 4, 5, 16]);
+            let diff = (got - expected).abs().max().into_scalar().elem::<f32>();
+            assert!(diff < 1e-5, "{c_in} channels: max abs difference {diff}");
+        }
+        let strided = Conv3dConfig::new([8, 8], [1, 1, 1])
+            .with_stride([2, 2, 2])
+            .init::<Flex>(&device);
+        let padded = Conv3dConfig::new([8, 8], [1, 1, 1])
+            .with_padding(PaddingConfig3d::Explicit(1, 1, 1))
+            .init::<Flex>(&device);
+        let wide = Conv3dConfig::new([8, 8], [3, 3, 3]).init::<Flex>(&device);
+        assert!(!is_pointwise(&strided) && !is_pointwise(&padded) && !is_pointwise(&wide));
+    }
+
+    #[test]
+    fn chunked_pointwise_convolution_has_the_convolutions_gradients() {
+        use burn::backend::Autodiff;
+        type A = Autodiff<Flex>;
+        let device = Default::default();
+        // 16 x 32 x 32 voxels: four chunks of 4096.
+        assert_eq!(token_chunks(16 * 32 * 32), 4);
+        assert_eq!(token_chunks(4096), 1);
+        assert_eq!(token_chunks(3 * 4096), 2);
+        let conv = Conv3dConfig::new([6, 5], [1, 1, 1]).init::<A>(&device);
+        let x = Tensor::<A, 5>::random([1, 6, 16, 32, 32], Distribution::Default, &device)
+            .require_grad();
+        let probe = Tensor::<A, 5>::random([1, 5, 16, 32, 32], Distribution::Default, &device);
+        let want = conv.forward(x.clone());
+        let grads_want = want.clone().mul(probe.clone()).sum().backward();
+        let got = pointwise_channels_last(&conv, x.clone().permute([0, 2, 3, 4, 1]))
+            .permute([0, 4, 1, 2, 3]);
+        let grads_got = got.clone().mul(probe).sum().backward();
+        let max_diff = |a: Tensor<Flex, 5>, b: Tensor<Flex, 5>| {
+            (a - b).abs().max().into_scalar().elem::<f32>()
+        };
+        assert!(max_diff(got.inner(), want.inner()) < 1e-5);
+        assert!(max_diff(x.grad(&grads_got).unwrap(), x.grad(&grads_want).unwrap()) < 1e-5);
+        let dw_got = conv.weight.grad(&grads_got).unwrap();
+        let dw_want = conv.weight.grad(&grads_want).unwrap();
+        let rel = (dw_got - dw_want.clone())
+            .abs()
+            .max()
+            .into_scalar()
+            .elem::<f32>()
+            / dw_want.abs().max().into_scalar().elem::<f32>();
+        assert!(rel < 1e-5, "weight gradient: relative difference {rel}");
+    }
+}
