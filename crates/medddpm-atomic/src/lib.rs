@@ -40,6 +40,15 @@ pub fn write_with(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -
     Ok(())
 }
 
+/// Writes `bytes` to `path` in place and flushes them to disk: for files inside a temporary
+/// folder that is itself published by one rename (checkpoints), where a temporary per file
+/// would add nothing. Followed by [`sync_dir`] on that folder before it is renamed.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
 /// Flushes a folder's entries (renames, new files) to disk. Best effort: some file systems
 /// refuse to open folders for syncing, and the data itself is already safe by then.
 pub fn sync_dir(dir: &Path) {
@@ -108,6 +117,14 @@ mod tests {
         assert_eq!(err.to_string(), "encoder failed");
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
         assert_eq!(entries(dir.path()), ["a.nii"]);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_full_disk_is_reported_as_such() {
+        // /dev/full fails every write with ENOSPC, as a full disk does.
+        let err = write_synced(Path::new("/dev/full"), b"x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28), "{err}");
     }
 
     #[test]
