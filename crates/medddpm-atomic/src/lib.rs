@@ -61,9 +61,9 @@ pub fn sync_dir(dir: &Path) {
 /// recognisable as ours if a kill ever leaves one behind.
 fn temporary_beside(path: &Path) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, "the path names no file")
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
     let mut tmp = OsString::from(".");
     tmp.push(name);
     tmp.push(format!(

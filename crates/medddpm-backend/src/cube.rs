@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
 use burn::tensor::backend::Backend;
 use burn::tensor::DType;
 use cubecl::config::cache::CacheConfig;
@@ -11,23 +10,23 @@ use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 use cubecl::prelude::CubePrimitive;
 use cubecl::Runtime;
 
+use crate::task::Ran;
 use crate::tune_watch::{count_entries, TuneWatcher};
 use crate::{
-    default_tune_cache, BackendKind, BackendTask, ComputeSettings, ConvEngine,
+    default_tune_cache, BackendKind, BackendTask, ComputeSettings, ConvEngine, Error,
     KernelAutodiffBackend, Precision, RunEnv,
 };
 
 /// Points cubecl's autotune and compilation caches at `root` (once per process).
-fn configure_cache(root: &PathBuf) -> anyhow::Result<()> {
+fn configure_cache(root: &PathBuf) -> Result<(), Error> {
     let mut state = CubeClRuntimeConfig::storage().lock();
     if let Some(existing) = state.as_ref() {
         let current = existing.autotune.cache.root();
         if &current != root {
-            bail!(
-                "cubecl is already configured with the tuning cache {} in this process; one backend and precision per process (wanted {})",
-                current.display(),
-                root.display()
-            );
+            return Err(Error::TuneCacheInUse {
+                current,
+                wanted: root.clone(),
+            });
         }
         return Ok(());
     }
@@ -60,63 +59,47 @@ fn driver_jit_cache(root: &Path) {
 }
 
 /// Sets up a CubeCL backend and runs `task` on it (taking it out of the option only once the
-/// device is up, so that a caller can run it elsewhere after a [`crate::NoDevice`] error). `conv_engine` resolves `--conv-engine` for
-/// this backend, given the tuning-cache folder (where cuDNN keeps its algorithm choices).
+/// device is up, so that a caller can run it elsewhere after an [`Error::NoDevice`]).
+/// `conv_engine` resolves `--conv-engine` for this backend, given the tuning-cache folder
+/// (where cuDNN keeps its algorithm choices).
 pub(crate) fn run<R, B, T>(
     backend: BackendKind,
     device: R::Device,
     settings: &ComputeSettings,
-    conv_engine: impl FnOnce(&Path) -> anyhow::Result<ConvEngine>,
+    conv_engine: impl FnOnce(&Path) -> Result<ConvEngine, Error>,
     task: &mut Option<T>,
-) -> anyhow::Result<T::Output>
+) -> Ran<T>
 where
     R: Runtime,
     B: KernelAutodiffBackend<Device = R::Device>,
     T: BackendTask,
 {
     let precision = settings.precision;
-    // Must precede the first tuned kernel: the cache does not record the setting.
-    cubek_matmul::definition::set_f32_tensor_cores(precision != Precision::Fp32);
-    // bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100 (see
-    // docs/benchmarks/README.md); keep bf16 on the WMMA (`cmma`) kernels unless asked.
-    let half_mma = std::env::var("MEDDDPM_BF16_MMA").is_ok_and(|v| v == "1");
-    cubek_matmul::definition::set_half_mma(half_mma);
-    let suffix = if precision == Precision::Bf16 && half_mma {
-        "-mma"
-    } else {
-        ""
-    };
-    let root = settings
-        .tune_cache
-        .clone()
-        .unwrap_or_else(default_tune_cache)
-        .join(format!("{backend}-{precision}{suffix}"));
-    std::fs::create_dir_all(&root)
-        .with_context(|| format!("cannot create the tuning cache folder {}", root.display()))?;
-    configure_cache(&root)?;
-    if backend == BackendKind::Cuda {
-        driver_jit_cache(&root);
-    }
+    let root = tuning_cache(backend, settings)?;
 
     // cubecl panics when it finds no device (wgpu without a Vulkan driver, CUDA without the
     // driver library): a `NoDevice` error instead, without the panic's trace on stderr, and
     // the task left in `task` for the caller's fallback.
     let client = medddpm_kernels::panics::quiet_catch(|| R::client(&device))
-        .map_err(|why| crate::NoDevice(why))?;
+        .map_err(|cause| Error::NoDevice { backend, cause })?;
+    let lacks = |reason| Error::PrecisionUnsupported {
+        backend,
+        precision,
+        on_device: true,
+        reason,
+    };
     match precision {
         Precision::Tf32 => {
             let tf32 = cubecl::tf32::as_type_native_unchecked().storage_type();
             if !client.properties().supports_type(tf32) {
-                crate::unsupported!(
-                    "--precision tf32 is not supported on the {backend} backend with this device: it exposes no TF32 matrix instructions (use --precision fp32, or cuda on an NVIDIA GPU)"
-                );
+                return Err(lacks(
+                    "it exposes no TF32 matrix instructions (use --precision fp32, or cuda on an NVIDIA GPU)",
+                ));
             }
         }
         Precision::Bf16 => {
             if !<B::InnerBackend as Backend>::supports_dtype(&device, DType::BF16) {
-                crate::unsupported!(
-                    "--precision bf16 is not supported on the {backend} backend with this device: it has no bf16 tensors"
-                );
+                return Err(lacks("it has no bf16 tensors"));
             }
         }
         Precision::Fp32 => {}
@@ -137,7 +120,38 @@ where
     let task = task.take().expect("the task is taken only here");
     let out = task.run::<B>(device, &env);
     watcher.finish();
-    out
+    Ok(out)
+}
+
+/// Sets the precision switches of burn's kernels and points cubecl's caches at this backend
+/// and precision's folder of the tuning cache (created); returns the folder.
+fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<PathBuf, Error> {
+    let precision = settings.precision;
+    // Must precede the first tuned kernel: the cache does not record the setting.
+    cubek_matmul::definition::set_f32_tensor_cores(precision != Precision::Fp32);
+    // bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100 (see
+    // docs/benchmarks/README.md); keep bf16 on the WMMA (`cmma`) kernels unless asked.
+    let half_mma = std::env::var("MEDDDPM_BF16_MMA").is_ok_and(|v| v == "1");
+    cubek_matmul::definition::set_half_mma(half_mma);
+    let suffix = if precision == Precision::Bf16 && half_mma {
+        "-mma"
+    } else {
+        ""
+    };
+    let root = settings
+        .tune_cache
+        .clone()
+        .unwrap_or_else(default_tune_cache)
+        .join(format!("{backend}-{precision}{suffix}"));
+    std::fs::create_dir_all(&root).map_err(|source| Error::TuneCache {
+        path: root.clone(),
+        source,
+    })?;
+    configure_cache(&root)?;
+    if backend == BackendKind::Cuda {
+        driver_jit_cache(&root);
+    }
+    Ok(root)
 }
 
 /// `--conv-engine` on CUDA: cuDNN when asked for or when `auto` finds it, else CubeCL. Says in one
@@ -147,7 +161,7 @@ pub(crate) fn cuda_conv_engine(
     requested: ConvEngine,
     device_index: usize,
     cache_dir: &Path,
-) -> anyhow::Result<ConvEngine> {
+) -> Result<ConvEngine, Error> {
     use medddpm_kernels::cudnn;
     if requested == ConvEngine::Cubecl {
         eprintln!("convolutions: burn's CubeCL kernels (--conv-engine cubecl)");
@@ -167,19 +181,21 @@ pub(crate) fn cuda_conv_engine(
             eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
             Ok(ConvEngine::Cubecl)
         }
-        Err(why) => bail!("--conv-engine cudnn cannot run: {why}"),
+        Err(cause) => Err(Error::Cudnn { cause }),
     }
 }
 
 /// `--conv-engine` on wgpu: always CubeCL; `cudnn` is refused.
 #[cfg(feature = "wgpu")]
-pub(crate) fn wgpu_conv_engine(requested: ConvEngine) -> anyhow::Result<ConvEngine> {
+pub(crate) fn wgpu_conv_engine(requested: ConvEngine) -> Result<ConvEngine, Error> {
     match requested {
-        ConvEngine::Cudnn => crate::unsupported!(
-            "--conv-engine cudnn needs the cuda backend (cuDNN is NVIDIA's library); wgpu computes convolutions with burn's CubeCL kernels (use --conv-engine auto or cubecl)"
-        ),
+        ConvEngine::Cudnn => Err(Error::CudnnNeedsCuda {
+            backend: BackendKind::Wgpu,
+        }),
         ConvEngine::Auto => {
-            eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: cuDNN is CUDA-only)");
+            eprintln!(
+                "convolutions: burn's CubeCL kernels (--conv-engine auto: cuDNN is CUDA-only)"
+            );
             Ok(ConvEngine::Cubecl)
         }
         ConvEngine::Cubecl => Ok(ConvEngine::Cubecl),

@@ -16,6 +16,9 @@
 //! its matrix in a child process.
 #![warn(missing_docs)]
 
+mod error;
+mod run;
+mod task;
 pub mod tune_watch;
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
@@ -25,36 +28,18 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use burn::tensor::DType;
-use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-/// A backend, precision or layout this binary or device cannot run: a refusal, not a failure.
-#[derive(Debug, Clone)]
-pub struct Unsupported(pub String);
-
-impl fmt::Display for Unsupported {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unsupported {}
-
-/// Returns an [`Unsupported`] error.
-macro_rules! unsupported {
-    ($($arg:tt)*) => {
-        return Err(anyhow::Error::new($crate::Unsupported(format!($($arg)*))))
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use unsupported;
+pub use error::Error;
+pub use run::run_on;
+pub use task::{BackendTask, RunEnv};
 
 /// `--backend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// CUDA if compiled in and an NVIDIA device is present, else wgpu if compiled in, else CPU.
+    #[default]
     Auto,
     /// burn's CUDA backend (`--features cuda`).
     Cuda,
@@ -65,6 +50,14 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// Every choice, in the order a command's help lists them.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Auto,
+        BackendKind::Cuda,
+        BackendKind::Wgpu,
+        BackendKind::Cpu,
+    ];
+
     /// `auto` resolved against what is compiled in and present.
     pub fn resolve(self) -> BackendKind {
         match self {
@@ -82,6 +75,18 @@ impl BackendKind {
             BackendKind::Cuda => "cuda",
             BackendKind::Wgpu => "wgpu",
             BackendKind::Cpu => "cpu",
+        }
+    }
+
+    /// One line saying what the choice means (a command's help shows it beside the name).
+    pub fn description(self) -> &'static str {
+        match self {
+            BackendKind::Auto => {
+                "CUDA if compiled in and an NVIDIA device is present, else wgpu if compiled in, else CPU"
+            }
+            BackendKind::Cuda => "burn's CUDA backend (`--features cuda`)",
+            BackendKind::Wgpu => "burn's wgpu backend: Vulkan, Metal or DX12 (`--features wgpu`)",
+            BackendKind::Cpu => "burn's Flex CPU backend",
         }
     }
 
@@ -112,9 +117,12 @@ impl fmt::Display for BackendKind {
 
 impl FromStr for BackendKind {
     type Err = String;
+    /// A name of [`BackendKind::ALL`], in any case.
     fn from_str(s: &str) -> Result<Self, String> {
-        <BackendKind as ValueEnum>::from_str(s, true)
-            .map_err(|_| format!("unknown backend '{s}' (expected auto, cuda, wgpu or cpu)"))
+        BackendKind::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown backend '{s}' (expected auto, cuda, wgpu or cpu)"))
     }
 }
 
@@ -151,44 +159,33 @@ impl Default for ComputeSettings {
     }
 }
 
-/// The command-line switches every command that computes shares.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ComputeArgs {
+/// What a user asked for about computing (a command's `--backend`, `--precision`, ...
+/// switches): each choice left out is filled in by an experiment's `[compute]` table or the
+/// default ([`ComputeRequest::settings_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct ComputeRequest {
     /// Backend to run on.
-    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
-    /// Precision of convolutions and matrix products: fp32 (strict IEEE, no tensor cores),
-    /// tf32 (tensor cores; CUDA only) or bf16 (mixed precision, f32 master weights).
-    /// Default: tf32 on CUDA (what burn and PyTorch's cuDNN convolutions do by default; strict
-    /// fp32 is many times slower there), fp32 elsewhere.
-    #[arg(long)]
+    /// Precision of convolutions and matrix products (default: [`default_precision`]).
     pub precision: Option<Precision>,
-    /// Memory layout of the activations: ncdhw (channels-first, the default) or ndhwc
-    /// (channels-last).
-    #[arg(long)]
+    /// Memory layout of the activations (default: ncdhw).
     pub layout: Option<Layout>,
-    /// Library for the 3-D convolutions: auto (the default: cuDNN on CUDA when libcudnn.so.9
-    /// loads, else burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
-    #[arg(long)]
+    /// Library for the 3-D convolutions (default: auto).
     pub conv_engine: Option<ConvEngine>,
-    /// GroupNorm code: kernel (the default: CubeCL kernels on the CUDA and wgpu backends, burn's
-    /// ops on the CPU) or ops (burn's ops everywhere, the kernels' reference).
-    #[arg(long)]
+    /// GroupNorm code (default: kernel).
     pub norm_engine: Option<NormEngine>,
-    /// Kernel-tuning cache folder of the GPU backends (default: $MEDDDPM_TUNE_CACHE,
-    /// ~/.cache/medddpm/tune).
-    #[arg(long)]
+    /// Kernel-tuning cache folder of the GPU backends (default: [`default_tune_cache`]).
     pub tune_cache: Option<PathBuf>,
 }
 
-impl ComputeArgs {
-    /// The settings these switches select.
+impl ComputeRequest {
+    /// The settings asked for, defaults filling the rest.
     pub fn settings(&self) -> ComputeSettings {
         self.settings_with(&ComputeConfig::default())
     }
 
-    /// The settings these switches select, with an experiment's `[compute]` table filling in
-    /// what was not given on the command line.
+    /// The settings asked for, with an experiment's `[compute]` table filling in what was not
+    /// asked for.
     pub fn settings_with(&self, config: &ComputeConfig) -> ComputeSettings {
         ComputeSettings {
             backend: self.backend,
@@ -231,248 +228,5 @@ pub fn default_tune_cache() -> PathBuf {
     PathBuf::from(".medddpm-tune")
 }
 
-/// What a task learns about where it runs.
-#[derive(Debug, Clone)]
-pub struct RunEnv {
-    /// `cuda`, `wgpu` or `cpu`.
-    pub backend: BackendKind,
-    /// The precision in force.
-    pub precision: Precision,
-    /// The layout to give the network.
-    pub layout: Layout,
-    /// The convolution engine that runs (never `auto`).
-    pub conv_engine: ConvEngine,
-    /// The GroupNorm code asked for.
-    pub norm_engine: NormEngine,
-    /// Folder of this backend and precision's tuning cache (GPU backends).
-    pub tune_cache: Option<PathBuf>,
-    /// Kernels already in that cache when the process started.
-    pub tuned_before: usize,
-}
-
-impl RunEnv {
-    /// Precision, layout and engine in one value, as the network takes it.
-    pub fn compute(&self) -> Compute {
-        Compute {
-            precision: self.precision,
-            layout: self.layout,
-            conv_engine: self.conv_engine,
-            norm_engine: self.norm_engine,
-        }
-    }
-
-    /// The dtype to compute in.
-    pub fn compute_dtype(&self) -> DType {
-        self.precision.compute_dtype()
-    }
-}
-
-/// Work that runs on whichever backend the user picked.
-pub trait BackendTask {
-    /// What the work returns.
-    type Output;
-    /// Runs the work on backend `B`.
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        env: &RunEnv,
-    ) -> anyhow::Result<Self::Output>;
-}
-
-/// Resolves `auto`, configures precision and tuning, checks the device supports the precision,
-/// and runs `task`.
-pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> anyhow::Result<T::Output> {
-    let backend = settings.backend.resolve();
-    let mut task = Some(task);
-    match run_resolved(backend, settings, &mut task) {
-        Err(e) if e.is::<NoDevice>() => {
-            let why = e.downcast::<NoDevice>().expect("checked").0;
-            match (settings.backend, task) {
-                // `auto` chose a GPU backend that has no device: the CPU, saying so.
-                (BackendKind::Auto, Some(task)) => {
-                    eprintln!("no usable GPU for the {backend} backend ({why}): running on the cpu backend");
-                    run_resolved(BackendKind::Cpu, settings, &mut Some(task))
-                }
-                // Asked for by name: a GPU run silently on the CPU could take days.
-                _ => Err(anyhow::Error::new(Unsupported(format!(
-                    "the {backend} backend found no usable GPU device ({why}); {}",
-                    match backend {
-                        BackendKind::Cuda => "check that the NVIDIA driver is installed and loaded (nvidia-smi), or use --backend cpu",
-                        _ => "for wgpu on Linux install a Vulkan driver and loader (e.g. libvulkan1 and the NVIDIA or Mesa ICD) or point VK_DRIVER_FILES at the driver's ICD file, or use --backend cpu",
-                    }
-                )))),
-            }
-        }
-        other => other,
-    }
-}
-
-/// No GPU device could be opened (no driver, no adapter). `run_on` falls back to the CPU on it
-/// when the backend was `auto`.
-#[derive(Debug, Clone)]
-pub struct NoDevice(pub String);
-
-impl fmt::Display for NoDevice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no usable GPU device: {}", self.0)
-    }
-}
-
-impl std::error::Error for NoDevice {}
-
-/// [`run_on`] on a resolved backend; `task` stays in its option when the device is missing.
-fn run_resolved<T: BackendTask>(
-    backend: BackendKind,
-    settings: &ComputeSettings,
-    task: &mut Option<T>,
-) -> anyhow::Result<T::Output> {
-    if !backend.compiled_in() {
-        unsupported!(
-            "the {backend} backend is not compiled into this binary: rebuild with `cargo build --release -p medddpm --features {backend}`"
-        );
-    }
-    match backend {
-        BackendKind::Cpu => {
-            if settings.precision == Precision::Tf32 {
-                unsupported!(
-                    "--precision tf32 is not supported on the cpu backend: TF32 is a GPU tensor-core format; the CPU computes in IEEE f32 (use --precision fp32)"
-                );
-            }
-            if settings.conv_engine == ConvEngine::Cudnn {
-                unsupported!(
-                    "--conv-engine cudnn needs the cuda backend (cuDNN is NVIDIA's library); the cpu backend computes convolutions with burn's kernels (use --conv-engine auto or cubecl)"
-                );
-            }
-            let env = RunEnv {
-                backend,
-                precision: settings.precision,
-                layout: settings.layout,
-                conv_engine: ConvEngine::Cubecl,
-                norm_engine: settings.norm_engine,
-                tune_cache: None,
-                tuned_before: 0,
-            };
-            let task = task.take().expect("the task is taken only once");
-            task.run::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default(), &env)
-        }
-        #[cfg(feature = "cuda")]
-        BackendKind::Cuda => {
-            let device = burn::backend::cuda::CudaDevice::default();
-            let index = device.index;
-            cube::run::<cubecl::cuda::CudaRuntime, burn::backend::Autodiff<burn::backend::Cuda>, T>(
-                backend,
-                device,
-                settings,
-                |cache| cube::cuda_conv_engine(settings.conv_engine, index, cache),
-                task,
-            )
-        }
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => {
-            let device = burn::backend::wgpu::WgpuDevice::default();
-            cube::run::<cubecl::wgpu::WgpuRuntime, burn::backend::Autodiff<burn::backend::Wgpu>, T>(
-                backend,
-                device,
-                settings,
-                |_| cube::wgpu_conv_engine(settings.conv_engine),
-                task,
-            )
-        }
-        #[allow(unreachable_patterns)]
-        other => unsupported!("the {other} backend is not compiled into this binary"),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_round_trip() {
-        for p in Precision::ALL {
-            assert_eq!(p.name().parse::<Precision>().unwrap(), p);
-        }
-        for e in ConvEngine::ALL {
-            assert_eq!(e.name().parse::<ConvEngine>().unwrap(), e);
-        }
-        assert!("fp16".parse::<Precision>().is_err());
-        assert_eq!("CUDA".parse::<BackendKind>().unwrap(), BackendKind::Cuda);
-    }
-
-    #[test]
-    fn switches_win_over_the_experiment_file() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            compute: ComputeArgs,
-        }
-        let file = ComputeConfig {
-            precision: Some(Precision::Bf16),
-            layout: Some(Layout::Ndhwc),
-            conv_engine: Some(ConvEngine::Cubecl),
-            norm_engine: Some(NormEngine::Ops),
-        };
-        let s = Cli::parse_from(["x", "--backend", "cpu"])
-            .compute
-            .settings_with(&file);
-        assert_eq!(
-            (s.precision, s.layout, s.conv_engine, s.norm_engine),
-            (
-                Precision::Bf16,
-                Layout::Ndhwc,
-                ConvEngine::Cubecl,
-                NormEngine::Ops
-            )
-        );
-        let cli = Cli::parse_from([
-            "x",
-            "--backend",
-            "cpu",
-            "--layout",
-            "ncdhw",
-            "--conv-engine",
-            "auto",
-        ]);
-        let s = cli.compute.settings_with(&file);
-        assert_eq!((s.layout, s.conv_engine), (Layout::Ncdhw, ConvEngine::Auto));
-        let s = cli.compute.settings();
-        assert_eq!(s.precision, Precision::Fp32);
-    }
-
-    #[test]
-    fn default_precision_is_tf32_only_on_cuda() {
-        assert_eq!(default_precision(BackendKind::Cuda), Precision::Tf32);
-        assert_eq!(default_precision(BackendKind::Cpu), Precision::Fp32);
-        assert_eq!(default_precision(BackendKind::Wgpu), Precision::Fp32);
-    }
-
-    #[test]
-    fn cpu_refuses_tf32_with_a_reason() {
-        struct Never;
-        impl BackendTask for Never {
-            type Output = ();
-            fn run<B: KernelAutodiffBackend>(self, _: B::Device, _: &RunEnv) -> anyhow::Result<()> {
-                unreachable!("must not run")
-            }
-        }
-        let settings = ComputeSettings {
-            backend: BackendKind::Cpu,
-            precision: Precision::Tf32,
-            ..Default::default()
-        };
-        let err = run_on(&settings, Never).unwrap_err();
-        assert!(err.downcast_ref::<Unsupported>().is_some());
-        let err = err.to_string();
-        assert!(err.contains("tf32") && err.contains("cpu"), "{err}");
-
-        let settings = ComputeSettings {
-            backend: BackendKind::Cpu,
-            conv_engine: ConvEngine::Cudnn,
-            ..Default::default()
-        };
-        let err = run_on(&settings, Never).unwrap_err();
-        assert!(err.downcast_ref::<Unsupported>().is_some());
-        assert!(err.to_string().contains("cudnn"), "{err}");
-    }
-}
+mod tests;

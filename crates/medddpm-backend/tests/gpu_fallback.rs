@@ -5,18 +5,19 @@
 #![cfg(feature = "wgpu")]
 
 use medddpm_backend::{
-    run_on, BackendKind, BackendTask, ComputeSettings, KernelAutodiffBackend, RunEnv, Unsupported,
+    run_on, BackendKind, BackendTask, ComputeSettings, Error, KernelAutodiffBackend, RunEnv,
 };
 
 struct WhereAmI;
 
 impl BackendTask for WhereAmI {
     type Output = BackendKind;
+    type Error = Error;
     fn run<B: KernelAutodiffBackend>(
         self,
         _: B::Device,
         env: &RunEnv,
-    ) -> anyhow::Result<BackendKind> {
+    ) -> Result<BackendKind, Error> {
         Ok(env.backend)
     }
 }
@@ -35,7 +36,7 @@ fn no_gpu_means_the_cpu_for_auto_and_a_refusal_by_name() {
         ..Default::default()
     };
     let err = run_on(&settings(BackendKind::Wgpu), WhereAmI).unwrap_err();
-    assert!(err.downcast_ref::<Unsupported>().is_some(), "{err:#}");
+    assert!(err.is_unsupported(), "{err:#}");
     assert!(err.to_string().contains("no usable GPU device"), "{err:#}");
     assert_eq!(
         run_on(&settings(BackendKind::Auto), WhereAmI).unwrap(),

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::HostProfileError;
+
 /// A running profile; [`HostProfile::finish`] writes it.
 pub struct HostProfile {
     path: PathBuf,
@@ -17,14 +19,16 @@ const FREQUENCY_HZ: i32 = 997;
 
 impl HostProfile {
     /// Starts sampling every thread of the process.
-    pub fn start(path: &Path) -> anyhow::Result<Self> {
+    pub fn start(path: &Path) -> Result<Self, HostProfileError> {
         #[cfg(feature = "host-profile")]
         {
             let guard = pprof::ProfilerGuardBuilder::default()
                 .frequency(FREQUENCY_HZ)
                 .blocklist(&["libc", "libgcc", "pthread", "vdso"])
                 .build()
-                .map_err(|e| anyhow::anyhow!("cannot start the host profiler: {e}"))?;
+                .map_err(|e| HostProfileError::Start {
+                    cause: e.to_string(),
+                })?;
             Ok(Self {
                 path: path.to_path_buf(),
                 guard,
@@ -32,16 +36,15 @@ impl HostProfile {
         }
         #[cfg(not(feature = "host-profile"))]
         {
-            anyhow::bail!(
-                "cannot write the host profile {}: this build lacks the `host-profile` feature",
-                path.display()
-            )
+            Err(HostProfileError::NotBuilt {
+                path: path.to_path_buf(),
+            })
         }
     }
 
     /// Stops sampling and writes the folded stacks (root first, `;`-separated, then the
     /// sample count), heaviest first.
-    pub fn finish(self) -> anyhow::Result<()> {
+    pub fn finish(self) -> Result<(), HostProfileError> {
         #[cfg(feature = "host-profile")]
         {
             use std::fmt::Write as _;
@@ -49,7 +52,9 @@ impl HostProfile {
                 .guard
                 .report()
                 .build()
-                .map_err(|e| anyhow::anyhow!("cannot build the host profile: {e}"))?;
+                .map_err(|e| HostProfileError::Build {
+                    cause: e.to_string(),
+                })?;
             let mut lines: Vec<(String, isize)> = report
                 .data
                 .iter()
@@ -69,8 +74,11 @@ impl HostProfile {
             for (stack, count) in lines {
                 let _ = writeln!(text, "{stack} {count}");
             }
-            std::fs::write(&self.path, text).map_err(|e| {
-                anyhow::anyhow!("cannot write the host profile {}: {e}", self.path.display())
+            medddpm_atomic::write(&self.path, text.as_bytes()).map_err(|source| {
+                HostProfileError::Write {
+                    path: self.path.clone(),
+                    source,
+                }
             })
         }
         #[cfg(not(feature = "host-profile"))]

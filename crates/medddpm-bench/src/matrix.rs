@@ -7,27 +7,15 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use medddpm_backend::{BackendKind, Precision};
-use medddpm_unet::Layout;
-
-use crate::record::{BenchRecord, RecordStatus, LOG_TAIL};
+pub use crate::cell::Cell;
+use crate::error::{Error, FileAction, Result};
+use crate::record::{BenchRecord, RecordBackend, RecordStatus};
 use crate::single::SingleConfig;
-
-/// One cell of the matrix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cell {
-    /// Backend.
-    pub backend: BackendKind,
-    /// Precision.
-    pub precision: Precision,
-    /// Layout.
-    pub layout: Layout,
-}
 
 /// How to run the children.
 pub struct ChildSpec {
@@ -40,6 +28,9 @@ pub struct ChildSpec {
     pub tune_cache: Option<PathBuf>,
 }
 
+/// Lines of a child's output kept for a failed configuration's record.
+const TAIL_LINES: usize = 12;
+
 /// A record for a cell that never produced one.
 pub fn placeholder(
     cell: Cell,
@@ -48,13 +39,10 @@ pub fn placeholder(
     message: String,
 ) -> BenchRecord {
     let mut r = BenchRecord::new(
-        cell.backend.name(),
-        "",
-        cell.precision.name(),
-        &cell.layout.to_string(),
-        &config.model,
-        config.size,
-        config.batch,
+        RecordBackend::burn(cell.backend),
+        cell.precision,
+        cell.layout,
+        config.workload(),
         status,
     );
     r.message = Some(message);
@@ -69,102 +57,162 @@ pub fn run_cell(
     config: &SingleConfig,
     scratch: &Path,
 ) -> BenchRecord {
-    let label = format!("{}/{}/{}", cell.backend, cell.precision, cell.layout);
-    let record_path = scratch.join(format!(
-        "cell-{}-{}-{}.json",
-        cell.backend, cell.precision, cell.layout
-    ));
-    let config_path = record_path.with_extension("config.json");
-    let _ = std::fs::remove_file(&record_path);
-    let run = || -> anyhow::Result<BenchRecord> {
-        std::fs::write(&config_path, serde_json::to_vec(config)?)
-            .with_context(|| format!("writing {}", config_path.display()))?;
-        let mut cmd = Command::new(&spec.command[0]);
-        cmd.args(&spec.command[1..])
-            .arg("--single-config")
-            .arg(&config_path)
-            .arg("--single-out")
-            .arg(&record_path)
-            .args(["--backends", cell.backend.name()])
-            .args(["--precisions", cell.precision.name()])
-            .args(["--layouts", &cell.layout.to_string()]);
-        if let Some(dir) = &spec.tune_cache {
-            cmd.arg("--tune-cache").arg(dir);
-        }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", spec.command[0]))?;
-        let tail = Arc::new(Mutex::new(Vec::<String>::new()));
-        let reader = {
-            let tail = tail.clone();
-            let stderr = child.stderr.take().expect("piped stderr");
-            let label = label.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    eprintln!("[{label}] {line}");
-                    let mut t = tail.lock().unwrap();
-                    t.push(line);
-                    if t.len() > 12 {
-                        t.remove(0);
-                    }
-                }
-            })
-        };
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break Some(status);
-            }
-            if start.elapsed() > spec.timeout {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
-        let _ = reader.join();
-        let tail = tail.lock().unwrap().join(" | ");
-        let read = || -> anyhow::Result<BenchRecord> {
-            let text = std::fs::read_to_string(&record_path)
-                .with_context(|| format!("reading {}", record_path.display()))?;
-            serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", record_path.display()))
-        };
-        match status {
-            // Killed: keep what it measured before (its partial record), marked as failed.
-            None if record_path.is_file() => {
-                let mut r = read()?;
-                r.status = RecordStatus::Failed;
-                r.message = Some(format!(
-                    "timed out after {} s ({}){LOG_TAIL}{tail}",
-                    spec.timeout.as_secs(),
-                    r.message.unwrap_or_default()
-                ));
-                Ok(r)
-            }
-            None => Ok(placeholder(
-                cell,
-                config,
-                RecordStatus::Failed,
-                format!(
-                    "timed out after {} s{LOG_TAIL}{tail}",
-                    spec.timeout.as_secs()
-                ),
-            )),
-            Some(_) if record_path.is_file() => read(),
-            Some(status) => Ok(placeholder(
-                cell,
-                config,
-                RecordStatus::Failed,
-                format!("the run exited with {status} without a result{LOG_TAIL}{tail}"),
-            )),
-        }
-    };
-    let record =
-        run().unwrap_or_else(|e| placeholder(cell, config, RecordStatus::Failed, format!("{e:#}")));
-    let _ = std::fs::remove_file(&config_path);
-    let _ = std::fs::remove_file(&record_path);
+    let files = CellFiles::new(scratch, cell);
+    let _ = std::fs::remove_file(&files.record);
+    let record = run_child(spec, cell, config, &files)
+        .unwrap_or_else(|e| placeholder(cell, config, RecordStatus::Failed, e.chain()));
+    let _ = std::fs::remove_file(&files.config);
+    let _ = std::fs::remove_file(&files.record);
     record
+}
+
+/// The files a child reads its configuration from and writes its record to.
+struct CellFiles {
+    record: PathBuf,
+    config: PathBuf,
+}
+
+impl CellFiles {
+    fn new(scratch: &Path, cell: Cell) -> Self {
+        let record = scratch.join(format!(
+            "cell-{}-{}-{}.json",
+            cell.backend, cell.precision, cell.layout
+        ));
+        let config = record.with_extension("config.json");
+        Self { record, config }
+    }
+
+    /// The record the child wrote (complete, or as it stood after its last finished phase).
+    fn read_record(&self) -> Result<BenchRecord> {
+        let text = std::fs::read_to_string(&self.record)
+            .map_err(Error::io(FileAction::Read, &self.record))?;
+        serde_json::from_str(&text).map_err(|source| Error::Parse {
+            path: self.record.clone(),
+            source,
+        })
+    }
+}
+
+/// Starts the child, passes its output through, waits for it (killing it at the timeout) and
+/// turns what it left into the cell's record.
+fn run_child(
+    spec: &ChildSpec,
+    cell: Cell,
+    config: &SingleConfig,
+    files: &CellFiles,
+) -> Result<BenchRecord> {
+    medddpm_atomic::write(&files.config, &serde_json::to_vec(config)?)
+        .map_err(Error::io(FileAction::Write, &files.config))?;
+    let mut child = spawn(spec, cell, files)?;
+    let output = pass_through(&mut child, cell.to_string());
+    let status = wait_or_kill(&mut child, spec.timeout)?;
+    let tail = output.finish();
+    let secs = spec.timeout.as_secs();
+    match status {
+        // Killed: keep what it measured before (its partial record), marked as failed.
+        None if files.record.is_file() => {
+            let mut r = files.read_record()?;
+            r.status = RecordStatus::Failed;
+            r.message = Some(format!(
+                "timed out after {secs} s ({})",
+                r.message.unwrap_or_default()
+            ));
+            r.log_tail = Some(tail);
+            Ok(r)
+        }
+        None => Ok(failed_with_tail(
+            cell,
+            config,
+            format!("timed out after {secs} s"),
+            tail,
+        )),
+        Some(_) if files.record.is_file() => files.read_record(),
+        Some(status) => Ok(failed_with_tail(
+            cell,
+            config,
+            format!("the run exited with {status} without a result"),
+            tail,
+        )),
+    }
+}
+
+/// A failed cell's record: `message`, then the last lines the child printed.
+fn failed_with_tail(
+    cell: Cell,
+    config: &SingleConfig,
+    message: String,
+    tail: Vec<String>,
+) -> BenchRecord {
+    let mut r = placeholder(cell, config, RecordStatus::Failed, message);
+    r.log_tail = Some(tail);
+    r
+}
+
+/// Starts `spec`'s command on `cell`, its record going to `files.record`.
+fn spawn(spec: &ChildSpec, cell: Cell, files: &CellFiles) -> Result<Child> {
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .arg("--single-config")
+        .arg(&files.config)
+        .arg("--single-out")
+        .arg(&files.record)
+        .args(["--backends", cell.backend.name()])
+        .args(["--precisions", cell.precision.name()])
+        .args(["--layouts", &cell.layout.to_string()]);
+    if let Some(dir) = &spec.tune_cache {
+        cmd.arg("--tune-cache").arg(dir);
+    }
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(Error::io(FileAction::Start, Path::new(&spec.command[0])))
+}
+
+/// A child's standard error, passed through with its label and its last lines kept.
+struct PassThrough {
+    reader: JoinHandle<()>,
+    tail: Arc<Mutex<Vec<String>>>,
+}
+
+impl PassThrough {
+    /// Waits for the child's output to end and returns its last lines.
+    fn finish(self) -> Vec<String> {
+        let _ = self.reader.join();
+        let tail = self.tail.lock().unwrap();
+        tail.clone()
+    }
+}
+
+/// Prints `child`'s standard error prefixed with `[label]`, keeping its last lines.
+fn pass_through(child: &mut Child, label: String) -> PassThrough {
+    let tail = Arc::new(Mutex::new(Vec::<String>::new()));
+    let kept = tail.clone();
+    let stderr = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[{label}] {line}");
+            let mut t = kept.lock().unwrap();
+            t.push(line);
+            if t.len() > TAIL_LINES {
+                t.remove(0);
+            }
+        }
+    });
+    PassThrough { reader, tail }
+}
+
+/// The child's exit status, or `None` when it ran past `timeout` and was killed.
+fn wait_or_kill(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().map_err(Error::Wait)? {
+            return Ok(Some(status));
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

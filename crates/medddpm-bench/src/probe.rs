@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use anyhow::Context;
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
@@ -13,6 +12,8 @@ use medddpm_unet::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, FileAction, Result};
+
 /// Timestep the probe evaluates the network at.
 pub const PROBE_TIMESTEP: usize = 137;
 
@@ -21,7 +22,7 @@ pub const PROBE_TIMESTEP: usize = 137;
 pub const PROBE_VERSION: u32 = 2;
 
 /// Names the probe of `unet` at `size` with `seed` in cache file names.
-pub fn probe_key(unet: &UNetConfig, size: [usize; 3], seed: u64) -> anyhow::Result<String> {
+pub fn probe_key(unet: &UNetConfig, size: [usize; 3], seed: u64) -> Result<String> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(unet)?.hash(&mut hasher);
@@ -30,23 +31,21 @@ pub fn probe_key(unet: &UNetConfig, size: [usize; 3], seed: u64) -> anyhow::Resu
 }
 
 /// Reads a little-endian f64 file.
-pub fn read_f64(path: &Path) -> anyhow::Result<Vec<f64>> {
+pub fn read_f64(path: &Path) -> Result<Vec<f64>> {
     Ok(std::fs::read(path)
-        .with_context(|| format!("reading {}", path.display()))?
+        .map_err(Error::io(FileAction::Read, path))?
         .chunks_exact(8)
         .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
         .collect())
 }
 
 /// Writes a little-endian f64 file atomically.
-pub fn write_f64(path: &Path, values: &[f64]) -> anyhow::Result<()> {
+pub fn write_f64(path: &Path, values: &[f64]) -> Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(Error::io(FileAction::CreateDir, dir))?;
     }
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    medddpm_atomic::write(path, &bytes).map_err(Error::io(FileAction::Write, path))
 }
 
 /// The probe's network (seeded random weights, the same at every size: they are drawn before
@@ -55,7 +54,7 @@ fn seeded(
     unet: &UNetConfig,
     size: [usize; 3],
     seed: u64,
-) -> anyhow::Result<(medddpm_unet::UNet<Flex>, Tensor<Flex, 5>)> {
+) -> Result<(medddpm_unet::UNet<Flex>, Tensor<Flex, 5>)> {
     let device = Default::default();
     Flex::seed(&device, seed);
     let model = randomize_weights(unet.init::<Flex>(&device)?);
@@ -183,7 +182,7 @@ impl Probe {
         size: [usize; 3],
         seed: u64,
         cache: Option<&Path>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self> {
         let (model, x) = seeded(unet, size, seed)?;
         let weights = weight_values(&model);
         let key = format!("reference-{}.f64", probe_key(unet, size, seed)?);
@@ -196,7 +195,10 @@ impl Probe {
                     .forward(x.clone().cast(FloatDType::F64), &[PROBE_TIMESTEP])
                     .into_data()
                     .to_vec()
-                    .map_err(|e| anyhow::anyhow!("reading the reference output: {e:?}"))?;
+                    .map_err(|e| Error::ReadTensor {
+                        what: "reference output",
+                        cause: format!("{e:?}"),
+                    })?;
                 if let Some(path) = &cache_stem {
                     write_f64(path, &out)?;
                 }
@@ -217,14 +219,14 @@ impl Probe {
         &self,
         case: &ProbeCase,
         device: &B::Device,
-    ) -> anyhow::Result<ProbeResult> {
+    ) -> Result<ProbeResult> {
         let (model, x) = self.model_and_input::<B>(case, device)?;
         let out: Vec<f64> = model
             .forward(x, &[PROBE_TIMESTEP])
             .cast(FloatDType::F64)
             .into_data()
             .to_vec()
-            .map_err(|e| anyhow::anyhow!("reading the probe output: {e:?}"))?;
+            .map_err(probe_output_error)?;
         Ok(compare(&out, &self.reference, case.tolerance))
     }
 }
@@ -238,7 +240,7 @@ impl Probe {
         size: [usize; 3],
         seed: u64,
         reference: Vec<f64>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self> {
         let (model, x) = seeded(unet, size, seed)?;
         Ok(Self {
             size,
@@ -254,14 +256,14 @@ impl Probe {
         &self,
         case: &ProbeCase,
         device: &B::Device,
-    ) -> anyhow::Result<Vec<f64>> {
+    ) -> Result<Vec<f64>> {
         let (model, x) = self.model_and_input::<B>(case, device)?;
         model
             .forward(x, &[PROBE_TIMESTEP])
             .cast(FloatDType::F64)
             .into_data()
             .to_vec()
-            .map_err(|e| anyhow::anyhow!("reading the probe output: {e:?}"))
+            .map_err(probe_output_error)
     }
 
     /// Compares an output of this probe with its reference.
@@ -273,7 +275,7 @@ impl Probe {
         &self,
         case: &ProbeCase,
         device: &B::Device,
-    ) -> anyhow::Result<(medddpm_unet::UNet<B>, Tensor<B, 5>)> {
+    ) -> Result<(medddpm_unet::UNet<B>, Tensor<B, 5>)> {
         let model = load_weight_values(case.unet.init::<B>(device)?, self.weights.clone());
         let model = cast_compute_params(model, case.dtype).with_compute(case.compute);
         Ok((model, Tensor::<B, 5>::from_data(self.input.clone(), device)))
@@ -285,7 +287,7 @@ impl Probe {
         &self,
         case: &ProbeCase,
         device: &B::Device,
-    ) -> anyhow::Result<Option<String>> {
+    ) -> Result<Option<String>> {
         let (model, x) = self.model_and_input::<B>(case, device)?;
         let profile = std::cell::RefCell::new(medddpm_unet::OpProfile {
             check_finite: true,
@@ -302,16 +304,15 @@ impl Probe {
         &self,
         case: &ProbeCase,
         device: &B::Device,
-    ) -> anyhow::Result<Located> {
+    ) -> Result<Located> {
         let reference = self.reference_stats(case.unet)?;
         let (model, x) = self.model_and_input::<B>(case, device)?;
         let stats = op_stats(&model, x);
         if stats.len() != reference.len() {
-            anyhow::bail!(
-                "the profiled pass ran {} operations, the reference {}",
-                stats.len(),
-                reference.len()
-            );
+            return Err(Error::OperationCount {
+                ran: stats.len(),
+                reference: reference.len(),
+            });
         }
         let ops = stats
             .iter()
@@ -330,16 +331,17 @@ impl Probe {
 
     /// Per-operation statistics of the float64 reference pass (channels-first, CPU), cached
     /// beside the reference output.
-    fn reference_stats(&self, unet: &UNetConfig) -> anyhow::Result<Vec<OpStats>> {
+    fn reference_stats(&self, unet: &UNetConfig) -> Result<Vec<OpStats>> {
         let path = self
             .cache_stem
             .as_ref()
             .map(|stem| stem.with_extension("stats.json"));
         if let Some(path) = path.as_ref().filter(|p| p.is_file()) {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            return serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", path.display()));
+            let text = std::fs::read_to_string(path).map_err(Error::io(FileAction::Read, path))?;
+            return serde_json::from_str(&text).map_err(|source| Error::Parse {
+                path: path.clone(),
+                source,
+            });
         }
         let device = Default::default();
         let case = ProbeCase {
@@ -351,12 +353,18 @@ impl Probe {
         let (model, x) = self.model_and_input::<Flex>(&case, &device)?;
         let stats = op_stats(&model, x.cast(FloatDType::F64));
         if let Some(path) = path {
-            let tmp = path.with_extension("stats.json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec(&stats)?)
-                .with_context(|| format!("writing {}", tmp.display()))?;
-            std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+            medddpm_atomic::write(&path, &serde_json::to_vec(&stats)?)
+                .map_err(Error::io(FileAction::Write, &path))?;
         }
         Ok(stats)
+    }
+}
+
+/// The error of reading the probe's output back from the device.
+fn probe_output_error(e: impl std::fmt::Debug) -> Error {
+    Error::ReadTensor {
+        what: "probe output",
+        cause: format!("{e:?}"),
     }
 }
 

@@ -1,9 +1,22 @@
 //! One row of the benchmark matrix, as written to the JSON-lines file and read back by the
 //! report writers.
+//!
+//! The record is typed (backend, precision, layout and model are enums, a failed run's log tail
+//! is a list of lines, a quoted figure says where it comes from); its JSON is the flat one of
+//! the files already in `docs/benchmarks` (`record/wire.rs`), so those still read and the bytes
+//! written have not changed.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
+use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, RunEnv};
+use medddpm_unet::Layout;
 use serde::{Deserialize, Serialize};
+
+use crate::options::Model;
+
+mod wire;
 
 /// What became of one configuration of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,20 +32,157 @@ pub enum RecordStatus {
     Failed,
 }
 
+impl RecordStatus {
+    /// Lower-case name, as the reports show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordStatus::Ok => "ok",
+            RecordStatus::Disagrees => "disagrees",
+            RecordStatus::Unsupported => "unsupported",
+            RecordStatus::Failed => "failed",
+        }
+    }
+}
+
+/// What computed a row: burn on one of its backends, or the PyTorch reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordBackend {
+    /// burn on `backend`. The engines are part of what is measured: cuDNN rows are labelled
+    /// `cuda+cudnn`, rows with GroupNorm as burn's plain ops `+normops`.
+    Burn {
+        /// The backend.
+        backend: BackendKind,
+        /// cuDNN computed the convolutions.
+        cudnn: bool,
+        /// GroupNorm ran as burn's ops (`--norm-engine ops`).
+        norm_ops: bool,
+    },
+    /// The PyTorch reference implementation. With `torch.backends.cudnn.benchmark` on, the
+    /// layout is labelled `+cudnn.benchmark`.
+    PyTorch {
+        /// Whether cuDNN benchmarked its algorithms.
+        cudnn_benchmark: bool,
+    },
+}
+
+impl RecordBackend {
+    /// burn on `backend` with its default engines.
+    pub fn burn(backend: BackendKind) -> Self {
+        RecordBackend::Burn {
+            backend,
+            cudnn: false,
+            norm_ops: false,
+        }
+    }
+
+    /// The backend and engines a run found itself on.
+    pub fn of(env: &RunEnv) -> Self {
+        RecordBackend::Burn {
+            backend: env.backend,
+            cudnn: env.conv_engine == ConvEngine::Cudnn,
+            norm_ops: env.norm_engine == NormEngine::Ops,
+        }
+    }
+}
+
+impl fmt::Display for RecordBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RecordBackend::Burn {
+                backend,
+                cudnn,
+                norm_ops,
+            } => {
+                f.write_str(backend.name())?;
+                if cudnn {
+                    f.write_str("+cudnn")?;
+                }
+                if norm_ops {
+                    f.write_str("+normops")?;
+                }
+                Ok(())
+            }
+            RecordBackend::PyTorch { .. } => f.write_str("pytorch"),
+        }
+    }
+}
+
+impl FromStr for RecordBackend {
+    type Err = String;
+    /// A label as [`fmt::Display`] writes it (`cuda+cudnn`, `cpu+normops`, `pytorch`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "pytorch" {
+            return Ok(RecordBackend::PyTorch {
+                cudnn_benchmark: false,
+            });
+        }
+        let (rest, norm_ops) = match s.strip_suffix("+normops") {
+            Some(rest) => (rest, true),
+            None => (s, false),
+        };
+        let (name, cudnn) = match rest.strip_suffix("+cudnn") {
+            Some(name) => (name, true),
+            None => (rest, false),
+        };
+        let backend = BackendKind::ALL
+            .into_iter()
+            .find(|b| b.name() == name)
+            .ok_or_else(|| format!("unknown backend '{s}' in a benchmark record"))?;
+        Ok(RecordBackend::Burn {
+            backend,
+            cudnn,
+            norm_ops,
+        })
+    }
+}
+
+/// Where a row's figures come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Measured by this benchmark.
+    #[default]
+    Measured,
+    /// Quoted from elsewhere (the PyTorch reference's figures), drawn as a reference.
+    Quoted {
+        /// The document the figures come from.
+        from: String,
+    },
+}
+
+impl Source {
+    /// Whether the figures were measured here.
+    pub fn is_measured(&self) -> bool {
+        matches!(self, Source::Measured)
+    }
+}
+
+/// The network, volume and batch a row benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload {
+    /// The network.
+    pub model: Model,
+    /// Volume size (d, h, w).
+    pub size: [usize; 3],
+    /// Batch size.
+    pub batch: usize,
+}
+
 /// One configuration (backend x precision x layout) of the benchmark matrix and what was
 /// measured for it. Times in milliseconds unless the name says seconds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "wire::Record", try_from = "wire::Record")]
 pub struct BenchRecord {
-    /// `cuda`, `wgpu`, `cpu`, or `pytorch` for quoted reference rows.
-    pub backend: String,
+    /// burn's backend (and engines), or the PyTorch reference for quoted rows.
+    pub backend: RecordBackend,
     /// Device name (GPU model where known).
     pub device: String,
-    /// `fp32`, `tf32` or `bf16`.
-    pub precision: String,
-    /// `ncdhw` or `ndhwc`.
-    pub layout: String,
-    /// Model name (`whole-head`, ...).
-    pub model: String,
+    /// Precision of convolutions and products.
+    pub precision: Precision,
+    /// Activation layout.
+    pub layout: Layout,
+    /// The network.
+    pub model: Model,
     /// Volume size (d, h, w).
     pub size: [usize; 3],
     /// Batch size.
@@ -41,12 +191,17 @@ pub struct BenchRecord {
     pub status: RecordStatus,
     /// Why a configuration is unsupported, failed or disagreed; free text otherwise.
     pub message: Option<String>,
+    /// The last lines a failed run printed, where the benchmark kept them (JSON lines and CSV
+    /// show them after the message; the markdown report leaves a partial run's out). `Some`
+    /// and empty when the run printed nothing.
+    pub log_tail: Option<Vec<String>>,
+    /// Measured here, or quoted from elsewhere.
+    pub source: Source,
     /// Relative L2 error of the network output against the float64 CPU reference (agreement probe).
     pub agreement_rel_l2: Option<f64>,
     /// Tolerance the agreement probe was held to for this precision.
     pub agreement_tolerance: Option<f64>,
     /// What the output was compared with (`float64 cpu at 32x32x32`, `cuda fp32 at 128x128x128`).
-    #[serde(default)]
     pub agreement_reference: Option<String>,
     /// First sampling step (network forward), seconds: compilation and autotuning included.
     pub first_sample_step_s: Option<f64>,
@@ -56,7 +211,6 @@ pub struct BenchRecord {
     pub train_step_median_ms: Option<f64>,
     /// Median host time to enqueue a training micro-step (until the synchronisation that ends
     /// it): when it is close to `train_step_median_ms`, the GPU waits for the host.
-    #[serde(default)]
     pub train_issue_median_ms: Option<f64>,
     /// Median sampling step (network forward and DDPM update), synchronised.
     pub sample_step_median_ms: Option<f64>,
@@ -70,17 +224,14 @@ pub struct BenchRecord {
     /// One training micro-step split into its phases (forward and loss; backward, with the
     /// convolution data and weight gradients timed on their own; the Adam step), milliseconds,
     /// the phases synchronised.
-    #[serde(default)]
     pub train_breakdown_ms: BTreeMap<String, f64>,
     /// Of the profiled step's Adam phase, the host's time to enqueue the optimizer step
     /// (the rest of the phase is the device finishing it), milliseconds.
-    #[serde(default)]
     pub train_optimizer_issue_ms: Option<f64>,
     /// The host's threads over the timed training steps (CubeCL backends), milliseconds per
     /// step: how long burn-fusion's thread and the compute server's thread ran tasks, and how
     /// long the caller and the fusion thread waited for the next thread down (see
     /// `threads.rs`). A thread running for most of the step is what bounds it.
-    #[serde(default)]
     pub train_threads_ms: BTreeMap<String, f64>,
     /// Whether the tuning cache of this backend and precision already held results when the
     /// run started (it may still have lacked some kernels of this layout or size).
@@ -89,39 +240,39 @@ pub struct BenchRecord {
     /// profiled training step: `in use after the forward pass` (the live tensors, the saved
     /// activations among them, when memory peaks) and `reserved after the forward pass` (what
     /// the pools hold from the device).
-    #[serde(default)]
     pub burn_memory_mib: BTreeMap<String, f64>,
 }
 
-/// Separates a failed run's message from the tail of its log (the markdown report drops the
-/// tail of a partial run; JSON lines and CSV keep it).
+/// Separates a failed run's message from the tail of its log in the JSON lines and the CSV.
 pub(crate) const LOG_TAIL: &str = "; last output: ";
 
+/// Separates the lines of a log tail.
+pub(crate) const LOG_LINES: &str = " | ";
+
 impl BenchRecord {
-    /// A record with nothing measured yet.
-    #[allow(clippy::too_many_arguments)]
+    /// A record with nothing measured yet (and no device named).
     pub fn new(
-        backend: &str,
-        device: &str,
-        precision: &str,
-        layout: &str,
-        model: &str,
-        size: [usize; 3],
-        batch: usize,
+        backend: RecordBackend,
+        precision: Precision,
+        layout: Layout,
+        workload: Workload,
         status: RecordStatus,
     ) -> Self {
         Self {
-            backend: backend.to_string(),
-            device: device.to_string(),
-            precision: precision.to_string(),
-            layout: layout.to_string(),
-            model: model.to_string(),
-            size,
-            batch,
+            backend,
+            device: String::new(),
+            precision,
+            layout,
+            model: workload.model,
+            size: workload.size,
+            batch: workload.batch,
             status,
             message: None,
+            log_tail: None,
+            source: Source::Measured,
             agreement_rel_l2: None,
             agreement_tolerance: None,
+            agreement_reference: None,
             first_sample_step_s: None,
             first_train_step_s: None,
             train_step_median_ms: None,
@@ -133,10 +284,46 @@ impl BenchRecord {
             train_breakdown_ms: BTreeMap::new(),
             train_optimizer_issue_ms: None,
             train_threads_ms: BTreeMap::new(),
-            agreement_reference: None,
             tune_cache_warm: None,
             burn_memory_mib: BTreeMap::new(),
         }
+    }
+
+    /// The network, volume and batch.
+    pub fn workload(&self) -> Workload {
+        Workload {
+            model: self.model,
+            size: self.size,
+            batch: self.batch,
+        }
+    }
+
+    /// The layout as the reports label it (`ncdhw+cudnn.benchmark` for a PyTorch row run with
+    /// cuDNN's benchmarking on).
+    pub fn layout_label(&self) -> String {
+        match self.backend {
+            RecordBackend::PyTorch {
+                cudnn_benchmark: true,
+            } => format!("{}+cudnn.benchmark", self.layout),
+            _ => self.layout.to_string(),
+        }
+    }
+
+    /// The message with the log tail after it, as the JSON lines and the CSV keep it.
+    pub fn full_message(&self) -> Option<String> {
+        match &self.log_tail {
+            None => self.message.clone(),
+            Some(lines) => Some(format!(
+                "{}{LOG_TAIL}{}",
+                self.message.as_deref().unwrap_or_default(),
+                lines.join(LOG_LINES)
+            )),
+        }
+    }
+
+    /// Whether the figures were quoted from elsewhere (reference rows).
+    pub fn is_quoted(&self) -> bool {
+        !self.source.is_measured()
     }
 
     /// Whether the timings may be reported: the run finished (Ok), or it was cut short (a
@@ -154,3 +341,6 @@ impl BenchRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,10 +8,10 @@ use burn::tensor::{DType, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
-use medddpm_bench::ModelArg;
+use medddpm_bench::Model;
 use medddpm_unet::{Compute, Layout};
 
-fn on_wgpu<T: BackendTask>(task: T) -> T::Output {
+fn on_wgpu<T: BackendTask<Error = anyhow::Error>>(task: T) -> T::Output {
     // cubecl takes one tuning cache per process: the tests share a fresh one.
     static CACHE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(|| tempfile::tempdir().unwrap());
@@ -72,6 +72,7 @@ struct Products;
 
 impl BackendTask for Products {
     type Output = Vec<(usize, usize, f64)>;
+    type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
@@ -119,12 +120,13 @@ struct TinyProbe;
 
 impl BackendTask for TinyProbe {
     type Output = Vec<(Layout, f64, Option<String>)>;
+    type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
         _: &RunEnv,
     ) -> anyhow::Result<Self::Output> {
-        let unet = ModelArg::Tiny.config();
+        let unet = Model::Tiny.config();
         let probe = Probe::new(&unet, [16; 3], 0, None)?;
         let mut out = Vec::new();
         for layout in Layout::ALL {
@@ -163,6 +165,7 @@ struct Convolutions;
 
 impl BackendTask for Convolutions {
     type Output = Vec<String>;
+    type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
@@ -202,6 +205,7 @@ struct GroupNormAndMemory;
 
 impl BackendTask for GroupNormAndMemory {
     type Output = (Vec<String>, Option<medddpm_kernels::MemoryStats>);
+    type Error = anyhow::Error;
 
     fn run<B: KernelAutodiffBackend>(
         self,
@@ -297,6 +301,7 @@ struct GroupNormKernels;
 
 impl BackendTask for GroupNormKernels {
     type Output = Vec<String>;
+    type Error = anyhow::Error;
 
     fn run<B: KernelAutodiffBackend>(
         self,
@@ -341,6 +346,7 @@ struct UpsampleKernels;
 
 impl BackendTask for UpsampleKernels {
     type Output = Vec<String>;
+    type Error = anyhow::Error;
 
     fn run<B: KernelAutodiffBackend>(
         self,
@@ -417,6 +423,7 @@ struct AdamKernel;
 
 impl BackendTask for AdamKernel {
     type Output = Vec<String>;
+    type Error = anyhow::Error;
 
     fn run<B: KernelAutodiffBackend>(
         self,

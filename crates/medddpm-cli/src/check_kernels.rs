@@ -7,19 +7,21 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use medddpm_backend::{
-    run_on, BackendKind, BackendTask, ComputeSettings, ConvEngine, KernelAutodiffBackend, Layout,
-    Precision, RunEnv,
+    run_on, BackendTask, ComputeSettings, ConvEngine, KernelAutodiffBackend, Layout, Precision,
+    RunEnv,
 };
 use medddpm_kernels::conv::{engine_vs_reference, ConvCase};
 use medddpm_kernels::norm::NormCase;
 use medddpm_kernels::NormEngine;
 use serde::Serialize;
 
+use crate::compute_args::BackendArg;
+
 #[derive(Debug, clap::Args)]
 pub struct CheckKernelsArgs {
     /// Backend to check.
     #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendKind,
+    backend: BackendArg,
     /// Precision (one per process: the GPU backends' precision switch is process-wide).
     #[arg(long)]
     precision: Option<Precision>,
@@ -148,23 +150,38 @@ fn tolerance(precision: Precision) -> f64 {
 
 impl BackendTask for Task {
     type Output = Report;
+    type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(
         self,
         device: B::Device,
         env: &RunEnv,
     ) -> anyhow::Result<Report> {
-        let mut rows = Vec::new();
-        let tol = tolerance(env.precision);
-        for layout in Layout::ALL {
-            let compute = medddpm_kernels::Compute {
-                layout,
-                ..env.compute()
-            };
-            for (i, case) in ConvCase::standard(self.scale).into_iter().enumerate() {
-                let [f, d, w] =
-                    engine_vs_reference::<B::InnerBackend>(&device, case, compute, i as u64);
-                let pass = [f, d, w].iter().all(|e| e.is_finite() && *e <= tol);
-                eprintln!(
+        Ok(Report {
+            backend: env.backend.to_string(),
+            precision: env.precision.to_string(),
+            conv_engine: env.conv_engine.to_string(),
+            rows: conv_rows::<B>(&device, env, self.scale),
+            norm_engine: env.norm_engine.to_string(),
+            norm_rows: norm_rows::<B>(&device, env, self.scale),
+            upsample_rows: upsample_rows::<B>(&device, env, self.scale),
+            adam_rows: adam_rows::<B>(&device, env, self.scale),
+        })
+    }
+}
+
+/// The convolution engine against the f32 CPU convolution, both layouts.
+fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: usize) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let tol = tolerance(env.precision);
+    for layout in Layout::ALL {
+        let compute = medddpm_kernels::Compute {
+            layout,
+            ..env.compute()
+        };
+        for (i, case) in ConvCase::standard(scale).into_iter().enumerate() {
+            let [f, d, w] = engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64);
+            let pass = [f, d, w].iter().all(|e| e.is_finite() && *e <= tol);
+            eprintln!(
                     "{layout} {:>3}->{:<3} k{} s{} {:?} b{}: forward {f:.2e}, data grad {d:.2e}, weight grad {w:.2e} {}",
                     case.c_in,
                     case.c_out,
@@ -174,32 +191,41 @@ impl BackendTask for Task {
                     case.batch,
                     if pass { "ok" } else { "OUTSIDE TOLERANCE" }
                 );
-                rows.push(Row {
-                    case,
-                    layout: layout.to_string(),
-                    forward: f,
-                    data_grad: d,
-                    weight_grad: w,
-                    tolerance: tol,
-                    pass,
-                });
-            }
+            rows.push(Row {
+                case,
+                layout: layout.to_string(),
+                forward: f,
+                data_grad: d,
+                weight_grad: w,
+                tolerance: tol,
+                pass,
+            });
         }
-        let mut norm_rows = Vec::new();
-        let tol = norm_tolerance(env.precision);
-        for layout in Layout::ALL {
-            for (i, case) in NormCase::standard(self.scale).into_iter().enumerate() {
-                let errs = medddpm_kernels::norm::engine_vs_reference::<B::InnerBackend>(
-                    &device,
-                    case,
-                    layout,
-                    env.norm_engine,
-                    env.compute_dtype(),
-                    100 + i as u64,
-                );
-                let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
-                let [y, dx, dg, db] = errs;
-                eprintln!(
+    }
+    rows
+}
+
+/// GroupNorm (+ SiLU) against its plain-op twin, both layouts.
+fn norm_rows<B: KernelAutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    scale: usize,
+) -> Vec<NormRow> {
+    let mut norm_rows = Vec::new();
+    let tol = norm_tolerance(env.precision);
+    for layout in Layout::ALL {
+        for (i, case) in NormCase::standard(scale).into_iter().enumerate() {
+            let errs = medddpm_kernels::norm::engine_vs_reference::<B::InnerBackend>(
+                device,
+                case,
+                layout,
+                env.norm_engine,
+                env.compute_dtype(),
+                100 + i as u64,
+            );
+            let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
+            let [y, dx, dg, db] = errs;
+            eprintln!(
                     "{layout} GroupNorm {} channels / {} groups{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e} {}",
                     case.channels,
                     case.groups,
@@ -208,121 +234,131 @@ impl BackendTask for Task {
                     case.batch,
                     if pass { "ok" } else { "OUTSIDE TOLERANCE" }
                 );
-                norm_rows.push(NormRow {
-                    case,
-                    layout: layout.to_string(),
-                    forward: y,
-                    data_grad: dx,
-                    gamma_grad: dg,
-                    beta_grad: db,
-                    tolerance: tol,
-                    pass,
-                });
-            }
+            norm_rows.push(NormRow {
+                case,
+                layout: layout.to_string(),
+                forward: y,
+                data_grad: dx,
+                gamma_grad: dg,
+                beta_grad: db,
+                tolerance: tol,
+                pass,
+            });
         }
-        // Upsampling: the same tolerance as GroupNorm (f32 arithmetic; bf16 output rounding).
-        let mut upsample_rows = Vec::new();
-        for layout in Layout::ALL {
-            for (i, size) in [[1, 64, 4, 4, 4], [2, 3, 5, 1, 3], [1, 8, 7, 6, 5]]
-                .into_iter()
-                .enumerate()
-            {
-                let size = [
-                    size[0],
-                    size[1],
-                    size[2] * self.scale,
-                    size[3] * self.scale,
-                    size[4] * self.scale,
-                ];
-                let [f, b] = medddpm_kernels::upsample::engine_vs_reference::<B::InnerBackend>(
-                    &device,
-                    size,
-                    layout,
-                    env.compute_dtype(),
-                    200 + i as u64,
-                );
-                let pass = [f, b].iter().all(|e| e.is_finite() && *e <= tol);
-                eprintln!(
-                    "{layout} upsample x2 {size:?}: forward {f:.2e}, backward {b:.2e} {}",
-                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
-                );
-                upsample_rows.push(UpsampleRow {
-                    size,
-                    layout: layout.to_string(),
-                    forward: f,
-                    backward: b,
-                    tolerance: tol,
-                    pass,
-                });
-            }
+    }
+    norm_rows
+}
+
+/// Trilinear x2 upsampling against its plain-op twin, both layouts.
+fn upsample_rows<B: KernelAutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    scale: usize,
+) -> Vec<UpsampleRow> {
+    // Upsampling: the same tolerance as GroupNorm (f32 arithmetic; bf16 output rounding).
+    let tol = norm_tolerance(env.precision);
+    let mut upsample_rows = Vec::new();
+    for layout in Layout::ALL {
+        for (i, size) in [[1, 64, 4, 4, 4], [2, 3, 5, 1, 3], [1, 8, 7, 6, 5]]
+            .into_iter()
+            .enumerate()
+        {
+            let size = [
+                size[0],
+                size[1],
+                size[2] * scale,
+                size[3] * scale,
+                size[4] * scale,
+            ];
+            let [f, b] = medddpm_kernels::upsample::engine_vs_reference::<B::InnerBackend>(
+                device,
+                size,
+                layout,
+                env.compute_dtype(),
+                200 + i as u64,
+            );
+            let pass = [f, b].iter().all(|e| e.is_finite() && *e <= tol);
+            eprintln!(
+                "{layout} upsample x2 {size:?}: forward {f:.2e}, backward {b:.2e} {}",
+                if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+            );
+            upsample_rows.push(UpsampleRow {
+                size,
+                layout: layout.to_string(),
+                forward: f,
+                backward: b,
+                tolerance: tol,
+                pass,
+            });
         }
-        let mut adam_rows = Vec::new();
-        // f32 gradients, and in a 16-bit precision also that precision's gradients with the
-        // working copy the forward pass reads.
-        let mut works = vec![None];
-        if env.compute_dtype() != burn::tensor::DType::F32 {
-            works.push(Some(env.compute_dtype()));
-        }
-        for work in works {
-            for (i, len) in [1, 1000, 3 * 64 * 64 * 27 * self.scale + 7]
-                .into_iter()
-                .enumerate()
-            {
-                let steps = 4;
-                let errs = medddpm_kernels::adam::engine_vs_reference::<B::InnerBackend>(
-                    &device,
-                    len,
-                    steps,
-                    300 + i as u64,
-                    work,
-                );
-                let [p, m, v, c] = errs;
-                // The working copy must be exactly the cast of the master parameter.
-                let pass = [p, m, v]
-                    .iter()
-                    .all(|e| e.is_finite() && *e <= ADAM_TOLERANCE)
-                    && c == 0.0;
-                let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
-                eprintln!(
+    }
+    upsample_rows
+}
+
+/// The Adam update against its plain-op twin: f32 gradients, and the precision's own.
+fn adam_rows<B: KernelAutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    scale: usize,
+) -> Vec<AdamRow> {
+    let mut adam_rows = Vec::new();
+    // f32 gradients, and in a 16-bit precision also that precision's gradients with the
+    // working copy the forward pass reads.
+    let mut works = vec![None];
+    if env.compute_dtype() != burn::tensor::DType::F32 {
+        works.push(Some(env.compute_dtype()));
+    }
+    for work in works {
+        for (i, len) in [1, 1000, 3 * 64 * 64 * 27 * scale + 7]
+            .into_iter()
+            .enumerate()
+        {
+            let steps = 4;
+            let errs = medddpm_kernels::adam::engine_vs_reference::<B::InnerBackend>(
+                device,
+                len,
+                steps,
+                300 + i as u64,
+                work,
+            );
+            let [p, m, v, c] = errs;
+            // The working copy must be exactly the cast of the master parameter.
+            let pass = [p, m, v]
+                .iter()
+                .all(|e| e.is_finite() && *e <= ADAM_TOLERANCE)
+                && c == 0.0;
+            let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
+            eprintln!(
                     "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e} {}",
                     medddpm_kernels::adam::case_lengths(len).len(),
                     if pass { "ok" } else { "OUTSIDE TOLERANCE" }
                 );
-                adam_rows.push(AdamRow {
-                    len,
-                    steps,
-                    gradients: grads,
-                    param: p,
-                    moment_1: m,
-                    moment_2: v,
-                    working_copy: c,
-                    tolerance: ADAM_TOLERANCE,
-                    pass,
-                });
-            }
+            adam_rows.push(AdamRow {
+                len,
+                steps,
+                gradients: grads,
+                param: p,
+                moment_1: m,
+                moment_2: v,
+                working_copy: c,
+                tolerance: ADAM_TOLERANCE,
+                pass,
+            });
         }
-        Ok(Report {
-            backend: env.backend.to_string(),
-            precision: env.precision.to_string(),
-            conv_engine: env.conv_engine.to_string(),
-            rows,
-            norm_engine: env.norm_engine.to_string(),
-            norm_rows,
-            upsample_rows,
-            adam_rows,
-        })
     }
+    adam_rows
 }
 
 pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
     if args.scale == 0 {
         bail!("--scale must be at least 1");
     }
+    let backend = args.backend.into();
     let settings = ComputeSettings {
-        backend: args.backend,
+        backend,
         precision: args
             .precision
-            .unwrap_or_else(|| medddpm_backend::default_precision(args.backend)),
+            .unwrap_or_else(|| medddpm_backend::default_precision(backend)),
         layout: Layout::Ncdhw,
         conv_engine: args.conv_engine,
         norm_engine: args.norm_engine,
@@ -333,7 +369,8 @@ pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
     let failed = report.failed();
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
+        medddpm_atomic::write(out, text.as_bytes())
+            .with_context(|| format!("writing {}", out.display()))?;
     }
     println!(
         "{} / {} / {} convolutions, {} GroupNorm: {} of {} cases within tolerance ({:.0e} and {:.0e})",

@@ -1,6 +1,8 @@
 //! `medddpm`: train Med-DDPM models, sample synthetic MRI from masks, inspect files.
 
+mod bench_args;
 mod check_kernels;
+mod compute_args;
 mod eval;
 mod experiments;
 mod inspect;
@@ -36,48 +38,14 @@ enum Command {
     /// Print a NIfTI header, a resolved experiment config, or a checkpoint summary.
     Inspect(inspect::InspectArgs),
     /// Benchmark training and sampling steps over backend x precision x layout.
-    Bench(medddpm_bench::BenchArgs),
+    Bench(bench_args::BenchArgs),
     /// Check that every backend, precision and layout gives the float64 CPU reference's output
     /// within the precision's tolerance (same weights, same input).
-    Check(CheckArgs),
+    Check(bench_args::CheckArgs),
     /// Compare the convolution engine (cuDNN or burn's kernels) and the GroupNorm, upsampling
     /// and Adam kernels with burn's plain ops on the U-Net's geometries and odd ones: forward
     /// and gradients, both layouts.
     CheckKernels(check_kernels::CheckKernelsArgs),
-}
-
-/// `medddpm check`: the benchmark's agreement probe alone.
-#[derive(Debug, clap::Args)]
-struct CheckArgs {
-    /// Backends to check (default: the CPU and every GPU backend compiled in).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    backends: Option<Vec<medddpm_backend::BackendKind>>,
-    /// Precisions to check.
-    #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,bf16")]
-    precisions: Vec<medddpm_backend::Precision>,
-    /// Layouts to check.
-    #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
-    layouts: Vec<medddpm_unet::Layout>,
-    /// Convolution engine: auto (cuDNN on CUDA when it loads), cudnn or cubecl.
-    #[arg(long, default_value = "auto")]
-    conv_engine: medddpm_backend::ConvEngine,
-    /// Network configuration.
-    #[arg(long, value_enum, default_value = "whole-head")]
-    model: medddpm_bench::ModelArg,
-    /// Probe volume, D,H,W or one number (the float64 CPU reference of a whole-head network
-    /// takes minutes at 128^3 on a small machine; it is cached in the tuning-cache folder).
-    #[arg(long, default_value = "32", value_parser = medddpm_bench::cli::parse_size)]
-    size: [usize; 3],
-    /// Folder for the results.
-    #[arg(long, default_value = "check-results")]
-    out: std::path::PathBuf,
-    /// Kernel-tuning cache root.
-    #[arg(long)]
-    tune_cache: Option<std::path::PathBuf>,
-    /// Do not locate the first deviating operation of a configuration that disagrees (locating
-    /// costs one more float64 pass on the CPU, cached).
-    #[arg(long)]
-    no_locate: bool,
 }
 
 fn self_command(sub: &str) -> anyhow::Result<Vec<String>> {
@@ -85,40 +53,9 @@ fn self_command(sub: &str) -> anyhow::Result<Vec<String>> {
     Ok(vec![exe.to_string_lossy().into_owned(), sub.to_string()])
 }
 
-fn check(args: CheckArgs) -> anyhow::Result<()> {
-    use medddpm_backend::BackendKind;
-    let backends = args.backends.unwrap_or_else(|| {
-        [BackendKind::Cpu, BackendKind::Cuda, BackendKind::Wgpu]
-            .into_iter()
-            .filter(|b| b.compiled_in())
-            .collect()
-    });
-    let bench = medddpm_bench::BenchArgs {
-        backends,
-        precisions: args.precisions,
-        layouts: args.layouts,
-        conv_engine: args.conv_engine,
-        norm_engine: Default::default(),
-        model: args.model,
-        size: args.size,
-        batch: 1,
-        warmup: 0,
-        steps: 1,
-        no_breakdown: true,
-        out: args.out,
-        title: None,
-        pytorch_reference: None,
-        timeout: 1800,
-        tune_cache: args.tune_cache,
-        seed: 0,
-        report_only: false,
-        check_only: true,
-        locate: !args.no_locate,
-        host_profile: false,
-        single_config: None,
-        single_out: None,
-    };
-    medddpm_bench::run_bench(bench, self_command("bench")?)
+/// `medddpm bench` (and `check`, whose options are a bench run's) with these options.
+fn bench(options: medddpm_bench::BenchOptions) -> anyhow::Result<()> {
+    Ok(medddpm_bench::run_bench(options, self_command("bench")?)?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -128,8 +65,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args),
         Command::Render(args) => render::run(args),
         Command::Inspect(args) => inspect::run(args),
-        Command::Bench(args) => medddpm_bench::run_bench(args, self_command("bench")?),
-        Command::Check(args) => check(args),
+        Command::Bench(args) => bench(args.into_options()),
+        Command::Check(args) => bench(args.into_options()),
         Command::CheckKernels(args) => check_kernels::run(args),
     }
 }

@@ -7,11 +7,14 @@ use clap::{Args, ValueEnum};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::{Sampler, SamplerConfig, SamplerKind};
 use medddpm_train::data::list_masks;
-use medddpm_train::{load_sampling_model, sample_masks, SampleOptions, TrainError, WeightsSource};
-use medddpm_unet::{cast_compute_params, UNetConfig};
+use medddpm_train::{
+    load_sampling_model, sample_masks, ExperimentConfig, SampleOptions, TrainError, WeightsSource,
+};
+use medddpm_unet::cast_compute_params;
 
+use crate::compute_args::ComputeArgs;
 use crate::progress::SamplingProgress;
-use medddpm_backend::{run_on, BackendTask, ComputeArgs, RunEnv};
+use medddpm_backend::{run_on, BackendTask, RunEnv};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ReferenceModel {
@@ -93,7 +96,11 @@ struct SampleTask {
     live: bool,
     masks: Vec<PathBuf>,
     out: PathBuf,
-    options: SampleOptions,
+    samples_per_mask: usize,
+    seed: u64,
+    rescale: Option<(f32, f32)>,
+    trajectory: Option<usize>,
+    overwrite: bool,
     sampler: SamplerFlags,
 }
 
@@ -125,12 +132,19 @@ impl SamplerFlags {
 
 impl BackendTask for SampleTask {
     type Output = ();
+    type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         let mut model = load_sampling_model::<B::InnerBackend>(&self.source, self.live, &device)?;
         model.unet =
             cast_compute_params(model.unet, env.compute_dtype()).with_compute(env.compute());
-        let mut options = self.options;
-        options.sampler = self.sampler.resolve(&model.config.sampler);
+        let options = SampleOptions {
+            samples_per_mask: self.samples_per_mask,
+            seed: self.seed,
+            rescale: self.rescale,
+            sampler: self.sampler.resolve(&model.config.sampler),
+            trajectory: self.trajectory,
+            overwrite: self.overwrite,
+        };
         let steps = Sampler::new(model.schedule.clone(), &options.sampler)?.num_steps();
         crate::oom::describe(format!(
             "sampling {:?} volumes (model_channels {}) in {} {} on {}",
@@ -185,27 +199,19 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         .extension()
         .is_some_and(|e| e == "pt" || e == "pth");
     let source = if is_pt {
-        let model = match args.reference_model {
-            ReferenceModel::WholeHead => UNetConfig::whole_head(),
-            ReferenceModel::Brats => UNetConfig::brats(),
+        let experiment = match args.reference_model {
+            ReferenceModel::WholeHead => ExperimentConfig::reference_whole_head(),
+            ReferenceModel::Brats => ExperimentConfig::reference_brats(),
         };
         WeightsSource::Reference {
             path: args.checkpoint.clone(),
-            model,
+            experiment: Box::new(experiment),
         }
     } else {
         WeightsSource::Checkpoint(args.checkpoint.clone())
     };
     let masks = list_masks(&args.masks)
         .with_context(|| format!("finding masks in {}", args.masks.display()))?;
-    let options = SampleOptions {
-        samples_per_mask: args.samples_per_mask,
-        seed: args.seed,
-        rescale: args.rescale,
-        sampler: SamplerConfig::default(),
-        trajectory: args.trajectory,
-        overwrite: args.overwrite,
-    };
     run_on(
         &args.compute.settings(),
         SampleTask {
@@ -213,7 +219,11 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
             live: args.live_weights,
             masks,
             out: args.out,
-            options,
+            samples_per_mask: args.samples_per_mask,
+            seed: args.seed,
+            rescale: args.rescale,
+            trajectory: args.trajectory,
+            overwrite: args.overwrite,
             sampler: SamplerFlags {
                 kind: args.sampler,
                 steps: args.steps,

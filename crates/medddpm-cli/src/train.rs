@@ -7,8 +7,9 @@ use clap::Args;
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_train::{train, ExperimentConfig, RunDir, SessionOptions};
 
+use crate::compute_args::ComputeArgs;
 use crate::progress::TrainBar;
-use medddpm_backend::{run_on, BackendTask, ComputeArgs, RunEnv};
+use medddpm_backend::{run_on, BackendTask, RunEnv};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -43,11 +44,13 @@ pub struct TrainArgs {
 struct TrainTask {
     config: ExperimentConfig,
     run: RunDir,
-    options: SessionOptions,
+    resume: bool,
+    max_steps: Option<usize>,
 }
 
 impl BackendTask for TrainTask {
     type Output = ();
+    type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         eprintln!(
             "training on the {} backend ({}, {}), run folder {}",
@@ -67,8 +70,11 @@ impl BackendTask for TrainTask {
             env.layout,
             env.backend
         ));
-        let mut options = self.options;
-        options.compute = env.compute();
+        let options = SessionOptions {
+            resume: self.resume,
+            max_steps: self.max_steps,
+            compute: env.compute(),
+        };
         let mut bar = TrainBar::new();
         let summary = train::<B>(&self.config, &self.run, &options, &device, &mut bar)?;
         drop(bar);
@@ -127,17 +133,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     for warning in config.model.unmatched_attention() {
         eprintln!("warning: [model] {warning}");
     }
-    let options = SessionOptions {
-        resume,
-        max_steps: args.max_steps,
-        ..Default::default()
-    };
     run_on(
         &args.compute.settings_with(&config.compute),
         TrainTask {
             config,
             run,
-            options,
+            resume,
+            max_steps: args.max_steps,
         },
     )
 }

@@ -1,0 +1,74 @@
+//! A measured case in the shape of burn's backend-comparison benchmarks
+//! (`burn_common::benchmark::Benchmark`: `prepare`, `execute`, `sync`): the case is prepared
+//! once, untimed (each case's `prepare` constructor), then run step by step, each step its
+//! `execute` (the work, enqueued) followed by its `sync` (waiting for the device). A step's
+//! time spans both. Unlike burn's, a case keeps its state from one step to the next (the
+//! sampling chain, the model being trained).
+
+use std::time::Instant;
+
+use super::ms_since;
+use crate::error::Result;
+
+/// One kind of step, run again and again.
+pub(super) trait Case {
+    /// What the host learns from one step besides its time.
+    type Output;
+    /// Runs one step: enqueues its work on the device.
+    fn execute(&mut self) -> Result<Self::Output>;
+    /// Waits until the device has finished the work enqueued so far.
+    fn sync(&self) -> Result<()>;
+}
+
+/// One step's time and output.
+pub(super) struct Step<O> {
+    /// Milliseconds, from the start of `execute` to the end of `sync`.
+    pub ms: f64,
+    /// What `execute` returned.
+    pub output: O,
+}
+
+/// Runs one step of `case` and times it.
+pub(super) fn step<C: Case>(case: &mut C) -> Result<Step<C::Output>> {
+    let start = Instant::now();
+    let output = case.execute()?;
+    case.sync()?;
+    Ok(Step {
+        ms: ms_since(start),
+        output,
+    })
+}
+
+/// The first step of `case`, in seconds: it compiles and tunes the step's kernels.
+pub(super) fn first_step<C: Case>(case: &mut C) -> Result<f64> {
+    let start = Instant::now();
+    case.execute()?;
+    case.sync()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// The timed steps, and what ran before the first of them returned (none without steps).
+pub(super) type Timed<O, T> = (Vec<Step<O>>, Option<T>);
+
+/// `warmup` untimed steps, then `steps` timed ones. `at_timed` runs just before the first
+/// timed step (when there is one); what it returns comes back with the steps.
+pub(super) fn timed_steps<C: Case, T>(
+    case: &mut C,
+    warmup: usize,
+    steps: usize,
+    at_timed: impl FnOnce() -> Result<T>,
+) -> Result<Timed<C::Output, T>> {
+    let mut at_timed = Some(at_timed);
+    let mut started = None;
+    let mut timed = Vec::with_capacity(steps);
+    for i in 0..warmup + steps {
+        if i == warmup {
+            started = at_timed.take().map(|f| f()).transpose()?;
+        }
+        let step = step(case)?;
+        if i >= warmup {
+            timed.push(step);
+        }
+    }
+    Ok((timed, started))
+}

@@ -1,0 +1,389 @@
+//! `medddpm bench` and `medddpm check`: their switches, turned into the benchmark's options in
+//! one place ([`BenchArgs::into_options`], [`CheckArgs::into_options`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::PossibleValue;
+use clap::{Args, ValueEnum};
+use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision};
+use medddpm_bench::{BenchOptions, Model};
+use medddpm_unet::Layout;
+
+use crate::compute_args::BackendArg;
+
+/// A network on the command line: its names and help come from [`Model`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelArg(pub Model);
+
+impl ValueEnum for ModelArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [ModelArg; 4] = [
+            ModelArg(Model::ALL[0]),
+            ModelArg(Model::ALL[1]),
+            ModelArg(Model::ALL[2]),
+            ModelArg(Model::ALL[3]),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()).help(self.0.description()))
+    }
+}
+
+/// `--size`: one number for a cube or D,H,W (commas or `x`).
+pub fn parse_size(s: &str) -> Result<[usize; 3], String> {
+    let parts: Result<Vec<usize>, _> = s
+        .split([',', 'x'])
+        .map(|p| p.trim().parse::<usize>())
+        .collect();
+    let size = match parts.map_err(|e| format!("'{s}': {e}"))?.as_slice() {
+        [n] => [*n; 3],
+        [d, h, w] => [*d, *h, *w],
+        _ => return Err(format!("'{s}': give one size or three (D,H,W)")),
+    };
+    if size.iter().any(|&n| n > MAX_SIDE) {
+        return Err(format!(
+            "'{s}': at most {MAX_SIDE} voxels per side (one 64-channel f32 activation of a {MAX_SIDE}^3 volume is already 256 GiB)"
+        ));
+    }
+    Ok(size)
+}
+
+/// Largest volume side `parse_size` accepts: far beyond any GPU's memory, and small enough that
+/// no product of sizes and channels overflows.
+const MAX_SIDE: usize = 1024;
+
+/// Measures training micro-steps and sampling steps over a matrix of backend x precision x
+/// layout, each configuration in its own process, and writes JSON lines, CSV, markdown and a
+/// PNG chart.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Backends to measure (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
+    pub backends: Vec<BackendArg>,
+    /// Precisions to measure.
+    #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,bf16")]
+    pub precisions: Vec<Precision>,
+    /// Activation layouts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
+    pub layouts: Vec<Layout>,
+    /// Convolution engine of every configuration: auto (cuDNN on CUDA when it loads), cudnn
+    /// or cubecl (burn's kernels). cuDNN rows are labelled `cuda+cudnn`.
+    #[arg(long, default_value = "auto")]
+    pub conv_engine: ConvEngine,
+    /// GroupNorm code of every configuration: kernel (CubeCL kernels on the GPU backends) or
+    /// ops (burn's ops, the reference). Rows with ops are labelled `+normops`.
+    #[arg(long, default_value = "kernel")]
+    pub norm_engine: NormEngine,
+    /// Network configuration.
+    #[arg(long, value_enum, default_value = "whole-head")]
+    pub model: ModelArg,
+    /// Volume size as D,H,W (or one number for a cube); every size a multiple of the network's
+    /// size divisor (16 for the released models).
+    #[arg(long, default_value = "128", value_parser = parse_size)]
+    pub size: [usize; 3],
+    /// Batch size.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Untimed steps after the first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// Skip the per-operation breakdown.
+    #[arg(long)]
+    pub no_breakdown: bool,
+    /// Folder for results.jsonl (appended to), results.csv, results.md and results.png.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Title of the chart and the markdown file.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Add the PyTorch reference's figures measured on this GPU (from peer-baseline.md) to the
+    /// report, marked as such. Only `h100` is known.
+    #[arg(long)]
+    pub pytorch_reference: Option<String>,
+    /// Kill a configuration's process after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub timeout: u64,
+    /// Kernel-tuning cache root (default: ~/.cache/medddpm/tune).
+    #[arg(long)]
+    pub tune_cache: Option<PathBuf>,
+    /// Seed of weights and inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Only rebuild the CSV, markdown and chart from results.jsonl.
+    #[arg(long)]
+    pub report_only: bool,
+    /// Only run the agreement probe of each configuration (what `medddpm check` does).
+    #[arg(long)]
+    pub check_only: bool,
+    /// When a configuration's output disagrees, compare every operation's output with the
+    /// float64 reference's and name the first that deviates (writes locate-*.json into --out;
+    /// costs a second float64 pass on the CPU, cached).
+    #[arg(long)]
+    pub locate: bool,
+    /// Sample the host's call stacks during the timed training steps and write them, folded,
+    /// into --out (`host-profile-*.folded`; needs a build with the `host-profile` feature).
+    #[arg(long)]
+    pub host_profile: bool,
+    /// Internal: run one configuration from this JSON file in this process.
+    #[arg(long, hide = true)]
+    pub single_config: Option<PathBuf>,
+    /// Internal: where the single configuration's record goes.
+    #[arg(long, hide = true)]
+    pub single_out: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// The benchmark's options these switches select.
+    pub fn into_options(self) -> BenchOptions {
+        BenchOptions {
+            backends: self.backends.into_iter().map(BackendKind::from).collect(),
+            precisions: self.precisions,
+            layouts: self.layouts,
+            conv_engine: self.conv_engine,
+            norm_engine: self.norm_engine,
+            model: self.model.0,
+            size: self.size,
+            batch: self.batch,
+            warmup: self.warmup,
+            steps: self.steps,
+            breakdown: !self.no_breakdown,
+            out: self.out,
+            title: self.title,
+            pytorch_reference: self.pytorch_reference,
+            timeout: Duration::from_secs(self.timeout),
+            tune_cache: self.tune_cache,
+            seed: self.seed,
+            report_only: self.report_only,
+            check_only: self.check_only,
+            locate: self.locate,
+            host_profile: self.host_profile,
+            single_config: self.single_config,
+            single_out: self.single_out,
+        }
+    }
+}
+
+/// `medddpm check`: the benchmark's agreement probe alone.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Backends to check (default: the CPU and every GPU backend compiled in).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    backends: Option<Vec<BackendArg>>,
+    /// Precisions to check.
+    #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,bf16")]
+    precisions: Vec<Precision>,
+    /// Layouts to check.
+    #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
+    layouts: Vec<Layout>,
+    /// Convolution engine: auto (cuDNN on CUDA when it loads), cudnn or cubecl.
+    #[arg(long, default_value = "auto")]
+    conv_engine: ConvEngine,
+    /// Network configuration.
+    #[arg(long, value_enum, default_value = "whole-head")]
+    model: ModelArg,
+    /// Probe volume, D,H,W or one number (the float64 CPU reference of a whole-head network
+    /// takes minutes at 128^3 on a small machine; it is cached in the tuning-cache folder).
+    #[arg(long, default_value = "32", value_parser = parse_size)]
+    size: [usize; 3],
+    /// Folder for the results.
+    #[arg(long, default_value = "check-results")]
+    out: PathBuf,
+    /// Kernel-tuning cache root.
+    #[arg(long)]
+    tune_cache: Option<PathBuf>,
+    /// Do not locate the first deviating operation of a configuration that disagrees (locating
+    /// costs one more float64 pass on the CPU, cached).
+    #[arg(long)]
+    no_locate: bool,
+}
+
+impl CheckArgs {
+    /// The benchmark's options of a check: one untimed step per configuration, the probe alone.
+    pub fn into_options(self) -> BenchOptions {
+        let backends = match self.backends {
+            Some(backends) => backends.into_iter().map(BackendKind::from).collect(),
+            None => [BackendKind::Cpu, BackendKind::Cuda, BackendKind::Wgpu]
+                .into_iter()
+                .filter(|b| b.compiled_in())
+                .collect(),
+        };
+        BenchOptions {
+            backends,
+            precisions: self.precisions,
+            layouts: self.layouts,
+            conv_engine: self.conv_engine,
+            norm_engine: NormEngine::default(),
+            model: self.model.0,
+            size: self.size,
+            batch: 1,
+            warmup: 0,
+            steps: 1,
+            breakdown: false,
+            out: self.out,
+            title: None,
+            pytorch_reference: None,
+            timeout: Duration::from_secs(1800),
+            tune_cache: self.tune_cache,
+            seed: 0,
+            report_only: false,
+            check_only: true,
+            locate: !self.no_locate,
+            host_profile: false,
+            single_config: None,
+            single_out: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum Command {
+        Bench(BenchArgs),
+        Check(CheckArgs),
+    }
+
+    fn bench(args: &[&str]) -> BenchOptions {
+        let all = [&["medddpm", "bench"], args].concat();
+        match Cli::parse_from(all).command {
+            Command::Bench(args) => args.into_options(),
+            Command::Check(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn sizes_parse_and_absurd_ones_are_refused() {
+        assert_eq!(parse_size("32"), Ok([32; 3]));
+        assert_eq!(parse_size("16,32x48"), Ok([16, 32, 48]));
+        assert!(parse_size("16,32")
+            .unwrap_err()
+            .contains("one size or three"));
+        let err = parse_size("4294967296").unwrap_err();
+        assert!(err.contains("at most 1024"), "{err}");
+    }
+
+    #[test]
+    fn the_switches_defaults_are_the_benchmarks() {
+        assert_eq!(bench(&[]), BenchOptions::default());
+    }
+
+    #[test]
+    fn every_switch_reaches_the_options() {
+        let options = bench(&[
+            "--backends",
+            "cpu,wgpu",
+            "--precisions",
+            "bf16",
+            "--layouts",
+            "ndhwc",
+            "--conv-engine",
+            "cubecl",
+            "--norm-engine",
+            "ops",
+            "--model",
+            "whole-head-c32",
+            "--size",
+            "16,32,48",
+            "--batch",
+            "2",
+            "--warmup",
+            "3",
+            "--steps",
+            "4",
+            "--no-breakdown",
+            "--out",
+            "o",
+            "--title",
+            "t",
+            "--pytorch-reference",
+            "h100",
+            "--timeout",
+            "7",
+            "--tune-cache",
+            "c",
+            "--seed",
+            "9",
+            "--report-only",
+            "--check-only",
+            "--locate",
+            "--host-profile",
+            "--single-config",
+            "s.json",
+            "--single-out",
+            "r.json",
+        ]);
+        let expected = BenchOptions {
+            backends: vec![BackendKind::Cpu, BackendKind::Wgpu],
+            precisions: vec![Precision::Bf16],
+            layouts: vec![Layout::Ndhwc],
+            conv_engine: ConvEngine::Cubecl,
+            norm_engine: NormEngine::Ops,
+            model: Model::WholeHeadC32,
+            size: [16, 32, 48],
+            batch: 2,
+            warmup: 3,
+            steps: 4,
+            breakdown: false,
+            out: "o".into(),
+            title: Some("t".into()),
+            pytorch_reference: Some("h100".into()),
+            timeout: Duration::from_secs(7),
+            tune_cache: Some("c".into()),
+            seed: 9,
+            report_only: true,
+            check_only: true,
+            locate: true,
+            host_profile: true,
+            single_config: Some("s.json".into()),
+            single_out: Some("r.json".into()),
+        };
+        assert_eq!(options, expected);
+    }
+
+    #[test]
+    fn check_runs_the_probe_alone() {
+        let Command::Check(args) =
+            Cli::parse_from(["medddpm", "check", "--backends", "cpu", "--model", "tiny"]).command
+        else {
+            unreachable!()
+        };
+        let options = args.into_options();
+        assert_eq!(options.backends, vec![BackendKind::Cpu]);
+        assert_eq!(options.model, Model::Tiny);
+        assert_eq!(options.size, [32; 3]);
+        assert!(options.check_only && options.locate && !options.breakdown);
+        assert_eq!((options.warmup, options.steps, options.batch), (0, 1, 1));
+        assert_eq!(options.out, PathBuf::from("check-results"));
+    }
+
+    #[test]
+    fn more_steps_than_timesteps_is_an_error() {
+        let out = std::env::temp_dir().join(format!("medddpm-cli-steps-{}", std::process::id()));
+        let options = bench(&[
+            "--backends",
+            "cpu",
+            "--steps",
+            "300",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = medddpm_bench::run_bench(options, vec!["unused".into()]).unwrap_err();
+        assert!(err.to_string().contains("250 timesteps"), "{err}");
+        let _ = std::fs::remove_dir_all(out);
+    }
+}

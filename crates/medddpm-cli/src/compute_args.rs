@@ -1,0 +1,150 @@
+//! The switches that choose how a command computes (`--backend`, `--precision`, ...): the
+//! command line's side of `medddpm_backend::ComputeRequest`.
+
+use std::path::PathBuf;
+
+use clap::builder::PossibleValue;
+use clap::ValueEnum;
+use medddpm_backend::{
+    BackendKind, ComputeConfig, ComputeRequest, ComputeSettings, ConvEngine, Layout, NormEngine,
+    Precision,
+};
+
+/// A backend on the command line: its names and help come from [`BackendKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendArg(pub BackendKind);
+
+impl ValueEnum for BackendArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [BackendArg; 4] = [
+            BackendArg(BackendKind::ALL[0]),
+            BackendArg(BackendKind::ALL[1]),
+            BackendArg(BackendKind::ALL[2]),
+            BackendArg(BackendKind::ALL[3]),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()).help(self.0.description()))
+    }
+}
+
+impl From<BackendArg> for BackendKind {
+    fn from(arg: BackendArg) -> Self {
+        arg.0
+    }
+}
+
+/// The command-line switches every command that computes shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ComputeArgs {
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// Precision of convolutions and matrix products: fp32 (strict IEEE, no tensor cores),
+    /// tf32 (tensor cores; CUDA only) or bf16 (mixed precision, f32 master weights).
+    /// Default: tf32 on CUDA (what burn and PyTorch's cuDNN convolutions do by default; strict
+    /// fp32 is many times slower there), fp32 elsewhere.
+    #[arg(long)]
+    pub precision: Option<Precision>,
+    /// Memory layout of the activations: ncdhw (channels-first, the default) or ndhwc
+    /// (channels-last).
+    #[arg(long)]
+    pub layout: Option<Layout>,
+    /// Library for the 3-D convolutions: auto (the default: cuDNN on CUDA when libcudnn.so.9
+    /// loads, else burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
+    #[arg(long)]
+    pub conv_engine: Option<ConvEngine>,
+    /// GroupNorm code: kernel (the default: CubeCL kernels on the CUDA and wgpu backends, burn's
+    /// ops on the CPU) or ops (burn's ops everywhere, the kernels' reference).
+    #[arg(long)]
+    pub norm_engine: Option<NormEngine>,
+    /// Kernel-tuning cache folder of the GPU backends (default: $MEDDDPM_TUNE_CACHE,
+    /// ~/.cache/medddpm/tune).
+    #[arg(long)]
+    pub tune_cache: Option<PathBuf>,
+}
+
+impl ComputeArgs {
+    /// What these switches ask for.
+    pub fn request(&self) -> ComputeRequest {
+        ComputeRequest {
+            backend: self.backend.into(),
+            precision: self.precision,
+            layout: self.layout,
+            conv_engine: self.conv_engine,
+            norm_engine: self.norm_engine,
+            tune_cache: self.tune_cache.clone(),
+        }
+    }
+
+    /// The settings these switches select.
+    pub fn settings(&self) -> ComputeSettings {
+        self.request().settings()
+    }
+
+    /// The settings these switches select, with an experiment's `[compute]` table filling in
+    /// what was not given on the command line.
+    pub fn settings_with(&self, config: &ComputeConfig) -> ComputeSettings {
+        self.request().settings_with(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        compute: ComputeArgs,
+    }
+
+    #[test]
+    fn switches_win_over_the_experiment_file() {
+        let file = ComputeConfig {
+            precision: Some(Precision::Bf16),
+            layout: Some(Layout::Ndhwc),
+            conv_engine: Some(ConvEngine::Cubecl),
+            norm_engine: Some(NormEngine::Ops),
+        };
+        let s = Cli::parse_from(["x", "--backend", "cpu"])
+            .compute
+            .settings_with(&file);
+        assert_eq!(
+            (s.precision, s.layout, s.conv_engine, s.norm_engine),
+            (
+                Precision::Bf16,
+                Layout::Ndhwc,
+                ConvEngine::Cubecl,
+                NormEngine::Ops
+            )
+        );
+        let cli = Cli::parse_from([
+            "x",
+            "--backend",
+            "cpu",
+            "--layout",
+            "ncdhw",
+            "--conv-engine",
+            "auto",
+        ]);
+        let s = cli.compute.settings_with(&file);
+        assert_eq!((s.layout, s.conv_engine), (Layout::Ncdhw, ConvEngine::Auto));
+        let s = cli.compute.settings();
+        assert_eq!(s.precision, Precision::Fp32);
+    }
+
+    #[test]
+    fn backends_are_named_as_the_library_names_them() {
+        for b in BackendKind::ALL {
+            let arg = BackendArg::from_str(b.name(), false).unwrap();
+            assert_eq!(BackendKind::from(arg), b);
+        }
+        assert!(BackendArg::from_str("metal", false).is_err());
+        let s = Cli::parse_from(["x"]).compute.settings();
+        assert_eq!(s.backend, BackendKind::Auto);
+    }
+}
