@@ -69,7 +69,7 @@ impl HostProfile {
                     (stack, count)
                 })
                 .collect();
-            lines.sort_by(|a, b| b.1.cmp(&a.1));
+            lines.sort_by_key(|l| std::cmp::Reverse(l.1));
             let mut text = String::new();
             for (stack, count) in lines {
                 let _ = writeln!(text, "{stack} {count}");

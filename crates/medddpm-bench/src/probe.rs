@@ -104,7 +104,7 @@ impl Located {
     pub fn first_over(&self) -> Option<usize> {
         self.ops
             .iter()
-            .position(|o| !(o.deviation <= self.tolerance))
+            .position(|o| o.deviation.is_nan() || o.deviation > self.tolerance)
     }
 
     /// One line naming the first operation over the tolerance and what came before it.

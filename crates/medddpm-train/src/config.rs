@@ -254,7 +254,8 @@ impl ExperimentConfig {
                 t.ema_decay
             ));
         }
-        if !(t.lr > 0.0) {
+        // Written so that NaN fails too.
+        if t.lr.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             return bad(format!("train.lr must be positive, got {}", t.lr));
         }
         // The schedule holds a dozen f64 buffers of this length (the reference uses 250).

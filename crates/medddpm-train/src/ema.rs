@@ -35,7 +35,7 @@ impl EmaSchedule {
     /// step counter after the optimizer step and before incrementing it, so the very first
     /// optimizer step (index 0) already copies the weights.
     pub fn action(&self, step: usize) -> EmaAction {
-        if step % self.every != 0 {
+        if !step.is_multiple_of(self.every) {
             EmaAction::Skip
         } else if step < self.start {
             EmaAction::Copy

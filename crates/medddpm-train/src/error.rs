@@ -33,7 +33,7 @@ pub enum TrainError {
     },
     /// The data could not be loaded.
     #[error(transparent)]
-    Data(#[from] DataError),
+    Data(Box<DataError>),
     /// The network could not be built or loaded.
     #[error(transparent)]
     UNet(#[from] medddpm_unet::UNetError),
@@ -89,6 +89,14 @@ pub enum TrainError {
 impl From<medddpm_render::RenderError> for TrainError {
     fn from(e: medddpm_render::RenderError) -> Self {
         Self::Render(Box::new(e))
+    }
+}
+
+// Boxed: `DataError`'s variants carry several paths, and every `Result<_, TrainError>` would
+// otherwise be as large as the largest of them.
+impl From<DataError> for TrainError {
+    fn from(e: DataError) -> Self {
+        Self::Data(Box::new(e))
     }
 }
 

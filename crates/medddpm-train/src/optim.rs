@@ -334,6 +334,13 @@ where
     }
 }
 
+/// One parameter's update: its step count, the update's results and what rebuilds it.
+type Updated<B> = (
+    usize,
+    AdamOutput<<B as AutodiffBackend>::InnerBackend>,
+    Box<dyn std::any::Any>,
+);
+
 /// Puts the updated parameters, their states and working copies in place of the
 /// placeholders [`Take`] left.
 struct Replace<'a, M, B>
@@ -344,7 +351,7 @@ where
     records: &'a mut Records<M, B>,
     copies: &'a mut HashMap<ParamId, FloatTensor<B::InnerBackend>>,
     /// Per parameter: its step count, the update's results and what rebuilds it.
-    updated: HashMap<ParamId, (usize, AdamOutput<B::InnerBackend>, Box<dyn std::any::Any>)>,
+    updated: HashMap<ParamId, Updated<B>>,
 }
 
 impl<M, B> ModuleMapper<B> for Replace<'_, M, B>
@@ -426,7 +433,7 @@ mod tests {
         let (mut state_a, mut state_b) = (None, None);
         for step in 0..5 {
             // Gradients of every scale, some tiny (where epsilon matters).
-            let scale = 10f64.powi(step as i32 - 4);
+            let scale = 10f64.powi(step - 4);
             let grad = Tensor::<C, 2>::random([7, 5], Distribution::Normal(0.0, scale), &device);
             let lr = 1e-2 / (step + 1) as f64;
             (a, state_a) = ours.step(lr, a, grad.clone(), state_a);

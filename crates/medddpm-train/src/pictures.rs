@@ -81,7 +81,7 @@ impl Trajectory {
     /// Whether step `done` (1-based) becomes a frame; the caller reads the sample back from
     /// the device only then.
     pub fn wants(&self, done: usize) -> bool {
-        done % self.every == 0 || done == self.total
+        done.is_multiple_of(self.every) || done == self.total
     }
 
     /// Adds the sample after step `done` (values in file order on the mask's grid).

@@ -239,7 +239,7 @@ pub fn sample_masks<B: KernelBackend>(
     device: &B::Device,
     mut progress: impl FnMut(usize, usize, usize),
 ) -> Result<Vec<PathBuf>, TrainError> {
-    let scheme: LabelScheme = model.config.data.label_scheme.clone().into();
+    let scheme = model.config.data.label_scheme.clone();
     let sampler = Sampler::new(model.schedule.clone(), &options.sampler)
         .map_err(|e| TrainError::Config {
             path: None,

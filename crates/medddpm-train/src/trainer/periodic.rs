@@ -48,7 +48,7 @@ pub(super) fn checkpoint_and_sample<B: KernelAutodiffBackend>(
     }
     let mut samples = Vec::new();
     let step = session.state.step;
-    if settings.samples_per_checkpoint > 0 && step % settings.save_every == 0 {
+    if settings.samples_per_checkpoint > 0 && step.is_multiple_of(settings.save_every) {
         let ema = cast_compute_params(
             session.ema.clone(),
             options.compute.precision.compute_dtype(),
