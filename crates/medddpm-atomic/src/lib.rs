@@ -128,7 +128,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_folder_is_an_error_and_a_bare_name_writes_here() {
+    fn a_missing_folder_is_an_error_and_a_bare_name_resolves_to_the_working_folder() {
         let dir = tempfile::tempdir().unwrap();
         let err = write(&dir.path().join("no/such/a.json"), b"x").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);

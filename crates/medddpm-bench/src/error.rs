@@ -292,15 +292,12 @@ pub enum HostProfileError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ChartError {
-    /// The embedded font did not parse.
-    #[error("the embedded chart font could not be parsed")]
-    Font,
     /// plotters could not draw.
     #[error("{0}")]
     Draw(String),
-    /// The pixels could not be encoded as PNG.
-    #[error("cannot encode the PNG")]
-    Encode(#[source] png::EncodingError),
+    /// The embedded font or the PNG encoding (both `medddpm-render`'s) failed.
+    #[error(transparent)]
+    Render(medddpm_render::RenderError),
 }
 
 impl<E: std::error::Error + Send + Sync> From<plotters::drawing::DrawingAreaErrorKind<E>>

@@ -7,6 +7,7 @@ use clap::Args;
 use medddpm_metrics::{evaluate, EvalInput, EvalReport, MsSsimOptions, NamedImage, NamedLabels};
 use medddpm_nifti::{Normalization, Volume};
 use medddpm_train::data::list_masks;
+use medddpm_train::data::nifti_stem;
 use medddpm_train::sample::mask_stem;
 
 #[derive(Debug, Args)]
@@ -35,11 +36,9 @@ pub struct EvalArgs {
     out: Option<PathBuf>,
 }
 
-/// A NIfTI file's name without `.nii` / `.nii.gz`, or None for other files.
+/// A NIfTI file's name without `.nii` / `.nii.gz`, or None for other files and hidden ones.
 fn stem_of(path: &Path) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    let lower = name.to_ascii_lowercase();
-    (lower.ends_with(".nii") || lower.ends_with(".nii.gz")).then(|| mask_stem(path))
+    nifti_stem(path).map(str::to_string)
 }
 
 fn nifti_files(path: &Path, what: &str) -> anyhow::Result<Vec<PathBuf>> {

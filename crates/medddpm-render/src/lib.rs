@@ -77,4 +77,5 @@ pub use image::{write_atomic, write_png, RgbImage};
 pub use montage::{auto_position, montage, MontageOptions, Row, SlicePosition};
 pub use orient::{axcodes, Plane, Reoriented};
 pub use slice::{label_colour, render_slice, Scale, PALETTE};
+pub use text::{ensure_font, font};
 pub use window::{Window, WindowRange};

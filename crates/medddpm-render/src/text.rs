@@ -15,8 +15,9 @@ static FONT: &[u8] = include_bytes!("../assets/DejaVuSans-subset.ttf");
 /// The family plotters asks for by default, so chart axes use the embedded font too.
 const FAMILY: &str = "sans-serif";
 
-/// Registers the embedded font, once per process.
-pub(crate) fn ensure_font() -> Result<()> {
+/// Registers the embedded font, once per process (also for other plotters charts, such as
+/// the bench's).
+pub fn ensure_font() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED
         .get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
@@ -32,7 +33,7 @@ pub(crate) fn ensure_font() -> Result<()> {
 
 /// Text style in the embedded font. Keep sizes even: plotters' ab_glyph renderer places each
 /// glyph at `size / 2 + top` truncated to an integer, which shifts glyphs at odd sizes.
-pub(crate) fn font(size: u32) -> TextStyle<'static> {
+pub fn font(size: u32) -> TextStyle<'static> {
     TextStyle::from((FAMILY, size).into_font())
 }
 

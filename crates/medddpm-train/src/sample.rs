@@ -258,10 +258,12 @@ pub fn sample_masks<B: KernelBackend>(
     )?;
     let mut written = Vec::new();
     for (m, mask_path) in masks.iter().enumerate() {
-        let mask = prepare_mask(model, mask_path, &scheme)?;
+        let mut mask = prepare_mask(model, mask_path, &scheme)?;
         let [c, d, h, w] = mask.dims;
-        let cond =
-            Tensor::<B, 5>::from_data(TensorData::new(mask.cond.clone(), [1, c, d, h, w]), device);
+        let cond = Tensor::<B, 5>::from_data(
+            TensorData::new(std::mem::take(&mut mask.cond), [1, c, d, h, w]),
+            device,
+        );
         for n in 0..options.samples_per_mask {
             let stem = sample_stem(&ids[m], options.seed, n);
             B::seed(
@@ -379,15 +381,16 @@ fn on_mask_grid(
     Ok((values, grid))
 }
 
-/// File name of a mask without `.nii` / `.nii.gz`.
+/// File name of a mask without `.nii` / `.nii.gz` (any case), as samples are named after it;
+/// the whole file name for anything else.
 pub fn mask_stem(path: &Path) -> String {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    name.trim_end_matches(".gz")
-        .trim_end_matches(".nii")
-        .to_string()
+    match crate::data::nifti_stem(path) {
+        Some(stem) => stem.to_string(),
+        None => path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
 }
 
 /// Writes one sample (channels of (nk, nj, ni) voxels in file order) as NIfTI files on

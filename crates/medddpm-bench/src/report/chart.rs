@@ -3,35 +3,17 @@
 //! embedded font; encoded by `png` and written atomically.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::FontStyle;
 
 use super::markdown::fmt_ms;
 use super::{breakdown_classes, config_label, is_reference, uniform_workload, workload};
 use crate::error::{ChartError, Error, FileAction, Result};
 use crate::record::BenchRecord;
-
-/// DejaVu Sans, subset to Latin, Greek, punctuation and common symbols (about 100 KB).
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans-subset.ttf");
-const FAMILY: &str = "sans-serif";
-
-/// Registers the embedded font under the family plotters asks for by default, once per process.
-fn ensure_font() -> Result<(), ChartError> {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let ok = *REGISTERED
-        .get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
-    if ok {
-        Ok(())
-    } else {
-        Err(ChartError::Font)
-    }
-}
 
 /// Width of the chart, pixels.
 pub(super) const WIDTH: u32 = 1200;
@@ -56,7 +38,7 @@ const CLASS_COLOURS: [RGBColor; 10] = [
 /// glyph at `size / 2 + top` truncated to an integer, which lifts small glyphs such as `.` by
 /// a pixel at odd sizes.
 fn font(size: u32) -> TextStyle<'static> {
-    TextStyle::from((FAMILY, size).into_font()).color(&BLACK)
+    medddpm_render::font(size).color(&BLACK)
 }
 
 /// Records the timing chart shows: measured ones, and PyTorch reference rows.
@@ -346,9 +328,11 @@ fn draw_breakdown(area: &Area, rows: &[&BenchRecord], uniform: bool) -> Result<(
 /// Needs no system fonts (the font is embedded). The file is written to a temporary name beside
 /// `path` and renamed, so a reader never sees a half-written image.
 pub fn write_png_chart(records: &[BenchRecord], path: &Path, title: &str) -> Result<()> {
-    ensure_font()?;
+    medddpm_render::ensure_font().map_err(ChartError::Render)?;
     let (pixels, height) = draw(records, title)?;
-    let png_bytes = encode(&pixels, height)?;
+    let png_bytes = medddpm_render::RgbImage::from_raw(WIDTH, height, pixels)
+        .and_then(|image| image.encode_png())
+        .map_err(ChartError::Render)?;
     medddpm_atomic::write(path, &png_bytes).map_err(Error::io(FileAction::Write, path))
 }
 
@@ -396,18 +380,4 @@ fn draw(records: &[BenchRecord], title: &str) -> Result<(Vec<u8>, u32), ChartErr
         root.present()?;
     }
     Ok((pixels, height))
-}
-
-/// The pixels as an 8-bit RGB PNG.
-fn encode(pixels: &[u8], height: u32) -> Result<Vec<u8>, ChartError> {
-    let mut png_bytes = Vec::new();
-    let mut encoder = png::Encoder::new(&mut png_bytes, WIDTH, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header().map_err(ChartError::Encode)?;
-    writer
-        .write_image_data(pixels)
-        .map_err(ChartError::Encode)?;
-    writer.finish().map_err(ChartError::Encode)?;
-    Ok(png_bytes)
 }

@@ -2,9 +2,8 @@
 //! configuration finishes, so a crash loses at most the configuration that was running), and the
 //! CSV, Markdown and PNG views a reader looks at.
 //!
-//! The PNG is drawn with plotters' bitmap backend and an embedded font (DejaVu Sans, see
-//! `assets/DejaVuSans-LICENSE.txt`), so that charts render on a bare GPU machine with no
-//! fontconfig or system fonts.
+//! The PNG is drawn with plotters' bitmap backend in `medddpm-render`'s embedded font (DejaVu
+//! Sans), so that charts render on a bare GPU machine with no fontconfig or system fonts.
 
 mod chart;
 mod csv;

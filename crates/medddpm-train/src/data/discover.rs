@@ -31,7 +31,7 @@ pub fn list_masks(path: &Path) -> Result<Vec<PathBuf>, DataError> {
 
 /// The id a NIfTI file name stands for (`sample_3.nii.gz` -> `sample_3`); `None` for other
 /// files and hidden ones (editors' and the atomic writer's temporaries start with a dot).
-pub(super) fn nifti_stem(path: &Path) -> Option<&str> {
+pub fn nifti_stem(path: &Path) -> Option<&str> {
     let name = path.file_name()?.to_str()?;
     if name.starts_with('.') {
         return None;
