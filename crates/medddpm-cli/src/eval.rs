@@ -8,7 +8,7 @@ use medddpm_metrics::{evaluate, EvalInput, EvalReport, MsSsimOptions, NamedImage
 use medddpm_nifti::{Normalization, Volume};
 use medddpm_train::data::list_masks;
 use medddpm_train::data::nifti_stem;
-use medddpm_train::sample::mask_stem;
+use medddpm_train::sample::case_id;
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -148,7 +148,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The label maps of `--masks` (named by their file stems) and the grid they all share.
+/// The label maps of `--masks` (named by their case ids: file stems without `_seg`) and the grid they all share.
 fn load_masks(path: &Path) -> anyhow::Result<([usize; 3], Vec<NamedLabels>)> {
     let mask_files =
         list_masks(path).with_context(|| format!("finding masks in {}", path.display()))?;
@@ -158,7 +158,7 @@ fn load_masks(path: &Path) -> anyhow::Result<([usize; 3], Vec<NamedLabels>)> {
         let vol = Volume::read(path).with_context(|| format!("reading {}", path.display()))?;
         check_grid(&mut dims, &vol, path)?;
         masks.push(NamedLabels {
-            name: mask_stem(path),
+            name: case_id(path),
             labels: labels_of(&vol, path)?,
         });
     }

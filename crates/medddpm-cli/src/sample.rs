@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::{Sampler, SamplerConfig, SamplerKind};
 use medddpm_train::data::list_masks;
+use medddpm_train::sample::BrainMasks;
 use medddpm_train::{
     load_sampling_model, sample_masks, ExperimentConfig, SampleOptions, TrainError, WeightsSource,
 };
@@ -72,6 +73,12 @@ pub struct SampleArgs {
     /// any of its outputs exists).
     #[arg(long)]
     overwrite: bool,
+    /// Brain masks for segmentations that hold tumour labels only, for models conditioned on
+    /// a brain label (BraTS: 4): one file for every mask, or a folder with one per case
+    /// (`<seg file name>`, `<case>_brain`, `<case>_brainmask` or `<case>`, .nii.gz or .nii).
+    /// A voxel above 0 is brain; the label goes where no tumour label is.
+    #[arg(long, value_name = "FILE|DIR")]
+    brain_mask: Option<PathBuf>,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -101,6 +108,7 @@ struct SampleTask {
     rescale: Option<(f32, f32)>,
     trajectory: Option<usize>,
     overwrite: bool,
+    brain_mask: Option<PathBuf>,
     sampler: SamplerFlags,
 }
 
@@ -144,6 +152,7 @@ impl BackendTask for SampleTask {
             sampler: self.sampler.resolve(&model.config.sampler),
             trajectory: self.trajectory,
             overwrite: self.overwrite,
+            brain_masks: self.brain_mask.map(BrainMasks),
         };
         let steps = Sampler::new(model.schedule.clone(), &options.sampler)?.num_steps();
         crate::oom::describe(format!(
@@ -224,6 +233,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
             rescale: args.rescale,
             trajectory: args.trajectory,
             overwrite: args.overwrite,
+            brain_mask: args.brain_mask,
             sampler: SamplerFlags {
                 kind: args.sampler,
                 steps: args.steps,

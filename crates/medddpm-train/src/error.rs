@@ -76,6 +76,14 @@ pub enum TrainError {
         /// The first of them.
         first: String,
     },
+    /// A segmentation cannot get the brain label its model is conditioned on.
+    #[error("{}: {problem}", path.display())]
+    BrainLabel {
+        /// The segmentation.
+        path: PathBuf,
+        /// Why.
+        problem: BrainLabelProblem,
+    },
     /// A GPU operation handed to the device thread failed, so what it belonged to is invalid.
     #[error("{during}: {message}")]
     Device {
@@ -241,4 +249,51 @@ pub enum DataError {
     /// Encoding a mask failed (unknown label, invalid scheme, grid mismatch).
     #[error(transparent)]
     Mask(#[from] MaskError),
+}
+
+/// Why a segmentation cannot get its brain label (see [`crate::sample::brain`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BrainLabelProblem {
+    /// Neither the segmentation nor a brain mask gives the brain.
+    #[error(
+        "no brain label ({label}) in this segmentation, which the model is conditioned on; \
+         give the case's brain mask (`medddpm sample --brain-mask FILE|DIR`), or prepare raw \
+         BraTS cases with `medddpm prepare brats`, which adds it"
+    )]
+    Missing {
+        /// The brain label.
+        label: i64,
+    },
+    /// A brain mask was given for a segmentation that already has the brain label.
+    #[error(
+        "a brain mask was given but the segmentation already has {voxels} voxels of label \
+         {label}: drop the brain mask, or, if this is a raw BraTS segmentation (where 4 is the \
+         enhancing tumour), prepare it with `medddpm prepare brats`"
+    )]
+    AlreadyPresent {
+        /// The brain label.
+        label: i64,
+        /// Voxels carrying it.
+        voxels: usize,
+    },
+    /// The brain-mask folder holds no file for this case.
+    #[error("no brain mask for it in {} (looked for {})", dir.display(), tried.join(", "))]
+    NoMaskFor {
+        /// The folder searched.
+        dir: PathBuf,
+        /// The file names tried.
+        tried: Vec<String>,
+    },
+    /// The brain mask adds no voxel (all zero, or all inside the tumour).
+    #[error("its brain mask {} has no voxel above 0 outside the tumour", mask.display())]
+    EmptyMask {
+        /// The brain mask.
+        mask: PathBuf,
+    },
+    /// The model's label scheme has no brain channel to fill.
+    #[error("a brain mask was given but the model's label scheme '{scheme}' has no channel named \"brain\"")]
+    NoBrainChannel {
+        /// The scheme's name.
+        scheme: String,
+    },
 }

@@ -150,6 +150,7 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         sampler: SamplerConfig::default(),
         trajectory: None,
         overwrite: false,
+        brain_masks: None,
     };
     let mut written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {}).unwrap();
     assert_eq!(written.len(), 2);

@@ -76,7 +76,23 @@ pub fn load_condition(
             "grid {grid:?} has an empty axis"
         )));
     }
-    let original = Volume::read(mask_path)?;
+    condition_of(Volume::read(mask_path)?, mask_path, scheme, grid, policy)
+}
+
+/// [`load_condition`] of a label map already read (and perhaps completed, e.g. with a brain
+/// label) from `mask_path`.
+pub fn condition_of(
+    original: Volume,
+    mask_path: &Path,
+    scheme: &LabelScheme,
+    grid: [usize; 3],
+    policy: GridPolicy,
+) -> Result<(Vec<f32>, [usize; 3], Volume), DataError> {
+    if grid.contains(&0) {
+        return Err(DataError::InvalidConfig(format!(
+            "grid {grid:?} has an empty axis"
+        )));
+    }
     let mask = regrid_mask(original.clone(), mask_path, grid, policy)?;
     let cond = scheme.encode(&mask, mask_path)?;
     Ok((cond, mask.network_shape(), original))

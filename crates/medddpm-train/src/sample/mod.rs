@@ -9,10 +9,17 @@ use medddpm_nifti::Volume;
 use medddpm_unet::KernelBackend;
 use medddpm_unet::{load_reference_checkpoint, UNet, WeightsEntry};
 
+pub mod brain;
+mod output;
+
+pub use brain::BrainMasks;
+pub use output::{case_id, sample_stem, write_sample};
+
 use crate::checkpoint::{EMA_FILE, MODEL_FILE};
-use crate::data::{load_condition, regrid_mask, to_mask_grid};
+use crate::data::{condition_of, regrid_mask};
 use crate::pictures::Trajectory;
 use crate::{ExperimentConfig, TrainError};
+use output::{check_outputs, on_mask_grid, planned_outputs};
 
 /// Where sampling weights come from.
 #[derive(Debug, Clone)]
@@ -108,57 +115,9 @@ pub struct SampleOptions {
     pub trajectory: Option<usize>,
     /// Replace files already in the output folder (refused otherwise, before any sampling).
     pub overwrite: bool,
-}
-
-/// The name (without extension) of sample `n` of mask `id` drawn with `seed`: a second run
-/// with another seed writes beside the first instead of over it.
-pub fn sample_stem(id: &str, seed: u64, n: usize) -> String {
-    format!("{id}_seed-{seed}_sample-{n}")
-}
-
-/// The NIfTI file names of one sample: `<stem>.nii.gz`, or `<stem>_<channel>.nii.gz` per
-/// channel when there are several.
-fn sample_file_names(stem: &str, channel_names: &[String]) -> Vec<String> {
-    if channel_names.len() <= 1 {
-        return vec![format!("{stem}.nii.gz")];
-    }
-    channel_names
-        .iter()
-        .map(|chan| format!("{stem}_{chan}.nii.gz"))
-        .collect()
-}
-
-/// Every file `sample_masks` would write for mask ids `ids`, in the order it writes them.
-fn planned_outputs(
-    out_dir: &Path,
-    ids: &[String],
-    options: &SampleOptions,
-    channel_names: &[String],
-) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for id in ids {
-        for n in 0..options.samples_per_mask {
-            let stem = sample_stem(id, options.seed, n);
-            out.extend(
-                sample_file_names(&stem, channel_names)
-                    .into_iter()
-                    .map(|f| out_dir.join(f)),
-            );
-            if options.trajectory.is_some() {
-                out.push(out_dir.join(format!("{stem}_trajectory.gif")));
-            }
-        }
-    }
-    out
-}
-
-/// Creates `dir` and proves a file can be written there, so a read-only or missing output
-/// folder fails before hours of sampling rather than after the first sample.
-fn check_writable(dir: &Path) -> Result<(), TrainError> {
-    std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
-    let probe = dir.join(format!(".medddpm-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| TrainError::io(dir, e))?;
-    std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
+    /// Brain masks for segmentations without the brain label (models whose label scheme has
+    /// a "brain" channel, e.g. BraTS); see [`brain::ensure_brain_label`].
+    pub brain_masks: Option<BrainMasks>,
 }
 
 /// One mask as the network will see it, and the grids its samples are written on.
@@ -167,9 +126,9 @@ struct PreparedMask {
     cond: Vec<f32>,
     dims: [usize; 4],
     /// The mask after the grid policy: the network's grid.
-    reference: Volume,
+    pub(super) reference: Volume,
     /// The mask's own grid, kept only when it differs from `reference`.
-    original: Option<Volume>,
+    pub(super) original: Option<Volume>,
 }
 
 /// Reads and encodes `mask_path` and checks it fits the network.
@@ -177,9 +136,18 @@ fn prepare_mask<B: KernelBackend>(
     model: &SamplingModel<B>,
     mask_path: &Path,
     scheme: &LabelScheme,
+    brain_masks: Option<&BrainMasks>,
 ) -> Result<PreparedMask, TrainError> {
     let data = &model.config.data;
-    let (cond, shape, mask) = load_condition(mask_path, scheme, data.grid, data.grid_policy)?;
+    let mut seg = Volume::read(mask_path)?;
+    brain::ensure_brain_label(
+        &mut seg,
+        mask_path,
+        &case_id(mask_path),
+        scheme,
+        brain_masks,
+    )?;
+    let (cond, shape, mask) = condition_of(seg, mask_path, scheme, data.grid, data.grid_policy)?;
     // The network works on the mask after the same policy the condition went through; the
     // output goes back to the mask's own grid.
     let original = (mask.dims() != data.grid).then(|| mask.clone());
@@ -199,30 +167,6 @@ fn prepare_mask<B: KernelBackend>(
         reference,
         original,
     })
-}
-
-/// The output folder must be writable and (unless `options.overwrite`) hold none of `planned`.
-fn check_outputs(
-    out_dir: &Path,
-    planned: &[PathBuf],
-    options: &SampleOptions,
-) -> Result<(), TrainError> {
-    check_writable(out_dir)?;
-    if options.overwrite {
-        return Ok(());
-    }
-    let existing: Vec<&PathBuf> = planned.iter().filter(|p| p.exists()).collect();
-    match existing.first() {
-        None => Ok(()),
-        Some(first) => Err(TrainError::WouldOverwrite {
-            dir: out_dir.to_path_buf(),
-            count: existing.len(),
-            first: first
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        }),
-    }
 }
 
 /// Samples `options.samples_per_mask` volumes for every mask and writes them under `out_dir`.
@@ -248,9 +192,9 @@ pub fn sample_masks<B: KernelBackend>(
         .with_prediction(model.config.diffusion.prediction);
     let names = crate::data::image_channel_names(model.unet.out_channels());
     for mask_path in masks {
-        prepare_mask(model, mask_path, &scheme)?;
+        prepare_mask(model, mask_path, &scheme, options.brain_masks.as_ref())?;
     }
-    let ids: Vec<String> = masks.iter().map(|p| mask_stem(p)).collect();
+    let ids: Vec<String> = masks.iter().map(|p| case_id(p)).collect();
     check_outputs(
         out_dir,
         &planned_outputs(out_dir, &ids, options, &names),
@@ -258,7 +202,7 @@ pub fn sample_masks<B: KernelBackend>(
     )?;
     let mut written = Vec::new();
     for (m, mask_path) in masks.iter().enumerate() {
-        let mut mask = prepare_mask(model, mask_path, &scheme)?;
+        let mut mask = prepare_mask(model, mask_path, &scheme, options.brain_masks.as_ref())?;
         let [c, d, h, w] = mask.dims;
         let cond = Tensor::<B, 5>::from_data(
             TensorData::new(std::mem::take(&mut mask.cond), [1, c, d, h, w]),
@@ -355,64 +299,4 @@ impl<B: KernelBackend> Draw<'_, B> {
             .expect("f32 data");
         Ok((values, trajectory))
     }
-}
-
-/// Brings a sample back to its mask's own grid first (padding there is the network's
-/// background, -1, which the rescaling then maps with everything else), then rescales it.
-/// Returns the values and the grid they are on.
-fn on_mask_grid(
-    mut values: Vec<f32>,
-    mask: &PreparedMask,
-    policy: crate::data::GridPolicy,
-    rescale: Option<(f32, f32)>,
-) -> Result<(Vec<f32>, &Volume), TrainError> {
-    let grid = match &mask.original {
-        Some(original) => {
-            values = to_mask_grid(values, &mask.reference, original, policy)?;
-            original
-        }
-        None => &mask.reference,
-    };
-    if let Some((lo, hi)) = rescale {
-        for v in &mut values {
-            *v = lo + (v.clamp(-1.0, 1.0) + 1.0) * 0.5 * (hi - lo);
-        }
-    }
-    Ok((values, grid))
-}
-
-/// File name of a mask without `.nii` / `.nii.gz` (any case), as samples are named after it;
-/// the whole file name for anything else.
-pub fn mask_stem(path: &Path) -> String {
-    match crate::data::nifti_stem(path) {
-        Some(stem) => stem.to_string(),
-        None => path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    }
-}
-
-/// Writes one sample (channels of (nk, nj, ni) voxels in file order) as NIfTI files on
-/// `reference`'s grid: `<stem>.nii.gz`, or `<stem>_<channel>.nii.gz` when there are several
-/// channels (one name per channel in `channel_names`).
-pub fn write_sample(
-    dir: &Path,
-    stem: &str,
-    values: &[f32],
-    reference: &Volume,
-    channel_names: &[String],
-) -> Result<Vec<PathBuf>, TrainError> {
-    let voxels = reference.voxel_count();
-    let names = sample_file_names(stem, channel_names);
-    debug_assert_eq!(names.len() * voxels, values.len());
-    let mut out = Vec::new();
-    for (c, name) in names.into_iter().enumerate() {
-        let path = dir.join(name);
-        reference
-            .with_data(values[c * voxels..(c + 1) * voxels].to_vec())?
-            .write(&path)?;
-        out.push(path);
-    }
-    Ok(out)
 }
