@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision};
-use medddpm_unet::{Layout, UNetConfig};
+use medddpm_unet::{ActivationCheckpointing, Layout, UNetConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidOptions;
@@ -115,6 +115,9 @@ pub struct BenchOptions {
     pub size: [usize; 3],
     /// Batch size.
     pub batch: usize,
+    /// Activations the training micro-step recomputes in its backward pass instead of keeping
+    /// (the trainer's `[train] activation_checkpointing`).
+    pub activation_checkpointing: ActivationCheckpointing,
     /// Untimed steps after the first.
     pub warmup: usize,
     /// Timed steps (the median is reported).
@@ -161,6 +164,7 @@ impl Default for BenchOptions {
             model: Model::WholeHead,
             size: [128; 3],
             batch: 1,
+            activation_checkpointing: ActivationCheckpointing::None,
             warmup: 2,
             steps: 5,
             breakdown: true,

@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, RunEnv};
-use medddpm_unet::Layout;
+use medddpm_unet::{ActivationCheckpointing, Layout};
 use serde::{Deserialize, Serialize};
 
 use crate::options::Model;
@@ -166,6 +166,8 @@ pub struct Workload {
     pub size: [usize; 3],
     /// Batch size.
     pub batch: usize,
+    /// Activations the training micro-step recomputed instead of keeping.
+    pub activation_checkpointing: ActivationCheckpointing,
 }
 
 /// One configuration (backend x precision x layout) of the benchmark matrix and what was
@@ -187,6 +189,9 @@ pub struct BenchRecord {
     pub size: [usize; 3],
     /// Batch size.
     pub batch: usize,
+    /// Activations the training micro-step recomputed instead of keeping (JSON: written only
+    /// when not `none`, so earlier files read as `none`).
+    pub activation_checkpointing: ActivationCheckpointing,
     /// Outcome.
     pub status: RecordStatus,
     /// Why a configuration is unsupported, failed or disagreed; free text otherwise.
@@ -266,6 +271,7 @@ impl BenchRecord {
             model: workload.model,
             size: workload.size,
             batch: workload.batch,
+            activation_checkpointing: workload.activation_checkpointing,
             status,
             message: None,
             log_tail: None,
@@ -295,6 +301,7 @@ impl BenchRecord {
             model: self.model,
             size: self.size,
             batch: self.batch,
+            activation_checkpointing: self.activation_checkpointing,
         }
     }
 

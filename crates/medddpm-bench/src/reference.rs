@@ -63,6 +63,7 @@ pub fn pytorch_reference_h100() -> Result<Vec<BenchRecord>> {
         model: figures.model,
         size: figures.size,
         batch: figures.batch,
+        activation_checkpointing: Default::default(),
     };
     Ok(figures
         .figures

@@ -44,6 +44,7 @@ fn single_config(options: &BenchOptions) -> Result<SingleConfig> {
         unet,
         size: options.size,
         batch: options.batch,
+        activation_checkpointing: options.activation_checkpointing,
         warmup: options.warmup,
         steps: options.steps,
         lr: 1e-5,

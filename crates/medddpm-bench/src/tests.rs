@@ -14,6 +14,7 @@ fn tiny(check_only: bool) -> SingleConfig {
         unet: Model::Tiny.config(),
         size: [8, 8, 8],
         batch: 1,
+        activation_checkpointing: Default::default(),
         warmup: 1,
         steps: 2,
         lr: 1e-5,
@@ -134,4 +135,36 @@ fn a_correct_backend_has_no_deviating_operation() {
         assert_eq!(located.first_over(), None, "{layout}: {located:?}");
         assert!(located.summary().starts_with("no single operation"));
     }
+}
+
+#[test]
+fn measures_a_checkpointed_training_step_and_records_the_choice() {
+    let settings = ComputeSettings {
+        backend: BackendKind::Cpu,
+        precision: Precision::Bf16,
+        layout: Layout::Ndhwc,
+        conv_engine: Default::default(),
+        norm_engine: Default::default(),
+        tune_cache: None,
+        show_tuning: false,
+    };
+    let config = SingleConfig {
+        activation_checkpointing: medddpm_unet::ActivationCheckpointing::Blocks,
+        ..tiny(false)
+    };
+    let r = run(&settings, &config);
+    assert_eq!(r.status, RecordStatus::Ok, "{r:?}");
+    assert!(r.train_step_median_ms.unwrap() > 0.0);
+    assert!(r.train_breakdown_ms["backward: convolution weight gradients"] > 0.0);
+    // The choice is written (only when not `none`) and read back.
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(
+        text.contains("\"activation_checkpointing\":\"blocks\""),
+        "{text}"
+    );
+    let back: BenchRecord = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.activation_checkpointing, r.activation_checkpointing);
+    assert_eq!(back.workload(), r.workload());
+    let plain = serde_json::to_string(&run(&settings, &tiny(false))).unwrap();
+    assert!(!plain.contains("activation_checkpointing"), "{plain}");
 }

@@ -8,7 +8,7 @@ use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision};
 use medddpm_bench::{BenchOptions, Model};
-use medddpm_unet::Layout;
+use medddpm_unet::{ActivationCheckpointing, Layout};
 
 use crate::compute_args::BackendArg;
 
@@ -87,6 +87,11 @@ pub struct BenchArgs {
     /// Batch size.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
+    /// Activations the training micro-step recomputes in its backward pass instead of
+    /// keeping: none, or blocks (only each U-Net block's output is kept; the trainer's
+    /// `[train] activation_checkpointing`).
+    #[arg(long, default_value = "none")]
+    pub activation_checkpointing: ActivationCheckpointing,
     /// Untimed steps after the first.
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
@@ -150,6 +155,7 @@ impl BenchArgs {
             model: self.model.0,
             size: self.size,
             batch: self.batch,
+            activation_checkpointing: self.activation_checkpointing,
             warmup: self.warmup,
             steps: self.steps,
             breakdown: !self.no_breakdown,
@@ -222,6 +228,7 @@ impl CheckArgs {
             model: self.model.0,
             size: self.size,
             batch: 1,
+            activation_checkpointing: ActivationCheckpointing::None,
             warmup: 0,
             steps: 1,
             breakdown: false,
@@ -301,6 +308,8 @@ mod tests {
             "16,32,48",
             "--batch",
             "2",
+            "--activation-checkpointing",
+            "blocks",
             "--warmup",
             "3",
             "--steps",
@@ -336,6 +345,7 @@ mod tests {
             model: Model::WholeHeadC32,
             size: [16, 32, 48],
             batch: 2,
+            activation_checkpointing: ActivationCheckpointing::Blocks,
             warmup: 3,
             steps: 4,
             breakdown: false,

@@ -15,7 +15,8 @@
 //!   the same.
 //!
 //! The modules stand in layers, each using only those below it: `compute`, `dtype` and
-//! `primitive` (on burn alone); the plain-op twins (each `reference`); the CubeCL kernels (`cube`);
+//! `primitive` (on burn alone); `seeded` (backpropagation from a given output gradient, for
+//! activation checkpointing); the plain-op twins (each `reference`); the CubeCL kernels (`cube`);
 //! the trait with the convolution and its Flex and wgpu engines (`conv`); the cuDNN engine
 //! (`cudnn`); and the calls through the trait with their agreement checks
 //! (`norm::group_norm`, `adam::adam_step`, each `engine_vs_reference`).
@@ -41,6 +42,7 @@ mod dtype;
 pub mod norm;
 pub mod panics;
 mod primitive;
+pub mod seeded;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
@@ -50,6 +52,7 @@ pub use conv::{
 };
 pub use dtype::{cast_to, to_stats};
 pub use norm::{group_norm, GroupNormSpec};
+pub use seeded::{backward_seeded, SeededBackward};
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
 };

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use medddpm_diffusion::{LossType, Prediction, SamplerConfig, ScheduleConfig};
-use medddpm_unet::UNetConfig;
+use medddpm_unet::{ActivationCheckpointing, UNetConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{DataConfig, DataSource};
@@ -110,6 +110,11 @@ pub struct TrainSettings {
     /// run stops after 10 skipped batches in a row). With `skip` each step's loss is read
     /// before its update, which costs the GPU its overlap of one step with the next.
     pub on_non_finite_loss: NonFiniteLoss,
+    /// Activations the backward pass recomputes instead of keeping: `none` (the default; the
+    /// fastest step) or `blocks` (keep only each U-Net block's output and run every block
+    /// once more in the backward pass: most of the activation memory for about one more
+    /// forward pass of time). Results equal `none`'s up to the order of a few gradient sums.
+    pub activation_checkpointing: ActivationCheckpointing,
 }
 
 /// See [`TrainSettings::on_non_finite_loss`].
@@ -144,6 +149,7 @@ impl Default for TrainSettings {
             keep_checkpoints: 5,
             seed: 0,
             on_non_finite_loss: NonFiniteLoss::Stop,
+            activation_checkpointing: ActivationCheckpointing::None,
         }
     }
 }
@@ -333,5 +339,40 @@ mod tests {
         bad.sampler.steps = Some(1000);
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("[sampler]"), "{err}");
+    }
+
+    #[test]
+    fn activation_checkpointing_is_read_and_defaults_to_none() {
+        let c = ExperimentConfig::from_toml("[train]\nactivation_checkpointing = \"blocks\"\n")
+            .unwrap();
+        assert_eq!(
+            c.train.activation_checkpointing,
+            ActivationCheckpointing::Blocks
+        );
+        assert_eq!(ExperimentConfig::from_toml(&c.to_toml()).unwrap(), c);
+        let plain = ExperimentConfig::from_toml("[train]\nsteps = 3\n").unwrap();
+        assert_eq!(
+            plain.train.activation_checkpointing,
+            ActivationCheckpointing::None
+        );
+        let err = ExperimentConfig::from_toml("[train]\nactivation_checkpointing = \"all\"\n");
+        assert!(err.is_err());
+        // The commented line of the experiment files, uncommented.
+        for file in ["brats-192.toml", "whole-head-128.toml"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../experiments")
+                .join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let text = text.replace(
+                "# activation_checkpointing = \"blocks\"",
+                "activation_checkpointing = \"blocks\"",
+            );
+            let c = ExperimentConfig::from_toml(&text).unwrap();
+            assert_eq!(
+                c.train.activation_checkpointing,
+                ActivationCheckpointing::Blocks,
+                "{file}"
+            );
+        }
     }
 }

@@ -497,6 +497,7 @@ mod tests {
                 batch(step),
                 &DiffusionConfig::default(),
                 1.0,
+                medddpm_unet::ActivationCheckpointing::None,
             );
             a = ours.step(1e-3, a, grads);
             // Every convolution and linear parameter came back with its bf16 copy.

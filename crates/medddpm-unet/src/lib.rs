@@ -18,12 +18,14 @@
 #![warn(missing_docs)]
 
 pub mod blocks;
+mod checkpoint;
 mod config;
 mod error;
 pub mod exec;
 pub mod import;
 mod model;
 
+pub use checkpoint::{ActivationCheckpointing, CheckpointedForward};
 pub use config::UNetConfig;
 pub use error::UNetError;
 pub use exec::{

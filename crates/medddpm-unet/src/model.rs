@@ -4,7 +4,7 @@ use burn::module::Module;
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, Linear, LinearConfig};
 use burn::tensor::activation::silu;
-use burn::tensor::{backend::Backend, Tensor, TensorData};
+use burn::tensor::{backend::Backend, DType, Tensor, TensorData};
 
 use crate::blocks::{
     conv3, group_norm, AttentionBlock, Downsample, EmbedBlock, ResBlock, Upsample,
@@ -350,48 +350,84 @@ impl<B: KernelBackend> UNet<B> {
         self.forward_ctx(x, timesteps, Some(profile))
     }
 
-    /// The forward pass of an input [`UNet::check_input`] accepts.
+    /// The forward pass of an input [`UNet::check_input`] accepts, block by block through the
+    /// same pieces activation checkpointing recomputes (`checkpoint.rs`).
     fn forward_ctx(
         &self,
         x: Tensor<B, 5>,
         timesteps: &[usize],
         profile: Option<&RefCell<OpProfile>>,
     ) -> Tensor<B, 5> {
-        let ctx = Ctx::<B> {
-            layout: self.layout(),
-            compute: self.compute,
-            profile,
-            device: x.device(),
-        };
+        let ctx = self.ctx(&x.device(), profile);
         let out_dtype = x.dtype();
-        let compute = self.compute_dtype();
-        let emb_act = ctx.op(OpClass::Elementwise, || {
-            silu(cast_to(
-                self.time_embedding(timesteps, &x.device()),
-                compute,
-            ))
-        });
-        let mut h = ctx.op(OpClass::Elementwise, || {
-            let x = cast_to(x, compute);
-            match ctx.layout {
-                Layout::Ncdhw => x,
-                Layout::Ndhwc => medddpm_kernels::conv::channels_last(x),
-            }
-        });
-        let cat_dim = ctx.layout.channel_dim();
+        let emb_act = self.emb_act(timesteps, &ctx);
+        let mut h = self.enter(x, &ctx);
         let mut skips = Vec::with_capacity(self.input_blocks.len());
         for block in &self.input_blocks {
             h = block.forward(h, emb_act.clone(), &ctx);
             skips.push(h.clone());
         }
-        h = self.middle_block.res_1.forward(h, emb_act.clone(), &ctx);
-        h = self.middle_block.attn.forward(h, &ctx);
-        h = self.middle_block.res_2.forward(h, emb_act.clone(), &ctx);
+        h = self.middle(h, emb_act.clone(), &ctx);
         for block in &self.output_blocks {
             let skip = skips.pop().expect("one skip per decoder block");
-            let joined = ctx.op(OpClass::Elementwise, || Tensor::cat(vec![h, skip], cat_dim));
-            h = block.forward(joined, emb_act.clone(), &ctx);
+            h = decode(block, h, skip, emb_act.clone(), &ctx);
         }
+        self.head(h, out_dtype, &ctx)
+    }
+
+    /// The per-call context of a forward pass on `device`.
+    pub(crate) fn ctx<'a>(
+        &self,
+        device: &B::Device,
+        profile: Option<&'a RefCell<OpProfile>>,
+    ) -> Ctx<'a, B> {
+        Ctx::<B> {
+            layout: self.layout(),
+            compute: self.compute,
+            profile,
+            device: device.clone(),
+        }
+    }
+
+    /// SiLU of the time embedding in the compute dtype, `[batch, 4C]`: every ResBlock's
+    /// `emb_layers` input.
+    pub(crate) fn emb_act(&self, timesteps: &[usize], ctx: &Ctx<B>) -> Tensor<B, 2> {
+        let compute = self.compute_dtype();
+        ctx.op(OpClass::Elementwise, || {
+            silu(cast_to(
+                self.time_embedding(timesteps, &ctx.device),
+                compute,
+            ))
+        })
+    }
+
+    /// The network input in the compute dtype and the activation layout.
+    pub(crate) fn enter(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5> {
+        let compute = self.compute_dtype();
+        ctx.op(OpClass::Elementwise, || {
+            let x = cast_to(x, compute);
+            match ctx.layout {
+                Layout::Ncdhw => x,
+                Layout::Ndhwc => medddpm_kernels::conv::channels_last(x),
+            }
+        })
+    }
+
+    /// The middle block.
+    pub(crate) fn middle(
+        &self,
+        h: Tensor<B, 5>,
+        emb_act: Tensor<B, 2>,
+        ctx: &Ctx<B>,
+    ) -> Tensor<B, 5> {
+        let m = &self.middle_block;
+        let h = m.res_1.forward(h, emb_act.clone(), ctx);
+        let h = m.attn.forward(h, ctx);
+        m.res_2.forward(h, emb_act, ctx)
+    }
+
+    /// The output head, back in the input's layout and dtype `out_dtype`.
+    pub(crate) fn head(&self, h: Tensor<B, 5>, out_dtype: DType, ctx: &Ctx<B>) -> Tensor<B, 5> {
         let h = ctx.norm_silu(&self.out.norm, h);
         let out = ctx.conv(&self.out.conv, h);
         ctx.op(OpClass::Elementwise, || {
@@ -402,6 +438,19 @@ impl<B: KernelBackend> UNet<B> {
             cast_to(out, out_dtype)
         })
     }
+}
+
+/// A decoder block: [current, skip] joined along channels, then the block.
+pub(crate) fn decode<B: KernelBackend>(
+    block: &EmbedBlock<B>,
+    h: Tensor<B, 5>,
+    skip: Tensor<B, 5>,
+    emb_act: Tensor<B, 2>,
+    ctx: &Ctx<B>,
+) -> Tensor<B, 5> {
+    let cat_dim = ctx.layout.channel_dim();
+    let joined = ctx.op(OpClass::Elementwise, || Tensor::cat(vec![h, skip], cat_dim));
+    block.forward(joined, emb_act, ctx)
 }
 
 impl<B: KernelBackend> medddpm_diffusion::Denoiser<B> for UNet<B> {

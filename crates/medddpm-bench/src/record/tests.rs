@@ -104,6 +104,7 @@ fn lines_with_tail() -> String {
             model: Model::Tiny,
             size: [8, 16, 32],
             batch: 2,
+            activation_checkpointing: Default::default(),
         },
         RecordStatus::Failed,
     );
@@ -132,6 +133,7 @@ fn quoted_rows_keep_their_source_and_cudnn_benchmark() {
             model: Model::WholeHead,
             size: [128; 3],
             batch: 1,
+            activation_checkpointing: Default::default(),
         },
         RecordStatus::Ok,
     );

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use medddpm_unet::ActivationCheckpointing;
+
 use super::{BenchRecord, RecordBackend, RecordStatus, Source, LOG_LINES, LOG_TAIL};
 
 /// A record as JSON has it.
@@ -19,6 +21,8 @@ pub(super) struct Record {
     model: String,
     size: [usize; 3],
     batch: usize,
+    #[serde(default, skip_serializing_if = "is_none")]
+    activation_checkpointing: ActivationCheckpointing,
     status: RecordStatus,
     message: Option<String>,
     agreement_rel_l2: Option<f64>,
@@ -58,6 +62,7 @@ impl From<BenchRecord> for Record {
             model,
             size,
             batch,
+            activation_checkpointing,
             status,
             source,
             agreement_rel_l2,
@@ -86,6 +91,7 @@ impl From<BenchRecord> for Record {
             model: model.name().to_string(),
             size,
             batch,
+            activation_checkpointing,
             status,
             message,
             agreement_rel_l2,
@@ -138,6 +144,7 @@ impl TryFrom<Record> for BenchRecord {
             model: r.model.parse()?,
             size: r.size,
             batch: r.batch,
+            activation_checkpointing: r.activation_checkpointing,
             status: r.status,
             message,
             log_tail,
@@ -160,6 +167,10 @@ impl TryFrom<Record> for BenchRecord {
             burn_memory_mib: r.burn_memory_mib,
         })
     }
+}
+
+fn is_none(c: &ActivationCheckpointing) -> bool {
+    *c == ActivationCheckpointing::None
 }
 
 /// The lines of a log tail as the message holds them (none when it is empty).

@@ -50,6 +50,7 @@ fn record(backend: &str, precision: &str, status: RecordStatus) -> BenchRecord {
         model: Model::WholeHead,
         size: [64, 128, 128],
         batch: 1,
+        activation_checkpointing: Default::default(),
         status,
         message: None,
         log_tail: None,

@@ -35,6 +35,9 @@ pub struct SingleConfig {
     pub size: [usize; 3],
     /// Batch size.
     pub batch: usize,
+    /// Activations the training micro-step recomputes instead of keeping.
+    #[serde(default)]
+    pub activation_checkpointing: medddpm_unet::ActivationCheckpointing,
     /// Untimed steps after the first one.
     pub warmup: usize,
     /// Timed steps; the median is reported.
@@ -75,6 +78,7 @@ impl SingleConfig {
             model: self.model,
             size: self.size,
             batch: self.batch,
+            activation_checkpointing: self.activation_checkpointing,
         }
     }
 }

@@ -4,14 +4,16 @@
 
 use std::time::Instant;
 
-use burn::optim::{GradientsParams, Optimizer};
+use burn::optim::Optimizer;
 use burn::tensor::{DType, Distribution, ElementConversion, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::CosineSchedule;
 use medddpm_kernels::conv::backward_profile;
 use medddpm_kernels::MemoryStats;
-use medddpm_train::{micro_step, micro_step_loss, DiffusionConfig, FusedAdamOptimizer, MicroBatch};
-use medddpm_unet::UNet;
+use medddpm_train::{
+    micro_step, micro_step_forward, DiffusionConfig, FusedAdamOptimizer, MicroBatch,
+};
+use medddpm_unet::{ActivationCheckpointing, UNet};
 
 use super::case::{first_step, step, timed_steps, Case};
 use super::{median, ms_since, sync, Inputs, Run, MEMORY_IN_USE, MEMORY_RESERVED};
@@ -33,6 +35,8 @@ pub(super) struct Training<'a, B: KernelAutodiffBackend> {
     /// The reference's objective: L1 on the predicted noise.
     objective: DiffusionConfig,
     compute_dtype: DType,
+    /// What the backward pass recomputes instead of keeping.
+    checkpointing: ActivationCheckpointing,
     lr: f64,
     /// Read the loss back after the step (a synchronisation: only outside the timed steps).
     read_loss: bool,
@@ -52,6 +56,7 @@ impl<'a, B: KernelAutodiffBackend> Training<'a, B> {
             schedule: inputs.schedule,
             objective: DiffusionConfig::default(),
             compute_dtype: run.env.compute_dtype(),
+            checkpointing: run.config.activation_checkpointing,
             lr: run.config.lr,
             read_loss: false,
             last_loss: f32::NAN,
@@ -93,6 +98,7 @@ impl<B: KernelAutodiffBackend> Case for Training<'_, B> {
             self.new_batch(),
             &self.objective,
             1.0,
+            self.checkpointing,
         );
         // As the trainer does: the update consumes the working copies.
         drop(work);
@@ -210,18 +216,26 @@ impl<B: KernelAutodiffBackend> Training<'_, B> {
         sync::<B>(device)?;
         let t0 = Instant::now();
         let work = self.optim.working_model(&model, self.compute_dtype);
-        let loss = micro_step_loss(&work, &self.schedule, batch, &self.objective);
+        // With checkpointing: the forward pass without a graph (what stays is in use below).
+        let pending = micro_step_forward(
+            &work,
+            &self.schedule,
+            batch,
+            &self.objective,
+            self.checkpointing,
+        );
         sync::<B>(device)?;
         let forward = ms_since(t0);
         let memory = B::memory_usage(device);
         let t1 = Instant::now();
         backward_profile::start();
-        let grads = loss.backward();
+        // The gradients under the parameters' ids (with checkpointing, the blocks' recomputation
+        // and backward passes, all timed as the backward phase).
+        let grads = pending.backward(&work, 1.0);
         sync::<B>(device)?;
         let [data, weight] = backward_profile::stop();
         let backward = ms_since(t1);
         let t2 = Instant::now();
-        let grads = GradientsParams::from_grads(grads, &work);
         drop(work);
         sync::<B>(device)?;
         let grads_ms = ms_since(t2);

@@ -12,6 +12,7 @@ use crate::norm::reference::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
 use crate::primitive::{float, tensor};
+use crate::seeded::SeededBackward;
 use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
 /// The U-Net's heavy operations, per backend.
@@ -129,15 +130,16 @@ pub trait KernelBackend: Backend {
     }
 }
 
-/// An autodiff backend whose inner backend has the kernels too: what training needs.
+/// An autodiff backend whose inner backend has the kernels too, and that can backpropagate
+/// from a given output gradient (activation checkpointing): what training needs.
 pub trait KernelAutodiffBackend:
-    AutodiffBackend<InnerBackend: KernelBackend> + KernelBackend
+    AutodiffBackend<InnerBackend: KernelBackend> + KernelBackend + SeededBackward
 {
 }
 
 impl<B> KernelAutodiffBackend for B
 where
-    B: AutodiffBackend + KernelBackend,
+    B: AutodiffBackend + KernelBackend + SeededBackward,
     B::InnerBackend: KernelBackend,
 {
 }

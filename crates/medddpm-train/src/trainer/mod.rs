@@ -20,7 +20,7 @@ use burn::tensor::{ElementConversion, Tensor};
 use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
 pub use log::{StepMetrics, LOSS_WINDOW};
-pub use step::{micro_step, micro_step_loss, MicroBatch};
+pub use step::{micro_step, micro_step_forward, micro_step_loss, MicroBatch, MicroStepForward};
 
 use crate::checkpoint::{RunDir, TrainState};
 use crate::data::NiftiDataset;

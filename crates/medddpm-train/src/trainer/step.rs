@@ -4,8 +4,10 @@
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData};
-use medddpm_diffusion::{training_loss, CosineSchedule, TrainingBatch};
-use medddpm_unet::{KernelAutodiffBackend, UNet};
+use std::cell::RefCell;
+
+use medddpm_diffusion::{training_loss, CosineSchedule, Denoiser, TrainingBatch};
+use medddpm_unet::{ActivationCheckpointing, CheckpointedForward, KernelAutodiffBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -20,7 +22,9 @@ pub type MicroBatch<B> = TrainingBatch<B>;
 /// The training micro-step: [`micro_step_loss`], its backward pass scaled by `1 / divisor`
 /// (gradient accumulation), and the gradients under the master weights' ids (in the compute
 /// dtype for the parameters `work` holds in it). `work` is the working model
-/// ([`crate::FusedAdamOptimizer::working_model`]; in f32 the model itself). Returns the
+/// ([`crate::FusedAdamOptimizer::working_model`]; in f32 the model itself). With
+/// `checkpointing` other than `none`, the forward pass keeps only the blocks' outputs and the
+/// backward pass recomputes the rest ([`medddpm_unet::CheckpointedForward`]). Returns the
 /// gradients and the unscaled loss, still on the device (reading it waits for the device). The
 /// trainer and `medddpm bench` both run this function.
 pub fn micro_step<B: KernelAutodiffBackend>(
@@ -29,10 +33,11 @@ pub fn micro_step<B: KernelAutodiffBackend>(
     batch: MicroBatch<B>,
     objective: &DiffusionConfig,
     divisor: f64,
+    checkpointing: ActivationCheckpointing,
 ) -> (GradientsParams, Tensor<B, 1>) {
-    let loss = micro_step_loss(work, schedule, batch, objective);
-    let grads = loss.clone().div_scalar(divisor).backward();
-    (GradientsParams::from_grads(grads, work), loss)
+    let forward = micro_step_forward(work, schedule, batch, objective, checkpointing);
+    let loss = forward.loss.clone();
+    (forward.backward(work, divisor), loss)
 }
 
 /// The forward half of [`micro_step`]: the loss on the predicted noise, computed with the
@@ -44,6 +49,86 @@ pub fn micro_step_loss<B: KernelAutodiffBackend>(
     objective: &DiffusionConfig,
 ) -> Tensor<B, 1> {
     training_loss(work, schedule, batch, objective.loss, objective.prediction).loss
+}
+
+/// The forward half of [`micro_step`] with its choice of activation checkpointing, for callers
+/// that time the halves apart (`medddpm bench`'s breakdown).
+pub struct MicroStepForward<B: KernelAutodiffBackend> {
+    /// The unscaled loss.
+    pub loss: Tensor<B, 1>,
+    /// With checkpointing: the network's output (a leaf of the loss's graph) and what the
+    /// backward pass recomputes from.
+    kept: Option<(Tensor<B, 5>, CheckpointedForward<B>)>,
+}
+
+/// [`micro_step_loss`], keeping what [`MicroStepForward::backward`] needs.
+pub fn micro_step_forward<B: KernelAutodiffBackend>(
+    work: &UNet<B>,
+    schedule: &CosineSchedule,
+    batch: MicroBatch<B>,
+    objective: &DiffusionConfig,
+    checkpointing: ActivationCheckpointing,
+) -> MicroStepForward<B> {
+    if checkpointing == ActivationCheckpointing::None {
+        return MicroStepForward {
+            loss: micro_step_loss(work, schedule, batch, objective),
+            kept: None,
+        };
+    }
+    let denoiser = Checkpointing {
+        unet: work,
+        kept: RefCell::new(None),
+    };
+    let loss = training_loss(
+        &denoiser,
+        schedule,
+        batch,
+        objective.loss,
+        objective.prediction,
+    )
+    .loss;
+    MicroStepForward {
+        loss,
+        kept: denoiser.kept.into_inner(),
+    }
+}
+
+impl<B: KernelAutodiffBackend> MicroStepForward<B> {
+    /// The backward pass of the loss scaled by `1 / divisor`: the gradients under the ids of
+    /// `work`'s parameters (the module the forward pass ran).
+    pub fn backward(self, work: &UNet<B>, divisor: f64) -> GradientsParams {
+        let grads = self.loss.div_scalar(divisor).backward();
+        match self.kept {
+            None => GradientsParams::from_grads(grads, work),
+            Some((output, kept)) => {
+                let grad = output
+                    .grad(&grads)
+                    .unwrap_or_else(|| output.clone().inner().zeros_like());
+                drop(grads);
+                kept.backward(work, grad)
+            }
+        }
+    }
+}
+
+/// The network as `training_loss` calls it, run with activation checkpointing: the output
+/// is a leaf, and what the backward pass recomputes from is kept here.
+struct Checkpointing<'a, B: KernelAutodiffBackend> {
+    unet: &'a UNet<B>,
+    kept: RefCell<Option<(Tensor<B, 5>, CheckpointedForward<B>)>>,
+}
+
+impl<B: KernelAutodiffBackend> Denoiser<B> for Checkpointing<'_, B> {
+    fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
+        // The trainer's batches fit the network (checked when the run opened); a wrong shape
+        // is a bug, reported as the plain forward pass reports it.
+        let (output, kept) = self
+            .unet
+            .forward_checkpointed(input, timesteps)
+            .unwrap_or_else(|e| panic!("{e}"));
+        *self.kept.borrow_mut() = Some((output.clone(), kept));
+        output
+    }
 }
 
 /// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the
@@ -138,8 +223,14 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
             draw,
             device,
         )?;
-        let (mut grads, loss) =
-            micro_step(work, &session.schedule, batch, &config.diffusion, divisor);
+        let (mut grads, loss) = micro_step(
+            work,
+            &session.schedule,
+            batch,
+            &config.diffusion,
+            divisor,
+            settings.activation_checkpointing,
+        );
         if settings.grad_accum > 1 {
             // Summed over micro-batches in f32, not in the compute dtype.
             grads = crate::optim::gradients_to_f32(&session.model, grads);
