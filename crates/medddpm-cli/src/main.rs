@@ -7,6 +7,7 @@ mod eval;
 mod experiments;
 mod inspect;
 mod oom;
+mod prepare;
 mod progress;
 mod render;
 mod sample;
@@ -37,6 +38,9 @@ enum Command {
     Render(render::RenderArgs),
     /// Print a NIfTI header, a resolved experiment config, or a checkpoint summary.
     Inspect(inspect::InspectArgs),
+    /// Turn raw scans into the folders `train` reads: BraTS preprocessing, whole-head
+    /// resampling, head/brain masks from a T1, a labelled real-MRI demo set.
+    Prepare(prepare::PrepareArgs),
     /// Benchmark training and sampling steps over backend x precision x layout.
     Bench(bench_args::BenchArgs),
     /// Check that every backend, precision and layout gives the float64 CPU reference's output
@@ -65,6 +69,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args),
         Command::Render(args) => render::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Prepare(args) => prepare::run(args),
         Command::Bench(args) => bench(args.into_options()),
         Command::Check(args) => bench(args.into_options()),
         Command::CheckKernels(args) => check_kernels::run(args),
