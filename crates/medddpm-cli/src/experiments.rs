@@ -20,6 +20,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "brats-192",
         include_str!("../../../experiments/brats-192.toml"),
     ),
+    (
+        "real-demo",
+        include_str!("../../../experiments/real-demo.toml"),
+    ),
 ];
 
 /// A built-in experiment by name, or an experiment file by path.
