@@ -45,7 +45,12 @@ done
 echo "== metrics against the real images"
 "$bin" eval --masks datasets/real-demo/mask --real datasets/real-demo/image --synthetic "$out" \
   --out runs/real-demo/eval > /dev/null 2>&1 || true
-[ -f runs/real-demo/eval/eval.md ] && sed -n '/^| image | kind/,/^$/p' runs/real-demo/eval/eval.md
+# Per-label intensities of the samples and of the two real copies they were drawn for, then
+# PSNR/SSIM/MAE inside the head.
+if [ -f runs/real-demo/eval/eval.md ]; then
+  sed -n '/^| image | kind/,/^$/p' runs/real-demo/eval/eval.md | grep -E '^\| image|^\|---|colin27_0|mni152_0 '
+  sed -n '/^| mask | sample | real/,/^$/p' runs/real-demo/eval/eval.md
+fi
 
 echo
 echo "Done in $(( $(date +%s) - start )) s."
