@@ -38,4 +38,4 @@ pub use grid::Interpolation;
 pub use header::{DataType, Endian, NiftiHeader, NIFTI1_HEADER_SIZE, NIFTI1_VOX_OFFSET};
 pub use io::WriteOptions;
 pub use normalize::Normalization;
-pub use volume::{ensure_same_grid, Volume};
+pub use volume::{ensure_same_grid, nifti_stem, Volume};

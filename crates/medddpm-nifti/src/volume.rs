@@ -196,3 +196,23 @@ pub fn ensure_same_grid(
         detail,
     })
 }
+
+/// The id a NIfTI file name stands for (`sample_3.nii.gz` -> `sample_3`, any case of the
+/// extension); `None` for other files and hidden ones (editors' and the atomic writer's
+/// temporaries start with a dot). Training pairs files, sampling names outputs and `prepare`
+/// finds cases by it.
+pub fn nifti_stem(path: &Path) -> Option<&str> {
+    let name = path.file_name()?.to_str()?;
+    if name.starts_with('.') {
+        return None;
+    }
+    let lower = name.to_ascii_lowercase();
+    let stem_len = if lower.ends_with(".nii.gz") {
+        name.len() - 7
+    } else if lower.ends_with(".nii") {
+        name.len() - 4
+    } else {
+        return None;
+    };
+    (stem_len > 0).then(|| &name[..stem_len])
+}

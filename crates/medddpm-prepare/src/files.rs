@@ -8,24 +8,7 @@ use medddpm_nifti::{DataType, Volume, WriteOptions};
 
 use crate::{CaseProblem, PrepareError};
 
-/// The id a NIfTI file name stands for (`sample_3.nii.gz` -> `sample_3`); `None` for other
-/// files and hidden ones. The same rule as the trainer's pairing (`medddpm_train::data::nifti_stem`),
-/// repeated here so preparing data does not pull in the trainer and burn.
-pub fn nifti_stem(path: &Path) -> Option<&str> {
-    let name = path.file_name()?.to_str()?;
-    if name.starts_with('.') {
-        return None;
-    }
-    let lower = name.to_ascii_lowercase();
-    let stem_len = if lower.ends_with(".nii.gz") {
-        name.len() - 7
-    } else if lower.ends_with(".nii") {
-        name.len() - 4
-    } else {
-        return None;
-    };
-    (stem_len > 0).then(|| &name[..stem_len])
-}
+pub use medddpm_nifti::nifti_stem;
 
 /// The NIfTI files of `dir` by stem (sorted). A stem with both a `.nii.gz` and a `.nii` keeps
 /// the `.nii.gz`.

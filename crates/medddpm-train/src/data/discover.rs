@@ -29,23 +29,7 @@ pub fn list_masks(path: &Path) -> Result<Vec<PathBuf>, DataError> {
     Ok(list_nifti(path, "mask")?.into_values().collect())
 }
 
-/// The id a NIfTI file name stands for (`sample_3.nii.gz` -> `sample_3`); `None` for other
-/// files and hidden ones (editors' and the atomic writer's temporaries start with a dot).
-pub fn nifti_stem(path: &Path) -> Option<&str> {
-    let name = path.file_name()?.to_str()?;
-    if name.starts_with('.') {
-        return None;
-    }
-    let lower = name.to_ascii_lowercase();
-    let stem_len = if lower.ends_with(".nii.gz") {
-        name.len() - 7
-    } else if lower.ends_with(".nii") {
-        name.len() - 4
-    } else {
-        return None;
-    };
-    (stem_len > 0).then(|| &name[..stem_len])
-}
+pub use medddpm_nifti::nifti_stem;
 
 /// The NIfTI files of `dir` keyed by id (sorted); errors for a missing or empty folder and for
 /// two files with one id.

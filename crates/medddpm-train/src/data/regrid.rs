@@ -71,11 +71,6 @@ pub fn load_condition(
     grid: [usize; 3],
     policy: GridPolicy,
 ) -> Result<(Vec<f32>, [usize; 3], Volume), DataError> {
-    if grid.contains(&0) {
-        return Err(DataError::InvalidConfig(format!(
-            "grid {grid:?} has an empty axis"
-        )));
-    }
     condition_of(Volume::read(mask_path)?, mask_path, scheme, grid, policy)
 }
 
