@@ -13,7 +13,7 @@ use cubecl::Runtime;
 use crate::task::Ran;
 use crate::tune_watch::{count_entries, TuneWatcher};
 use crate::{
-    default_tune_cache, BackendKind, BackendTask, ComputeSettings, ConvEngine, Error,
+    default_tune_cache, BackendKind, BackendTask, Collective, ComputeSettings, ConvEngine, Error,
     KernelAutodiffBackend, Precision, RunEnv,
 };
 
@@ -58,13 +58,20 @@ fn driver_jit_cache(root: &Path) {
     }
 }
 
-/// Sets up a CubeCL backend and runs `task` on it (taking it out of the option only once the
-/// device is up, so that a caller can run it elsewhere after an [`Error::NoDevice`]).
-/// `conv_engine` resolves `--conv-engine` for this backend, given the tuning-cache folder
-/// (where cuDNN keeps its algorithm choices).
+/// The devices a run opens, each with its index (the first is the task's), and how their
+/// replicas average gradients (resolved).
+pub(crate) struct Placement<D> {
+    pub devices: Vec<(usize, D)>,
+    pub collective: Collective,
+}
+
+/// Sets up a CubeCL backend on every device of `placement` and runs `task` on the first
+/// (taking it out of the option only once the devices are up, so that a caller can run it
+/// elsewhere after an [`Error::NoDevice`]). `conv_engine` resolves `--conv-engine` for this
+/// backend, given the tuning-cache folder (where cuDNN keeps its algorithm choices).
 pub(crate) fn run<R, B, T>(
     backend: BackendKind,
-    device: R::Device,
+    placement: Placement<R::Device>,
     settings: &ComputeSettings,
     conv_engine: impl FnOnce(&Path) -> Result<ConvEngine, Error>,
     task: &mut Option<T>,
@@ -76,11 +83,54 @@ where
 {
     let precision = settings.precision;
     let root = tuning_cache(backend, settings)?;
+    let several = placement.devices.len() > 1;
+    for (index, device) in &placement.devices {
+        open_device::<R, B>(backend, precision, device).map_err(|e| match several {
+            false => e,
+            true => Error::OnDevice {
+                backend,
+                device: *index,
+                source: Box::new(e),
+            },
+        })?;
+    }
 
+    let conv_engine = conv_engine(&root)?;
+    let tuned_before = count_entries(&root);
+    let (indices, devices): (Vec<usize>, Vec<R::Device>) = placement.devices.into_iter().unzip();
+    let env = RunEnv {
+        backend,
+        precision,
+        layout: settings.layout,
+        conv_engine,
+        norm_engine: settings.norm_engine,
+        tune_cache: Some(root.clone()),
+        tuned_before,
+        devices: indices,
+        collective: placement.collective,
+    };
+    let device = devices.into_iter().next().expect("a run has a device");
+    let watcher = TuneWatcher::start(root, settings.show_tuning);
+    let task = task.take().expect("the task is taken only here");
+    let out = task.run::<B>(device, &env);
+    watcher.finish();
+    Ok(out)
+}
+
+/// Opens `device`'s client and checks that it computes in `precision`.
+fn open_device<R, B>(
+    backend: BackendKind,
+    precision: Precision,
+    device: &R::Device,
+) -> Result<(), Error>
+where
+    R: Runtime,
+    B: KernelAutodiffBackend<Device = R::Device>,
+{
     // cubecl panics when it finds no device (wgpu without a Vulkan driver, CUDA without the
-    // driver library): a `NoDevice` error instead, without the panic's trace on stderr, and
-    // the task left in `task` for the caller's fallback.
-    let client = medddpm_kernels::panics::quiet_catch(|| R::client(&device))
+    // driver library): a `NoDevice` error instead, without the panic's trace on stderr (the
+    // task is still in its option then, for `run_on`'s fallback).
+    let client = medddpm_kernels::panics::quiet_catch(|| R::client(device))
         .map_err(|cause| Error::NoDevice { backend, cause })?;
     let lacks = |reason| Error::PrecisionUnsupported {
         backend,
@@ -98,29 +148,13 @@ where
             }
         }
         Precision::Bf16 => {
-            if !<B::InnerBackend as Backend>::supports_dtype(&device, DType::BF16) {
+            if !<B::InnerBackend as Backend>::supports_dtype(device, DType::BF16) {
                 return Err(lacks("it has no bf16 tensors"));
             }
         }
         Precision::Fp32 => {}
     }
-
-    let conv_engine = conv_engine(&root)?;
-    let tuned_before = count_entries(&root);
-    let env = RunEnv {
-        backend,
-        precision,
-        layout: settings.layout,
-        conv_engine,
-        norm_engine: settings.norm_engine,
-        tune_cache: Some(root.clone()),
-        tuned_before,
-    };
-    let watcher = TuneWatcher::start(root, settings.show_tuning);
-    let task = task.take().expect("the task is taken only here");
-    let out = task.run::<B>(device, &env);
-    watcher.finish();
-    Ok(out)
+    Ok(())
 }
 
 /// Sets the precision switches of burn's kernels and points cubecl's caches at this backend
@@ -154,12 +188,12 @@ fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<Path
     Ok(root)
 }
 
-/// `--conv-engine` on CUDA: cuDNN when asked for or when `auto` finds it, else CubeCL. Says in one
-/// line which engine runs and why.
+/// `--conv-engine` on CUDA: cuDNN when asked for or when `auto` finds it (on every device of
+/// the run), else CubeCL. Says in one line which engine runs and why.
 #[cfg(feature = "cuda")]
 pub(crate) fn cuda_conv_engine(
     requested: ConvEngine,
-    device_index: usize,
+    devices: &[usize],
     cache_dir: &Path,
 ) -> Result<ConvEngine, Error> {
     use medddpm_kernels::cudnn;
@@ -167,22 +201,42 @@ pub(crate) fn cuda_conv_engine(
         eprintln!("convolutions: burn's CubeCL kernels (--conv-engine cubecl)");
         return Ok(ConvEngine::Cubecl);
     }
-    match cudnn::init(device_index, Some(cache_dir)) {
-        Ok(info) => {
-            eprintln!(
-                "convolutions: cuDNN {} (--conv-engine {requested}; {} algorithm choices cached in {})",
-                info.version_string(),
-                info.cached,
-                cache_dir.display()
-            );
-            Ok(ConvEngine::Cudnn)
+    let mut started = Vec::with_capacity(devices.len());
+    for &device in devices {
+        match cudnn::init(device, Some(cache_dir)) {
+            Ok(info) => started.push((device, info)),
+            Err(why) if requested == ConvEngine::Auto => {
+                eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
+                return Ok(ConvEngine::Cubecl);
+            }
+            Err(cause) => return Err(Error::Cudnn { cause }),
         }
-        Err(why) if requested == ConvEngine::Auto => {
-            eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
-            Ok(ConvEngine::Cubecl)
-        }
-        Err(cause) => Err(Error::Cudnn { cause }),
     }
+    let Some((_, first)) = started.first() else {
+        return Err(Error::NoDevicesListed);
+    };
+    let on = match started.len() {
+        1 => String::new(),
+        _ => format!(" on CUDA devices {}", crate::error::device_list(devices)),
+    };
+    eprintln!(
+        "convolutions: cuDNN {}{on} (--conv-engine {requested}; {} algorithm choices cached in {})",
+        first.version_string(),
+        first.cached,
+        cache_dir.display()
+    );
+    for (device, info) in &started[1..] {
+        if info.gpu != first.gpu {
+            eprintln!(
+                "cuDNN on CUDA device {device} ({}): another GPU model than device {} ({}), so it searches its own algorithms{}",
+                info.gpu,
+                started[0].0,
+                first.gpu,
+                if info.cache_file.is_none() { ", kept for this run only" } else { "" }
+            );
+        }
+    }
+    Ok(ConvEngine::Cudnn)
 }
 
 /// `--conv-engine` on wgpu: always CubeCL; `cudnn` is refused.

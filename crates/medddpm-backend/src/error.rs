@@ -73,6 +73,74 @@ pub enum Error {
         /// The cache this task wanted.
         wanted: PathBuf,
     },
+    /// `--devices` lists no device.
+    #[error("--devices lists no device: give at least one CUDA device index, e.g. --devices 0")]
+    NoDevicesListed,
+    /// `--devices` names one device twice.
+    #[error(
+        "--devices {} names device {device} twice: each device runs one replica",
+        device_list(devices)
+    )]
+    DuplicateDevice {
+        /// The device named twice.
+        device: usize,
+        /// The list given.
+        devices: Vec<usize>,
+    },
+    /// Devices other than the default one were asked for on a backend other than CUDA.
+    #[error(
+        "--devices {} needs the cuda backend: multi-device training runs on CUDA; {}",
+        device_list(devices),
+        one_device_hint(*backend)
+    )]
+    DevicesNeedCuda {
+        /// The backend in use.
+        backend: BackendKind,
+        /// The list given.
+        devices: Vec<usize>,
+    },
+    /// A listed device does not exist.
+    #[error(
+        "there is no {backend} device {device}: this machine has {count} (numbered from 0; nvidia-smi lists them)"
+    )]
+    NoSuchDevice {
+        /// The backend.
+        backend: BackendKind,
+        /// The index asked for.
+        device: usize,
+        /// How many devices the backend sees.
+        count: usize,
+    },
+    /// What went wrong setting up one device of a multi-device run.
+    #[error("{backend} device {device}: {source}")]
+    OnDevice {
+        /// The backend.
+        backend: BackendKind,
+        /// The device's index.
+        device: usize,
+        /// What went wrong there.
+        source: Box<Error>,
+    },
+    /// `--collective nccl` was asked for and NCCL cannot run.
+    #[error(
+        "--collective nccl cannot run: {cause} (use --collective host, or auto to fall back to it)"
+    )]
+    Nccl {
+        /// Why NCCL is unavailable.
+        cause: String,
+    },
+    /// A command that runs on one device was given several.
+    #[error(
+        "medddpm {command} runs on one device, not --devices {}: only training runs one replica per device (give one index, e.g. --devices {})",
+        device_list(devices),
+        devices.first().copied().unwrap_or(0)
+    )]
+    OneDevice {
+        /// The command.
+        command: String,
+        /// The list given.
+        devices: Vec<usize>,
+    },
     /// `--conv-engine cudnn` was asked for and cuDNN could not start.
     #[cfg(feature = "cuda")]
     #[error("--conv-engine cudnn cannot run: {cause}")]
@@ -86,13 +154,35 @@ impl Error {
     /// Whether this is a refusal (the binary or device cannot run what was asked for) rather
     /// than a failure: the benchmark records such a configuration as unsupported.
     pub fn is_unsupported(&self) -> bool {
-        matches!(
-            self,
-            Error::NotCompiledIn { .. }
-                | Error::PrecisionUnsupported { .. }
-                | Error::CudnnNeedsCuda { .. }
-                | Error::NoDevice { .. }
-        )
+        match self {
+            Error::OnDevice { source, .. } => source.is_unsupported(),
+            _ => matches!(
+                self,
+                Error::NotCompiledIn { .. }
+                    | Error::PrecisionUnsupported { .. }
+                    | Error::CudnnNeedsCuda { .. }
+                    | Error::NoDevice { .. }
+                    | Error::DevicesNeedCuda { .. }
+                    | Error::NoSuchDevice { .. }
+                    | Error::Nccl { .. }
+            ),
+        }
+    }
+}
+
+/// A device list as `--devices` takes it: `0,1`.
+pub(crate) fn device_list(devices: &[usize]) -> String {
+    let names: Vec<String> = devices.iter().map(usize::to_string).collect();
+    names.join(",")
+}
+
+/// Why `backend` takes no device list.
+fn one_device_hint(backend: BackendKind) -> &'static str {
+    match backend {
+        BackendKind::Cpu => {
+            "the cpu backend is one device (it uses every core); leave --devices out"
+        }
+        _ => "the wgpu backend runs on its default adapter; leave --devices out",
     }
 }
 

@@ -16,6 +16,7 @@
 //! its matrix in a child process.
 #![warn(missing_docs)]
 
+mod devices;
 mod error;
 mod run;
 mod task;
@@ -105,8 +106,8 @@ fn nvidia_present() -> bool {
 }
 
 pub use medddpm_kernels::{
-    Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout, NormEngine,
-    Precision,
+    Collective, Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout,
+    NormEngine, Precision,
 };
 
 impl fmt::Display for BackendKind {
@@ -143,6 +144,20 @@ pub struct ComputeSettings {
     pub tune_cache: Option<PathBuf>,
     /// Show a spinner with each kernel tuned (a line per kernel when stderr is not a terminal).
     pub show_tuning: bool,
+    /// Device indices (CUDA), the first the one a task receives; several run data-parallel
+    /// training. Default `[0]`.
+    pub devices: Vec<usize>,
+    /// How several devices average their gradients (`auto` is resolved when the backend
+    /// starts).
+    pub collective: Collective,
+}
+
+impl ComputeSettings {
+    /// [`Error::OneDevice`] unless these settings name one device: for the commands that run
+    /// on one (checked before any device starts).
+    pub fn one_device(&self, command: &str) -> Result<(), Error> {
+        devices::one_device(command, &self.devices)
+    }
 }
 
 impl Default for ComputeSettings {
@@ -155,6 +170,8 @@ impl Default for ComputeSettings {
             norm_engine: NormEngine::Kernel,
             tune_cache: None,
             show_tuning: true,
+            devices: vec![0],
+            collective: Collective::Auto,
         }
     }
 }
@@ -176,6 +193,10 @@ pub struct ComputeRequest {
     pub norm_engine: Option<NormEngine>,
     /// Kernel-tuning cache folder of the GPU backends (default: [`default_tune_cache`]).
     pub tune_cache: Option<PathBuf>,
+    /// CUDA device indices, one replica each (default: `[0]`).
+    pub devices: Option<Vec<usize>>,
+    /// How several devices average their gradients (default: auto).
+    pub collective: Option<Collective>,
 }
 
 impl ComputeRequest {
@@ -198,6 +219,9 @@ impl ComputeRequest {
             norm_engine: self.norm_engine.or(config.norm_engine).unwrap_or_default(),
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
+            devices: (self.devices.clone().or_else(|| config.devices.clone()))
+                .unwrap_or_else(|| vec![0]),
+            collective: self.collective.or(config.collective).unwrap_or_default(),
         }
     }
 }

@@ -1,8 +1,14 @@
-//! Running a task on the backend the settings pick: `auto` resolved, the precision and engines
-//! checked against what the backend and device support, and the CPU as `auto`'s fallback.
+//! Running a task on the backend the settings pick: `auto` resolved, the device list and the
+//! precision and engines checked against what the backend and devices support, and the CPU as
+//! `auto`'s fallback.
 
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+use crate::cube::Placement;
+#[cfg(feature = "cuda")]
+use crate::devices::check_count;
+use crate::devices::{check_devices, nccl_status, resolve_collective};
 use crate::task::{BackendTask, Ran, RunEnv};
-use crate::{BackendKind, ComputeSettings, ConvEngine, Error, Precision};
+use crate::{BackendKind, Collective, ComputeSettings, ConvEngine, Error, Precision};
 
 /// Resolves `auto`, configures precision and tuning, checks the device supports the precision,
 /// and runs `task`.
@@ -32,44 +38,28 @@ fn run_resolved<T: BackendTask>(
     if !backend.compiled_in() {
         return Err(Error::NotCompiledIn { backend });
     }
+    let collective = devices_and_collective(backend, settings)?;
     match backend {
-        BackendKind::Cpu => {
-            if settings.precision == Precision::Tf32 {
-                return Err(Error::PrecisionUnsupported {
-                    backend,
-                    precision: settings.precision,
-                    on_device: false,
-                    reason: "TF32 is a GPU tensor-core format; the CPU computes in IEEE f32 (use --precision fp32)",
-                });
-            }
-            if settings.conv_engine == ConvEngine::Cudnn {
-                return Err(Error::CudnnNeedsCuda { backend });
-            }
-            let env = RunEnv {
-                backend,
-                precision: settings.precision,
-                layout: settings.layout,
-                conv_engine: ConvEngine::Cubecl,
-                norm_engine: settings.norm_engine,
-                tune_cache: None,
-                tuned_before: 0,
-            };
-            let task = task.take().expect("the task is taken only once");
-            Ok(task.run::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default(), &env))
-        }
+        BackendKind::Cpu => run_cpu(settings, collective, task),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
-            let device = burn::backend::cuda::CudaDevice::default();
-            let index = device.index;
+            let indices = &settings.devices;
+            let devices = indices
+                .iter()
+                .map(|&i| (i, burn::backend::cuda::CudaDevice::new(i)))
+                .collect();
             crate::cube::run::<
                 cubecl::cuda::CudaRuntime,
                 burn::backend::Autodiff<burn::backend::Cuda>,
                 T,
             >(
                 backend,
-                device,
+                Placement {
+                    devices,
+                    collective,
+                },
                 settings,
-                |cache| crate::cube::cuda_conv_engine(settings.conv_engine, index, cache),
+                |cache| crate::cube::cuda_conv_engine(settings.conv_engine, indices, cache),
                 task,
             )
         }
@@ -82,7 +72,10 @@ fn run_resolved<T: BackendTask>(
                 T,
             >(
                 backend,
-                device,
+                Placement {
+                    devices: vec![(0, device)],
+                    collective,
+                },
                 settings,
                 |_| crate::cube::wgpu_conv_engine(settings.conv_engine),
                 task,
@@ -91,4 +84,62 @@ fn run_resolved<T: BackendTask>(
         #[allow(unreachable_patterns)]
         other => Err(Error::NotCompiledIn { backend: other }),
     }
+}
+
+/// Checks the device list against `backend` (and, on CUDA, the machine) and resolves
+/// `--collective`, saying in one line how several devices average their gradients.
+fn devices_and_collective(
+    backend: BackendKind,
+    settings: &ComputeSettings,
+) -> Result<Collective, Error> {
+    check_devices(backend, &settings.devices)?;
+    #[cfg(feature = "cuda")]
+    if backend == BackendKind::Cuda {
+        if let Some(count) = crate::devices::cuda_device_count() {
+            check_count(backend, &settings.devices, count)?;
+        }
+    }
+    let (collective, line) = resolve_collective(
+        backend,
+        settings.collective,
+        settings.devices.len(),
+        nccl_status,
+    )?;
+    if let Some(line) = line {
+        eprintln!("{line}");
+    }
+    Ok(collective)
+}
+
+/// [`run_resolved`] on burn's Flex CPU backend.
+fn run_cpu<T: BackendTask>(
+    settings: &ComputeSettings,
+    collective: Collective,
+    task: &mut Option<T>,
+) -> Ran<T> {
+    let backend = BackendKind::Cpu;
+    if settings.precision == Precision::Tf32 {
+        return Err(Error::PrecisionUnsupported {
+            backend,
+            precision: settings.precision,
+            on_device: false,
+            reason: "TF32 is a GPU tensor-core format; the CPU computes in IEEE f32 (use --precision fp32)",
+        });
+    }
+    if settings.conv_engine == ConvEngine::Cudnn {
+        return Err(Error::CudnnNeedsCuda { backend });
+    }
+    let env = RunEnv {
+        backend,
+        precision: settings.precision,
+        layout: settings.layout,
+        conv_engine: ConvEngine::Cubecl,
+        norm_engine: settings.norm_engine,
+        tune_cache: None,
+        tuned_before: 0,
+        devices: settings.devices.clone(),
+        collective,
+    };
+    let task = task.take().expect("the task is taken only once");
+    Ok(task.run::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default(), &env))
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use burn::tensor::DType;
-use medddpm_kernels::Compute;
+use medddpm_kernels::{Collective, Compute};
 
 use crate::{BackendKind, ConvEngine, Error, KernelAutodiffBackend, Layout, NormEngine, Precision};
 
@@ -25,6 +25,13 @@ pub struct RunEnv {
     pub tune_cache: Option<PathBuf>,
     /// Kernels already in that cache when the process started.
     pub tuned_before: usize,
+    /// The devices of the run (CUDA indices; `[0]` elsewhere): the first is the one the task
+    /// receives, and data-parallel training runs one replica on each. Each was opened and
+    /// checked for the precision (and cuDNN started on it where that engine runs).
+    pub devices: Vec<usize>,
+    /// How the replicas average their gradients (never `auto`; `host` for one device, where
+    /// nothing is averaged).
+    pub collective: Collective,
 }
 
 impl RunEnv {
@@ -41,6 +48,12 @@ impl RunEnv {
     /// The dtype to compute in.
     pub fn compute_dtype(&self) -> DType {
         self.precision.compute_dtype()
+    }
+
+    /// [`Error::OneDevice`] unless the run has one device: for the tasks of commands that run
+    /// on one (`medddpm sample`, ...).
+    pub fn one_device(&self, command: &str) -> Result<(), Error> {
+        crate::devices::one_device(command, &self.devices)
     }
 }
 

@@ -24,6 +24,7 @@ fn switches_win_over_the_experiment_file() {
         layout: Some(Layout::Ndhwc),
         conv_engine: Some(ConvEngine::Cubecl),
         norm_engine: Some(NormEngine::Ops),
+        ..Default::default()
     };
     let cpu = ComputeRequest {
         backend: BackendKind::Cpu,
@@ -127,4 +128,159 @@ fn refusals_name_the_backend_and_what_to_do() {
     assert!(no_device
         .to_string()
         .starts_with("the cuda backend found no usable GPU device (no driver); check that"));
+}
+
+#[test]
+fn devices_and_collective_come_from_the_switches_then_the_file() {
+    let file: ComputeConfig =
+        serde_json::from_str(r#"{"devices": [1, 2], "collective": "nccl"}"#).unwrap();
+    assert_eq!(
+        (file.devices.clone(), file.collective),
+        (Some(vec![1, 2]), Some(Collective::Nccl))
+    );
+    let s = ComputeRequest::default().settings();
+    assert_eq!((s.devices, s.collective), (vec![0], Collective::Auto));
+    let s = ComputeRequest::default().settings_with(&file);
+    assert_eq!((s.devices, s.collective), (vec![1, 2], Collective::Nccl));
+    let request = ComputeRequest {
+        devices: Some(vec![3]),
+        collective: Some(Collective::Host),
+        ..Default::default()
+    };
+    let s = request.settings_with(&file);
+    assert_eq!((s.devices, s.collective), (vec![3], Collective::Host));
+    assert!(serde_json::from_str::<ComputeConfig>(r#"{"collective": "mpi"}"#).is_err());
+}
+
+#[test]
+fn device_lists_are_checked_before_anything_starts() {
+    use crate::devices::{check_count, check_devices};
+    assert!(check_devices(BackendKind::Cuda, &[0, 1, 3]).is_ok());
+    assert!(check_devices(BackendKind::Cpu, &[0]).is_ok());
+    assert!(matches!(
+        check_devices(BackendKind::Cuda, &[]),
+        Err(Error::NoDevicesListed)
+    ));
+    let err = check_devices(BackendKind::Cuda, &[0, 1, 0]).unwrap_err();
+    assert!(
+        matches!(err, Error::DuplicateDevice { device: 0, .. }),
+        "{err}"
+    );
+    assert!(!err.is_unsupported());
+    assert_eq!(
+        err.to_string(),
+        "--devices 0,1,0 names device 0 twice: each device runs one replica"
+    );
+    for (backend, devices) in [
+        (BackendKind::Cpu, vec![0, 1]),
+        (BackendKind::Cpu, vec![1]),
+        (BackendKind::Wgpu, vec![0, 1]),
+    ] {
+        let err = check_devices(backend, &devices).unwrap_err();
+        assert!(err.is_unsupported(), "{err}");
+        assert!(
+            err.to_string()
+                .contains("multi-device training runs on CUDA")
+                && err.to_string().contains(backend.name()),
+            "{err}"
+        );
+    }
+    assert!(check_count(BackendKind::Cuda, &[0, 1], 2).is_ok());
+    let err = check_count(BackendKind::Cuda, &[0, 2, 1], 2).unwrap_err();
+    assert!(err.is_unsupported());
+    assert_eq!(
+        err.to_string(),
+        "there is no cuda device 2: this machine has 2 (numbered from 0; nvidia-smi lists them)"
+    );
+}
+
+#[test]
+fn the_collective_resolves_to_nccl_only_on_cuda_with_several_devices() {
+    use crate::devices::resolve_collective;
+    let never = || -> Result<String, String> { unreachable!("NCCL must not be asked") };
+    let loads = || Ok("NCCL 2.21.5".to_string());
+    let missing = || Err("libnccl.so.2 was not found".to_string());
+    // One device: nothing to average, unless NCCL is asked for by name (a group of one).
+    for requested in [Collective::Auto, Collective::Host] {
+        let r = resolve_collective(BackendKind::Cuda, requested, 1, never).unwrap();
+        assert_eq!(r, (Collective::Host, None));
+    }
+    let r = resolve_collective(BackendKind::Cpu, Collective::Nccl, 1, never).unwrap();
+    assert_eq!(r, (Collective::Host, None));
+    let (c, _) = resolve_collective(BackendKind::Cuda, Collective::Nccl, 1, loads).unwrap();
+    assert_eq!(c, Collective::Nccl);
+    let (c, line) = resolve_collective(BackendKind::Cuda, Collective::Auto, 2, loads).unwrap();
+    assert_eq!(c, Collective::Nccl);
+    assert!(line.unwrap().contains("NCCL 2.21.5"));
+    let (c, _) = resolve_collective(BackendKind::Cuda, Collective::Nccl, 4, loads).unwrap();
+    assert_eq!(c, Collective::Nccl);
+    let (c, _) = resolve_collective(BackendKind::Cuda, Collective::Host, 2, never).unwrap();
+    assert_eq!(c, Collective::Host);
+    // `auto` falls back to the host, saying why; `nccl` asked for by name is refused.
+    let (c, line) = resolve_collective(BackendKind::Cuda, Collective::Auto, 2, missing).unwrap();
+    assert_eq!(c, Collective::Host);
+    assert_eq!(
+        line.unwrap(),
+        "gradients averaged over 2 devices: through the host (--collective auto: libnccl.so.2 was not found)"
+    );
+    let err = resolve_collective(BackendKind::Cuda, Collective::Nccl, 2, missing).unwrap_err();
+    assert!(err.is_unsupported());
+    assert!(
+        matches!(&err, Error::Nccl { cause } if cause.contains("libnccl")),
+        "{err}"
+    );
+}
+
+#[test]
+fn commands_of_one_device_refuse_several() {
+    let settings = ComputeSettings {
+        devices: vec![1, 0],
+        ..Default::default()
+    };
+    let err = settings.one_device("sample").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "medddpm sample runs on one device, not --devices 1,0: only training runs one replica per device (give one index, e.g. --devices 1)"
+    );
+    let one = ComputeSettings {
+        devices: vec![1],
+        ..Default::default()
+    };
+    assert!(one.one_device("sample").is_ok());
+}
+
+#[test]
+fn the_cpu_refuses_several_devices_and_a_task_learns_its_devices() {
+    struct Devices;
+    impl BackendTask for Devices {
+        type Output = (Vec<usize>, Collective);
+        type Error = Error;
+        fn run<B: KernelAutodiffBackend>(
+            self,
+            _: B::Device,
+            env: &RunEnv,
+        ) -> Result<Self::Output, Error> {
+            env.one_device("test")?;
+            Ok((env.devices.clone(), env.collective))
+        }
+    }
+    let cpu = ComputeSettings {
+        backend: BackendKind::Cpu,
+        ..Default::default()
+    };
+    assert_eq!(run_on(&cpu, Devices).unwrap(), (vec![0], Collective::Host));
+    let two = ComputeSettings {
+        devices: vec![0, 1],
+        ..cpu.clone()
+    };
+    let err = run_on(&two, Devices).unwrap_err();
+    assert!(matches!(err, Error::DevicesNeedCuda { .. }), "{err}");
+    let twice = ComputeSettings {
+        devices: vec![0, 0],
+        ..cpu
+    };
+    assert!(matches!(
+        run_on(&twice, Devices).unwrap_err(),
+        Error::DuplicateDevice { device: 0, .. }
+    ));
 }

@@ -93,6 +93,10 @@ pub enum Error {
         /// What it said.
         message: String,
     },
+    /// The device-scaling measurement (`bench --devices`) failed: the training run or its
+    /// results file.
+    #[error("device scaling: {0}")]
+    Scaling(String),
     /// Waiting for the device failed inside a profiled forward pass.
     #[error("device synchronisation failed while profiling")]
     ProfileSync,

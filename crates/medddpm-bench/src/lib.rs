@@ -17,6 +17,7 @@ pub mod record;
 pub mod reference;
 pub mod report;
 pub mod run;
+pub mod scaling;
 pub mod single;
 pub mod threads;
 
@@ -24,6 +25,7 @@ pub use error::{Error, Result};
 pub use options::{BenchOptions, Model};
 pub use record::{BenchRecord, RecordBackend, RecordStatus, Source};
 pub use run::{run_bench, write_reports};
+pub use scaling::{ScalingOptions, ScalingRecord, ScalingTask};
 pub use single::{bench_one, bench_one_with_partial, median, SingleConfig};
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ fn measures_every_precision_and_layout_the_cpu_runs() {
                 norm_engine: Default::default(),
                 tune_cache: None,
                 show_tuning: false,
+                ..Default::default()
             };
             let r = run(&settings, &tiny(false));
             assert_eq!(r.status, RecordStatus::Ok, "{r:?}");
@@ -147,6 +148,7 @@ fn measures_a_checkpointed_training_step_and_records_the_choice() {
         norm_engine: Default::default(),
         tune_cache: None,
         show_tuning: false,
+        ..Default::default()
     };
     let config = SingleConfig {
         activation_checkpointing: medddpm_unet::ActivationCheckpointing::Blocks,

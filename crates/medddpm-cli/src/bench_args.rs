@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
-use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision};
-use medddpm_bench::{BenchOptions, Model};
+use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Precision};
+use medddpm_bench::{BenchOptions, Model, ScalingOptions};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
-use crate::compute_args::BackendArg;
+use crate::compute_args::{BackendArg, CollectiveArg};
 
 /// A network on the command line: its names and help come from [`Model`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +135,16 @@ pub struct BenchArgs {
     /// into --out (`host-profile-*.folded`; needs a build with the `host-profile` feature).
     #[arg(long)]
     pub host_profile: bool,
+    /// Measure data-parallel training throughput instead of the matrix: the trainer's optimizer
+    /// steps on the first 1, 2, .., N of these CUDA devices (comma-separated), one micro-batch
+    /// of --batch volumes per device and step, in samples per second with the scaling
+    /// efficiency (appended to scaling.jsonl in --out). Takes one backend, precision and layout.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Option<Vec<usize>>,
+    /// How the devices average their gradients in a --devices run: auto (NCCL on CUDA), nccl or
+    /// host.
+    #[arg(long, value_enum)]
+    pub collective: Option<CollectiveArg>,
     /// Internal: run one configuration from this JSON file in this process.
     #[arg(long, hide = true)]
     pub single_config: Option<PathBuf>,
@@ -144,6 +154,44 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// With `--devices`: the device-scaling measurement's compute settings and options.
+    pub fn scaling(&self) -> Option<Result<(ComputeSettings, ScalingOptions), String>> {
+        let devices = self.devices.clone()?;
+        let one = |what: &str, n: usize| {
+            (n != 1).then(|| format!("--devices measures one configuration: give one {what}"))
+        };
+        if let Some(e) = one("--backends", self.backends.len())
+            .or_else(|| one("--precisions", self.precisions.len()))
+            .or_else(|| one("--layouts", self.layouts.len()))
+        {
+            return Some(Err(e));
+        }
+        let settings = ComputeSettings {
+            backend: self.backends[0].into(),
+            precision: self.precisions[0],
+            layout: self.layouts[0],
+            conv_engine: self.conv_engine,
+            norm_engine: self.norm_engine,
+            tune_cache: self.tune_cache.clone(),
+            show_tuning: true,
+            devices,
+            collective: self.collective.map(|c| c.0).unwrap_or_default(),
+        };
+        Some(Ok((
+            settings,
+            ScalingOptions {
+                model: self.model.0,
+                size: self.size,
+                batch: self.batch,
+                activation_checkpointing: self.activation_checkpointing,
+                warmup: self.warmup,
+                steps: self.steps,
+                out: self.out.clone(),
+                seed: self.seed,
+            },
+        )))
+    }
+
     /// The benchmark's options these switches select.
     pub fn into_options(self) -> BenchOptions {
         BenchOptions {

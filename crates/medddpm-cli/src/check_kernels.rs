@@ -1,7 +1,10 @@
 //! `medddpm check-kernels`: the backend's convolution engine, GroupNorm, upsampling and Adam
 //! kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
 //! rounded operands) on the U-Net's geometries and odd ones, forward and gradients, per
-//! precision and layout.
+//! precision and layout; or, with `--collective-devices`, the all-reduce of data-parallel
+//! training across devices.
+
+mod collective;
 
 use std::path::PathBuf;
 
@@ -40,6 +43,10 @@ pub struct CheckKernelsArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Instead of the kernels, check the all-reduce (mean) that averages data-parallel
+    /// gradients (NCCL on CUDA) over these devices, one thread each: `0,1`, or `all`.
+    #[arg(long, value_parser = collective::parse_devices)]
+    collective_devices: Option<collective::DeviceList>,
 }
 
 /// One case's result.
@@ -364,7 +371,13 @@ pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
         norm_engine: args.norm_engine,
         tune_cache: args.tune_cache,
         show_tuning: true,
+        // One device: the checks compare engines, not replicas.
+        ..ComputeSettings::default()
     };
+    if let Some(devices) = args.collective_devices {
+        let check = run_on(&settings, collective::Task { devices })?;
+        return finish_collective(&check, args.out.as_deref());
+    }
     let report = run_on(&settings, Task { scale: args.scale })?;
     let failed = report.failed();
     if let Some(out) = &args.out {
@@ -385,6 +398,23 @@ pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
     );
     if failed > 0 {
         bail!("{failed} cases outside tolerance");
+    }
+    Ok(())
+}
+
+/// Writes and judges the all-reduce check.
+fn finish_collective(
+    check: &medddpm_kernels::collective::CollectiveCheck,
+    out: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if let Some(out) = out {
+        let text = serde_json::to_string_pretty(check)?;
+        medddpm_atomic::write(out, text.as_bytes())
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    let failed = collective::print(check);
+    if failed > 0 {
+        bail!("{failed} all-reduce cases outside tolerance");
     }
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 use medddpm_backend::{
-    BackendKind, ComputeConfig, ComputeRequest, ComputeSettings, ConvEngine, Layout, NormEngine,
-    Precision,
+    BackendKind, Collective, ComputeConfig, ComputeRequest, ComputeSettings, ConvEngine, Layout,
+    NormEngine, Precision,
 };
 
 /// A backend on the command line: its names and help come from [`BackendKind`].
@@ -33,6 +33,36 @@ impl ValueEnum for BackendArg {
 impl From<BackendArg> for BackendKind {
     fn from(arg: BackendArg) -> Self {
         arg.0
+    }
+}
+
+/// `--collective` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectiveArg(pub Collective);
+
+impl ValueEnum for CollectiveArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [CollectiveArg; 3] = [
+            CollectiveArg(Collective::Auto),
+            CollectiveArg(Collective::Nccl),
+            CollectiveArg(Collective::Host),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let (name, help) = match self.0 {
+            Collective::Auto => ("auto", "NCCL on CUDA when libnccl loads, else the host"),
+            Collective::Nccl => (
+                "nccl",
+                "NCCL's all-reduce between the GPUs (an error where it cannot run)",
+            ),
+            Collective::Host => (
+                "host",
+                "gathered and averaged through host threads (slower)",
+            ),
+        };
+        Some(PossibleValue::new(name).help(help))
     }
 }
 
@@ -64,6 +94,14 @@ pub struct ComputeArgs {
     /// ~/.cache/medddpm/tune).
     #[arg(long)]
     pub tune_cache: Option<PathBuf>,
+    /// CUDA devices to run on, comma-separated GPU indices, e.g. 0,1 (default: 0). Training runs
+    /// one model replica per device, the experiment's batch split across them; the other
+    /// commands take one device.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Option<Vec<usize>>,
+    /// How the replicas of a multi-device run average their gradients each optimizer step.
+    #[arg(long, value_enum)]
+    pub collective: Option<CollectiveArg>,
 }
 
 impl ComputeArgs {
@@ -76,6 +114,8 @@ impl ComputeArgs {
             conv_engine: self.conv_engine,
             norm_engine: self.norm_engine,
             tune_cache: self.tune_cache.clone(),
+            devices: self.devices.clone(),
+            collective: self.collective.map(|c| c.0),
         }
     }
 
@@ -109,6 +149,8 @@ mod tests {
             layout: Some(Layout::Ndhwc),
             conv_engine: Some(ConvEngine::Cubecl),
             norm_engine: Some(NormEngine::Ops),
+            devices: Some(vec![2, 3]),
+            collective: Some(Collective::Host),
         };
         let s = Cli::parse_from(["x", "--backend", "cpu"])
             .compute
@@ -135,6 +177,26 @@ mod tests {
         assert_eq!((s.layout, s.conv_engine), (Layout::Ncdhw, ConvEngine::Auto));
         let s = cli.compute.settings();
         assert_eq!(s.precision, Precision::Fp32);
+    }
+
+    #[test]
+    fn devices_and_collective_fill_the_request() {
+        let file = ComputeConfig {
+            devices: Some(vec![2, 3]),
+            collective: Some(Collective::Host),
+            ..Default::default()
+        };
+        let s = Cli::parse_from(["x"]).compute.settings();
+        assert_eq!((s.devices, s.collective), (vec![0], Collective::Auto));
+        let s = Cli::parse_from(["x"]).compute.settings_with(&file);
+        assert_eq!((s.devices, s.collective), (vec![2, 3], Collective::Host));
+        let cli = Cli::parse_from(["x", "--devices", "0,1", "--collective", "nccl"]);
+        let s = cli.compute.settings_with(&file);
+        assert_eq!((s.devices, s.collective), (vec![0, 1], Collective::Nccl));
+        let s = Cli::parse_from(["x", "--devices", "3"]).compute.settings();
+        assert_eq!(s.devices, vec![3]);
+        assert!(Cli::try_parse_from(["x", "--devices", "0,a"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--collective", "mpi"]).is_err());
     }
 
     #[test]

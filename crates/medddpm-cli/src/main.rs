@@ -62,6 +62,26 @@ fn bench(options: medddpm_bench::BenchOptions) -> anyhow::Result<()> {
     Ok(medddpm_bench::run_bench(options, self_command("bench")?)?)
 }
 
+/// `medddpm bench --devices`: data-parallel throughput on 1..N devices.
+fn bench_devices(
+    (settings, options): (
+        medddpm_backend::ComputeSettings,
+        medddpm_bench::ScalingOptions,
+    ),
+) -> anyhow::Result<()> {
+    let out = options.out.join("scaling.jsonl");
+    let records = medddpm_backend::run_on(&settings, medddpm_bench::ScalingTask(options))?;
+    println!("devices  step ms  samples/s  efficiency");
+    for r in &records {
+        println!(
+            "{:>7}  {:>7.1}  {:>9.2}  {:>10.3}",
+            r.devices, r.step_ms_median, r.samples_per_s, r.efficiency
+        );
+    }
+    println!("appended to {}", out.display());
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => train::run(args),
@@ -70,7 +90,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Render(args) => render::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Prepare(args) => prepare::run(args),
-        Command::Bench(args) => bench(args.into_options()),
+        Command::Bench(args) => match args.scaling() {
+            Some(scaling) => bench_devices(scaling.map_err(anyhow::Error::msg)?),
+            None => bench(args.into_options()),
+        },
         Command::Check(args) => bench(args.into_options()),
         Command::CheckKernels(args) => check_kernels::run(args),
     }

@@ -221,8 +221,11 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
     };
     let masks = list_masks(&args.masks)
         .with_context(|| format!("finding masks in {}", args.masks.display()))?;
+    let settings = args.compute.settings();
+    // Sampling runs on one device (`--devices 1` picks which).
+    settings.one_device("sample")?;
     run_on(
-        &args.compute.settings(),
+        &settings,
         SampleTask {
             source,
             live: args.live_weights,

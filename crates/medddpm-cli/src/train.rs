@@ -3,9 +3,11 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
+use burn::prelude::DeviceOps;
+use burn::tensor::backend::DeviceId;
 use clap::Args;
 use medddpm_backend::KernelAutodiffBackend;
-use medddpm_train::{train, ExperimentConfig, RunDir, SessionOptions};
+use medddpm_train::{train_on, ExperimentConfig, RunDir, SessionOptions};
 
 use crate::compute_args::ComputeArgs;
 use crate::progress::TrainBar;
@@ -53,10 +55,14 @@ impl BackendTask for TrainTask {
     type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
         eprintln!(
-            "training on the {} backend ({}, {}), run folder {}",
+            "training on the {} backend ({}, {}){}, run folder {}",
             env.backend,
             env.precision,
             env.layout,
+            match env.devices.as_slice() {
+                [_] => String::new(),
+                many => format!(", devices {many:?}"),
+            },
             self.run.root.display()
         );
         let t = &self.config.train;
@@ -74,9 +80,17 @@ impl BackendTask for TrainTask {
             resume: self.resume,
             max_steps: self.max_steps,
             compute: env.compute(),
+            collective: env.collective,
         };
+        // The other devices of the run, on the backend of the first.
+        let type_id = device.to_id().type_id;
+        let devices: Vec<B::Device> = env
+            .devices
+            .iter()
+            .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
+            .collect();
         let mut bar = TrainBar::new();
-        let summary = train::<B>(&self.config, &self.run, &options, &device, &mut bar)?;
+        let summary = train_on::<B>(&self.config, &self.run, &options, &devices, &mut bar)?;
         drop(bar);
         eprintln!(
             "trained steps {}..{}: loss {:.4} -> {:.4} (mean of the first and last {} steps); checkpoint {}",

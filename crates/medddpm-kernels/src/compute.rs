@@ -7,6 +7,8 @@ use std::str::FromStr;
 use burn::tensor::DType;
 use serde::{Deserialize, Serialize};
 
+use crate::collective::Collective;
+
 /// How convolutions and matrix products compute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -251,7 +253,7 @@ impl fmt::Display for Compute {
 
 /// What an experiment file asks for under `[compute]`; every field is optional, and a
 /// command-line switch given explicitly wins over it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ComputeConfig {
     /// `fp32`, `tf32` or `bf16`.
@@ -266,4 +268,10 @@ pub struct ComputeConfig {
     /// `kernel` or `ops`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub norm_engine: Option<NormEngine>,
+    /// CUDA device indices, e.g. `[0, 1]`: data-parallel training runs one replica on each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<usize>>,
+    /// How the replicas average their gradients: `auto`, `nccl` or `host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collective: Option<Collective>,
 }

@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod adam;
+pub mod collective;
 mod compute;
 pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -46,6 +47,7 @@ pub mod seeded;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
+pub use collective::{Collective, CollectiveBackend, CollectiveUnavailable};
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,

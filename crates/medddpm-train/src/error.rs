@@ -92,6 +92,16 @@ pub enum TrainError {
         /// What failed.
         message: String,
     },
+    /// A data-parallel run lost a replica or its gradient average failed.
+    #[error("data-parallel training, device {device} (replica {rank}): {message}")]
+    Replica {
+        /// The replica's rank (0 writes the checkpoints).
+        rank: usize,
+        /// Its device, as the backend names it.
+        device: String,
+        /// What happened.
+        message: String,
+    },
 }
 
 impl From<medddpm_render::RenderError> for TrainError {

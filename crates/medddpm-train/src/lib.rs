@@ -25,6 +25,6 @@ pub use sample::{
     load_sampling_model, sample_masks, sample_stem, SampleOptions, SamplingModel, WeightsSource,
 };
 pub use trainer::{
-    micro_step, micro_step_forward, micro_step_loss, train, MicroBatch, MicroStepForward, Quiet,
-    SessionOptions, StepMetrics, TrainObserver, TrainSummary,
+    micro_step, micro_step_forward, micro_step_loss, train, train_on, MicroBatch, MicroStepForward,
+    Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary,
 };

@@ -1,12 +1,13 @@
 //! The backend extension itself: [`KernelBackend`] with the plain-op bodies every backend
 //! gets, and what the bench reads of burn's memory pools.
 
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::DType;
 
 use super::spec::Conv3dSpec;
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
+use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
 use crate::norm::reference::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
@@ -21,7 +22,7 @@ use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_tri
 /// whatever `spec.compute.layout` says: the layout tells an engine which memory order to
 /// compute in (channels-last activations arrive as permuted views of `[b, d, h, w, c]`
 /// buffers and the results are returned the same way).
-pub trait KernelBackend: Backend {
+pub trait KernelBackend: CollectiveBackend {
     /// `y = conv(x, weight)`, without bias.
     fn conv3d_forward(
         x: FloatTensor<Self>,

@@ -1,9 +1,10 @@
 //! Choosing a shape's algorithm: cuDNN's heuristics for the workspace, a timed search of the
-//! candidates (`cudnnFind*Ex`, what PyTorch's `cudnn.benchmark` does), and the JSON cache file
-//! that keeps the winners across runs.
+//! candidates (`cudnnFind*Ex`, what PyTorch's `cudnn.benchmark` does), the winners shared by the
+//! devices of one GPU model, and the JSON cache file that keeps them across runs.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use cudarc::cudnn::sys;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::calls::{vp, ConvOp, Ptrs};
 use super::descriptors::Descriptors;
 use super::layout::Tensor;
-use super::library::check;
+use super::library::{check, GpuModel};
 
 /// Largest workspace an algorithm may use, in bytes. At 128^3 the precomputed-index implicit
 /// GEMM that strict FP32 needs in channels-last asks for about 1 GiB for the 64-channel
@@ -36,8 +37,60 @@ pub(super) struct Choice {
     pub ms: f32,
 }
 
+/// The algorithm choices of one GPU model, shared by the devices of that model in the process
+/// (a choice is a timing, and devices of one model time alike; data-parallel replicas run the
+/// same shapes at the same time, so each shape is searched about once instead of once per
+/// device). Only the first call of a shape on each device reads it (see `engine::run`); later
+/// calls use the device's own copy, so the hot path never takes this lock.
+pub(super) struct AlgoTable {
+    /// The model whose timings these are.
+    pub model: GpuModel,
+    /// Where the choices are kept across runs, if anywhere.
+    pub file: Option<PathBuf>,
+    choices: Mutex<BTreeMap<String, Choice>>,
+}
+
+impl AlgoTable {
+    /// The table of `model`, its choices read from `file`.
+    pub fn open(model: GpuModel, file: Option<PathBuf>) -> Self {
+        let choices = Mutex::new(load_cache(file.as_deref()));
+        AlgoTable {
+            model,
+            file,
+            choices,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Choice>> {
+        self.choices.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many shapes have a choice.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The choice for `key`, if one was made.
+    pub fn get(&self, key: &str) -> Option<Choice> {
+        self.lock().get(key).copied()
+    }
+
+    /// Records `choice` for `key` and saves the table; returns the choice that stands, which is
+    /// another device's where one searched the same shape at the same time (so that every
+    /// device of the model runs the same algorithm).
+    pub fn insert(&self, key: &str, choice: Choice) -> Choice {
+        let mut choices = self.lock();
+        if let Some(first) = choices.get(key) {
+            return *first;
+        }
+        choices.insert(key.to_string(), choice);
+        save_cache(self.file.as_deref(), &choices);
+        choice
+    }
+}
+
 /// The algorithm cache in `file` (empty when there is none or it does not parse).
-pub(super) fn load_cache(file: Option<&Path>) -> BTreeMap<String, Choice> {
+fn load_cache(file: Option<&Path>) -> BTreeMap<String, Choice> {
     file.and_then(|f| std::fs::read_to_string(f).ok())
         .and_then(|text| serde_json::from_str::<BTreeMap<String, Choice>>(&text).ok())
         .unwrap_or_default()
@@ -45,7 +98,7 @@ pub(super) fn load_cache(file: Option<&Path>) -> BTreeMap<String, Choice> {
 
 /// Writes the algorithm cache atomically (see `medddpm_atomic`); a failure is reported and
 /// otherwise ignored (the next run searches again).
-pub(super) fn save_cache(file: Option<&Path>, algos: &BTreeMap<String, Choice>) {
+fn save_cache(file: Option<&Path>, algos: &BTreeMap<String, Choice>) {
     let Some(file) = file else { return };
     let Ok(text) = serde_json::to_string_pretty(algos) else {
         return;

@@ -13,10 +13,11 @@ use super::library::check;
 
 type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
 
-/// What the device-thread tasks use: a cuDNN handle of their own (only that thread calls it,
-/// one task at a time, so it needs no lock, and the first-call path's handle can be busy
-/// meanwhile) and a handle on cubecl's device thread.
+/// What one device's device-thread tasks use: a cuDNN handle of their own (only that thread
+/// calls it, one task at a time, so it needs no lock, and the first-call path's handle can be
+/// busy meanwhile) and a handle on cubecl's device thread for that device.
 pub(super) struct DeviceSide {
+    index: usize,
     handle: sys::cudnnHandle_t,
     ctx: cudarc::driver::sys::CUcontext,
     thread: cubecl::device_handle::DeviceHandle<CudaServer>,
@@ -26,14 +27,13 @@ pub(super) struct DeviceSide {
 unsafe impl Send for DeviceSide {}
 unsafe impl Sync for DeviceSide {}
 
-static DEVICE_SIDE: OnceLock<Result<DeviceSide, String>> = OnceLock::new();
-
-/// The first convolution that failed on the device thread since [`device_error`] last looked.
+/// The first convolution that failed on a device thread since [`device_error`] last looked.
 static DEVICE_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
-/// The first convolution that failed on cubecl's device thread since the last call, if any.
-/// Such a failure leaves that convolution's output unwritten, so whatever step it belonged to
-/// is invalid: callers stop with this as the error.
+/// The first convolution that failed on one of cubecl's device threads (any device) since the
+/// last call, if any; the message names the device. Such a failure leaves that convolution's
+/// output unwritten, so whatever step it belonged to is invalid: callers stop with this as the
+/// error.
 pub fn device_error() -> Option<String> {
     DEVICE_ERROR
         .lock()
@@ -47,28 +47,29 @@ pub(super) fn sync_requested() -> bool {
     *SYNC.get_or_init(|| std::env::var("MEDDDPM_CUDNN_SYNC").is_ok_and(|v| v == "1"))
 }
 
-/// The device thread's side, made on first use for `device` in the primary context `ctx`.
-pub(super) fn device_side(
-    device: &cubecl_cuda::CudaDevice,
-    ctx: cudarc::driver::sys::CUcontext,
-) -> Result<&'static DeviceSide, String> {
-    DEVICE_SIDE
-        .get_or_init(|| {
-            use cubecl::device::Device as _;
-            // SAFETY: the primary context, retained in `init`, is made current first.
-            unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
-            let mut handle = std::ptr::null_mut();
-            // SAFETY: plain handle creation with the context current.
-            check(unsafe { sys::cudnnCreate(&mut handle) }, "cudnnCreate")?;
-            Ok(DeviceSide {
-                handle,
-                ctx,
-                // The device thread of the client that burn already made for this device.
-                thread: cubecl::device_handle::DeviceHandle::new(device.to_id()),
-            })
+impl DeviceSide {
+    /// The device thread's side for `device`, whose primary context is `ctx` (made on a
+    /// device's first hand-over: the engine keeps one per device).
+    pub(super) fn new(
+        device: &cubecl_cuda::CudaDevice,
+        ctx: cudarc::driver::sys::CUcontext,
+    ) -> Result<Self, String> {
+        use cubecl::device::Device as _;
+        let on_device = |e: String| format!("CUDA device {}: {e}", device.index);
+        // SAFETY: the primary context, retained in `init`, is made current first.
+        unsafe { cudarc::driver::result::ctx::set_current(ctx) }
+            .map_err(|e| on_device(e.to_string()))?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: plain handle creation with the context current.
+        check(unsafe { sys::cudnnCreate(&mut handle) }, "cudnnCreate").map_err(on_device)?;
+        Ok(DeviceSide {
+            index: device.index,
+            handle,
+            ctx,
+            // The device thread of the client that burn already made for this device.
+            thread: cubecl::device_handle::DeviceHandle::new(device.to_id()),
         })
-        .as_ref()
-        .map_err(Clone::clone)
+    }
 }
 
 /// The buffers of one call, held until the device thread has enqueued it.
@@ -133,7 +134,10 @@ pub(super) fn enqueue(
         })();
         drop(handles);
         if let Err(e) = result {
-            let message = format!("cuDNN {key} failed on the device thread: {e}");
+            let message = format!(
+                "cuDNN {key} failed on CUDA device {}'s device thread: {e}",
+                side.index
+            );
             eprintln!("{message}");
             DEVICE_ERROR
                 .lock()

@@ -1,84 +1,23 @@
-//! The engine's shared state and one convolution from end to end: [`init`] loads cuDNN and the
-//! algorithm cache; [`run`] packs the operands, finds the shape's descriptors and algorithm,
-//! and either hands the call to the device thread or runs it here, waiting.
+//! One convolution from end to end: [`run`] finds the engine of the operands' device, packs
+//! the operands, finds the shape's descriptors and algorithm, and either hands the call to the
+//! device thread or runs it here, waiting.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use burn::tensor::DType;
 use cubecl_cuda::CudaRuntime;
 use cudarc::cudnn::sys;
 
-use super::algorithms::{find, load_cache, save_cache, Choice};
+use super::algorithms::find;
 use super::calls::{launch, ConvOp, Ptrs};
 use super::descriptors::{data_type, Descriptors};
-use super::device_thread::{device_side, enqueue, sync_requested, OperandHandles};
+use super::device_thread::{enqueue, sync_requested, OperandHandles};
+use super::devices::{engine, DeviceState};
+// Where burn-fusion's operations (`fusion.rs`) find it.
+pub(crate) use super::devices::warn_fallback;
 use super::layout::{dims5, empty_like_layout, packed, Tensor};
-use super::library::{self, check, CudnnInfo, CudnnUnavailable};
+use super::library::check;
 use crate::conv::Conv3dSpec;
-
-struct State {
-    handle: sys::cudnnHandle_t,
-    ctx: cudarc::driver::sys::CUcontext,
-    version: usize,
-    cache_file: Option<PathBuf>,
-    algos: BTreeMap<String, Choice>,
-    /// Descriptors of each shape seen, shared with the device-thread tasks.
-    descriptors: HashMap<String, Arc<Descriptors>>,
-    /// Shapes whose call succeeded on the waiting path: only these go to the device thread
-    /// (cuDNN 9.14 finds an algorithm for some shapes, e.g. a bf16 data gradient with 8 output
-    /// channels, and then refuses to run it, which only the waiting path can fall back from).
-    proven: HashSet<String>,
-    /// Keys already reported as falling back.
-    warned: HashSet<String>,
-}
-
-// The handle is only used under the mutex.
-unsafe impl Send for State {}
-
-static STATE: OnceLock<Mutex<State>> = OnceLock::new();
-
-/// Loads cuDNN for CUDA device `device_index` and reads the algorithm cache in `cache_dir`
-/// (`cudnn-algorithms.json`; none is kept when `None`). Idempotent: later calls return what the
-/// first found.
-pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, CudnnUnavailable> {
-    if let Some(state) = STATE.get() {
-        let s = state.lock().unwrap_or_else(|e| e.into_inner());
-        return Ok(CudnnInfo {
-            version: s.version,
-            cached: s.algos.len(),
-        });
-    }
-    let loaded = library::load(device_index)?;
-    let cache_file = cache_dir.map(|d| d.join("cudnn-algorithms.json"));
-    let algos = load_cache(cache_file.as_deref());
-    let info = CudnnInfo {
-        version: loaded.version,
-        cached: algos.len(),
-    };
-    let _ = STATE.set(Mutex::new(State {
-        handle: loaded.handle,
-        ctx: loaded.ctx,
-        version: loaded.version,
-        cache_file,
-        algos,
-        descriptors: HashMap::new(),
-        proven: HashSet::new(),
-        warned: HashSet::new(),
-    }));
-    Ok(info)
-}
-
-/// Reports (once per shape and reason) that cuDNN was not used.
-pub(crate) fn warn_fallback(why: &str) {
-    if let Some(state) = STATE.get() {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.warned.insert(why.to_string()) {
-            eprintln!("cuDNN not used for {why}; burn's kernel computes it instead");
-        }
-    }
-}
 
 /// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
 /// for the forward pass and the incoming gradient otherwise.
@@ -88,37 +27,33 @@ pub(crate) struct Operands {
     pub dy: Option<Tensor>,
 }
 
-/// Runs `op` with cuDNN. `Err` means cuDNN refused this call (the caller falls back).
+/// Runs `op` with cuDNN on the device of the operands. `Err` means cuDNN refused this call (the
+/// caller falls back).
 pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, String> {
-    let state = STATE.get().ok_or("cuDNN is not initialised")?;
+    let engine = engine(operands.x.device.index)?;
     let call = Call::new(op, operands, spec)?;
-    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-    let key = call.key(s.version, spec);
+    let mut s = engine.lock();
+    let key = call.key(engine.version, spec);
     let desc = s.descriptors_for(&key, &call, spec)?;
-    let proven = s.proven.contains(&key) && !sync_requested();
-    if let Some(choice) = s.algos.get(&key).copied().filter(|_| proven) {
-        let ctx = s.ctx;
+    let proven = match sync_requested() {
+        false => s.proven.get(&key).copied(),
+        true => None,
+    };
+    if let Some(choice) = proven {
         drop(s);
         let workspace = (choice.workspace > 0).then(|| call.x.client.empty(choice.workspace));
         let handles = call.handles(workspace);
-        enqueue(
-            device_side(&call.x.device, ctx)?,
-            op,
-            desc,
-            choice,
-            handles,
-            key,
-        );
+        enqueue(engine.side(&call.x.device)?, op, desc, choice, handles, key);
         return Ok(call.out);
     }
-    let result = run_waiting(&mut s, &call, &desc, &key);
+    let result = run_waiting(engine.ctx, &mut s, &call, &desc, &key);
     drop(s);
     result?;
     Ok(call.out)
 }
 
-impl State {
-    /// The descriptors of `key`'s shape, made on its first call.
+impl DeviceState {
+    /// The descriptors of `key`'s shape, made on its first call on this device.
     fn descriptors_for(
         &mut self,
         key: &str,
@@ -141,24 +76,30 @@ impl State {
     }
 }
 
-/// The waiting path, for the first calls of a shape (and every call with
+/// The waiting path, for the first calls of a shape on a device (and every call with
 /// `MEDDDPM_CUDNN_SYNC=1`): the buffers resolved through the device thread, the algorithm
-/// searched (and cached) when none is known, and cuDNN called from this thread, so that a
-/// refusal can still fall back. A success marks the shape proven.
-fn run_waiting(s: &mut State, call: &Call, desc: &Descriptors, key: &str) -> Result<(), String> {
+/// searched (and shared with the devices of the same model) when none is known, and cuDNN
+/// called from this thread, so that a refusal can still fall back. A success marks the shape
+/// proven on this device.
+fn run_waiting(
+    ctx: cudarc::driver::sys::CUcontext,
+    s: &mut DeviceState,
+    call: &Call,
+    desc: &Descriptors,
+    key: &str,
+) -> Result<(), String> {
     // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
-    unsafe { cudarc::driver::result::ctx::set_current(s.ctx) }.map_err(|e| e.to_string())?;
+    unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
     let handle = s.handle;
-    let choice = match s.algos.get(key) {
-        Some(c) => *c,
+    let known = s.proven.get(key).copied().or_else(|| s.algos.get(key));
+    let choice = match known {
+        Some(c) => c,
         None => {
             let (ptrs, _, stream) = call.resolve(None)?;
             set_stream(handle, stream)?;
             let c =
                 find(call.op, handle, desc, &ptrs, &call.x).map_err(|e| format!("{key}: {e}"))?;
-            s.algos.insert(key.to_string(), c);
-            save_cache(s.cache_file.as_deref(), &s.algos);
-            c
+            s.algos.insert(key, c)
         }
     };
     let workspace = match choice.workspace {
@@ -178,7 +119,7 @@ fn run_waiting(s: &mut State, call: &Call, desc: &Descriptors, key: &str) -> Res
     );
     drop(workspace);
     if result.is_ok() {
-        s.proven.insert(key.to_string());
+        s.proven.insert(key.to_string(), choice);
     }
     result.map_err(|e| format!("{key}: {e}"))
 }

@@ -1,5 +1,7 @@
-//! Loading cuDNN at run time: the shared library, its version, a handle on the device's
-//! primary context, and cuDNN's status codes as errors.
+//! Loading cuDNN at run time: the shared library and its version (once per process), a handle
+//! on a device's primary context (once per device), and cuDNN's status codes as errors.
+
+use std::path::PathBuf;
 
 use cudarc::cudnn::sys;
 
@@ -21,15 +23,38 @@ pub enum CudnnUnavailable {
     /// cuDNN loaded but could not start.
     #[error("cuDNN could not start: {0}")]
     Failed(String),
+    /// The CUDA device asked for does not exist.
+    #[error("there is no CUDA device {device} (this machine has {count}, numbered from 0)")]
+    NoSuchDevice {
+        /// The index asked for.
+        device: usize,
+        /// How many CUDA devices the driver reports.
+        count: usize,
+    },
+    /// cuDNN loaded but could not start on one device.
+    #[error("cuDNN could not start on CUDA device {device}: {cause}")]
+    DeviceFailed {
+        /// The device's index.
+        device: usize,
+        /// What failed.
+        cause: String,
+    },
 }
 
-/// What [`init`](super::init) found.
+/// What [`init`](super::init) found on one device.
 #[derive(Debug, Clone)]
 pub struct CudnnInfo {
     /// cuDNN's version number (e.g. 90100 for 9.1.0).
     pub version: usize,
-    /// Algorithms already in it.
+    /// Algorithm choices already known to this device: those of the cache file, and those the
+    /// devices of the same GPU model chose in this process.
     pub cached: usize,
+    /// The device's name, as the driver gives it (e.g. `NVIDIA H100 80GB HBM3`).
+    pub gpu: String,
+    /// The file this device's algorithm choices are kept in: `None` without a cache folder, and
+    /// for a GPU model other than the one the file was opened for in this process (the file's
+    /// choices were timed on that model; this one's are searched again each run).
+    pub cache_file: Option<PathBuf>,
 }
 
 impl CudnnInfo {
@@ -40,16 +65,25 @@ impl CudnnInfo {
     }
 }
 
-/// A loaded cuDNN: its version, a handle, and the device's primary context it was made on.
-pub(super) struct Loaded {
-    pub version: usize,
-    pub handle: sys::cudnnHandle_t,
-    pub ctx: cudarc::driver::sys::CUcontext,
+/// A GPU model, as far as algorithm choices go: devices with equal values share them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct GpuModel {
+    /// The driver's name of the device.
+    pub name: String,
+    /// Compute capability, major and minor.
+    pub capability: (i32, i32),
 }
 
-/// Opens `libcudnn.so.9`, checks its version and creates a handle on CUDA device
-/// `device_index`'s primary context (made current on this thread).
-pub(super) fn load(device_index: usize) -> Result<Loaded, CudnnUnavailable> {
+/// cuDNN opened on one device: a handle on the device's primary context, and what the device
+/// is.
+pub(super) struct Opened {
+    pub handle: sys::cudnnHandle_t,
+    pub ctx: cudarc::driver::sys::CUcontext,
+    pub model: GpuModel,
+}
+
+/// Opens `libcudnn.so.9` and checks its version; returns the version.
+pub(super) fn load_library() -> Result<usize, CudnnUnavailable> {
     // SAFETY: probing for the library only opens it.
     if !unsafe { sys::is_culib_present() } {
         return Err(CudnnUnavailable::NotFound);
@@ -62,37 +96,72 @@ pub(super) fn load(device_index: usize) -> Result<Loaded, CudnnUnavailable> {
     if version < MIN_CUDNN_VERSION {
         return Err(CudnnUnavailable::TooOld { found: version });
     }
-    let ctx = primary_context(device_index).map_err(CudnnUnavailable::Failed)?;
+    Ok(version)
+}
+
+/// How many CUDA devices the driver reports.
+pub(super) fn device_count() -> Result<usize, CudnnUnavailable> {
+    use cudarc::driver::result;
+    let driver = |e| CudnnUnavailable::Failed(format!("CUDA driver: {e}"));
+    result::init().map_err(driver)?;
+    Ok(result::device::get_count().map_err(driver)?.max(0) as usize)
+}
+
+/// Creates a cuDNN handle on CUDA device `device_index`'s primary context (the library loaded
+/// by [`load_library`]). The thread's current context is left as it was, where it had one.
+pub(super) fn open(device_index: usize) -> Result<Opened, CudnnUnavailable> {
+    let failed = |cause: String| CudnnUnavailable::DeviceFailed {
+        device: device_index,
+        cause,
+    };
+    let previous = cudarc::driver::result::ctx::get_current().ok().flatten();
+    let (ctx, model) = primary_context(device_index).map_err(failed)?;
     let handle = std::panic::catch_unwind(|| {
         let mut handle = std::ptr::null_mut();
         // SAFETY: the device's primary context is current on this thread.
         let status = unsafe { sys::cudnnCreate(&mut handle) };
         (status, handle)
     })
-    .map_err(|_| CudnnUnavailable::Failed("the library has no cudnnCreate symbol".into()))?;
-    if handle.0 != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        return Err(CudnnUnavailable::Failed(format!(
-            "cudnnCreate: {:?}",
-            handle.0
-        )));
+    .map_err(|_| CudnnUnavailable::Failed("the library has no cudnnCreate symbol".into()));
+    if let Some(previous) = previous {
+        // SAFETY: a context that was current on this thread a moment ago.
+        let _ = unsafe { cudarc::driver::result::ctx::set_current(previous) };
     }
-    Ok(Loaded {
-        version,
+    let handle = handle?;
+    if handle.0 != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        return Err(failed(format!("cudnnCreate: {:?}", handle.0)));
+    }
+    Ok(Opened {
         handle: handle.1,
         ctx,
+        model,
     })
 }
 
-fn primary_context(device_index: usize) -> Result<cudarc::driver::sys::CUcontext, String> {
-    use cudarc::driver::result;
+/// The primary context of `device_index` (retained, and made current on this thread) and the
+/// device's model.
+fn primary_context(
+    device_index: usize,
+) -> Result<(cudarc::driver::sys::CUcontext, GpuModel), String> {
+    use cudarc::driver::{result, sys::CUdevice_attribute as A};
     result::init().map_err(|e| format!("CUDA driver: {e}"))?;
-    let device = result::device::get(device_index as i32)
-        .map_err(|e| format!("CUDA device {device_index}: {e}"))?;
+    let device = result::device::get(device_index as i32).map_err(|e| e.to_string())?;
+    let attribute = |a| {
+        // SAFETY: the device handle is valid.
+        unsafe { result::device::get_attribute(device, a) }.map_err(|e| e.to_string())
+    };
+    let model = GpuModel {
+        name: result::device::get_name(device).map_err(|e| e.to_string())?,
+        capability: (
+            attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+    };
     // SAFETY: the device handle is valid; cubecl retains the same primary context.
     let ctx =
         unsafe { result::primary_ctx::retain(device) }.map_err(|e| format!("CUDA context: {e}"))?;
     unsafe { result::ctx::set_current(ctx) }.map_err(|e| format!("CUDA context: {e}"))?;
-    Ok(ctx)
+    Ok((ctx, model))
 }
 
 /// `Err("what: status")` unless cuDNN reported success.

@@ -12,6 +12,11 @@
 //! - **Algorithms.** Per shape, the first call times the candidates (`cudnnFind*Ex`, what
 //!   PyTorch's `cudnn.benchmark` does) and keeps the winner in a JSON cache file beside the
 //!   kernel-tuning cache, so a warm start does not search again.
+//! - **Devices.** [`init`] opens cuDNN on each CUDA device a run uses; a convolution runs on
+//!   the engine of its operands' device. Each device has its own handles, context, descriptors
+//!   and lock, so the replicas of data-parallel training (one thread per device) never wait
+//!   for one another; the devices of one GPU model share their algorithm choices (a timing on
+//!   one holds for the others), read only on a shape's first calls.
 //! - **Threads.** burn-fusion runs operations on its own thread, which hands kernel launches to
 //!   cubecl's device thread without waiting. Once a shape's algorithm is known, a convolution is
 //!   handed over the same way: one task on cubecl's device thread resolves the buffers and calls
@@ -31,11 +36,14 @@ mod algorithms;
 mod calls;
 mod descriptors;
 mod device_thread;
+mod devices;
 mod engine;
 mod fusion;
 mod layout;
 mod library;
+#[cfg(test)]
+mod tests;
 
 pub use device_thread::device_error;
-pub use engine::init;
+pub use devices::init;
 pub use library::{CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};

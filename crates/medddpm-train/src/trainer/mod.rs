@@ -6,17 +6,22 @@
 //! order and the micro-step the bench times too), `log` (`metrics.jsonl` and loss windows),
 //! `periodic` (checkpoints, the loss curve and samples on the cadence).
 
+mod exchange;
 mod log;
+mod parallel;
 mod periodic;
 mod session;
+mod shard;
 mod step;
+mod team;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
-use burn::tensor::{ElementConversion, Tensor};
+use burn::tensor::{DType, ElementConversion, Tensor};
+use medddpm_kernels::Collective;
 use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
 pub use log::{StepMetrics, LOSS_WINDOW};
@@ -28,7 +33,9 @@ use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::{ExperimentConfig, FusedAdamOptimizer, NonFiniteLoss, TrainError};
 use log::{mean, LossWindows, MetricsLog};
 use session::Session;
-use step::{accumulate, AccumulatedStep, DataOrder};
+use shard::Shard;
+use step::{accumulate, AccumulatedStep, DataOrder, Replica};
+use team::Team;
 
 /// Hooks for progress reporting; the CLI draws progress bars with them.
 pub trait TrainObserver {
@@ -85,6 +92,9 @@ pub struct SessionOptions {
     /// EMA stay f32; gradients arrive in f32 through the recorded casts), activation layout and
     /// convolution engine. Checkpoints do not depend on it.
     pub compute: Compute,
+    /// How the replicas of a multi-device run ([`train_on`]) average their gradients: `nccl`
+    /// on CUDA; `host` (and `auto`, which the backend layer resolves) anywhere.
+    pub collective: Collective,
 }
 
 /// Batches skipped in a row after which `on_non_finite_loss = "skip"` gives up.
@@ -98,12 +108,51 @@ pub fn train<B: KernelAutodiffBackend>(
     device: &B::Device,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary, TrainError> {
-    let mut s = Session::<B>::open(config, run, options, device, observer)?;
-    let settings = &config.train;
-    let end_step = match options.max_steps {
-        Some(n) => (s.state.step + n).min(settings.steps),
-        None => settings.steps,
+    train_on::<B>(config, run, options, std::slice::from_ref(device), observer)
+}
+
+/// [`train`] with one replica of the model per device (data-parallel): each optimizer step's
+/// `batch_size x grad_accum` examples are shared among the devices (whole micro-batches when
+/// `grad_accum` divides evenly, else parts of each micro-batch), the replicas' gradients are
+/// averaged before every Adam step, and the first device keeps the EMA, the log and the
+/// checkpoints. The examples, timesteps and noise of a step do not depend on the device count,
+/// so a run equals its one-device run up to the order of float sums, and may be resumed on
+/// another number of devices.
+pub fn train_on<B: KernelAutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    devices: &[B::Device],
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let Some(first) = devices.first() else {
+        return Err(TrainError::Config {
+            path: None,
+            message: "no device to train on".into(),
+        });
     };
+    let shard = Shard::new(&config.train, 0, devices.len())?;
+    let s = Session::<B>::open(config, run, options, first, observer)?;
+    // One device alone, unless NCCL was asked for: a group of one runs the multi-device path.
+    if devices.len() == 1 && options.collective != Collective::Nccl {
+        return lead(s, config, run, options, first, Team::alone(shard), observer);
+    }
+    parallel::train(s, config, run, options, devices, observer)
+}
+
+/// The first replica's loop (the only one of a one-device run): its optimizer steps, with the
+/// EMA, the log, the checkpoints and the samples.
+fn lead<B: KernelAutodiffBackend>(
+    mut s: Session<B>,
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    device: &B::Device,
+    team: Team<'_>,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let settings = &config.train;
+    let end_step = end_step(config, options, s.state.step);
     let ema_schedule = EmaSchedule {
         decay: settings.ema_decay,
         every: settings.ema_every,
@@ -113,29 +162,23 @@ pub fn train<B: KernelAutodiffBackend>(
     let mut progress = Progress::start(run, &s.state)?;
     let mut skipped_in_a_row = 0usize;
     observer.started(progress.start_step, end_step);
-    // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
-    // model itself.
     let compute_dtype = options.compute.precision.compute_dtype();
     while s.state.step < end_step {
-        // 1-2. The micro-batches: drawn from the micro-batch counter, loss, backward pass.
-        let work = s.optim.working_model(&s.model, compute_dtype);
-        let mut step = accumulate(&mut s, &work, &mut order, config, device)?;
-        // The working model goes first, so that the update consumes its copies (see
-        // `FusedAdamOptimizer::working_model`).
-        drop(work);
-
-        // 3. Adam step, then the EMA (tested on the 0-based index of this optimizer step).
+        // 1-3. The micro-batches, the team's average, Adam.
+        let replica = Replica {
+            dataset: &s.dataset,
+            schedule: &s.schedule,
+            device,
+        };
         let lr = settings.lr_at(s.state.step);
-        // The examples of this step's batch, named only if its loss is not finite.
-        let batch = std::mem::take(&mut step.batch_indices);
-        let (model, outcome) = update(
-            &mut s.optim,
+        let (model, outcome, batch) = optimizer_step(
+            &replica,
             s.model,
-            step,
-            config,
-            lr,
-            &mut skipped_in_a_row,
-        );
+            &mut s.optim,
+            &mut s.state.micro_batches,
+            (&mut order, &mut skipped_in_a_row),
+            (config, &team, lr, compute_dtype),
+        )?;
         s.model = model;
         let loss = match outcome {
             Update::Applied(loss) | Update::GaveUp(loss) => loss,
@@ -149,6 +192,7 @@ pub fn train<B: KernelAutodiffBackend>(
             }
         };
         stop_on_failure(&s, loss, &batch, &progress.last_checkpoint, run)?;
+        // The EMA, tested on the 0-based index of this optimizer step.
         let action = ema_schedule.action(s.state.step);
         if action != EmaAction::Skip {
             s.ema = update_ema(s.ema, &s.model.valid(), action);
@@ -168,6 +212,50 @@ pub fn train<B: KernelAutodiffBackend>(
         }
     }
     progress.summary(run, &s.state)
+}
+
+/// The step a session stops at.
+fn end_step(config: &ExperimentConfig, options: &SessionOptions, start: usize) -> usize {
+    match options.max_steps {
+        Some(n) => (start + n).min(config.train.steps),
+        None => config.train.steps,
+    }
+}
+
+/// One replica's optimizer step: its micro-batches (drawn from the micro-batch counter
+/// `micro_batches`, which advances by the whole step's count), the team's gradient average and
+/// Adam. Returns the model, what became of the update and the examples this replica trained on.
+fn optimizer_step<B: KernelAutodiffBackend>(
+    replica: &Replica<'_, B>,
+    model: UNet<B>,
+    optim: &mut FusedAdamOptimizer<UNet<B>, B>,
+    micro_batches: &mut usize,
+    (order, skipped_in_a_row): (&mut DataOrder, &mut usize),
+    (config, team, lr, compute_dtype): (&ExperimentConfig, &Team<'_>, f64, DType),
+) -> Result<(UNet<B>, Update, Vec<usize>), TrainError> {
+    // Every replica starts the step together: the first may have been sampling with the
+    // backend's one random generator, which the others would otherwise draw from meanwhile.
+    team.ready(Ok(()))?;
+    // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
+    // model itself.
+    let work = optim.working_model(&model, compute_dtype);
+    let first = *micro_batches;
+    let step = accumulate(replica, &model, &work, order, config, &team.shard, first);
+    *micro_batches += team.shard.step_micro_batches();
+    let mut step = team.ready(step)?;
+    // The working model goes first, so that the update consumes its copies (see
+    // `FusedAdamOptimizer::working_model`).
+    drop(work);
+    let batch = std::mem::take(&mut step.batch_indices);
+    let (model, outcome) = update(
+        optim,
+        model,
+        step,
+        (config, lr, skipped_in_a_row),
+        team,
+        replica.device,
+    )?;
+    Ok((model, outcome, batch))
 }
 
 /// A session's running record: the metrics log, timing, loss windows and what it wrote.
@@ -277,20 +365,20 @@ enum Update {
     GaveUp(f32),
 }
 
-/// Steps Adam on the accumulated gradients. Reading a loss waits for the device: without
-/// `skip`, only after the whole step (backward passes and update) is queued, so that the GPU
-/// never waits for the host to issue the optimizer's launches; with `skip` the loss decides
-/// whether the update happens, so it is read first.
+/// Steps Adam on the team's average of the accumulated gradients. Reading a loss waits for
+/// the device: without `skip`, only after the whole step (backward passes, average and update)
+/// is queued, so that the GPU never waits for the host to issue the optimizer's launches; with
+/// `skip` the loss (every replica's) decides whether the update happens, so it is read first.
 fn update<B: KernelAutodiffBackend>(
     optim: &mut FusedAdamOptimizer<UNet<B>, B>,
     model: UNet<B>,
     mut step: AccumulatedStep<B>,
-    config: &ExperimentConfig,
-    lr: f64,
-    skipped_in_a_row: &mut usize,
-) -> (UNet<B>, Update) {
-    let n = config.train.grad_accum as f32;
+    (config, lr, skipped_in_a_row): (&ExperimentConfig, f64, &mut usize),
+    team: &Team<'_>,
+    device: &B::Device,
+) -> Result<(UNet<B>, Update), TrainError> {
     let read_mean = |losses: Vec<Tensor<B, 1>>| {
+        let n = losses.len() as f32;
         let sum: f32 = losses
             .into_iter()
             .map(|l| l.inner().into_scalar().elem::<f32>())
@@ -298,20 +386,23 @@ fn update<B: KernelAutodiffBackend>(
         sum / n
     };
     if config.train.on_non_finite_loss != NonFiniteLoss::Skip {
-        let model = optim.step(lr, model, step.accumulator.grads());
-        return (model, Update::Applied(read_mean(step.losses)));
+        let grads = team.average(&model, step.accumulator.grads(), device)?;
+        let model = optim.step(lr, model, grads);
+        let loss = team.mean_loss(read_mean(step.losses))?;
+        return Ok((model, Update::Applied(loss)));
     }
-    let loss = read_mean(step.losses);
+    let loss = team.mean_loss(read_mean(step.losses))?;
     if loss.is_finite() {
         *skipped_in_a_row = 0;
-        let model = optim.step(lr, model, step.accumulator.grads());
-        return (model, Update::Applied(loss));
+        let grads = team.average(&model, step.accumulator.grads(), device)?;
+        let model = optim.step(lr, model, grads);
+        return Ok((model, Update::Applied(loss)));
     }
     *skipped_in_a_row += 1;
     if *skipped_in_a_row < MAX_SKIPPED_IN_A_ROW {
-        (model, Update::Skipped(loss))
+        Ok((model, Update::Skipped(loss)))
     } else {
-        (model, Update::GaveUp(loss))
+        Ok((model, Update::GaveUp(loss)))
     }
 }
 

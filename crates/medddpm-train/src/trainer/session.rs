@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use burn::optim::Optimizer;
 use medddpm_diffusion::CosineSchedule;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
@@ -45,8 +45,13 @@ impl<B: KernelAutodiffBackend> Session<B> {
         let dataset = NiftiDataset::open(&config.data)?;
         check_channels(config, &dataset)?;
         let settings = &config.train;
+        let serial = super::step::backend_rng();
         B::seed(device, settings.seed);
         let model: UNet<B> = config.model.init(device)?.with_compute(options.compute);
+        // burn draws a parameter's initial values when it is first read: read them all now,
+        // while the generator holds this seed.
+        model.visit(&mut Touch);
+        drop(serial);
         let ema: UNet<B::InnerBackend> = model.valid();
         let optim = FusedAdam {
             beta_1: settings.adam_beta1,
@@ -131,6 +136,18 @@ impl<B: KernelAutodiffBackend> Session<B> {
             .clone()
             .load_record(decode_record(bytes, &file, device)?);
         Ok(())
+    }
+}
+
+/// Reads every parameter (initialising the lazy ones).
+struct Touch;
+
+impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for Touch {
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<B, D>>,
+    ) {
+        let _ = param.val();
     }
 }
 

@@ -5,13 +5,14 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData};
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 use medddpm_diffusion::{training_loss, CosineSchedule, Denoiser, TrainingBatch};
 use medddpm_unet::{ActivationCheckpointing, CheckpointedForward, KernelAutodiffBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::session::Session;
+use super::shard::Shard;
 use crate::data::{Example, NiftiDataset};
 use crate::{DiffusionConfig, ExperimentConfig, TrainError};
 
@@ -191,79 +192,109 @@ pub(super) struct AccumulatedStep<B: KernelAutodiffBackend> {
     pub batch_indices: Vec<usize>,
 }
 
-/// Runs `grad_accum` micro-steps with the working model `work`: each draws its examples from the
-/// data order and its timesteps and noise from a ChaCha8 stream (seed, micro-batch counter).
+/// What one replica draws its batches with: its data, the schedule and its device.
+pub(super) struct Replica<'a, B: KernelAutodiffBackend> {
+    pub dataset: &'a NiftiDataset,
+    pub schedule: &'a CosineSchedule,
+    pub device: &'a B::Device,
+}
+
+/// Runs this replica's micro-batches of the step whose first micro-batch is `first` with the
+/// working model `work` of the master weights `model`: each example's data index, timestep and noise follow from its
+/// position (see [`Shard`]).
 pub(super) fn accumulate<B: KernelAutodiffBackend>(
-    session: &mut Session<B>,
+    replica: &Replica<'_, B>,
+    model: &UNet<B>,
     work: &UNet<B>,
     order: &mut DataOrder,
     config: &ExperimentConfig,
-    device: &B::Device,
+    shard: &Shard,
+    first: usize,
 ) -> Result<AccumulatedStep<B>, TrainError> {
     let settings = &config.train;
+    let micro_batches = shard.micro_batches(first);
     let mut step = AccumulatedStep {
         accumulator: GradientsAccumulator::new(),
-        losses: Vec::with_capacity(settings.grad_accum),
-        batch_indices: Vec::with_capacity(settings.grad_accum * settings.batch_size),
+        losses: Vec::with_capacity(micro_batches.len()),
+        batch_indices: Vec::new(),
     };
-    // The loss scaled as the reference scales it.
-    let mut divisor = settings.grad_accum as f64;
-    if settings.reference_batch_scaling {
-        divisor *= settings.batch_size as f64;
-    }
-    for _ in 0..settings.grad_accum {
-        let draw = session.state.micro_batches;
-        let first = step.batch_indices.len();
+    let divisor = shard.divisor(settings.reference_batch_scaling);
+    let summed = micro_batches.len() > 1 || shard.world > 1;
+    for (draw, range) in micro_batches {
+        let positions: Vec<usize> = range.map(|i| draw * settings.batch_size + i).collect();
+        let first_index = step.batch_indices.len();
         step.batch_indices
-            .extend((0..settings.batch_size).map(|i| order.index(draw * settings.batch_size + i)));
+            .extend(positions.iter().map(|&p| order.index(p)));
         let batch = draw_micro_batch(
-            &session.dataset,
-            &step.batch_indices[first..],
+            replica,
+            &step.batch_indices[first_index..],
+            &positions,
             config,
-            draw,
-            device,
         )?;
         let (mut grads, loss) = micro_step(
             work,
-            &session.schedule,
+            replica.schedule,
             batch,
             &config.diffusion,
             divisor,
             settings.activation_checkpointing,
         );
-        if settings.grad_accum > 1 {
-            // Summed over micro-batches in f32, not in the compute dtype.
-            grads = crate::optim::gradients_to_f32(&session.model, grads);
+        if summed {
+            // Summed over micro-batches and averaged over replicas in f32, not in the compute
+            // dtype.
+            grads = crate::optim::gradients_to_f32(model, grads);
         }
-        step.accumulator.accumulate(&session.model, grads);
+        step.accumulator.accumulate(model, grads);
         step.losses.push(loss);
-        session.state.micro_batches += 1;
     }
     Ok(step)
 }
 
-/// Micro-batch number `draw`: the examples at `indices`, timesteps and the backend seed of its
-/// noise from the stream (seed, draw + 1).
+/// One process-wide lock around seeding the backend and drawing from it (the noise, a model's
+/// initial weights): the backends keep one random generator, which replicas (or sessions) in
+/// other threads would otherwise reseed in between.
+static BACKEND_RNG: Mutex<()> = Mutex::new(());
+
+/// Holds [`BACKEND_RNG`] until dropped.
+pub(super) fn backend_rng() -> std::sync::MutexGuard<'static, ()> {
+    BACKEND_RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The examples at `indices` (global `positions`): each example's timestep and the backend
+/// seed of its noise come from the stream (seed, position + 1).
 fn draw_micro_batch<B: KernelAutodiffBackend>(
-    dataset: &NiftiDataset,
+    replica: &Replica<'_, B>,
     indices: &[usize],
+    positions: &[usize],
     config: &ExperimentConfig,
-    draw: usize,
-    device: &B::Device,
 ) -> Result<MicroBatch<B>, TrainError> {
+    let device = replica.device;
     let examples: Vec<Example> = indices
         .iter()
-        .map(|&i| dataset.get(i))
+        .map(|&i| replica.dataset.get(i))
         .collect::<Result<_, _>>()?;
-    let mut rng = ChaCha8Rng::seed_from_u64(config.train.seed);
-    rng.set_stream(draw as u64 + 1);
-    let timesteps: Vec<usize> = (0..indices.len())
-        .map(|_| rng.random_range(0..config.diffusion.timesteps))
-        .collect();
-    B::seed(device, rng.next_u64());
     let x0 = batch_tensor::<B>(&examples, true, device);
     let cond = batch_tensor::<B>(&examples, false, device);
-    let noise = Tensor::<B, 5>::random(x0.shape(), Distribution::Normal(0.0, 1.0), device);
+    let [_, c, d, h, w] = x0.dims();
+    let mut timesteps = Vec::with_capacity(positions.len());
+    let mut noise = Vec::with_capacity(positions.len());
+    for &p in positions {
+        let mut rng = ChaCha8Rng::seed_from_u64(config.train.seed);
+        rng.set_stream(p as u64 + 1);
+        timesteps.push(rng.random_range(0..config.diffusion.timesteps));
+        let _serial = backend_rng();
+        B::seed(device, rng.next_u64());
+        noise.push(Tensor::<B, 5>::random(
+            [1, c, d, h, w],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        ));
+    }
+    let noise = if noise.len() == 1 {
+        noise.pop().unwrap()
+    } else {
+        Tensor::cat(noise, 0)
+    };
     Ok(MicroBatch {
         x0,
         cond: Some(cond),

@@ -1,0 +1,165 @@
+//! Averaging a tensor over the replicas of data-parallel training: NCCL's all-reduce on CUDA
+//! (through cubecl-cuda's communicators, the call burn's own `DistributedBackend` makes), and
+//! nothing elsewhere (the trainer then averages on the host).
+//!
+//! burn 0.21's `distributed` feature is not used: with it, burn-autodiff differentiates only
+//! over backends that implement `DistributedBackend`, which the CPU backend (Flex) does not, so
+//! the CPU training path would no longer compile.
+//!
+//! Every replica calls the same collectives, with the same group, in the same order, each from
+//! its own thread: NCCL matches the calls of the ranks by their order, and a rank that calls
+//! something else (or nothing) leaves the others waiting on the GPU for ever.
+
+mod check;
+#[cfg(feature = "cuda")]
+mod nccl;
+
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::Autodiff;
+use burn::tensor::backend::{AutodiffBackend, Backend, DeviceId};
+use burn::tensor::ops::FloatTensor;
+use serde::{Deserialize, Serialize};
+
+pub use check::{check_all_reduce, CollectiveCheck, CollectiveRow, BF16_TOLERANCE, F32_TOLERANCE};
+#[cfg(feature = "cuda")]
+pub use nccl::MIN_NCCL_VERSION;
+
+/// How the replicas of a multi-device run average their gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    /// NCCL on CUDA, the host elsewhere.
+    #[default]
+    Auto,
+    /// NCCL's all-reduce on the GPUs (CUDA only).
+    Nccl,
+    /// Gradients gathered, averaged and handed back through host threads (any backend; slower,
+    /// since every gradient crosses to one device and back).
+    Host,
+}
+
+/// Why a backend cannot run a collective.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct CollectiveUnavailable(pub String);
+
+/// What the backends without collectives answer.
+const NO_COLLECTIVES: &str = "this backend has no collective operations (NCCL runs on CUDA only)";
+
+/// A backend that can average a tensor across devices in one collective call.
+pub trait CollectiveBackend: Backend {
+    /// Whether [`all_reduce_mean`](Self::all_reduce_mean) can run over `group`, and with what
+    /// (e.g. "NCCL 2.21.5"). Ask before the replicas start: an error inside the collective on
+    /// one rank leaves the others waiting.
+    fn collective_available(group: &[DeviceId]) -> Result<String, CollectiveUnavailable> {
+        let _ = group;
+        Err(CollectiveUnavailable(NO_COLLECTIVES.into()))
+    }
+
+    /// The element-wise mean of `tensor` over the tensors that the same call on each device of
+    /// `group` passes (every device calls it, in the same order of calls). Later work on the
+    /// device waits for it; the calling thread does not wait for the other devices. The default:
+    /// no collective on this backend.
+    fn all_reduce_mean(
+        tensor: FloatTensor<Self>,
+        group: &[DeviceId],
+    ) -> Result<FloatTensor<Self>, CollectiveUnavailable> {
+        let _ = (tensor, group);
+        Err(CollectiveUnavailable(NO_COLLECTIVES.into()))
+    }
+
+    /// [`all_reduce_mean`](Self::all_reduce_mean) of each tensor, in order, as one operation
+    /// (on CUDA one hand-over to the device thread for all of them, e.g. a step's gradients).
+    fn all_reduce_mean_many(
+        tensors: Vec<FloatTensor<Self>>,
+        group: &[DeviceId],
+    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
+        tensors
+            .into_iter()
+            .map(|t| Self::all_reduce_mean(t, group))
+            .collect()
+    }
+}
+
+impl CollectiveBackend for burn::backend::Flex {}
+
+#[cfg(feature = "wgpu")]
+impl CollectiveBackend for burn::backend::Wgpu {}
+
+/// The inner backend's collective on the tensor's value, outside the graph: gradients are
+/// averaged after the backward pass, never differentiated through.
+impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff<B, C> {
+    fn collective_available(group: &[DeviceId]) -> Result<String, CollectiveUnavailable> {
+        B::collective_available(group)
+    }
+
+    fn all_reduce_mean(
+        tensor: FloatTensor<Self>,
+        group: &[DeviceId],
+    ) -> Result<FloatTensor<Self>, CollectiveUnavailable> {
+        B::all_reduce_mean(Self::inner(tensor), group).map(Self::from_inner)
+    }
+
+    fn all_reduce_mean_many(
+        tensors: Vec<FloatTensor<Self>>,
+        group: &[DeviceId],
+    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
+        let inner = tensors.into_iter().map(Self::inner).collect();
+        let out = B::all_reduce_mean_many(inner, group)?;
+        Ok(out.into_iter().map(Self::from_inner).collect())
+    }
+}
+
+/// NCCL's version (e.g. "NCCL 2.21.5") if the library loads, else why not and how to provide
+/// it. Never panics; the answer is worked out once per process.
+pub fn nccl_status() -> Result<String, CollectiveUnavailable> {
+    #[cfg(feature = "cuda")]
+    {
+        nccl::status()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(CollectiveUnavailable(
+            "NCCL: this build has no CUDA backend (build with the `cuda` feature)".into(),
+        ))
+    }
+}
+
+/// How many CUDA devices this process sees (for a group of all of them).
+pub fn cuda_device_count() -> Result<usize, CollectiveUnavailable> {
+    #[cfg(feature = "cuda")]
+    {
+        nccl::device_count()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(CollectiveUnavailable(
+            "this build has no CUDA backend (build with the `cuda` feature)".into(),
+        ))
+    }
+}
+
+/// `group` sorted, if it can be one: not empty, no device twice, all of one device type. Every
+/// rank sorts the same way, so the order the caller lists the devices in does not matter.
+pub fn sorted_group(group: &[DeviceId]) -> Result<Vec<DeviceId>, CollectiveUnavailable> {
+    let Some(first) = group.first() else {
+        return Err(CollectiveUnavailable("the device group is empty".into()));
+    };
+    if let Some(other) = group.iter().find(|d| d.type_id != first.type_id) {
+        return Err(CollectiveUnavailable(format!(
+            "the device group mixes device types ({first} and {other})"
+        )));
+    }
+    let mut sorted = group.to_vec();
+    sorted.sort();
+    if let Some(pair) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(CollectiveUnavailable(format!(
+            "device {} is in the group twice",
+            pair[0]
+        )));
+    }
+    Ok(sorted)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,249 @@
+//! NCCL's all-reduce on burn's CUDA backend: one burn-fusion custom operation in the device's
+//! stream of work (as the cuDNN convolutions are), executed with cubecl-cuda's communicators.
+//!
+//! Order on the device: the operation runs on burn-fusion's device thread after the work queued
+//! before it. cubecl then makes its communication stream wait for the compute stream, runs
+//! `ncclAllReduce(ncclAvg)` in place on the communication stream, and (`sync_collective`)
+//! makes the compute stream wait for the communication stream, so later kernels read the mean.
+//! The first call for a group also creates the NCCL communicator on each device's thread
+//! (`ncclCommInitRank`), which blocks that thread until every device of the group has called.
+
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+use burn::tensor::backend::{DeviceId, DeviceOps};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::DType;
+use burn_cubecl::cubecl::server::ReduceOperation;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use cubecl_cuda::CudaRuntime;
+
+use super::{sorted_group, CollectiveBackend, CollectiveUnavailable};
+use crate::panics::quiet_catch;
+
+type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
+
+/// Oldest NCCL accepted: 2.10 brought `ncclAvg` (the mean) and bf16 reductions.
+pub const MIN_NCCL_VERSION: i32 = 21000;
+
+/// `2.21.5` for NCCL's version code 22105 (`1000 * major + 100 * minor + patch` before 2.9).
+pub(super) fn version_string(code: i32) -> String {
+    let (major, rest) = if code >= 20900 {
+        (code / 10000, code % 10000)
+    } else {
+        (code / 1000, code % 1000)
+    };
+    format!("{major}.{}.{}", rest / 100, rest % 100)
+}
+
+/// What to do when no NCCL library loads: the names cudarc tries (`candidates`) do not include
+/// NCCL's own soname `libnccl.so.2`, which is all that PyTorch's wheel and Debian's `libnccl2`
+/// install.
+pub(super) fn missing_library_message(candidates: &[String]) -> String {
+    format!(
+        "NCCL could not be loaded: none of {} is on the library search path. NCCL installs itself \
+         as libnccl.so.2, a name cudarc does not try, so setting LD_LIBRARY_PATH to its folder is \
+         not enough: link it as libnccl.so in a folder on LD_LIBRARY_PATH, e.g. for PyTorch's \
+         wheel nvidia-nccl-cu12: `mkdir -p ~/.local/nccl && ln -sf \"$(python3 -c 'import \
+         nvidia.nccl as m; print(m.__path__[0])')/lib/libnccl.so.2\" ~/.local/nccl/libnccl.so \
+         && export LD_LIBRARY_PATH=~/.local/nccl:$LD_LIBRARY_PATH`; or install the system \
+         package that has the link (Debian/Ubuntu: libnccl-dev)",
+        candidates.join(", ")
+    )
+}
+
+/// See [`super::nccl_status`].
+pub(super) fn status() -> Result<String, CollectiveUnavailable> {
+    static STATUS: OnceLock<Result<i32, String>> = OnceLock::new();
+    let version = STATUS.get_or_init(load).clone();
+    let code = version.map_err(CollectiveUnavailable)?;
+    if code < MIN_NCCL_VERSION {
+        return Err(CollectiveUnavailable(format!(
+            "NCCL {} is too old: the mean all-reduce needs NCCL {} or newer",
+            version_string(code),
+            version_string(MIN_NCCL_VERSION)
+        )));
+    }
+    Ok(format!("NCCL {}", version_string(code)))
+}
+
+/// Opens the library cudarc opens and asks its version.
+fn load() -> Result<i32, String> {
+    // SAFETY: probing for the library only opens it.
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        let mut names = cudarc::get_lib_name_candidates("nccl");
+        names.dedup();
+        return Err(missing_library_message(&names));
+    }
+    // A missing symbol panics inside cudarc's loader.
+    match quiet_catch(cudarc::nccl::result::get_nccl_version) {
+        Ok(Ok(code)) => Ok(code),
+        Ok(Err(e)) => Err(format!("ncclGetVersion failed: {:?}", e.0)),
+        Err(panic) => Err(format!("NCCL loaded but is unusable: {panic}")),
+    }
+}
+
+/// See [`super::cuda_device_count`].
+pub(super) fn device_count() -> Result<usize, CollectiveUnavailable> {
+    let count = quiet_catch(|| {
+        cudarc::driver::result::init()?;
+        cudarc::driver::result::device::get_count()
+    });
+    match count {
+        Ok(Ok(n)) => Ok(n.max(0) as usize),
+        Ok(Err(e)) => Err(CollectiveUnavailable(format!("CUDA: {e}"))),
+        Err(panic) => Err(CollectiveUnavailable(format!("CUDA: {panic}"))),
+    }
+}
+
+/// The all-reduce of each input into the output of the same position.
+#[derive(Debug, Clone)]
+struct AllReduceMean<B> {
+    desc: CustomOpIr,
+    group: Vec<DeviceId>,
+    _b: PhantomData<B>,
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for AllReduceMean<Cube<F, I, BT>>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<
+            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+        >,
+    ) {
+        let mut last_client = None;
+        for (input, output) in self.desc.inputs.iter().zip(&self.desc.outputs) {
+            let tensor = handles.get_float_tensor::<Cube<F, I, BT>>(input);
+            // Every rank skips an empty tensor alike (the shapes agree across ranks).
+            if tensor.meta.shape().num_elements() == 0 {
+                handles.register_float_tensor::<Cube<F, I, BT>>(&output.id, tensor);
+                continue;
+            }
+            let tensor = exclusive_contiguous(tensor);
+            let mut client = tensor.client.clone();
+            client.all_reduce(
+                tensor.handle.clone(),
+                tensor.handle.clone(),
+                tensor.dtype.into(),
+                self.group.clone(),
+                ReduceOperation::Mean,
+            );
+            last_client = Some(client);
+            handles.register_float_tensor::<Cube<F, I, BT>>(&output.id, tensor);
+        }
+        // One wait of the compute stream for the communication stream covers all of them.
+        if let Some(client) = last_client {
+            client.sync_collective();
+        }
+    }
+}
+
+/// `tensor` itself when NCCL may overwrite it (this operation holds the only reference to a
+/// buffer holding exactly its elements in order), else a copy that it may: as burn-cubecl's
+/// own all-reduce, so the caller's other references never see the mean. NCCL's element count
+/// is the buffer's size, so it must hold nothing else.
+fn exclusive_contiguous<R: burn_cubecl::CubeRuntime>(tensor: CubeTensor<R>) -> CubeTensor<R> {
+    if tensor.can_mut() && tensor.is_contiguous() && tensor.is_contiguous_buffer() {
+        return tensor;
+    }
+    let (client, device, dtype) = (tensor.client.clone(), tensor.device.clone(), tensor.dtype);
+    let copy =
+        burn_cubecl::cubecl::std::tensor::into_contiguous(&client, tensor.binding(), dtype.into());
+    CubeTensor::new(client, copy.handle, *copy.metadata, device, dtype)
+}
+
+/// Why `tensors` cannot be all-reduced over `group` (checked on the caller's thread, before
+/// anything reaches the device: an error there would leave the other ranks waiting).
+fn check_call<F: FloatElement, I: IntElement, BT: BoolElement>(
+    tensors: &[FloatTensor<Fused<F, I, BT>>],
+    group: &[DeviceId],
+) -> Result<Vec<DeviceId>, CollectiveUnavailable> {
+    status()?;
+    let group = sorted_group(group)?;
+    let Some(first) = tensors.first() else {
+        return Ok(group);
+    };
+    let own = first.client.device().id();
+    if !group.contains(&own) {
+        return Err(CollectiveUnavailable(format!(
+            "the tensor's device {own} is not in the group {group:?}"
+        )));
+    }
+    for t in tensors {
+        let device = t.client.device().id();
+        if device != own {
+            return Err(CollectiveUnavailable(format!(
+                "one all-reduce call holds tensors of devices {own} and {device}"
+            )));
+        }
+        if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16 | DType::F64) {
+            return Err(CollectiveUnavailable(format!(
+                "NCCL's mean all-reduce takes f32, bf16, f16 or f64 tensors, not {:?}",
+                t.dtype
+            )));
+        }
+    }
+    Ok(group)
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fused<F, I, BT> {
+    fn collective_available(group: &[DeviceId]) -> Result<String, CollectiveUnavailable> {
+        let nccl = status()?;
+        let group = sorted_group(group)?;
+        let count = device_count()?;
+        if let Some(missing) = group.iter().find(|d| d.index_id as usize >= count) {
+            return Err(CollectiveUnavailable(format!(
+                "CUDA device {} is not there: this process sees {count}",
+                missing.index_id
+            )));
+        }
+        Ok(format!("{nccl}, {} ranks", group.len()))
+    }
+
+    fn all_reduce_mean(
+        tensor: FloatTensor<Self>,
+        group: &[DeviceId],
+    ) -> Result<FloatTensor<Self>, CollectiveUnavailable> {
+        let mut out = Self::all_reduce_mean_many(vec![tensor], group)?;
+        Ok(out.remove(0))
+    }
+
+    fn all_reduce_mean_many(
+        tensors: Vec<FloatTensor<Self>>,
+        group: &[DeviceId],
+    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
+        let group = check_call::<F, I, BT>(&tensors, group)?;
+        let Some(first) = tensors.first() else {
+            return Ok(Vec::new());
+        };
+        let client = first.client.clone();
+        let streams = OperationStreams::with_inputs(tensors.iter());
+        let outputs: Vec<TensorIr> = tensors
+            .iter()
+            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
+            .collect();
+        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("medddpm_nccl_all_reduce_mean", &inputs, &outputs);
+        let out = client.register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            AllReduceMean::<Cube<F, I, BT>> {
+                desc,
+                group,
+                _b: PhantomData,
+            },
+        );
+        // Run the queued work and this operation now (burn-fusion may otherwise hold them until
+        // a later read), so that this rank's NCCL calls reach the GPU even if the caller next
+        // waits on another rank; the caller's thread waits for the hand-over only, not the GPU.
+        client.sync(|| ());
+        Ok(out)
+    }
+}

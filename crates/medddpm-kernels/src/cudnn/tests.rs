@@ -1,0 +1,60 @@
+//! The parts of the engine that need no GPU: how devices share algorithm choices.
+
+use std::sync::Arc;
+
+use super::algorithms::{AlgoTable, Choice};
+use super::devices::table_for;
+use super::library::GpuModel;
+
+fn model(name: &str) -> GpuModel {
+    GpuModel {
+        name: name.to_string(),
+        capability: (9, 0),
+    }
+}
+
+fn choice(algo: u32) -> Choice {
+    Choice {
+        algo,
+        workspace: 1 << 20,
+        ms: 0.5,
+    }
+}
+
+/// A fresh folder under the system's temporary one.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("medddpm-cudnn-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn the_first_choice_of_a_shape_stands_and_is_kept_in_the_file() {
+    let dir = scratch("first");
+    let file = dir.join("cudnn-algorithms.json");
+    let table = AlgoTable::open(model("NVIDIA H100"), Some(file.clone()));
+    assert_eq!((table.len(), table.get("fwd").is_none()), (0, true));
+    assert_eq!(table.insert("fwd", choice(1)).algo, 1);
+    // A second device that searched the same shape meanwhile gets the first device's choice.
+    assert_eq!(table.insert("fwd", choice(6)).algo, 1);
+    let reopened = AlgoTable::open(model("NVIDIA H100"), Some(file));
+    assert_eq!(reopened.get("fwd").map(|c| c.algo), Some(1));
+    assert_eq!(reopened.len(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn devices_of_one_model_share_a_table_and_the_file_stays_with_the_first_model() {
+    let dir = scratch("models");
+    let h100 = table_for(model("H100 (test)"), Some(&dir));
+    let second_h100 = table_for(model("H100 (test)"), Some(&dir));
+    assert!(Arc::ptr_eq(&h100, &second_h100));
+    assert_eq!(h100.file, Some(dir.join("cudnn-algorithms.json")));
+    let a100 = table_for(model("A100 (test)"), Some(&dir));
+    assert!(!Arc::ptr_eq(&h100, &a100));
+    assert_eq!(a100.file, None);
+    h100.insert("fwd", choice(2));
+    assert_eq!((second_h100.len(), a100.len()), (1, 0));
+    let _ = std::fs::remove_dir_all(dir);
+}

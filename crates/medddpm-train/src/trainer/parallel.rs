@@ -1,0 +1,233 @@
+//! A data-parallel session: the first device runs the lead loop (EMA, log, checkpoints) in the
+//! calling thread, every other device a worker replica in a thread of its own, and they meet
+//! each step through the [`Exchange`] (and NCCL for the gradients, on CUDA).
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::prelude::DeviceOps;
+use medddpm_diffusion::CosineSchedule;
+use medddpm_kernels::Collective;
+use medddpm_unet::{KernelAutodiffBackend, UNet};
+
+use super::exchange::{AbortOnDrop, Exchange};
+use super::session::Session;
+use super::shard::{Shard, Split};
+use super::step::{DataOrder, Replica};
+use super::team::{Team, STOPPED_BY_ANOTHER};
+use super::{end_step, lead, optimizer_step, SessionOptions, TrainObserver, TrainSummary, Update};
+use crate::checkpoint::RunDir;
+use crate::data::NiftiDataset;
+use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
+
+/// A replica on a device other than the first: its own data reader, weights and Adam state.
+struct Worker<B: KernelAutodiffBackend> {
+    rank: usize,
+    device: B::Device,
+    dataset: NiftiDataset,
+    schedule: CosineSchedule,
+    model: UNet<B>,
+    optim: FusedAdamOptimizer<UNet<B>, B>,
+    /// The step and micro-batch counter the session starts from.
+    step: usize,
+    micro_batches: usize,
+}
+
+impl<B: KernelAutodiffBackend> Worker<B> {
+    /// A copy of the lead's session (fresh or resumed) on `device`.
+    fn new(
+        s: &Session<B>,
+        config: &ExperimentConfig,
+        rank: usize,
+        device: &B::Device,
+    ) -> Result<Self, TrainError> {
+        let settings = &config.train;
+        let optim = FusedAdam {
+            beta_1: settings.adam_beta1,
+            beta_2: settings.adam_beta2,
+            epsilon: settings.adam_epsilon,
+        }
+        .init::<B, UNet<B>>()
+        .load_record(s.optim.to_record());
+        Ok(Self {
+            rank,
+            device: device.clone(),
+            dataset: NiftiDataset::open(&config.data)?,
+            schedule: s.schedule.clone(),
+            model: s.model.clone().fork(device),
+            optim,
+            step: s.state.step,
+            micro_batches: s.state.micro_batches,
+        })
+    }
+
+    /// The worker's optimizer steps to `end`, the same sequence as the lead's without the EMA,
+    /// the log and the checkpoints.
+    fn run(
+        mut self,
+        config: &ExperimentConfig,
+        options: &SessionOptions,
+        team: Team<'_>,
+        end: usize,
+    ) -> Result<(), TrainError> {
+        let mut order = DataOrder::new(config.train.seed, self.dataset.len());
+        let mut skipped_in_a_row = 0usize;
+        let compute_dtype = options.compute.precision.compute_dtype();
+        while self.step < end {
+            let replica = Replica {
+                dataset: &self.dataset,
+                schedule: &self.schedule,
+                device: &self.device,
+            };
+            let lr = config.train.lr_at(self.step);
+            let (model, outcome, _) = optimizer_step(
+                &replica,
+                self.model,
+                &mut self.optim,
+                &mut self.micro_batches,
+                (&mut order, &mut skipped_in_a_row),
+                (config, &team, lr, compute_dtype),
+            )?;
+            self.model = model;
+            match outcome {
+                Update::Skipped(_) => continue,
+                // The lead stops the run with the error that names the batch.
+                Update::GaveUp(_) => return Ok(()),
+                Update::Applied(loss) if !loss.is_finite() => return Ok(()),
+                Update::Applied(_) => self.step += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the session `s` (opened on `devices[0]`) on all of `devices`.
+pub(super) fn train<B: KernelAutodiffBackend>(
+    s: Session<B>,
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    devices: &[B::Device],
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let world = devices.len();
+    let collective = match options.collective {
+        Collective::Auto => Collective::Host,
+        c => c,
+    };
+    let group: Vec<_> = devices.iter().map(|d| d.to_id()).collect();
+    let end = end_step(config, options, s.state.step);
+    let workers = devices
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(rank, device)| Worker::new(&s, config, rank, device))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shard = Shard::new(&config.train, 0, world)?;
+    observer.message(&describe(config, &shard, collective));
+    let exchange = Exchange::new(world);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .map(|w| {
+                let team = Team::member(
+                    Shard::new(&config.train, w.rank, world)?,
+                    &exchange,
+                    collective,
+                    group.clone(),
+                    format!("{:?}", w.device),
+                );
+                let exchange = &exchange;
+                Ok(scope.spawn(move || {
+                    let guard = AbortOnDrop(Some(exchange));
+                    let out = w.run(config, options, team, end);
+                    if out.is_ok() {
+                        guard.disarm();
+                    }
+                    out
+                }))
+            })
+            .collect::<Result<Vec<_>, TrainError>>()?;
+        let guard = AbortOnDrop(Some(&exchange));
+        let team = Team::member(
+            shard,
+            &exchange,
+            collective,
+            group.clone(),
+            format!("{:?}", devices[0]),
+        );
+        let lead_out = lead(s, config, run, options, &devices[0], team, observer);
+        if lead_out.is_ok() {
+            guard.disarm();
+        } else {
+            drop(guard);
+        }
+        let worker_outs = handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| {
+                h.join()
+                    .unwrap_or_else(|panic| Err(panicked(i + 1, &devices[i + 1], &*panic)))
+            })
+            .collect();
+        first_cause(lead_out, worker_outs)
+    })
+}
+
+/// What a run on several devices says when it starts.
+fn describe(config: &ExperimentConfig, shard: &Shard, collective: Collective) -> String {
+    let (t, world) = (&config.train, shard.world);
+    let share = match shard.split {
+        Split::Accumulation => format!(
+            "{} of the {} micro-batches of each step per device",
+            t.grad_accum / world,
+            t.grad_accum
+        ),
+        Split::Batch => format!(
+            "{} of the {} examples of each micro-batch per device",
+            t.batch_size / world,
+            t.batch_size
+        ),
+    };
+    let by = match collective {
+        Collective::Nccl => "NCCL",
+        _ => "the host",
+    };
+    format!("data-parallel on {world} devices ({share}), gradients averaged by {by}")
+}
+
+/// The error of a worker thread that panicked.
+fn panicked<D: std::fmt::Debug>(
+    rank: usize,
+    device: &D,
+    panic: &(dyn std::any::Any + Send),
+) -> TrainError {
+    TrainError::Replica {
+        rank,
+        device: format!("{device:?}"),
+        message: format!(
+            "panicked: {}",
+            medddpm_kernels::panics::panic_message(panic)
+        ),
+    }
+}
+
+/// The session's outcome: the lead's, unless it only stopped because a worker did, whose own
+/// error then says why.
+fn first_cause(
+    lead: Result<TrainSummary, TrainError>,
+    workers: Vec<Result<(), TrainError>>,
+) -> Result<TrainSummary, TrainError> {
+    let consequence = |e: &TrainError| matches!(e, TrainError::Replica { message, .. } if message.starts_with(STOPPED_BY_ANOTHER));
+    match lead {
+        Err(e) if consequence(&e) => Err(workers
+            .into_iter()
+            .filter_map(Result::err)
+            .find(|w| !consequence(w))
+            .unwrap_or(e)),
+        Err(e) => Err(e),
+        Ok(summary) => match workers.into_iter().find_map(Result::err) {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        },
+    }
+}
