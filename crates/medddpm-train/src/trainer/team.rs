@@ -5,7 +5,7 @@
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::DeviceId;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorPrimitive};
 use medddpm_kernels::{Collective, CollectiveBackend};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
@@ -166,6 +166,13 @@ struct Flatten<'g, B: KernelAutodiffBackend> {
 impl<B: KernelAutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            // Averaged in f32 (several replicas already sum in f32; a group of one may still
+            // hold a bf16 forward pass's gradients).
+            let g = if g.dtype() == DType::F32 {
+                g
+            } else {
+                g.cast(DType::F32)
+            };
             let dims = g.dims().to_vec();
             let n = dims.iter().product::<usize>();
             self.parts.push(g.reshape([n]));
