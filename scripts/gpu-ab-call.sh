@@ -7,7 +7,7 @@
 # .device-bin/medddpm-OLD.xz:
 #   [STEPS=10 WARMUP=2 PRECISIONS="bf16 tf32" CHECK="bf16"] scripts/gpu-ab-call.sh OUTDIR NEW OLD
 # The tuning cache: $MEDDDPM_TUNE_CACHE (default .device-cache/tune), seeded from
-# scripts/device-cache/tune-h100-whole-head-128.tgz when empty, and from .device-cache/tune-cache.tgz
+# scripts/device-cache/tune-h100.tgz when empty, and from .device-cache/tune-cache.tgz
 # and .device-cache/driver-jit.txz when carried. Writes OUTDIR/machine.txt,
 # OUTDIR/check-kernels-P.{json,log}, OUTDIR/ab.{log,jsonl} (scripts/gpu-ab-bench.sh),
 # OUTDIR/breakdown/ and OUTDIR/breakdown.log, OUTDIR/tune-cache.tgz and OUTDIR/driver-jit.txz.
@@ -19,7 +19,7 @@ mkdir -p "$MEDDDPM_TUNE_CACHE"
 if [ -f .device-cache/tune-cache.tgz ]; then
   tar xzf .device-cache/tune-cache.tgz -C "$MEDDDPM_TUNE_CACHE"
 else
-  tar xzf scripts/device-cache/tune-h100-whole-head-128.tgz -C "$MEDDDPM_TUNE_CACHE"
+  tar xzf scripts/device-cache/tune-h100.tgz -C "$MEDDDPM_TUNE_CACHE"
 fi
 [ -f .device-cache/driver-jit.txz ] && tar xJf .device-cache/driver-jit.txz -C "$MEDDDPM_TUNE_CACHE"
 { nvidia-smi --query-gpu=name,driver_version --format=csv; nproc; grep -m1 "model name" /proc/cpuinfo; uptime; } > "$out/machine.txt"

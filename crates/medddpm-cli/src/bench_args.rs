@@ -151,12 +151,34 @@ pub struct BenchArgs {
     /// Internal: where the single configuration's record goes.
     #[arg(long, hide = true)]
     pub single_out: Option<PathBuf>,
+    /// Internal: with --devices, measure only the first K devices, in this process.
+    #[arg(long, hide = true)]
+    pub scaling_count: Option<usize>,
+}
+
+/// What `medddpm bench --devices` runs: the compute settings (with `count`, only its first
+/// devices), the measurement's options, and the one device count this process measures, if it
+/// is one of the measurement's processes.
+#[derive(Debug, Clone)]
+pub struct Scaling {
+    pub settings: ComputeSettings,
+    pub options: ScalingOptions,
+    pub count: Option<usize>,
 }
 
 impl BenchArgs {
     /// With `--devices`: the device-scaling measurement's compute settings and options.
-    pub fn scaling(&self) -> Option<Result<(ComputeSettings, ScalingOptions), String>> {
-        let devices = self.devices.clone()?;
+    pub fn scaling(&self) -> Option<Result<Scaling, String>> {
+        let mut devices = self.devices.clone()?;
+        if let Some(k) = self.scaling_count {
+            if k == 0 || k > devices.len() {
+                return Some(Err(format!(
+                    "--scaling-count {k}: give 1 to {} (the --devices listed)",
+                    devices.len()
+                )));
+            }
+            devices.truncate(k);
+        }
         let one = |what: &str, n: usize| {
             (n != 1).then(|| format!("--devices measures one configuration: give one {what}"))
         };
@@ -177,9 +199,9 @@ impl BenchArgs {
             devices,
             collective: self.collective.map(|c| c.0).unwrap_or_default(),
         };
-        Some(Ok((
+        Some(Ok(Scaling {
             settings,
-            ScalingOptions {
+            options: ScalingOptions {
                 model: self.model.0,
                 size: self.size,
                 batch: self.batch,
@@ -188,8 +210,11 @@ impl BenchArgs {
                 steps: self.steps,
                 out: self.out.clone(),
                 seed: self.seed,
+                host_profile: self.host_profile,
+                timeout_s: self.timeout,
             },
-        )))
+            count: self.scaling_count,
+        }))
     }
 
     /// The benchmark's options these switches select.

@@ -62,23 +62,39 @@ fn bench(options: medddpm_bench::BenchOptions) -> anyhow::Result<()> {
     Ok(medddpm_bench::run_bench(options, self_command("bench")?)?)
 }
 
-/// `medddpm bench --devices`: data-parallel throughput on 1..N devices.
-fn bench_devices(
-    (settings, options): (
-        medddpm_backend::ComputeSettings,
-        medddpm_bench::ScalingOptions,
-    ),
-) -> anyhow::Result<()> {
-    let out = options.out.join("scaling.jsonl");
-    let records = medddpm_backend::run_on(&settings, medddpm_bench::ScalingTask(options))?;
+/// `medddpm bench --devices`: data-parallel throughput on 1..N devices, each count in a
+/// process of its own (this command again, with `--scaling-count`).
+fn bench_devices(scaling: bench_args::Scaling) -> anyhow::Result<()> {
+    let bench_args::Scaling {
+        settings,
+        options,
+        count,
+    } = scaling;
+    if count.is_some() {
+        medddpm_backend::run_on(&settings, medddpm_bench::ScalingTask(options))?;
+        return Ok(());
+    }
+    // This very command line, from the same executable.
+    let mut command = vec![std::env::current_exe()?.to_string_lossy().into_owned()];
+    command.extend(std::env::args().skip(1));
+    let run = medddpm_bench::run_scaling(&options, settings.devices.len(), &command)?;
     println!("devices  step ms  samples/s  efficiency");
-    for r in &records {
+    for r in &run.records {
         println!(
             "{:>7}  {:>7.1}  {:>9.2}  {:>10.3}",
             r.devices, r.step_ms_median, r.samples_per_s, r.efficiency
         );
     }
-    println!("appended to {}", out.display());
+    println!(
+        "appended to {}",
+        options.out.join("scaling.jsonl").display()
+    );
+    if !run.failed.is_empty() {
+        anyhow::bail!(
+            "the measurement on {:?} device(s) failed (see above)",
+            run.failed
+        );
+    }
     Ok(())
 }
 

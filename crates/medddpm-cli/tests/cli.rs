@@ -101,6 +101,58 @@ fn bench_exits_non_zero_when_a_configuration_fails() {
 }
 
 #[test]
+fn bench_devices_measures_each_count_in_its_own_process() {
+    // The CPU backend is one device: the count of one is measured and recorded, the count of
+    // two fails in its own process, which the run reports before exiting non-zero.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("scaling");
+    let (ok, stdout, stderr) = medddpm(&[
+        "bench",
+        "--devices",
+        "0,1",
+        "--backends",
+        "cpu",
+        "--precisions",
+        "fp32",
+        "--layouts",
+        "ncdhw",
+        "--model",
+        "tiny",
+        "--size",
+        "16",
+        "--warmup",
+        "0",
+        "--steps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("1 device(s): ") && stderr.contains("2 device(s): failed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the measurement on [2] device(s) failed"),
+        "{stderr}"
+    );
+    let lines = std::fs::read_to_string(out.join("scaling.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 1, "{lines}");
+    let r = &records[0];
+    assert_eq!(
+        (r["devices"].as_u64(), r["collective"].as_str()),
+        (Some(1), Some("none"))
+    );
+    assert_eq!(r["step_ms"].as_array().map(|a| a.len()), Some(2));
+    assert_eq!(r["efficiency"].as_f64(), Some(1.0));
+    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     let (ok, _, stderr) = medddpm(&["train", "--experiment", "no-such-experiment"]);
     assert!(

@@ -1,7 +1,9 @@
 //! The all-reduce against known answers, one thread per device as training runs it: each rank
 //! passes `base * (rank + 1) + call`, whose mean over `n` ranks is `base * (n + 1) / 2 + call`,
 //! for tensors of a few shapes in f32 and bf16, uniquely held, also held by the caller, and
-//! transposed (not contiguous), several calls in a row before anything is read back.
+//! transposed (not contiguous), several calls in a row before anything is read back: one
+//! tensor at a time, all in one call, and all packed into one f32 all-reduce (what training
+//! does with a step's gradients).
 
 use burn::tensor::backend::DeviceOps;
 use burn::tensor::ops::FloatTensor;
@@ -19,8 +21,26 @@ pub const F32_TOLERANCE: f64 = 1e-6;
 /// small integers and halves, exact in bf16 for groups of one or two).
 pub const BF16_TOLERANCE: f64 = 1.0 / 128.0;
 
-/// Calls in a row: even ones one tensor at a time, odd ones all tensors in one call.
-const CALLS: usize = 4;
+/// Calls in a row, cycling through [`How`].
+const CALLS: usize = 6;
+
+/// How a call hands its tensors to the collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum How {
+    /// `all_reduce_mean`, one tensor at a time.
+    Each,
+    /// `all_reduce_mean_many`, all tensors in one call.
+    Many,
+    /// `all_reduce_mean_packed`: all tensors in one call, packed into one f32 buffer.
+    Packed,
+}
+
+impl How {
+    fn of_call(call: usize) -> How {
+        [How::Each, How::Many, How::Packed][call % 3]
+    }
+}
 
 /// How a case's tensor reaches the collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,6 +97,8 @@ pub struct CollectiveRow {
     pub input: String,
     /// Which call in the row (0-based).
     pub call: usize,
+    /// How the call handed its tensors over: `each`, `many` or `packed`.
+    pub how: String,
     /// Largest `|mean - expected|` over the ranks, relative to the largest `|expected|` (at
     /// least 1).
     pub error: f64,
@@ -202,11 +224,13 @@ fn run_rank<B: CollectiveBackend>(
             kept.push((case.input == Input::Shared).then(|| x.clone()));
             inputs.push(x);
         }
-        let outputs = if call % 2 == 0 {
-            let each = inputs.into_iter().map(|x| B::all_reduce_mean(x, group));
-            each.collect::<Result<Vec<_>, _>>()?
-        } else {
-            B::all_reduce_mean_many(inputs, group)?
+        let outputs = match How::of_call(call) {
+            How::Each => {
+                let each = inputs.into_iter().map(|x| B::all_reduce_mean(x, group));
+                each.collect::<Result<Vec<_>, _>>()?
+            }
+            How::Many => B::all_reduce_mean_many(inputs, group)?,
+            How::Packed => B::all_reduce_mean_packed(inputs, group)?,
         };
         issued.push(outputs.into_iter().zip(kept).collect());
     }
@@ -276,8 +300,10 @@ fn rows(per_rank: &[Vec<(f64, bool)>]) -> Vec<CollectiveRow> {
                     k && *rk,
                 )
             });
-            let tolerance = match case.dtype {
-                DType::BF16 => BF16_TOLERANCE,
+            let how = How::of_call(call);
+            // The packed call averages in f32 whatever the input's dtype.
+            let tolerance = match (case.dtype, how) {
+                (DType::BF16, How::Each | How::Many) => BF16_TOLERANCE,
                 _ => F32_TOLERANCE,
             };
             rows.push(CollectiveRow {
@@ -285,6 +311,7 @@ fn rows(per_rank: &[Vec<(f64, bool)>]) -> Vec<CollectiveRow> {
                 dtype: format!("{:?}", case.dtype),
                 input: format!("{:?}", case.input).to_lowercase(),
                 call,
+                how: format!("{how:?}").to_lowercase(),
                 error,
                 input_kept,
                 tolerance,

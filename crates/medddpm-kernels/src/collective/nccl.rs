@@ -13,16 +13,20 @@ use std::sync::OnceLock;
 
 use burn::tensor::backend::{DeviceId, DeviceOps};
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::DType;
+use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl::server::ReduceOperation;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use cubecl::prelude::*;
+use cubecl::{calculate_cube_count_elemwise, CubeDim};
 use cubecl_cuda::CudaRuntime;
 
-use super::{sorted_group, CollectiveBackend, CollectiveUnavailable};
+use super::{pack_offsets, sorted_group, CollectiveBackend, CollectiveUnavailable};
 use crate::panics::quiet_catch;
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -159,6 +163,124 @@ fn exclusive_contiguous<R: burn_cubecl::CubeRuntime>(tensor: CubeTensor<R>) -> C
     CubeTensor::new(client, copy.handle, *copy.metadata, device, dtype)
 }
 
+/// The all-reduce of every input at once: packed into one f32 buffer, averaged by one NCCL
+/// call, each output an f32 view of its part.
+#[derive(Debug, Clone)]
+struct AllReduceMeanPacked<B> {
+    desc: CustomOpIr,
+    group: Vec<DeviceId>,
+    _b: PhantomData<B>,
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>
+    for AllReduceMeanPacked<Cube<F, I, BT>>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<
+            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+        >,
+    ) {
+        let inputs: Vec<CubeTensor<CudaRuntime>> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<Cube<F, I, BT>>(t))
+            .collect();
+        let Some(first) = inputs.first() else {
+            return;
+        };
+        let (client, device) = (first.client.clone(), first.device.clone());
+        let align = packing_alignment(&client);
+        let offsets = pack_offsets(inputs.iter().map(|t| t.meta.num_elements()), align);
+        let total = *offsets.last().expect("one offset past the end");
+        let flat = empty_device_contiguous_dtype::<CudaRuntime>(
+            client.clone(),
+            device.clone(),
+            Shape::new([total.max(1)]),
+            DType::F32,
+        );
+        for (input, &offset) in inputs.into_iter().zip(&offsets) {
+            pack(input, &flat, offset);
+        }
+        if total > 0 {
+            let mut c = client.clone();
+            c.all_reduce(
+                flat.handle.clone(),
+                flat.handle.clone(),
+                DType::F32.into(),
+                self.group.clone(),
+                ReduceOperation::Mean,
+            );
+            c.sync_collective();
+        }
+        for (output, &offset) in self.desc.outputs.iter().zip(&offsets) {
+            let n = output.shape.num_elements();
+            let end = total.max(1) - offset - n;
+            let handle = flat
+                .handle
+                .clone()
+                .offset_start(4 * offset as u64)
+                .offset_end(4 * end as u64);
+            let view = CubeTensor::new_contiguous(
+                client.clone(),
+                device.clone(),
+                output.shape.clone(),
+                handle,
+                DType::F32,
+            );
+            handles.register_float_tensor::<Cube<F, I, BT>>(&output.id, view);
+        }
+    }
+}
+
+/// Elements between the starts of packed parts: the memory alignment of the device (a view
+/// must start and end on it to stay a view), in f32 elements.
+fn packing_alignment(client: &ComputeClient<CudaRuntime>) -> usize {
+    (client.properties().memory.alignment as usize / 4).max(1)
+}
+
+/// `out[offset + i] = f32(input[i])` over the input's elements in row-major order.
+#[cube(launch_unchecked)]
+fn pack_kernel<E: Float>(
+    input: &Tensor<E>,
+    out: &mut Tensor<f32>,
+    offset: u32,
+    len: u32,
+    #[define(E)] _dtype: StorageType,
+) {
+    if ABSOLUTE_POS < len as usize {
+        out[offset as usize + ABSOLUTE_POS] = f32::cast_from(input[ABSOLUTE_POS]);
+    }
+}
+
+/// Copies `input` (made contiguous first if it is not) into `flat` from element `offset`.
+fn pack(input: CubeTensor<CudaRuntime>, flat: &CubeTensor<CudaRuntime>, offset: usize) {
+    let len = input.meta.num_elements();
+    if len == 0 {
+        return;
+    }
+    let input = into_contiguous(input);
+    let dim = CubeDim::new_1d(256);
+    let count = calculate_cube_count_elemwise(&input.client, len, dim);
+    let dtype = input.dtype.into();
+    // SAFETY: every thread checks its index against `len`, the input's element count, and
+    // the packed buffer holds `offset + len` elements (`pack_offsets`).
+    unsafe {
+        pack_kernel::launch_unchecked::<CudaRuntime>(
+            &input.client,
+            count,
+            dim,
+            input.clone().into_tensor_arg(),
+            flat.clone().into_tensor_arg(),
+            offset as u32,
+            len as u32,
+            dtype,
+        );
+    }
+}
+
 /// Why `tensors` cannot be all-reduced over `group` (checked on the caller's thread, before
 /// anything reaches the device: an error there would leave the other ranks waiting).
 fn check_call<F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -213,6 +335,42 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fuse
     ) -> Result<FloatTensor<Self>, CollectiveUnavailable> {
         let mut out = Self::all_reduce_mean_many(vec![tensor], group)?;
         Ok(out.remove(0))
+    }
+
+    fn all_reduce_mean_packed(
+        tensors: Vec<FloatTensor<Self>>,
+        group: &[DeviceId],
+    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
+        let group = check_call::<F, I, BT>(&tensors, group)?;
+        let total: usize = tensors.iter().map(|t| t.shape.num_elements()).sum();
+        if total >= 1 << 31 {
+            return Err(CollectiveUnavailable(format!(
+                "{total} elements is more than the packed all-reduce addresses (2^31)"
+            )));
+        }
+        let Some(first) = tensors.first() else {
+            return Ok(Vec::new());
+        };
+        let client = first.client.clone();
+        let streams = OperationStreams::with_inputs(tensors.iter());
+        let outputs: Vec<TensorIr> = tensors
+            .iter()
+            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), DType::F32))
+            .collect();
+        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("medddpm_nccl_all_reduce_mean_packed", &inputs, &outputs);
+        let out = client.register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            AllReduceMeanPacked::<Cube<F, I, BT>> {
+                desc,
+                group,
+                _b: PhantomData,
+            },
+        );
+        // As in `all_reduce_mean_many`: this rank's NCCL call reaches the GPU now.
+        client.sync(|| ());
+        Ok(out)
     }
 
     fn all_reduce_mean_many(

@@ -75,6 +75,31 @@ fn groups_are_sorted_and_checked() {
 }
 
 #[test]
+fn packed_parts_start_on_the_alignment_and_never_overlap() {
+    // 64 f32 elements: the 256-byte alignment of CUDA devices.
+    let sizes = [1usize, 64, 65, 0, 1728, 3];
+    let offsets = pack_offsets(sizes.iter().copied(), 64);
+    assert_eq!(offsets, vec![0, 64, 128, 256, 256, 1984, 2048]);
+    for (i, n) in sizes.iter().enumerate() {
+        assert_eq!(offsets[i] % 64, 0);
+        assert!(offsets[i] + n <= offsets[i + 1]);
+    }
+    assert_eq!(pack_offsets(std::iter::empty(), 64), vec![0]);
+    assert_eq!(pack_offsets([3, 5].into_iter(), 1), vec![0, 3, 8]);
+}
+
+#[test]
+fn the_packed_default_averages_in_f32_or_says_why_not() {
+    // Backends without a collective refuse the packed call as they refuse the others.
+    let err = <Flex as CollectiveBackend>::all_reduce_mean_packed(
+        vec![float(flex_tensor())],
+        &[id(0), id(1)],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("NCCL"), "{err}");
+}
+
+#[test]
 fn the_expected_mean_is_the_mean_of_the_ranks_values() {
     for ranks in 1..=4 {
         for call in 0..3 {

@@ -219,7 +219,9 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
         batch_indices: Vec::new(),
     };
     let divisor = shard.divisor(settings.reference_batch_scaling);
-    let summed = micro_batches.len() > 1 || shard.world > 1;
+    // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
+    // compute dtype, and the team's average works in f32 (`Team::average`).
+    let summed = micro_batches.len() > 1;
     for (draw, range) in micro_batches {
         let positions: Vec<usize> = range.map(|i| draw * settings.batch_size + i).collect();
         let first_index = step.batch_indices.len();

@@ -2,9 +2,12 @@
 //! drew its batch, average the gradients (NCCL on CUDA, the host elsewhere) and the losses.
 //! A one-device run is a team of one, for which each of these returns its input.
 
+use std::iter::{Peekable, Zip};
+
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::DeviceId;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 use medddpm_kernels::{Collective, CollectiveBackend};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
@@ -97,9 +100,11 @@ impl<'a> Team<'a> {
         Ok(all.iter().sum::<f32>() / all.len() as f32)
     }
 
-    /// The mean over the replicas of their summed gradients (f32, see `accumulate`), under the
-    /// same ids: all of a replica's gradients go into one flat tensor, averaged in one
-    /// collective call.
+    /// The mean over the replicas of their gradients, in f32, under the same ids. With NCCL
+    /// all of them go to the device in one packed all-reduce (no per-tensor operations on the
+    /// host); through the host, as one flat tensor (cast, flattened and concatenated, then
+    /// split again: a few operations per tensor). `MEDDDPM_ALL_REDUCE_FLAT=1` sends NCCL the
+    /// flat tensor instead of packing, to compare the two.
     pub fn average<B: KernelAutodiffBackend>(
         &self,
         model: &UNet<B>,
@@ -109,6 +114,23 @@ impl<'a> Team<'a> {
         let Some(exchange) = self.exchange else {
             return Ok(grads);
         };
+        if self.collective == Collective::Nccl && !flat_all_reduce() {
+            let mut take = Take::<B> {
+                grads: &mut grads,
+                parts: Vec::new(),
+            };
+            model.visit(&mut take);
+            let (ids, parts): (Vec<ParamId>, Vec<_>) = take.parts.into_iter().unzip();
+            let means =
+                <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(parts, &self.group)
+                    .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
+            let mut give = Give::<B> {
+                grads: &mut grads,
+                parts: ids.into_iter().zip(means).peekable(),
+            };
+            model.visit(&mut give);
+            return Ok(grads);
+        }
         let mut flatten = Flatten::<B> {
             grads: &mut grads,
             parts: Vec::new(),
@@ -120,29 +142,25 @@ impl<'a> Team<'a> {
             return Ok(grads);
         }
         let flat = Tensor::cat(parts, 0);
-        let mean = match self.collective {
-            Collective::Nccl => {
-                let prim = flat.into_primitive().tensor();
-                let out =
-                    <B::InnerBackend as CollectiveBackend>::all_reduce_mean(prim, &self.group)
-                        .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
-                Tensor::from_primitive(TensorPrimitive::Float(out))
+        let mean = if self.collective == Collective::Nccl {
+            let prim = flat.into_primitive().tensor();
+            let out = <B::InnerBackend as CollectiveBackend>::all_reduce_mean(prim, &self.group)
+                .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
+            Tensor::from_primitive(TensorPrimitive::Float(out))
+        } else {
+            let all = exchange
+                .all_gather(self.shard.rank, flat)
+                .map_err(|a| self.aborted(a))?;
+            let world = all.len();
+            let mut sum: Option<Tensor<B::InnerBackend, 1>> = None;
+            for t in all {
+                let t = t.to_device(device);
+                sum = Some(match sum {
+                    None => t,
+                    Some(s) => s + t,
+                });
             }
-            Collective::Host | Collective::Auto => {
-                let all = exchange
-                    .all_gather(self.shard.rank, flat)
-                    .map_err(|a| self.aborted(a))?;
-                let world = all.len();
-                let mut sum: Option<Tensor<B::InnerBackend, 1>> = None;
-                for t in all {
-                    let t = t.to_device(device);
-                    sum = Some(match sum {
-                        None => t,
-                        Some(s) => s + t,
-                    });
-                }
-                sum.expect("a team has members").div_scalar(world as f32)
-            }
+            sum.expect("a team has members").div_scalar(world as f32)
         };
         let mut unflatten = Unflatten::<B> {
             grads: &mut grads,
@@ -152,6 +170,46 @@ impl<'a> Team<'a> {
         };
         model.visit(&mut unflatten);
         Ok(grads)
+    }
+}
+
+/// `MEDDDPM_ALL_REDUCE_FLAT=1`: NCCL averages one flat tensor built with tensor operations
+/// (the packing before 2026-11-26), for comparing the two on a GPU.
+fn flat_all_reduce() -> bool {
+    static FLAT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FLAT.get_or_init(|| std::env::var("MEDDDPM_ALL_REDUCE_FLAT").is_ok_and(|v| v == "1"))
+}
+
+/// Takes every gradient out of `grads` as it is, in the module's parameter order.
+struct Take<'g, B: KernelAutodiffBackend> {
+    grads: &'g mut GradientsParams,
+    parts: Vec<(ParamId, FloatTensor<B::InnerBackend>)>,
+}
+
+impl<B: KernelAutodiffBackend> ModuleVisitor<B> for Take<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            self.parts.push((param.id, g.into_primitive().tensor()));
+        }
+    }
+}
+
+/// Puts the averaged gradients back under their ids, in the order [`Take`] took them.
+struct Give<'g, B: KernelAutodiffBackend> {
+    grads: &'g mut GradientsParams,
+    parts: Peekable<
+        Zip<std::vec::IntoIter<ParamId>, std::vec::IntoIter<FloatTensor<B::InnerBackend>>>,
+    >,
+}
+
+impl<B: KernelAutodiffBackend> ModuleVisitor<B> for Give<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if self.parts.peek().map(|(id, _)| *id) != Some(param.id) {
+            return;
+        }
+        let (id, mean) = self.parts.next().expect("peeked");
+        let mean = Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(mean));
+        self.grads.register(id, mean);
     }
 }
 
