@@ -190,6 +190,7 @@ pub fn sorted_group(group: &[DeviceId]) -> Result<Vec<DeviceId>, CollectiveUnava
 
 /// Where each part of `sizes` starts in the packed buffer (each start a multiple of `align`),
 /// then the buffer's length.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn pack_offsets(sizes: impl Iterator<Item = usize>, align: usize) -> Vec<usize> {
     let mut offsets = vec![0];
     for n in sizes {

@@ -1,0 +1,71 @@
+//! The forward convolution: one launch of the implicit GEMM over the weight laid out
+//! `[kd, kh, kw, c_in, c_out]`.
+
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::permute;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+
+use super::launch::{launch, Problem};
+use super::tile::Tile;
+use super::{check, check_dtypes, empty_in_layout, five, CubeConvError};
+use crate::compute::Layout;
+
+/// `y = conv3d(x, weight)` (no bias) for `x` `[b, c_in, d, h, w]` in any memory order and
+/// `weight` `[c_out, c_in, kd, kh, kw]`; `y` is `[b, c_out, od, oh, ow]` in `layout`'s memory
+/// order (channels-last as the permuted view of a contiguous `[b, od, oh, ow, c_out]`
+/// buffer), in `x`'s dtype, accumulated in f32.
+pub fn conv3d_forward<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    stride: [usize; 3],
+    padding: [usize; 3],
+    layout: Layout,
+) -> Result<CubeTensor<R>, CubeConvError> {
+    let xs = five(x.meta.shape(), "input")?;
+    let wsh = five(weight.meta.shape(), "weight")?;
+    check_dtypes(&[x.dtype, weight.dtype])?;
+    let out_size = check(xs, wsh, stride, padding)?;
+    let [b, c_in, d, h, w] = xs;
+    let [c_out, _, kd, kh, kw] = wsh;
+    let y = empty_in_layout(
+        &x,
+        [b, c_out, out_size[0], out_size[1], out_size[2]],
+        layout,
+    );
+    // `[kd, kh, kw, c_in, c_out]`: the output channels of a weight-tile row are contiguous.
+    let wt = into_contiguous(permute(weight, &[2, 3, 4, 1, 0]));
+    let s = wt.meta.strides();
+    let p = Problem {
+        batch: b,
+        c_in,
+        c_out,
+        in_size: [d, h, w],
+        out_size,
+        stride,
+        pad: padding.map(|v| v as i64),
+        taps: [kd, kh, kw],
+        x_strides: strides5(&x),
+        x_base: 0,
+        w_base: 0,
+        w_taps: [s[0] as i64, s[1] as i64, s[2] as i64],
+        w_ci: s[3],
+        w_co: s[4],
+        y_strides: strides5(&y),
+        y_base: 0,
+    };
+    let tile = Tile::choose(
+        c_in,
+        c_out,
+        x.meta.strides()[1] == 1,
+        layout == Layout::Ndhwc,
+    );
+    launch(&x, &wt, &y, &p, tile);
+    Ok(y)
+}
+
+/// The five strides of a rank-5 tensor.
+pub(super) fn strides5<R: CubeRuntime>(t: &CubeTensor<R>) -> [usize; 5] {
+    let s = t.meta.strides();
+    [s[0], s[1], s[2], s[3], s[4]]
+}

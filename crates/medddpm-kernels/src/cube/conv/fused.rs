@@ -1,0 +1,135 @@
+//! The convolution kernels as burn-fusion custom operations, so they run in order with the
+//! fused stream around them on `burn::backend::Wgpu` and `burn::backend::Cuda`. The operands
+//! are checked when the operation is registered, where an error can still be returned.
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::Shape;
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::{CustomOpIr, OperationOutput};
+
+use super::{check, check_dtypes, conv3d_data_grad, conv3d_forward, five, CubeConvError};
+use crate::compute::Layout;
+use crate::cube::{register, Cube, Fused, Handles};
+
+/// What a launch needs besides its two operands.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    stride: [usize; 3],
+    padding: [usize; 3],
+    layout: Layout,
+    /// The convolution's input shape (what the data gradient returns).
+    x_shape: [usize; 5],
+    data_grad: bool,
+}
+
+#[derive(Debug, Clone)]
+struct ConvOp<B> {
+    desc: CustomOpIr,
+    geometry: Geometry,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for ConvOp<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let ([a, w], [out]) = self.desc.as_fixed();
+        let a = handles.get_float_tensor::<Cube<R, F, I, BT>>(a);
+        let w = handles.get_float_tensor::<Cube<R, F, I, BT>>(w);
+        let g = self.geometry;
+        let result = if g.data_grad {
+            conv3d_data_grad(g.x_shape, w, a, g.stride, g.padding, g.layout)
+        } else {
+            conv3d_forward(a, w, g.stride, g.padding, g.layout)
+        };
+        let y = result.expect("the operands were checked when the operation was registered");
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, y);
+    }
+}
+
+/// [`conv3d_forward`](super::conv3d_forward) on burn's fused CubeCL backends: `x`
+/// `[b, c_in, d, h, w]` (channels-last as a permuted view), `weight` `[c_out, c_in, kd, kh, kw]`.
+pub fn conv3d_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    weight: FloatTensor<Fused<R, F, I, BT>>,
+    stride: [usize; 3],
+    padding: [usize; 3],
+    layout: Layout,
+) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
+    check_dtypes(&[x.dtype, weight.dtype])?;
+    let x_shape = five(&x.shape, "input")?;
+    let w_shape = five(&weight.shape, "weight")?;
+    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
+    let out = Shape::new([x_shape[0], w_shape[0], od, oh, ow]);
+    let geometry = Geometry {
+        stride,
+        padding,
+        layout,
+        x_shape,
+        data_grad: false,
+    };
+    Ok(registered::<R, F, I, BT>(
+        "medddpm_cube_conv3d_forward",
+        x,
+        weight,
+        out,
+        geometry,
+    ))
+}
+
+/// [`conv3d_data_grad`](super::conv3d_data_grad) on burn's fused CubeCL backends.
+pub fn conv3d_data_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x_shape: [usize; 5],
+    weight: FloatTensor<Fused<R, F, I, BT>>,
+    grad_out: FloatTensor<Fused<R, F, I, BT>>,
+    stride: [usize; 3],
+    padding: [usize; 3],
+    layout: Layout,
+) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
+    check_dtypes(&[grad_out.dtype, weight.dtype])?;
+    let w_shape = five(&weight.shape, "weight")?;
+    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
+    let got = five(&grad_out.shape, "output gradient")?;
+    let want = [x_shape[0], w_shape[0], od, oh, ow];
+    if got != want {
+        return Err(CubeConvError::GradShape { got, want });
+    }
+    let geometry = Geometry {
+        stride,
+        padding,
+        layout,
+        x_shape,
+        data_grad: true,
+    };
+    Ok(registered::<R, F, I, BT>(
+        "medddpm_cube_conv3d_data_grad",
+        grad_out,
+        weight,
+        Shape::new(x_shape),
+        geometry,
+    ))
+}
+
+/// Registers one convolution of activation `a` with `weight`, giving a tensor of `out` in
+/// `a`'s dtype.
+fn registered<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    name: &'static str,
+    a: FloatTensor<Fused<R, F, I, BT>>,
+    weight: FloatTensor<Fused<R, F, I, BT>>,
+    out: Shape,
+    geometry: Geometry,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let dtype = a.dtype;
+    let [y] =
+        register::<R, F, I, BT, _>(name, vec![a, weight], vec![(out, dtype)], |desc| ConvOp::<
+            Cube<R, F, I, BT>,
+        > {
+            desc,
+            geometry,
+            _b: core::marker::PhantomData,
+        })
+        .outputs();
+    y
+}

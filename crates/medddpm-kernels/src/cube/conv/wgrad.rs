@@ -1,0 +1,417 @@
+//! The 3-D convolution's weight gradient as a CubeCL implicit GEMM with split-K, for every
+//! CubeCL runtime (wgpu/Vulkan, CUDA): strict FP32 arithmetic on any GPU, f32, f16 or bf16
+//! storage, f32 accumulation.
+//!
+//! `dL/dw[co, ci, kd, kh, kw] = sum over (n, od, oh, ow) of dL/dy[n, co, od, oh, ow] *
+//! x[n, ci, od s - p + kd, oh s - p + kh, ow s - p + kw]` (zero padding) is a GEMM with
+//! `M = C_out`, `N = C_in KD KH KW` and the long `K = N_batch OD OH OW`. Its output is small
+//! (at most a few hundred tiles) while K reaches millions at the U-Net's top level, so one cube
+//! per output tile would leave most of a GPU idle (burn 0.21's GEMM: about 14 tiles for 132
+//! SMs). Here K is cut into `S` slices: cube `(tile, slice)` writes its tile's partial sums
+//! over its slice to an f32 workspace `[S, M, N]`, and a second small kernel adds the slices
+//! in order and writes `dL/dw` in the weight's dtype.
+//!
+//! The reduction is that second pass rather than atomics: f32 atomic addition is an optional
+//! Vulkan feature (`VK_EXT_shader_atomic_float`), atomics would need a zeroing pass and a cast
+//! pass anyway, and the sum would depend on the cubes' timing; two passes give the same bits
+//! on every run, for a workspace of a few MiB and a pass reading it once.
+//!
+//! Choice of `S` ([`plan`]): enough cubes for [`CUBES_PER_UNIT`] per streaming multiprocessor
+//! (several waves of 256-unit cubes, two to four resident at once per SM), the SM count from
+//! the client's properties (CUDA reports it; wgpu does not, then [`FALLBACK_UNITS`], an
+//! H100-sized guess that costs a small GPU only a slightly bigger workspace), no slice shorter
+//! than [`MIN_SLICE_K`] (the partial write and the reduction stay small beside the slice's
+//! multiply) and a workspace of at most [`MAX_WORKSPACE_BYTES`]. Kernels: see `wgrad_kernel`.
+
+#[path = "wgrad_fused.rs"]
+mod fused;
+#[path = "wgrad_kernel.rs"]
+mod kernel;
+
+use burn::tensor::{DType, Shape};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
+
+use crate::conv::Conv3dSpec;
+pub use fused::conv3d_weight_grad_fused;
+use kernel::{staged_stride_a, staged_stride_b, wgrad_partial, wgrad_reduce, BK, SIDE, VEC};
+
+/// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four
+/// cubes an SM holds at once, so the last wave's tail is a small share.
+pub const CUBES_PER_UNIT: usize = 8;
+/// Compute units assumed where the runtime does not say (wgpu): an H100 has 132 SMs.
+pub const FALLBACK_UNITS: usize = 128;
+/// Shortest K slice: its multiply is then at least 256 times its tile's partial write.
+pub const MIN_SLICE_K: usize = 256;
+/// Largest f32 workspace the split may take.
+pub const MAX_WORKSPACE_BYTES: usize = 64 << 20;
+
+/// Why the weight gradient refused its operands.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WgradError {
+    /// An operand is not `[batch, channels, d, h, w]`.
+    #[error("{operand} must be 5-D [batch, channels, d, h, w], got shape {shape:?}")]
+    Rank {
+        /// `x` or `grad_out`.
+        operand: &'static str,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// The output gradient's shape does not follow from the input's and the convolution's.
+    #[error(
+        "grad_out has shape {grad_out:?}, but x {x:?} with kernel {kernel:?}, stride \
+         {stride:?} and padding {padding:?} gives [{batch}, c_out, {out:?}]"
+    )]
+    Shape {
+        /// The input's shape.
+        x: Vec<usize>,
+        /// The output gradient's shape.
+        grad_out: Vec<usize>,
+        /// Kernel size.
+        kernel: [usize; 3],
+        /// Stride.
+        stride: [usize; 3],
+        /// Padding.
+        padding: [usize; 3],
+        /// Batch of `x`.
+        batch: usize,
+        /// The spatial size `grad_out` should have (empty when the kernel does not fit).
+        out: Vec<usize>,
+    },
+    /// A dtype the kernels do not compute in (they take f32, f16 and bf16).
+    #[error("{operand} has dtype {dtype:?}; the CubeCL weight gradient takes f32, f16 or bf16")]
+    DType {
+        /// `x`, `grad_out` or the output.
+        operand: &'static str,
+        /// The dtype refused.
+        dtype: DType,
+    },
+    /// The weight (whose gradient is asked for) is not `[c_out, c_in, kd, kh, kw]` of the
+    /// operands.
+    #[error("the weight has shape {weight:?}; x and grad_out give {expected:?}")]
+    Weight {
+        /// The weight's shape.
+        weight: Vec<usize>,
+        /// `[c_out, c_in, kd, kh, kw]` from the operands.
+        expected: Vec<usize>,
+    },
+    /// An operand reaches past the 2^31 elements the kernel's 32-bit offsets address.
+    #[error("{operand} spans {elements} elements, past the kernel's 2^31 limit")]
+    TooLarge {
+        /// `x` or `grad_out`.
+        operand: &'static str,
+        /// Elements it spans.
+        elements: usize,
+    },
+}
+
+/// The GEMM's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgradShape {
+    /// `M`: output channels.
+    pub m: usize,
+    /// `N`: input channels times kernel taps.
+    pub n: usize,
+    /// `K`: batch times output voxels.
+    pub k: usize,
+}
+
+/// How one weight gradient is cut up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgradPlan {
+    /// Rows per unit (tile height `16 tm`).
+    pub tm: usize,
+    /// Columns per unit (tile width `16 tn`).
+    pub tn: usize,
+    /// K slices `S`.
+    pub slices: usize,
+    /// K positions per slice (a multiple of 16; the last slice may be shorter).
+    pub slice_len: usize,
+}
+
+impl WgradPlan {
+    /// Output tiles `(along N, along M)`.
+    pub fn tiles(&self, shape: WgradShape) -> (usize, usize) {
+        (
+            shape.n.div_ceil(SIDE * self.tn),
+            shape.m.div_ceil(SIDE * self.tm),
+        )
+    }
+}
+
+/// Rows per unit for `m` output channels: the smallest tile that holds them up to 64, then 8
+/// (128-row tiles) unless 64-row tiles pad less.
+fn rows_per_unit(m: usize) -> usize {
+    match m {
+        0..=16 => 1,
+        17..=32 => 2,
+        33..=64 => 4,
+        _ if m.div_ceil(128) * 128 <= m.div_ceil(64) * 64 => 8,
+        _ => 4,
+    }
+}
+
+/// What [`plan`] needs to know of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgradDevice {
+    /// Streaming multiprocessors (compute units), where the runtime reports them (CUDA does,
+    /// wgpu does not: then [`FALLBACK_UNITS`]).
+    pub units: Option<usize>,
+    /// Shared memory one cube may take, in bytes.
+    pub shared_bytes: usize,
+}
+
+impl WgradDevice {
+    /// What `client` reports.
+    pub fn of<R: CubeRuntime>(client: &ComputeClient<R>) -> Self {
+        let hardware = &client.properties().hardware;
+        WgradDevice {
+            units: hardware.num_streaming_multiprocessors.map(|n| n as usize),
+            shared_bytes: hardware.max_shared_memory_size,
+        }
+    }
+}
+
+/// Shared memory a cube of `tm x tn` register tiles stages, with the padding of either layout.
+fn shared_bytes(tm: usize, tn: usize) -> usize {
+    let a = staged_stride_a(SIDE * tm, true).max(staged_stride_a(SIDE * tm, false));
+    4 * BK * (a + VEC * staged_stride_b(SIDE * tn))
+}
+
+/// The tiles and the split of K for `shape` on `device`; `slices` forces the number of slices
+/// (clamped to `1..=K / 16`). Tiles: 8 columns per unit (128-column tiles) where N passes 64,
+/// rows per unit to fit M (see `rows_per_unit`), halved while the cube's shared memory would
+/// pass the device's.
+pub fn plan(shape: WgradShape, device: WgradDevice, slices: Option<usize>) -> WgradPlan {
+    let mut tm = rows_per_unit(shape.m);
+    let mut tn = if shape.n > 64 { 8 } else { 4 };
+    while shared_bytes(tm, tn) > device.shared_bytes && (tm > 1 || tn > VEC) {
+        if tm >= tn / VEC * 2 && tm > 1 {
+            tm /= 2;
+        } else {
+            tn = VEC;
+        }
+    }
+    let tiles = shape.n.div_ceil(SIDE * tn) * shape.m.div_ceil(SIDE * tm);
+    let steps = shape.k.div_ceil(BK).max(1);
+    let wanted = slices.unwrap_or_else(|| {
+        let target = device.units.unwrap_or(FALLBACK_UNITS).max(1) * CUBES_PER_UNIT;
+        let by_length = (shape.k / MIN_SLICE_K).max(1);
+        let by_memory = (MAX_WORKSPACE_BYTES / (4 * shape.m * shape.n).max(1)).max(1);
+        target.div_ceil(tiles.max(1)).min(by_length).min(by_memory)
+    });
+    let wanted = wanted.clamp(1, steps.min(u16::MAX as usize));
+    let slice_len = steps.div_ceil(wanted) * BK;
+    WgradPlan {
+        tm,
+        tn,
+        slices: shape.k.div_ceil(slice_len).max(1),
+        slice_len,
+    }
+}
+
+fn float_dtype(operand: &'static str, dtype: DType) -> Result<(), WgradError> {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => Ok(()),
+        dtype => Err(WgradError::DType { operand, dtype }),
+    }
+}
+
+/// Elements between the first and one past the last addressed by `t`'s shape and strides.
+fn span<R: CubeRuntime>(operand: &'static str, t: &CubeTensor<R>) -> Result<(), WgradError> {
+    let (shape, strides) = (t.meta.shape(), t.meta.strides());
+    let elements = 1 + shape
+        .iter()
+        .zip(strides.iter())
+        .map(|(&n, &s)| n.saturating_sub(1) * s)
+        .sum::<usize>();
+    if elements >= 1 << 31 {
+        return Err(WgradError::TooLarge { operand, elements });
+    }
+    Ok(())
+}
+
+/// `shape` as five sizes.
+fn five(operand: &'static str, shape: &Shape) -> Result<[usize; 5], WgradError> {
+    let s: Vec<usize> = shape.iter().copied().collect();
+    s.clone()
+        .try_into()
+        .map_err(|_| WgradError::Rank { operand, shape: s })
+}
+
+/// Checks the operands' shapes and dtypes and returns the GEMM's sizes.
+fn check_shapes(
+    x: (&Shape, DType),
+    grad_out: (&Shape, DType),
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+    out_dtype: DType,
+) -> Result<WgradShape, WgradError> {
+    let xs = five("x", x.0)?;
+    let gs = five("grad_out", grad_out.0)?;
+    float_dtype("x", x.1)?;
+    float_dtype("grad_out", grad_out.1)?;
+    float_dtype("the output", out_dtype)?;
+    let fits = (0..3).all(|i| {
+        kernel[i] >= 1 && spec.stride[i] >= 1 && xs[2 + i] + 2 * spec.padding[i] >= kernel[i]
+    });
+    let out: Vec<usize> = if fits {
+        spec.output_size([xs[2], xs[3], xs[4]], kernel).to_vec()
+    } else {
+        Vec::new()
+    };
+    if !fits || gs[0] != xs[0] || gs[2..] != out[..] {
+        return Err(WgradError::Shape {
+            x: xs.to_vec(),
+            grad_out: gs.to_vec(),
+            kernel,
+            stride: spec.stride,
+            padding: spec.padding,
+            batch: xs[0],
+            out,
+        });
+    }
+    for (operand, dims) in [("x", xs), ("grad_out", gs)] {
+        let elements = dims.iter().product::<usize>();
+        if elements >= 1 << 31 {
+            return Err(WgradError::TooLarge { operand, elements });
+        }
+    }
+    Ok(WgradShape {
+        m: gs[1],
+        n: xs[1] * kernel.iter().product::<usize>(),
+        k: gs[0] * gs[2] * gs[3] * gs[4],
+    })
+}
+
+/// [`check_shapes`] on CubeCL tensors, with the spans their strides address.
+fn check<R: CubeRuntime>(
+    x: &CubeTensor<R>,
+    grad_out: &CubeTensor<R>,
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+    out_dtype: DType,
+) -> Result<WgradShape, WgradError> {
+    let shape = check_shapes(
+        (x.meta.shape(), x.dtype),
+        (grad_out.meta.shape(), grad_out.dtype),
+        kernel,
+        spec,
+        out_dtype,
+    )?;
+    span("x", x)?;
+    span("grad_out", grad_out)?;
+    Ok(shape)
+}
+
+/// `dL/dw` (`[c_out, c_in, kd, kh, kw]`, contiguous, in `out_dtype`) of the convolution
+/// `spec` with kernel size `kernel`, from its input `x` and output gradient `grad_out` (both
+/// logically `[b, c, d, h, w]`, any memory order: channels-last views of `[b, d, h, w, c]`
+/// buffers are read in place; `spec.compute` is not consulted). The split of K follows
+/// [`plan`] for this device.
+pub fn conv3d_weight_grad<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+    out_dtype: DType,
+) -> Result<CubeTensor<R>, WgradError> {
+    conv3d_weight_grad_split(x, grad_out, kernel, spec, out_dtype, None)
+}
+
+/// [`conv3d_weight_grad`] with the number of K slices forced (`Some`, for tests and tuning).
+pub fn conv3d_weight_grad_split<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+    out_dtype: DType,
+    slices: Option<usize>,
+) -> Result<CubeTensor<R>, WgradError> {
+    let shape = check(&x, &grad_out, kernel, spec, out_dtype)?;
+    let c_in = x.meta.shape()[1];
+    let out_shape = Shape::new([shape.m, c_in, kernel[0], kernel[1], kernel[2]]);
+    let client = x.client.clone();
+    let dw =
+        empty_device_contiguous_dtype::<R>(client.clone(), x.device.clone(), out_shape, out_dtype);
+    if shape.m * shape.n == 0 {
+        return Ok(dw);
+    }
+    let plan = plan(shape, WgradDevice::of(&client), slices);
+    // Channels-last when the channels are the input's innermost axis.
+    let channels_last = x.meta.strides()[1] == 1 && c_in > 1;
+    let ws = empty_device_contiguous_dtype::<R>(
+        client.clone(),
+        x.device.clone(),
+        Shape::new([plan.slices, shape.m, shape.n]),
+        DType::F32,
+    );
+    launch_partial(x, grad_out, &ws, shape, plan, kernel, spec, channels_last);
+    let mn = shape.m * shape.n;
+    let dim = CubeDim::new_1d(256);
+    let count = calculate_cube_count_elemwise(&client, mn, dim);
+    // SAFETY: the reduction reads `ws[s * mn + pos]` for `pos < mn`, `s < slices` (its
+    // shape) and writes one element of `dw` (`[m, n]` in another order) per `pos`.
+    unsafe {
+        wgrad_reduce::launch_unchecked::<R>(
+            &client,
+            count,
+            dim,
+            ws.into_tensor_arg(),
+            dw.clone().into_tensor_arg(),
+            mn,
+            shape.n,
+            c_in,
+            plan.slices,
+            channels_last,
+            out_dtype.into(),
+        );
+    }
+    Ok(dw)
+}
+
+/// The partial products' launch: cubes `(N tiles, M tiles, slices)` of 16 x 16 units.
+#[allow(clippy::too_many_arguments)]
+fn launch_partial<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    ws: &CubeTensor<R>,
+    shape: WgradShape,
+    plan: WgradPlan,
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+    channels_last: bool,
+) {
+    let client = x.client.clone();
+    let (tiles_n, tiles_m) = plan.tiles(shape);
+    let count = CubeCount::Static(tiles_n as u32, tiles_m as u32, plan.slices as u32);
+    let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
+    let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
+    let c_in = x.meta.shape()[1];
+    let [sd, sh, sw] = spec.stride.map(|s| s as i32);
+    let [pd, ph, pw] = spec.padding.map(|p| p as i32);
+    // SAFETY: `check` bounded both operands' spans below 2^31 elements; every load is guarded
+    // by its row's and column's bounds and every store by `m < M`, `n < N` in slice `z` of
+    // the `[slices, M, N]` workspace.
+    unsafe {
+        wgrad_partial::launch_unchecked::<R>(
+            &client,
+            count,
+            dim,
+            x.into_tensor_arg(),
+            grad_out.into_tensor_arg(),
+            ws.clone().into_tensor_arg(),
+            (shape.m, shape.n, c_in, shape.k, plan.slice_len),
+            (kernel[1], kernel[2]),
+            (sd, sh, sw),
+            (pd, ph, pw),
+            plan.tm,
+            plan.tn,
+            channels_last,
+            dtypes,
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! The weight gradient as a burn-fusion custom operation, so it runs in order with the fused
+//! stream around it on `burn::backend::Wgpu` and `burn::backend::Cuda`. The operands are
+//! checked when the operation is registered, where an error can still be returned.
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::{CustomOpIr, OperationOutput};
+
+use super::{check_shapes, conv3d_weight_grad, five, WgradError};
+use crate::conv::Conv3dSpec;
+use crate::cube::{register, Cube, Fused, Handles};
+
+#[derive(Debug, Clone)]
+struct WgradOp<B> {
+    desc: CustomOpIr,
+    kernel: [usize; 3],
+    spec: Conv3dSpec,
+    out_dtype: DType,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for WgradOp<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let ([x, grad_out], [out]) = self.desc.as_fixed();
+        let x = handles.get_float_tensor::<Cube<R, F, I, BT>>(x);
+        let grad_out = handles.get_float_tensor::<Cube<R, F, I, BT>>(grad_out);
+        let dw = conv3d_weight_grad(x, grad_out, self.kernel, &self.spec, self.out_dtype)
+            .expect("the operands were checked when the operation was registered");
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, dw);
+    }
+}
+
+/// [`conv3d_weight_grad`](super::conv3d_weight_grad) on burn's fused CubeCL backends:
+/// `dL/dweight` in `weight`'s shape and dtype from the convolution's input `x` and output
+/// gradient `grad_out` (logically `[b, c, d, h, w]`, channels-last as permuted views). The
+/// weight itself is not read, so the operation does not wait for it.
+pub fn conv3d_weight_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    weight: &FloatTensor<Fused<R, F, I, BT>>,
+    grad_out: FloatTensor<Fused<R, F, I, BT>>,
+    spec: &Conv3dSpec,
+) -> Result<FloatTensor<Fused<R, F, I, BT>>, WgradError> {
+    let w = five("weight", &weight.shape)?;
+    let kernel = [w[2], w[3], w[4]];
+    let shape = check_shapes(
+        (&x.shape, x.dtype),
+        (&grad_out.shape, grad_out.dtype),
+        kernel,
+        spec,
+        weight.dtype,
+    )?;
+    let expected = [shape.m, x.shape[1], kernel[0], kernel[1], kernel[2]];
+    if w != expected {
+        return Err(WgradError::Weight {
+            weight: w.to_vec(),
+            expected: expected.to_vec(),
+        });
+    }
+    let (spec, out_dtype) = (*spec, weight.dtype);
+    let outputs = vec![(Shape::new(w), out_dtype)];
+    let [dw] = register::<R, F, I, BT, _>(
+        "medddpm_cube_conv3d_weight_grad",
+        vec![x, grad_out],
+        outputs,
+        |desc| WgradOp::<Cube<R, F, I, BT>> {
+            desc,
+            kernel,
+            spec,
+            out_dtype,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .outputs();
+    Ok(dw)
+}

@@ -1,0 +1,265 @@
+//! Our portable CubeCL convolutions (`medddpm_kernels::cube::conv`) on burn's wgpu backend
+//! against burn's own convolution and its data gradient on the CPU (Flex), in f32:
+//! `cargo test -p medddpm-kernels --features wgpu --test portable_conv` (CI: lavapipe, Mesa's
+//! software Vulkan driver). The U-Net's convolutions at small sizes and odd ones (3, 5, 17
+//! and 33 channels, kernels 1 to 5 and non-cubic ones, strides 1 to 3, non-cubic volumes),
+//! in both layouts, in f32 and, where the device has them, f16 and bf16.
+#![cfg(feature = "wgpu")]
+
+use burn::backend::wgpu::WgpuRuntime;
+use burn::backend::{Flex, Wgpu};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use medddpm_kernels::conv::{in_layout, reference, rel_l2, Conv3dSpec};
+use medddpm_kernels::cube::conv::{conv3d_data_grad_fused, conv3d_forward_fused, CubeConvError};
+use medddpm_kernels::{Compute, Layout};
+
+/// One convolution: batch, input and output channels, input size, kernel, stride, padding.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    batch: usize,
+    c_in: usize,
+    c_out: usize,
+    size: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    padding: [usize; 3],
+}
+
+const fn case(
+    batch: usize,
+    c_in: usize,
+    c_out: usize,
+    size: [usize; 3],
+    k: usize,
+    s: usize,
+    p: usize,
+) -> Case {
+    Case {
+        batch,
+        c_in,
+        c_out,
+        size,
+        kernel: [k; 3],
+        stride: [s; 3],
+        padding: [p; 3],
+    }
+}
+
+/// The U-Net's convolutions (input, 3x3x3, downsampling, 1x1x1 skip, output) at 4^3 to 8^3,
+/// then odd ones. Together they use every tile the kernels choose (1 to 4, 5 to 16, 17 to 32
+/// and more output channels; 1 to 16 input channels per step).
+const CASES: [Case; 11] = [
+    case(1, 5, 64, [8, 8, 8], 3, 1, 1),
+    case(1, 64, 64, [6, 6, 6], 3, 1, 1),
+    case(1, 64, 64, [8, 8, 8], 3, 2, 1),
+    case(1, 192, 128, [4, 4, 4], 1, 1, 0),
+    case(1, 64, 1, [6, 6, 6], 3, 1, 1),
+    case(2, 3, 5, [5, 6, 7], 3, 1, 1),
+    case(1, 17, 17, [7, 5, 3], 3, 2, 1),
+    case(1, 5, 3, [6, 5, 4], 1, 2, 0),
+    case(1, 3, 33, [9, 4, 5], 5, 3, 2),
+    case(2, 33, 20, [3, 5, 4], 3, 1, 2),
+    Case {
+        batch: 1,
+        c_in: 17,
+        c_out: 33,
+        size: [5, 4, 7],
+        kernel: [3, 1, 2],
+        stride: [2, 1, 3],
+        padding: [1, 0, 1],
+    },
+];
+
+/// Normal values from a generator of our own (xorshift and Box-Muller), so the operands, and
+/// with them the errors, are the same from run to run.
+fn normal(shape: [usize; 5], std: f64, seed: u64) -> TensorData {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let values: Vec<f32> = (0..shape.iter().product::<usize>())
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            (std * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect();
+    TensorData::new(values, shape)
+}
+
+/// `data` rounded to `dtype` and back, on the CPU: the operands both sides see.
+fn rounded(data: TensorData, dtype: DType) -> Tensor<Flex, 5> {
+    Tensor::<Flex, 5>::from_data(data, &Default::default())
+        .cast(dtype)
+        .cast(DType::F32)
+}
+
+fn on_wgpu(t: &Tensor<Flex, 5>, dtype: DType, layout: Layout) -> Tensor<Wgpu, 5> {
+    let t = Tensor::<Wgpu, 5>::from_data(t.to_data(), &Default::default()).cast(dtype);
+    in_layout(t, layout)
+}
+
+fn to_cpu(t: burn::tensor::ops::FloatTensor<Wgpu>) -> Tensor<Flex, 5> {
+    let t = Tensor::<Wgpu, 5>::from_primitive(TensorPrimitive::Float(t)).cast(DType::F32);
+    Tensor::from_data(t.into_data(), &Default::default())
+}
+
+/// `[forward, data gradient]` relative L2 errors of one case in `dtype` and `layout`.
+fn errors(c: Case, dtype: DType, layout: Layout, seed: u64) -> [f64; 2] {
+    let [d, h, w] = c.size;
+    let x = rounded(normal([c.batch, c.c_in, d, h, w], 1.0, seed), dtype);
+    let fan_in = (c.c_in * c.kernel.iter().product::<usize>()) as f64;
+    let k = c.kernel;
+    let weight = rounded(
+        normal(
+            [c.c_out, c.c_in, k[0], k[1], k[2]],
+            fan_in.powf(-0.5),
+            seed + 1,
+        ),
+        dtype,
+    );
+    let spec = Conv3dSpec {
+        stride: c.stride,
+        padding: c.padding,
+        compute: Compute::default(),
+    };
+    let [od, oh, ow] = spec.output_size(c.size, c.kernel);
+    let dy = rounded(normal([c.batch, c.c_out, od, oh, ow], 1.0, seed + 2), dtype);
+    let want_y = reference::forward(x.clone(), weight.clone(), spec);
+    let want_dx = reference::data_grad(x.clone(), weight.clone(), dy.clone(), spec);
+    let prim = |t: Tensor<Wgpu, 5>| t.into_primitive().tensor();
+    let w_gpu = prim(on_wgpu(&weight, dtype, Layout::Ncdhw));
+    let y = conv3d_forward_fused::<WgpuRuntime, f32, i32, u32>(
+        prim(on_wgpu(&x, dtype, layout)),
+        w_gpu.clone(),
+        c.stride,
+        c.padding,
+        layout,
+    )
+    .expect("valid operands");
+    let dx = conv3d_data_grad_fused::<WgpuRuntime, f32, i32, u32>(
+        [c.batch, c.c_in, d, h, w],
+        w_gpu,
+        prim(on_wgpu(&dy, dtype, layout)),
+        c.stride,
+        c.padding,
+        layout,
+    )
+    .expect("valid operands");
+    [rel_l2(to_cpu(y), want_y), rel_l2(to_cpu(dx), want_dx)]
+}
+
+/// Every case in both layouts: the worst errors, and the cases over `tolerance`.
+fn check_all(dtype: DType, cases: &[Case], tolerance: f64) {
+    let mut worst = [0.0f64; 2];
+    let mut bad = Vec::new();
+    for layout in Layout::ALL {
+        for (i, &c) in cases.iter().enumerate() {
+            let e = errors(c, dtype, layout, 10 * i as u64);
+            for (what, (e, worst)) in ["forward", "data gradient"]
+                .iter()
+                .zip(e.iter().zip(&mut worst))
+            {
+                *worst = worst.max(*e);
+                if e.is_nan() || *e >= tolerance {
+                    bad.push(format!("{dtype:?} {layout} {c:?} {what}: {e:.2e}"));
+                }
+            }
+        }
+    }
+    println!(
+        "{dtype:?}: worst rel. L2 forward {:.2e}, data gradient {:.2e}",
+        worst[0], worst[1]
+    );
+    assert!(bad.is_empty(), "over {tolerance:e}: {bad:#?}");
+}
+
+/// f32 against f32: only the order of the sums differs (the reference sums in its own order).
+#[test]
+fn f32_convolutions_match_burns_on_the_cpu() {
+    check_all(DType::F32, &CASES, 1e-5);
+}
+
+/// 16-bit operands (both sides see the same rounded values), f32 sums, the result rounded to
+/// the dtype's 11 or 8 significant bits: about 3e-4 and 2e-3 relative.
+#[test]
+fn sixteen_bit_convolutions_match_burns_on_the_cpu() {
+    for (dtype, tolerance) in [(DType::F16, 2e-3), (DType::BF16, 1e-2)] {
+        if !<Wgpu as Backend>::supports_dtype(&Default::default(), dtype) {
+            println!("{dtype:?} skipped: the wgpu device does not support it");
+            continue;
+        }
+        let cases = [CASES[0], CASES[2], CASES[6], CASES[10]];
+        check_all(dtype, &cases, tolerance);
+    }
+}
+
+/// Channels-last results are the permuted view of a contiguous channels-last buffer, and the
+/// plain CubeCL entry points give what the fused ones give.
+#[test]
+fn results_come_back_in_the_layout_asked_for() {
+    use burn_cubecl::CubeBackend;
+    use medddpm_kernels::cube::conv::{conv3d_data_grad, conv3d_forward};
+    type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+    let x = Tensor::<Cube, 5>::from_data(normal([1, 6, 4, 5, 3], 1.0, 3), &Default::default());
+    let w = Tensor::<Cube, 5>::from_data(normal([4, 6, 3, 3, 3], 0.1, 4), &Default::default());
+    let prim = |t: Tensor<Cube, 5>| t.into_primitive().tensor();
+    for layout in Layout::ALL {
+        let xl = prim(in_layout(x.clone(), layout));
+        let y = conv3d_forward(xl, prim(w.clone()), [2; 3], [1; 3], layout).unwrap();
+        let dx = conv3d_data_grad(
+            [1, 6, 4, 5, 3],
+            prim(w.clone()),
+            y.clone(),
+            [2; 3],
+            [1; 3],
+            layout,
+        )
+        .unwrap();
+        assert_eq!(y.meta.shape().to_vec(), vec![1, 4, 2, 3, 2]);
+        assert_eq!(dx.meta.shape().to_vec(), vec![1, 6, 4, 5, 3]);
+        let channel_stride = |t: &burn_cubecl::tensor::CubeTensor<WgpuRuntime>| t.meta.strides()[1];
+        match layout {
+            Layout::Ncdhw => {
+                assert!(y.is_contiguous() && dx.is_contiguous());
+            }
+            Layout::Ndhwc => {
+                assert_eq!((channel_stride(&y), channel_stride(&dx)), (1, 1));
+                assert_eq!(y.meta.strides()[4], 4, "[b, d, h, w, c] buffer");
+            }
+        }
+    }
+}
+
+#[test]
+fn mismatched_operands_are_errors() {
+    let device = Default::default();
+    let prim = |t: Tensor<Wgpu, 5>| t.into_primitive().tensor();
+    let x = prim(Tensor::<Wgpu, 5>::zeros([1, 3, 4, 4, 4], &device));
+    let w = prim(Tensor::<Wgpu, 5>::zeros([2, 4, 3, 3, 3], &device));
+    let e = conv3d_forward_fused::<WgpuRuntime, f32, i32, u32>(
+        x,
+        w.clone(),
+        [1; 3],
+        [1; 3],
+        Layout::Ncdhw,
+    );
+    assert!(matches!(e, Err(CubeConvError::Channels { .. })), "{e:?}");
+    let dy = prim(Tensor::<Wgpu, 5>::zeros([1, 2, 3, 4, 4], &device));
+    let e = conv3d_data_grad_fused::<WgpuRuntime, f32, i32, u32>(
+        [1, 4, 4, 4, 4],
+        w.clone(),
+        dy,
+        [1; 3],
+        [1; 3],
+        Layout::Ncdhw,
+    );
+    assert!(matches!(e, Err(CubeConvError::GradShape { .. })), "{e:?}");
+    let big = prim(Tensor::<Wgpu, 5>::zeros([1, 4, 2, 2, 2], &device));
+    let e =
+        conv3d_forward_fused::<WgpuRuntime, f32, i32, u32>(big, w, [1; 3], [0; 3], Layout::Ncdhw);
+    assert!(matches!(e, Err(CubeConvError::Window { .. })), "{e:?}");
+}

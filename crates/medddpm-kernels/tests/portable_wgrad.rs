@@ -1,0 +1,387 @@
+//! The portable (CubeCL) weight gradient on wgpu against burn's own `conv3d_weight_backward`
+//! on the CPU (the crate's twin, `conv::reference::weight_grad`, computed in f64):
+//! `cargo test -p medddpm-kernels --features wgpu --test portable_wgrad` (CI runs it on
+//! lavapipe, Mesa's software Vulkan driver).
+//!
+//! Shapes: the U-Net's convolutions (3x3x3 stride 1 and 2 with padding 1, 1x1x1) at small
+//! sizes, and odd ones (3, 5 and 17 channels, non-cubic volumes, an uneven kernel, stride and
+//! padding, a K far longer than M N so split-K carries it); channels-first and channels-last
+//! activations; split-K as planned for the device, unsplit and forced into an uneven split.
+//! Tolerances (relative L2 over the whole gradient): f32 1e-4 (sums over K of up to 17,280
+//! terms in f32); f16 and bf16 storage 1e-3 and 8e-3, against the twin fed the same rounded
+//! inputs, so they measure the f32 accumulation and the output's final rounding.
+#![cfg(feature = "wgpu")]
+
+use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
+use burn::backend::{Flex, Wgpu};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn_cubecl::CubeBackend;
+use medddpm_kernels::conv::{channels_last, reference, Conv3dSpec};
+use medddpm_kernels::cube::conv::wgrad::{
+    conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan, WgradDevice,
+    WgradError, WgradShape, MAX_WORKSPACE_BYTES,
+};
+use medddpm_kernels::{Compute, Layout};
+
+type Gpu = CubeBackend<WgpuRuntime, f32, i32, u32>;
+
+/// One weight gradient to check.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    batch: usize,
+    c_in: usize,
+    c_out: usize,
+    size: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    padding: [usize; 3],
+}
+
+const fn case(
+    batch: usize,
+    c_in: usize,
+    c_out: usize,
+    size: [usize; 3],
+    k: usize,
+    s: usize,
+) -> Case {
+    Case {
+        batch,
+        c_in,
+        c_out,
+        size,
+        kernel: [k; 3],
+        stride: [s; 3],
+        padding: [k / 2; 3],
+    }
+}
+
+/// The U-Net's convolutions at small sizes, then odd ones.
+const CASES: [Case; 10] = [
+    case(1, 16, 16, [8, 8, 8], 3, 1),
+    case(1, 16, 32, [8, 8, 8], 3, 2),
+    case(1, 32, 16, [6, 6, 6], 1, 1),
+    case(2, 64, 64, [4, 6, 5], 3, 1),
+    case(1, 3, 250, [4, 5, 3], 3, 1),
+    case(2, 3, 5, [7, 5, 9], 3, 1),
+    case(1, 17, 3, [9, 6, 7], 3, 2),
+    case(1, 5, 17, [5, 8, 6], 1, 2),
+    // K = 17,280 against M N = 15: split-K carries the work.
+    case(2, 3, 5, [24, 20, 18], 1, 1),
+    Case {
+        batch: 1,
+        c_in: 5,
+        c_out: 3,
+        size: [11, 9, 10],
+        kernel: [2, 3, 1],
+        stride: [1, 2, 3],
+        padding: [0, 1, 2],
+    },
+];
+
+impl Case {
+    fn spec(&self) -> Conv3dSpec {
+        Conv3dSpec {
+            stride: self.stride,
+            padding: self.padding,
+            compute: Compute::default(),
+        }
+    }
+    fn out_size(&self) -> [usize; 3] {
+        self.spec().output_size(self.size, self.kernel)
+    }
+}
+
+/// Normal values from a generator of our own (xorshift, Box-Muller), the same on every run.
+fn normal(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect()
+}
+
+/// `values` as a tensor of `dtype` and back to f32: what the kernel reads, for the twin.
+fn rounded(values: Vec<f32>, shape: [usize; 5], dtype: DType) -> TensorData {
+    let t = Tensor::<Flex, 5>::from_data(TensorData::new(values, shape), &Default::default());
+    t.cast(dtype).cast(DType::F32).into_data()
+}
+
+/// The twin in f64 on the CPU.
+fn expected(c: &Case, x: &TensorData, dy: &TensorData) -> Vec<f64> {
+    let cpu = Default::default();
+    let x = Tensor::<Flex, 5>::from_data(x.clone(), &cpu).cast(DType::F64);
+    let dy = Tensor::<Flex, 5>::from_data(dy.clone(), &cpu).cast(DType::F64);
+    let [kd, kh, kw] = c.kernel;
+    let w = Tensor::<Flex, 5>::zeros([c.c_out, c.c_in, kd, kh, kw], &cpu).cast(DType::F64);
+    let dw = reference::weight_grad(x, w, dy, c.spec());
+    dw.into_data().convert::<f64>().to_vec().unwrap()
+}
+
+/// `data` on `device` in `dtype` and `layout`'s memory order (logically `[b, c, d, h, w]`).
+fn on_gpu<B: Backend>(
+    data: &TensorData,
+    dtype: DType,
+    layout: Layout,
+    device: &B::Device,
+) -> Tensor<B, 5> {
+    let t = Tensor::<B, 5>::from_data(data.clone(), device).cast(dtype);
+    match layout {
+        Layout::Ncdhw => t,
+        Layout::Ndhwc => channels_last(t).permute([0, 4, 1, 2, 3]),
+    }
+}
+
+fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum();
+    let den: f64 = want.iter().map(|b| b * b).sum();
+    (num / den).sqrt()
+}
+
+/// The operands of `c` rounded to `dtype` (`x`, `dy`), and the twin's gradient from them.
+fn operands(c: &Case, dtype: DType) -> (TensorData, TensorData, Vec<f64>) {
+    let [d, h, w] = c.size;
+    let [od, oh, ow] = c.out_size();
+    let xs = [c.batch, c.c_in, d, h, w];
+    let gs = [c.batch, c.c_out, od, oh, ow];
+    let seed = (c.c_in * 131 + c.c_out * 7 + d) as u64;
+    let x = rounded(normal(xs.iter().product(), seed), xs, dtype);
+    let dy = rounded(normal(gs.iter().product(), seed + 1), gs, dtype);
+    let want = expected(c, &x, &dy);
+    (x, dy, want)
+}
+
+/// The relative L2 error of gradient `dw` (checked for `c`'s weight shape and `dtype`).
+fn error_of<B: Backend>(c: &Case, dw: Tensor<B, 5>, dtype: DType, want: &[f64]) -> f64 {
+    assert_eq!(
+        dw.dims(),
+        [c.c_out, c.c_in, c.kernel[0], c.kernel[1], c.kernel[2]]
+    );
+    assert_eq!(dw.dtype(), dtype);
+    let got: Vec<f64> = dw
+        .cast(DType::F32)
+        .into_data()
+        .convert::<f64>()
+        .to_vec()
+        .unwrap();
+    rel_l2(&got, want)
+}
+
+/// The kernel's gradient for `c` (`slices`: forced split-K) against the twin: the relative L2
+/// error.
+fn error(
+    c: &Case,
+    dtype: DType,
+    layout: Layout,
+    slices: Option<usize>,
+    device: &WgpuDevice,
+) -> f64 {
+    let (x, dy, want) = operands(c, dtype);
+    let xg = on_gpu::<Gpu>(&x, dtype, layout, device)
+        .into_primitive()
+        .tensor();
+    let dyg = on_gpu::<Gpu>(&dy, dtype, layout, device)
+        .into_primitive()
+        .tensor();
+    let dw = conv3d_weight_grad_split(xg, dyg, c.kernel, &c.spec(), dtype, slices)
+        .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    error_of(
+        c,
+        Tensor::<Gpu, 5>::from_primitive(TensorPrimitive::Float(dw)),
+        dtype,
+        &want,
+    )
+}
+
+#[test]
+fn f32_matches_the_twin_in_both_layouts() {
+    let device = WgpuDevice::default();
+    let mut worst = 0.0f64;
+    for layout in Layout::ALL {
+        for (i, c) in CASES.iter().enumerate() {
+            let e = error(c, DType::F32, layout, None, &device);
+            println!("case {i} {layout} f32: rel. L2 {e:.2e}");
+            assert!(e < 1e-4, "case {i} {c:?} {layout}: rel. L2 {e:.2e}");
+            worst = worst.max(e);
+        }
+    }
+    println!("f32 worst rel. L2 {worst:.2e}");
+}
+
+#[test]
+fn split_k_gives_the_same_gradient_unsplit_and_split_unevenly() {
+    let device = WgpuDevice::default();
+    for layout in Layout::ALL {
+        for i in [0, 8] {
+            for slices in [1, 3, 7] {
+                let e = error(&CASES[i], DType::F32, layout, Some(slices), &device);
+                println!("case {i} {layout} {slices} slices: rel. L2 {e:.2e}");
+                assert!(
+                    e < 1e-4,
+                    "case {i} {layout} {slices} slices: rel. L2 {e:.2e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn half_precision_storage_matches_the_twin() {
+    let device = WgpuDevice::default();
+    for (dtype, tolerance) in [(DType::F16, 1e-3), (DType::BF16, 8e-3)] {
+        if !Gpu::supports_dtype(&device, dtype) {
+            println!("skipped {dtype:?}: this wgpu device does not support it");
+            continue;
+        }
+        for layout in Layout::ALL {
+            for i in [0, 1, 5, 8] {
+                let e = error(&CASES[i], dtype, layout, None, &device);
+                println!("case {i} {layout} {dtype:?}: rel. L2 {e:.2e}");
+                assert!(
+                    e < tolerance,
+                    "case {i} {layout} {dtype:?}: rel. L2 {e:.2e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_mismatched_output_gradient_is_refused() {
+    let device = WgpuDevice::default();
+    let c = CASES[0];
+    let x = Tensor::<Gpu, 5>::zeros([1, 16, 8, 8, 8], &device)
+        .into_primitive()
+        .tensor();
+    let dy = Tensor::<Gpu, 5>::zeros([1, 16, 7, 8, 8], &device)
+        .into_primitive()
+        .tensor();
+    let e = conv3d_weight_grad(x, dy, c.kernel, &c.spec(), DType::F32).unwrap_err();
+    assert!(matches!(e, WgradError::Shape { .. }), "{e}");
+}
+
+#[test]
+fn the_fusion_operation_matches_the_twin() {
+    let device = WgpuDevice::default();
+    for layout in Layout::ALL {
+        for i in [3, 6] {
+            let c = &CASES[i];
+            let (x, dy, want) = operands(c, DType::F32);
+            let x = on_gpu::<Wgpu>(&x, DType::F32, layout, &device)
+                .into_primitive()
+                .tensor();
+            let dy = on_gpu::<Wgpu>(&dy, DType::F32, layout, &device)
+                .into_primitive()
+                .tensor();
+            let [kd, kh, kw] = c.kernel;
+            let w = Tensor::<Wgpu, 5>::zeros([c.c_out, c.c_in, kd, kh, kw], &device);
+            let w = w.into_primitive().tensor();
+            let dw = conv3d_weight_grad_fused::<WgpuRuntime, f32, i32, u32>(x, &w, dy, &c.spec())
+                .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+            let dw = Tensor::<Wgpu, 5>::from_primitive(TensorPrimitive::Float(dw));
+            let e = error_of(c, dw, DType::F32, &want);
+            println!("case {i} {layout} fused: rel. L2 {e:.2e}");
+            assert!(e < 1e-4, "case {i} {layout} fused: rel. L2 {e:.2e}");
+        }
+    }
+}
+
+#[test]
+fn a_weight_of_another_shape_is_refused_when_registered() {
+    let device = WgpuDevice::default();
+    let c = CASES[0];
+    let x = Tensor::<Wgpu, 5>::zeros([1, 16, 8, 8, 8], &device)
+        .into_primitive()
+        .tensor();
+    let dy = Tensor::<Wgpu, 5>::zeros([1, 16, 8, 8, 8], &device)
+        .into_primitive()
+        .tensor();
+    let w = Tensor::<Wgpu, 5>::zeros([16, 15, 3, 3, 3], &device)
+        .into_primitive()
+        .tensor();
+    let e =
+        conv3d_weight_grad_fused::<WgpuRuntime, f32, i32, u32>(x, &w, dy, &c.spec()).unwrap_err();
+    assert!(matches!(e, WgradError::Weight { .. }), "{e}");
+}
+
+const H100: WgradDevice = WgradDevice {
+    units: Some(132),
+    shared_bytes: 48 << 10,
+};
+
+#[test]
+fn split_k_fills_the_device_at_the_unets_top_level() {
+    // 64 -> 64 channels, 3x3x3, one 128^3 volume: 14 tiles of 64 x 128 without the split.
+    let shape = WgradShape {
+        m: 64,
+        n: 64 * 27,
+        k: 128 * 128 * 128,
+    };
+    let p = plan(shape, H100, None);
+    let (tiles_n, tiles_m) = p.tiles(shape);
+    assert_eq!((p.tm, p.tn, tiles_n * tiles_m), (4, 8, 14));
+    assert_eq!(p.slices, 76, "{p:?}");
+    assert!(p.slices * p.slice_len >= shape.k && (p.slices - 1) * p.slice_len < shape.k);
+    assert!(p.slices * shape.m * shape.n * 4 <= MAX_WORKSPACE_BYTES);
+    // Without an SM count (wgpu), 128 compute units are assumed.
+    assert_eq!(
+        plan(
+            shape,
+            WgradDevice {
+                units: None,
+                ..H100
+            },
+            None
+        )
+        .slices,
+        74
+    );
+}
+
+#[test]
+fn short_or_wide_products_are_split_less() {
+    // The deepest level: 256 channels at 8^3, K = 512, no slice under 256 positions.
+    let deep = WgradShape {
+        m: 256,
+        n: 256 * 27,
+        k: 512,
+    };
+    assert_eq!(plan(deep, H100, None).slices, 2);
+    // 128 channels at 32^3: the workspace cap (64 MiB) bounds the split.
+    let wide = WgradShape {
+        m: 128,
+        n: 128 * 27,
+        k: 32 * 32 * 32,
+    };
+    let p = plan(wide, H100, None);
+    assert_eq!(p.slices, 37, "{p:?}");
+    assert_eq!(plan(wide, H100, Some(1)).slices, 1);
+}
+
+#[test]
+fn tiles_shrink_to_the_devices_shared_memory() {
+    let shape = WgradShape {
+        m: 128,
+        n: 3456,
+        k: 4096,
+    };
+    assert_eq!(
+        (plan(shape, H100, None).tm, plan(shape, H100, None).tn),
+        (8, 8)
+    );
+    let small = WgradDevice {
+        units: Some(8),
+        shared_bytes: 16 << 10,
+    };
+    let p = plan(shape, small, None);
+    assert_eq!((p.tm, p.tn), (4, 8));
+}
