@@ -189,7 +189,8 @@ fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<Path
 }
 
 /// `--conv-engine` on CUDA: cuDNN when asked for or when `auto` finds it (on every device of
-/// the run), else CubeCL. Says in one line which engine runs and why.
+/// the run), else burn's kernels; `cubecl` our portable kernels. Says in one line which engine
+/// runs and why.
 #[cfg(feature = "cuda")]
 pub(crate) fn cuda_conv_engine(
     requested: ConvEngine,
@@ -197,9 +198,15 @@ pub(crate) fn cuda_conv_engine(
     cache_dir: &Path,
 ) -> Result<ConvEngine, Error> {
     use medddpm_kernels::cudnn;
-    if requested == ConvEngine::Cubecl {
-        eprintln!("convolutions: burn's CubeCL kernels (--conv-engine cubecl)");
-        return Ok(ConvEngine::Cubecl);
+    match requested {
+        ConvEngine::Cubecl | ConvEngine::Burn => {
+            eprintln!(
+                "convolutions: {} (--conv-engine {requested})",
+                engine_words(requested)
+            );
+            return Ok(requested);
+        }
+        ConvEngine::Auto | ConvEngine::Cudnn => {}
     }
     let mut started = Vec::with_capacity(devices.len());
     for &device in devices {
@@ -207,7 +214,7 @@ pub(crate) fn cuda_conv_engine(
             Ok(info) => started.push((device, info)),
             Err(why) if requested == ConvEngine::Auto => {
                 eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
-                return Ok(ConvEngine::Cubecl);
+                return Ok(ConvEngine::Burn);
             }
             Err(cause) => return Err(Error::Cudnn { cause }),
         }
@@ -239,7 +246,8 @@ pub(crate) fn cuda_conv_engine(
     Ok(ConvEngine::Cudnn)
 }
 
-/// `--conv-engine` on wgpu: always CubeCL; `cudnn` is refused.
+/// `--conv-engine` on wgpu: burn's kernels (`auto`, `burn`) or ours (`cubecl`); `cudnn` is
+/// refused.
 #[cfg(feature = "wgpu")]
 pub(crate) fn wgpu_conv_engine(requested: ConvEngine) -> Result<ConvEngine, Error> {
     match requested {
@@ -250,8 +258,25 @@ pub(crate) fn wgpu_conv_engine(requested: ConvEngine) -> Result<ConvEngine, Erro
             eprintln!(
                 "convolutions: burn's CubeCL kernels (--conv-engine auto: cuDNN is CUDA-only)"
             );
-            Ok(ConvEngine::Cubecl)
+            Ok(ConvEngine::Burn)
         }
-        ConvEngine::Cubecl => Ok(ConvEngine::Cubecl),
+        ConvEngine::Cubecl | ConvEngine::Burn => {
+            eprintln!(
+                "convolutions: {} (--conv-engine {requested})",
+                engine_words(requested)
+            );
+            Ok(requested)
+        }
+    }
+}
+
+/// What an engine's one-line announcement calls it.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn engine_words(engine: ConvEngine) -> &'static str {
+    match engine {
+        ConvEngine::Cubecl => "our portable CubeCL kernels",
+        ConvEngine::Burn => "burn's CubeCL kernels",
+        ConvEngine::Cudnn => "cuDNN",
+        ConvEngine::Auto => "chosen when the backend starts",
     }
 }

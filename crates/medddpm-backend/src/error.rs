@@ -189,8 +189,8 @@ fn one_device_hint(backend: BackendKind) -> &'static str {
 /// What computes the convolutions instead of cuDNN on `backend`.
 fn cudnn_alternative(backend: BackendKind) -> String {
     match backend {
-        BackendKind::Cpu => "the cpu backend computes convolutions with burn's kernels (use --conv-engine auto or cubecl)".to_string(),
-        other => format!("{other} computes convolutions with burn's CubeCL kernels (use --conv-engine auto or cubecl)"),
+        BackendKind::Cpu => "the cpu backend computes convolutions with burn's kernels (use --conv-engine auto or burn)".to_string(),
+        other => format!("{other} computes convolutions with CubeCL kernels, burn's or ours (use --conv-engine auto, burn or cubecl)"),
     }
 }
 

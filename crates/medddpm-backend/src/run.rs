@@ -133,7 +133,8 @@ fn run_cpu<T: BackendTask>(
         backend,
         precision: settings.precision,
         layout: settings.layout,
-        conv_engine: ConvEngine::Cubecl,
+        // Flex's own convolutions: the CPU's only engine, whatever else was asked for.
+        conv_engine: ConvEngine::Burn,
         norm_engine: settings.norm_engine,
         tune_cache: None,
         tuned_before: 0,

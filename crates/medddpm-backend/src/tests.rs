@@ -114,7 +114,7 @@ fn refusals_name_the_backend_and_what_to_do() {
     );
     assert_eq!(
         Error::CudnnNeedsCuda { backend: BackendKind::Wgpu }.to_string(),
-        "--conv-engine cudnn needs the cuda backend (cuDNN is NVIDIA's library); wgpu computes convolutions with burn's CubeCL kernels (use --conv-engine auto or cubecl)"
+        "--conv-engine cudnn needs the cuda backend (cuDNN is NVIDIA's library); wgpu computes convolutions with CubeCL kernels, burn's or ours (use --conv-engine auto, burn or cubecl)"
     );
     assert_eq!(
         Error::NotCompiledIn { backend: BackendKind::Wgpu }.to_string(),

@@ -47,13 +47,15 @@ impl RecordStatus {
 /// What computed a row: burn on one of its backends, or the PyTorch reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordBackend {
-    /// burn on `backend`. The engines are part of what is measured: cuDNN rows are labelled
-    /// `cuda+cudnn`, rows with GroupNorm as burn's plain ops `+normops`.
+    /// burn on `backend`. The engines are part of what is measured: rows whose convolutions
+    /// cuDNN computed are labelled `cuda+cudnn`, our portable kernels `+cubecl` (burn's own
+    /// kernels, the engine of every row before 2026-11-26 that says neither, add nothing), rows
+    /// with GroupNorm as burn's plain ops `+normops`.
     Burn {
         /// The backend.
         backend: BackendKind,
-        /// cuDNN computed the convolutions.
-        cudnn: bool,
+        /// What computed the convolutions (resolved: `Cudnn`, `Cubecl` or `Burn`).
+        conv: ConvEngine,
         /// GroupNorm ran as burn's ops (`--norm-engine ops`).
         norm_ops: bool,
     },
@@ -70,7 +72,7 @@ impl RecordBackend {
     pub fn burn(backend: BackendKind) -> Self {
         RecordBackend::Burn {
             backend,
-            cudnn: false,
+            conv: ConvEngine::Burn,
             norm_ops: false,
         }
     }
@@ -79,7 +81,10 @@ impl RecordBackend {
     pub fn of(env: &RunEnv) -> Self {
         RecordBackend::Burn {
             backend: env.backend,
-            cudnn: env.conv_engine == ConvEngine::Cudnn,
+            conv: match env.conv_engine {
+                ConvEngine::Auto => ConvEngine::Burn,
+                resolved => resolved,
+            },
             norm_ops: env.norm_engine == NormEngine::Ops,
         }
     }
@@ -90,12 +95,14 @@ impl fmt::Display for RecordBackend {
         match *self {
             RecordBackend::Burn {
                 backend,
-                cudnn,
+                conv,
                 norm_ops,
             } => {
                 f.write_str(backend.name())?;
-                if cudnn {
-                    f.write_str("+cudnn")?;
+                match conv {
+                    ConvEngine::Cudnn => f.write_str("+cudnn")?,
+                    ConvEngine::Cubecl => f.write_str("+cubecl")?,
+                    ConvEngine::Burn | ConvEngine::Auto => {}
                 }
                 if norm_ops {
                     f.write_str("+normops")?;
@@ -109,7 +116,8 @@ impl fmt::Display for RecordBackend {
 
 impl FromStr for RecordBackend {
     type Err = String;
-    /// A label as [`fmt::Display`] writes it (`cuda+cudnn`, `cpu+normops`, `pytorch`).
+    /// A label as [`fmt::Display`] writes it (`cuda+cudnn`, `wgpu+cubecl`, `cpu+normops`,
+    /// `pytorch`).
     fn from_str(s: &str) -> Result<Self, String> {
         if s == "pytorch" {
             return Ok(RecordBackend::PyTorch {
@@ -120,9 +128,12 @@ impl FromStr for RecordBackend {
             Some(rest) => (rest, true),
             None => (s, false),
         };
-        let (name, cudnn) = match rest.strip_suffix("+cudnn") {
-            Some(name) => (name, true),
-            None => (rest, false),
+        let (name, conv) = if let Some(name) = rest.strip_suffix("+cudnn") {
+            (name, ConvEngine::Cudnn)
+        } else if let Some(name) = rest.strip_suffix("+cubecl") {
+            (name, ConvEngine::Cubecl)
+        } else {
+            (rest, ConvEngine::Burn)
         };
         let backend = BackendKind::ALL
             .into_iter()
@@ -130,7 +141,7 @@ impl FromStr for RecordBackend {
             .ok_or_else(|| format!("unknown backend '{s}' in a benchmark record"))?;
         Ok(RecordBackend::Burn {
             backend,
-            cudnn,
+            conv,
             norm_ops,
         })
     }

@@ -9,6 +9,7 @@ use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
 use medddpm_bench::Model;
+use medddpm_kernels::ConvEngine;
 use medddpm_unet::{Compute, Layout};
 
 fn on_wgpu<T: BackendTask<Error = anyhow::Error>>(task: T) -> T::Output {
@@ -115,11 +116,12 @@ fn product<Bk: Backend>(x: Tensor<Bk, 3>, w: Tensor<Bk, 2>) -> Tensor<Bk, 3> {
     x.matmul(w.reshape([1, n, k]).swap_dims(1, 2))
 }
 
-/// The agreement probe of the small network in both layouts, and per operation.
+/// The agreement probe of the small network in both layouts with both convolution engines
+/// (burn's kernels, ours), and per operation.
 struct TinyProbe;
 
 impl BackendTask for TinyProbe {
-    type Output = Vec<(Layout, f64, Option<String>)>;
+    type Output = Vec<(String, f64, Option<String>)>;
     type Error = anyhow::Error;
     fn run<B: KernelAutodiffBackend>(
         self,
@@ -129,20 +131,23 @@ impl BackendTask for TinyProbe {
         let unet = Model::Tiny.config();
         let probe = Probe::new(&unet, [16; 3], 0, None)?;
         let mut out = Vec::new();
-        for layout in Layout::ALL {
-            let case = ProbeCase {
-                unet: &unet,
-                dtype: DType::F32,
-                compute: Compute {
-                    layout,
-                    ..Compute::default()
-                },
-                tolerance: 1e-4,
-            };
-            let result = probe.run::<B::InnerBackend>(&case, &device)?;
-            let located = probe.locate_deviation::<B::InnerBackend>(&case, &device)?;
-            let first = located.first_over().map(|_| located.summary());
-            out.push((layout, result.rel_l2, first));
+        for conv_engine in [ConvEngine::Burn, ConvEngine::Cubecl] {
+            for layout in Layout::ALL {
+                let case = ProbeCase {
+                    unet: &unet,
+                    dtype: DType::F32,
+                    compute: Compute {
+                        layout,
+                        conv_engine,
+                        ..Compute::default()
+                    },
+                    tolerance: 1e-4,
+                };
+                let result = probe.run::<B::InnerBackend>(&case, &device)?;
+                let located = probe.locate_deviation::<B::InnerBackend>(&case, &device)?;
+                let first = located.first_over().map(|_| located.summary());
+                out.push((format!("{conv_engine} {layout}"), result.rel_l2, first));
+            }
         }
         Ok(out)
     }
@@ -150,17 +155,19 @@ impl BackendTask for TinyProbe {
 
 #[test]
 fn the_small_network_agrees_with_float64_in_both_layouts() {
-    for (layout, rel_l2, first_deviating) in on_wgpu(TinyProbe) {
+    let results = on_wgpu(TinyProbe);
+    assert_eq!(results.len(), 4);
+    for (what, rel_l2, first_deviating) in results {
         assert!(
             rel_l2 < 1e-4 && first_deviating.is_none(),
-            "{layout}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
+            "{what}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
         );
     }
 }
 
-/// burn's CubeCL convolutions through the kernels extension (forward, data and weight
-/// gradient, both layouts) against the f32 CPU convolution, on the U-Net's geometries and odd
-/// ones.
+/// The convolutions through the kernels extension, burn's CubeCL kernels and ours (forward,
+/// data and weight gradient, both layouts), against the f32 CPU convolution, on the U-Net's
+/// geometries and odd ones.
 struct Convolutions;
 
 impl BackendTask for Convolutions {
@@ -172,20 +179,23 @@ impl BackendTask for Convolutions {
         env: &RunEnv,
     ) -> anyhow::Result<Self::Output> {
         let mut bad = Vec::new();
-        for layout in Layout::ALL {
-            let compute = medddpm_kernels::Compute {
-                layout,
-                ..env.compute()
-            };
-            for (i, case) in medddpm_kernels::conv::ConvCase::standard(1)
-                .into_iter()
-                .enumerate()
-            {
-                let errs = medddpm_kernels::conv::engine_vs_reference::<B::InnerBackend>(
-                    &device, case, compute, i as u64,
-                );
-                if errs.iter().any(|e| !(*e < 1e-4)) {
-                    bad.push(format!("{layout} {case:?}: {errs:?}"));
+        for conv_engine in [ConvEngine::Burn, ConvEngine::Cubecl] {
+            for layout in Layout::ALL {
+                let compute = medddpm_kernels::Compute {
+                    layout,
+                    conv_engine,
+                    ..env.compute()
+                };
+                for (i, case) in medddpm_kernels::conv::ConvCase::standard(1)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let errs = medddpm_kernels::conv::engine_vs_reference::<B::InnerBackend>(
+                        &device, case, compute, i as u64,
+                    );
+                    if errs.iter().any(|e| e.is_nan() || *e >= 1e-4) {
+                        bad.push(format!("{conv_engine} {layout} {case:?}: {errs:?}"));
+                    }
                 }
             }
         }
@@ -275,7 +285,7 @@ impl BackendTask for GroupNormAndMemory {
                 .zip(got.into_iter().zip(want))
             {
                 let e = rel_l2(g, w);
-                if !(e < 1e-4) {
+                if e.is_nan() || e >= 1e-4 {
                     bad.push(format!("{layout} {what}: {e:e}"));
                 }
             }
@@ -323,7 +333,7 @@ impl BackendTask for GroupNormKernels {
                         i as u64,
                     );
                     for (what, e) in ["y", "dx", "dgamma", "dbeta"].iter().zip(errs) {
-                        if !(e < 5e-6) {
+                        if e.is_nan() || e >= 5e-6 {
                             bad.push(format!("{engine} {layout} {case:?} {what}: {e:e}"));
                         }
                     }
@@ -400,7 +410,7 @@ impl BackendTask for UpsampleKernels {
                     ("dx", got_dx, want_dx.into_data().to_vec::<f32>().unwrap()),
                 ] {
                     let e = rel_l2(got, want);
-                    if !(e < 1e-6) {
+                    if e.is_nan() || e >= 1e-6 {
                         bad.push(format!("{layout} {shape:?} {what}: {e:e}"));
                     }
                 }

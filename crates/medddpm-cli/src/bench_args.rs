@@ -69,8 +69,9 @@ pub struct BenchArgs {
     /// Activation layouts to measure.
     #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
     pub layouts: Vec<Layout>,
-    /// Convolution engine of every configuration: auto (cuDNN on CUDA when it loads), cudnn
-    /// or cubecl (burn's kernels). cuDNN rows are labelled `cuda+cudnn`.
+    /// Convolution engine of every configuration: auto (cuDNN on CUDA when it loads, else
+    /// burn's kernels), cudnn, cubecl (our portable CubeCL kernels) or burn (burn's own).
+    /// Rows are labelled `cuda+cudnn`, `cuda+cubecl` and so on, where not burn's.
     #[arg(long, default_value = "auto")]
     pub conv_engine: ConvEngine,
     /// GroupNorm code of every configuration: kernel (CubeCL kernels on the GPU backends) or
@@ -260,7 +261,7 @@ pub struct CheckArgs {
     /// Layouts to check.
     #[arg(long, value_delimiter = ',', default_value = "ncdhw,ndhwc")]
     layouts: Vec<Layout>,
-    /// Convolution engine: auto (cuDNN on CUDA when it loads), cudnn or cubecl.
+    /// Convolution engine: auto (cuDNN on CUDA when it loads), cudnn, cubecl (ours) or burn.
     #[arg(long, default_value = "auto")]
     conv_engine: ConvEngine,
     /// Network configuration.

@@ -83,7 +83,8 @@ pub struct ComputeArgs {
     #[arg(long)]
     pub layout: Option<Layout>,
     /// Library for the 3-D convolutions: auto (the default: cuDNN on CUDA when libcudnn.so.9
-    /// loads, else burn's CubeCL kernels), cudnn (an error where it cannot run) or cubecl.
+    /// loads, else burn's kernels), cudnn (an error where it cannot run), cubecl (our portable
+    /// CubeCL kernels, CUDA and wgpu) or burn (burn's own kernels).
     #[arg(long)]
     pub conv_engine: Option<ConvEngine>,
     /// GroupNorm code: kernel (the default: CubeCL kernels on the CUDA and wgpu backends, burn's

@@ -130,19 +130,27 @@ impl FromStr for Layout {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConvEngine {
-    /// cuDNN on CUDA when the library loads, burn's CubeCL kernels otherwise.
+    /// cuDNN on CUDA when the library loads, burn's own kernels otherwise.
     #[default]
     Auto,
     /// NVIDIA's cuDNN (CUDA only; `libcudnn.so.9` at run time).
     Cudnn,
-    /// burn's own kernels: the portable CubeCL ones on the GPU backends (Flex's on the CPU,
-    /// where this is the only engine).
+    /// Our portable CubeCL kernels (`crate::cube::conv`) on the GPU backends, CUDA and wgpu
+    /// alike. Until 2026-11-26 this name meant burn's kernels, now [`ConvEngine::Burn`].
     Cubecl,
+    /// burn 0.21's own convolutions: its CubeCL kernels on the GPU backends, Flex's on the CPU
+    /// (where this is the only engine).
+    Burn,
 }
 
 impl ConvEngine {
-    /// All three, as the command line lists them.
-    pub const ALL: [ConvEngine; 3] = [ConvEngine::Auto, ConvEngine::Cudnn, ConvEngine::Cubecl];
+    /// All four, as the command line lists them.
+    pub const ALL: [ConvEngine; 4] = [
+        ConvEngine::Auto,
+        ConvEngine::Cudnn,
+        ConvEngine::Cubecl,
+        ConvEngine::Burn,
+    ];
 
     /// Lower-case name.
     pub fn name(self) -> &'static str {
@@ -150,6 +158,7 @@ impl ConvEngine {
             ConvEngine::Auto => "auto",
             ConvEngine::Cudnn => "cudnn",
             ConvEngine::Cubecl => "cubecl",
+            ConvEngine::Burn => "burn",
         }
     }
 }
@@ -167,7 +176,7 @@ impl FromStr for ConvEngine {
             .into_iter()
             .find(|e| e.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("unknown convolution engine '{s}' (expected auto, cudnn or cubecl)")
+                format!("unknown convolution engine '{s}' (expected auto, cudnn, cubecl or burn)")
             })
     }
 }
@@ -234,6 +243,11 @@ impl Compute {
     /// Whether the convolutions go to cuDNN.
     pub fn uses_cudnn(&self) -> bool {
         self.conv_engine == ConvEngine::Cudnn
+    }
+
+    /// Whether the convolutions go to our portable CubeCL kernels.
+    pub fn uses_portable_kernels(&self) -> bool {
+        self.conv_engine == ConvEngine::Cubecl
     }
 }
 

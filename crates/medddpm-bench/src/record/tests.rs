@@ -95,7 +95,7 @@ fn lines_with_tail() -> String {
     let mut r = BenchRecord::new(
         RecordBackend::Burn {
             backend: BackendKind::Cuda,
-            cudnn: true,
+            conv: ConvEngine::Cudnn,
             norm_ops: true,
         },
         Precision::Bf16,
@@ -163,6 +163,8 @@ fn backend_labels_round_trip() {
         "cuda+cudnn",
         "cpu+normops",
         "cuda+cudnn+normops",
+        "cuda+cubecl",
+        "wgpu+cubecl+normops",
         "pytorch",
     ] {
         let backend: RecordBackend = label.parse().unwrap();

@@ -348,29 +348,16 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fuse
                 "{total} elements is more than the packed all-reduce addresses (2^31)"
             )));
         }
-        let Some(first) = tensors.first() else {
-            return Ok(Vec::new());
-        };
-        let client = first.client.clone();
-        let streams = OperationStreams::with_inputs(tensors.iter());
-        let outputs: Vec<TensorIr> = tensors
-            .iter()
-            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), DType::F32))
-            .collect();
-        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
-        let desc = CustomOpIr::new("medddpm_nccl_all_reduce_mean_packed", &inputs, &outputs);
-        let out = client.register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            AllReduceMeanPacked::<Cube<F, I, BT>> {
+        Ok(register::<F, I, BT, _>(
+            "medddpm_nccl_all_reduce_mean_packed",
+            tensors,
+            Some(DType::F32),
+            |desc| AllReduceMeanPacked::<Cube<F, I, BT>> {
                 desc,
                 group,
                 _b: PhantomData,
             },
-        );
-        // As in `all_reduce_mean_many`: this rank's NCCL call reaches the GPU now.
-        client.sync(|| ());
-        Ok(out)
+        ))
     }
 
     fn all_reduce_mean_many(
@@ -378,30 +365,48 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fuse
         group: &[DeviceId],
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
         let group = check_call::<F, I, BT>(&tensors, group)?;
-        let Some(first) = tensors.first() else {
-            return Ok(Vec::new());
-        };
-        let client = first.client.clone();
-        let streams = OperationStreams::with_inputs(tensors.iter());
-        let outputs: Vec<TensorIr> = tensors
-            .iter()
-            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
-            .collect();
-        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
-        let desc = CustomOpIr::new("medddpm_nccl_all_reduce_mean", &inputs, &outputs);
-        let out = client.register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            AllReduceMean::<Cube<F, I, BT>> {
+        Ok(register::<F, I, BT, _>(
+            "medddpm_nccl_all_reduce_mean",
+            tensors,
+            None,
+            |desc| AllReduceMean::<Cube<F, I, BT>> {
                 desc,
                 group,
                 _b: PhantomData,
             },
-        );
-        // Run the queued work and this operation now (burn-fusion may otherwise hold them until
-        // a later read), so that this rank's NCCL calls reach the GPU even if the caller next
-        // waits on another rank; the caller's thread waits for the hand-over only, not the GPU.
-        client.sync(|| ());
-        Ok(out)
+        ))
     }
+}
+
+/// Registers the collective `op` on `tensors` (outputs of their shapes, in `out_dtype` or
+/// their own), then runs the queued work and this operation now: burn-fusion may otherwise
+/// hold them until a later read, and this rank's NCCL call must reach the GPU even if the
+/// caller next waits on another rank. The caller's thread waits for the hand-over only, not
+/// for the GPU.
+fn register<F: FloatElement, I: IntElement, BT: BoolElement, O>(
+    name: &'static str,
+    tensors: Vec<FloatTensor<Fused<F, I, BT>>>,
+    out_dtype: Option<DType>,
+    op: impl FnOnce(CustomOpIr) -> O,
+) -> Vec<FloatTensor<Fused<F, I, BT>>>
+where
+    O: Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
+{
+    let Some(first) = tensors.first() else {
+        return Vec::new();
+    };
+    let client = first.client.clone();
+    let streams = OperationStreams::with_inputs(tensors.iter());
+    let outputs: Vec<TensorIr> = tensors
+        .iter()
+        .map(|t| {
+            let dtype = out_dtype.unwrap_or(t.dtype);
+            TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), dtype)
+        })
+        .collect();
+    let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &inputs, &outputs);
+    let out = client.register(streams, OperationIr::Custom(desc.clone()), op(desc));
+    client.sync(|| ());
+    out
 }

@@ -18,6 +18,10 @@ use crate::compute::Layout;
 #[cfg(feature = "wgpu")]
 use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 use crate::primitive::{float, tensor};
+#[cfg(feature = "wgpu")]
+use burn::backend::wgpu::WgpuRuntime;
+#[cfg(feature = "wgpu")]
+use burn::tensor::ops::ModuleOps;
 
 impl KernelBackend for burn::backend::Flex {
     /// Flex's own data gradient is a transposed convolution on one core without its matrix
@@ -53,6 +57,47 @@ impl KernelBackend for burn::backend::Flex {
 
 #[cfg(feature = "wgpu")]
 impl KernelBackend for burn::backend::Wgpu {
+    fn conv3d_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        if spec.compute.uses_portable_kernels() {
+            return crate::cube::conv::engine::forward::<WgpuRuntime, f32, i32, u32>(
+                x, weight, spec,
+            );
+        }
+        Self::conv3d(x, weight, None, spec.options())
+    }
+
+    fn conv3d_data_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        if spec.compute.uses_portable_kernels() {
+            return crate::cube::conv::engine::data_grad::<WgpuRuntime, f32, i32, u32>(
+                x, weight, grad_out, spec,
+            );
+        }
+        Self::conv3d_x_backward(x, weight, grad_out, spec.options())
+    }
+
+    fn conv3d_weight_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad_out: FloatTensor<Self>,
+        spec: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        if spec.compute.uses_portable_kernels() {
+            return crate::cube::conv::engine::weight_grad::<WgpuRuntime, f32, i32, u32>(
+                x, weight, grad_out, spec,
+            );
+        }
+        Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
+    }
+
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
         cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
     }

@@ -30,7 +30,7 @@ fn taps(o: usize, n: usize) -> (usize, usize, f32, f32) {
     let mut i1 = k;
     let mut w0 = 0.75f32;
     let mut w1 = 0.25f32;
-    if o % 2 == 0 {
+    if o.is_multiple_of(2) {
         if k == 0 {
             w0 = 1.0;
             w1 = 0.0;

@@ -166,6 +166,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         weight: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
+        if spec.compute.uses_portable_kernels() {
+            return crate::cube::conv::engine::forward::<CudaRuntime, F, I, BT>(x, weight, spec);
+        }
         if !spec.compute.uses_cudnn() {
             return Self::conv3d(x, weight, None, spec.options());
         }
@@ -179,6 +182,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         grad_out: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
+        if spec.compute.uses_portable_kernels() {
+            return crate::cube::conv::engine::data_grad::<CudaRuntime, F, I, BT>(
+                x, weight, grad_out, spec,
+            );
+        }
         if !spec.compute.uses_cudnn() {
             return Self::conv3d_x_backward(x, weight, grad_out, spec.options());
         }
@@ -203,6 +211,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         grad_out: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
+        if spec.compute.uses_portable_kernels() {
+            return crate::cube::conv::engine::weight_grad::<CudaRuntime, F, I, BT>(
+                x, weight, grad_out, spec,
+            );
+        }
         if !spec.compute.uses_cudnn() {
             return Self::conv3d_weight_backward(x, weight, grad_out, spec.options());
         }

@@ -204,7 +204,7 @@ fn lead<B: KernelAutodiffBackend>(
         progress.record(&mut s.state, loss, lr, observer)?;
 
         // 5. Checkpoint (and sample with the EMA weights) on the cadence and at the end.
-        if s.state.step % settings.save_every == 0 || s.state.step == end_step {
+        if s.state.step.is_multiple_of(settings.save_every) || s.state.step == end_step {
             let (path, drawn) =
                 periodic::checkpoint_and_sample(&s, config, run, options, device, observer)?;
             progress.last_checkpoint = Some(path);

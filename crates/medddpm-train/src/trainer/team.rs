@@ -3,10 +3,11 @@
 //! A one-device run is a team of one, for which each of these returns its input.
 
 use std::iter::{Peekable, Zip};
+use std::vec::IntoIter;
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::DeviceId;
+use burn::tensor::backend::{AutodiffBackend, DeviceId};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 use medddpm_kernels::{Collective, CollectiveBackend};
@@ -194,12 +195,13 @@ impl<B: KernelAutodiffBackend> ModuleVisitor<B> for Take<'_, B> {
     }
 }
 
+/// A gradient as the inner backend's tensor, whatever its rank.
+type Gradient<B> = FloatTensor<<B as AutodiffBackend>::InnerBackend>;
+
 /// Puts the averaged gradients back under their ids, in the order [`Take`] took them.
 struct Give<'g, B: KernelAutodiffBackend> {
     grads: &'g mut GradientsParams,
-    parts: Peekable<
-        Zip<std::vec::IntoIter<ParamId>, std::vec::IntoIter<FloatTensor<B::InnerBackend>>>,
-    >,
+    parts: Peekable<Zip<IntoIter<ParamId>, IntoIter<Gradient<B>>>>,
 }
 
 impl<B: KernelAutodiffBackend> ModuleVisitor<B> for Give<'_, B> {

@@ -58,11 +58,8 @@ pub fn conv3d_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     padding: [usize; 3],
     layout: Layout,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
-    check_dtypes(&[x.dtype, weight.dtype])?;
+    let out = forward_check::<R, F, I, BT>(&x, &weight, stride, padding)?;
     let x_shape = five(&x.shape, "input")?;
-    let w_shape = five(&weight.shape, "weight")?;
-    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
-    let out = Shape::new([x_shape[0], w_shape[0], od, oh, ow]);
     let geometry = Geometry {
         stride,
         padding,
@@ -88,14 +85,7 @@ pub fn conv3d_data_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT
     padding: [usize; 3],
     layout: Layout,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
-    check_dtypes(&[grad_out.dtype, weight.dtype])?;
-    let w_shape = five(&weight.shape, "weight")?;
-    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
-    let got = five(&grad_out.shape, "output gradient")?;
-    let want = [x_shape[0], w_shape[0], od, oh, ow];
-    if got != want {
-        return Err(CubeConvError::GradShape { got, want });
-    }
+    data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, stride, padding)?;
     let geometry = Geometry {
         stride,
         padding,
@@ -110,6 +100,40 @@ pub fn conv3d_data_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT
         Shape::new(x_shape),
         geometry,
     ))
+}
+
+/// Why [`conv3d_forward_fused`] would refuse these operands, checked without taking them; else
+/// the output's shape.
+pub fn forward_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: &FloatTensor<Fused<R, F, I, BT>>,
+    weight: &FloatTensor<Fused<R, F, I, BT>>,
+    stride: [usize; 3],
+    padding: [usize; 3],
+) -> Result<Shape, CubeConvError> {
+    check_dtypes(&[x.dtype, weight.dtype])?;
+    let x_shape = five(&x.shape, "input")?;
+    let w_shape = five(&weight.shape, "weight")?;
+    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
+    Ok(Shape::new([x_shape[0], w_shape[0], od, oh, ow]))
+}
+
+/// Why [`conv3d_data_grad_fused`] would refuse these operands, checked without taking them.
+pub fn data_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x_shape: [usize; 5],
+    weight: &FloatTensor<Fused<R, F, I, BT>>,
+    grad_out: &FloatTensor<Fused<R, F, I, BT>>,
+    stride: [usize; 3],
+    padding: [usize; 3],
+) -> Result<(), CubeConvError> {
+    check_dtypes(&[grad_out.dtype, weight.dtype])?;
+    let w_shape = five(&weight.shape, "weight")?;
+    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
+    let got = five(&grad_out.shape, "output gradient")?;
+    let want = [x_shape[0], w_shape[0], od, oh, ow];
+    if got != want {
+        return Err(CubeConvError::GradShape { got, want });
+    }
+    Ok(())
 }
 
 /// Registers one convolution of activation `a` with `weight`, giving a tensor of `out` in

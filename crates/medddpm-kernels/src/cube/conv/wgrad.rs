@@ -36,7 +36,7 @@ use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
 
 use crate::conv::Conv3dSpec;
-pub use fused::conv3d_weight_grad_fused;
+pub use fused::{conv3d_weight_grad_fused, weight_grad_check};
 use kernel::{staged_stride_a, staged_stride_b, wgrad_partial, wgrad_reduce, BK, SIDE, VEC};
 
 /// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four
@@ -48,6 +48,29 @@ pub const FALLBACK_UNITS: usize = 128;
 pub const MIN_SLICE_K: usize = 256;
 /// Largest f32 workspace the split may take.
 pub const MAX_WORKSPACE_BYTES: usize = 64 << 20;
+
+/// An output gradient whose shape does not follow from the input's and the convolution's.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "grad_out has shape {grad_out:?}, but x {x:?} with kernel {kernel:?}, stride {stride:?} \
+     and padding {padding:?} gives [{batch}, c_out, {out:?}]"
+)]
+pub struct ShapeMismatch {
+    /// The input's shape.
+    pub x: Vec<usize>,
+    /// The output gradient's shape.
+    pub grad_out: Vec<usize>,
+    /// Kernel size.
+    pub kernel: [usize; 3],
+    /// Stride.
+    pub stride: [usize; 3],
+    /// Padding.
+    pub padding: [usize; 3],
+    /// Batch of `x`.
+    pub batch: usize,
+    /// The spatial size `grad_out` should have (empty when the kernel does not fit).
+    pub out: Vec<usize>,
+}
 
 /// Why the weight gradient refused its operands.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -61,26 +84,8 @@ pub enum WgradError {
         shape: Vec<usize>,
     },
     /// The output gradient's shape does not follow from the input's and the convolution's.
-    #[error(
-        "grad_out has shape {grad_out:?}, but x {x:?} with kernel {kernel:?}, stride \
-         {stride:?} and padding {padding:?} gives [{batch}, c_out, {out:?}]"
-    )]
-    Shape {
-        /// The input's shape.
-        x: Vec<usize>,
-        /// The output gradient's shape.
-        grad_out: Vec<usize>,
-        /// Kernel size.
-        kernel: [usize; 3],
-        /// Stride.
-        stride: [usize; 3],
-        /// Padding.
-        padding: [usize; 3],
-        /// Batch of `x`.
-        batch: usize,
-        /// The spatial size `grad_out` should have (empty when the kernel does not fit).
-        out: Vec<usize>,
-    },
+    #[error("{0}")]
+    Shape(Box<ShapeMismatch>),
     /// A dtype the kernels do not compute in (they take f32, f16 and bf16).
     #[error("{operand} has dtype {dtype:?}; the CubeCL weight gradient takes f32, f16 or bf16")]
     DType {
@@ -264,7 +269,7 @@ fn check_shapes(
         Vec::new()
     };
     if !fits || gs[0] != xs[0] || gs[2..] != out[..] {
-        return Err(WgradError::Shape {
+        return Err(WgradError::Shape(Box::new(ShapeMismatch {
             x: xs.to_vec(),
             grad_out: gs.to_vec(),
             kernel,
@@ -272,7 +277,7 @@ fn check_shapes(
             padding: spec.padding,
             batch: xs[0],
             out,
-        });
+        })));
     }
     for (operand, dims) in [("x", xs), ("grad_out", gs)] {
         let elements = dims.iter().product::<usize>();

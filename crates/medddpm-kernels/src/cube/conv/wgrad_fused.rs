@@ -3,7 +3,7 @@
 //! checked when the operation is registered, where an error can still be returned.
 
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape};
+use burn::tensor::DType;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
@@ -45,6 +45,33 @@ pub fn conv3d_weight_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, 
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
     spec: &Conv3dSpec,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, WgradError> {
+    let kernel = weight_grad_check::<R, F, I, BT>(&x, weight, &grad_out, spec)?;
+    let (spec, out_dtype) = (*spec, weight.dtype);
+    let outputs = vec![(weight.shape.clone(), out_dtype)];
+    let [dw] = register::<R, F, I, BT, _>(
+        "medddpm_cube_conv3d_weight_grad",
+        vec![x, grad_out],
+        outputs,
+        |desc| WgradOp::<Cube<R, F, I, BT>> {
+            desc,
+            kernel,
+            spec,
+            out_dtype,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .outputs();
+    Ok(dw)
+}
+
+/// Why [`conv3d_weight_grad_fused`] would refuse these operands, checked without taking them;
+/// else the kernel's spatial size.
+pub fn weight_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: &FloatTensor<Fused<R, F, I, BT>>,
+    weight: &FloatTensor<Fused<R, F, I, BT>>,
+    grad_out: &FloatTensor<Fused<R, F, I, BT>>,
+    spec: &Conv3dSpec,
+) -> Result<[usize; 3], WgradError> {
     let w = five("weight", &weight.shape)?;
     let kernel = [w[2], w[3], w[4]];
     let shape = check_shapes(
@@ -61,20 +88,5 @@ pub fn conv3d_weight_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, 
             expected: expected.to_vec(),
         });
     }
-    let (spec, out_dtype) = (*spec, weight.dtype);
-    let outputs = vec![(Shape::new(w), out_dtype)];
-    let [dw] = register::<R, F, I, BT, _>(
-        "medddpm_cube_conv3d_weight_grad",
-        vec![x, grad_out],
-        outputs,
-        |desc| WgradOp::<Cube<R, F, I, BT>> {
-            desc,
-            kernel,
-            spec,
-            out_dtype,
-            _b: core::marker::PhantomData,
-        },
-    )
-    .outputs();
-    Ok(dw)
+    Ok(kernel)
 }

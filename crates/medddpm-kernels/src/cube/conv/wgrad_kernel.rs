@@ -36,7 +36,7 @@ type Quad = Vector<f32, Const<VEC>>;
 /// stride must be 2 mod 32), channels-last units along the tile (16 mod 32). The multiply's
 /// reads touch two neighbouring words per plane.
 pub(super) fn staged_stride_a(width: usize, channels_last: bool) -> usize {
-    match (channels_last, width % 32 == 0) {
+    match (channels_last, width.is_multiple_of(32)) {
         (false, _) => width + 2,
         (true, true) => width + 16,
         (true, false) => width,
