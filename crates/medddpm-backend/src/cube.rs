@@ -152,6 +152,11 @@ where
                 return Err(lacks("it has no bf16 tensors"));
             }
         }
+        Precision::F16 => {
+            if !<B::InnerBackend as Backend>::supports_dtype(device, DType::F16) {
+                return Err(lacks("it has no f16 tensors (Vulkan's shaderFloat16)"));
+            }
+        }
         Precision::Fp32 => {}
     }
     Ok(())

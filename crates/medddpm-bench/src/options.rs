@@ -157,7 +157,8 @@ impl Default for BenchOptions {
     fn default() -> Self {
         Self {
             backends: vec![BackendKind::Auto],
-            precisions: Precision::ALL.to_vec(),
+            // f16 only when asked for: a Vulkan precision (CUDA runs bf16).
+            precisions: vec![Precision::Fp32, Precision::Tf32, Precision::Bf16],
             layouts: Layout::ALL.to_vec(),
             conv_engine: ConvEngine::Auto,
             norm_engine: NormEngine::Kernel,

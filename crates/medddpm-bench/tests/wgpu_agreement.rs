@@ -9,7 +9,7 @@ use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::{run_on, BackendKind, BackendTask, ComputeSettings, RunEnv};
 use medddpm_bench::probe::{Probe, ProbeCase};
 use medddpm_bench::Model;
-use medddpm_kernels::ConvEngine;
+use medddpm_kernels::{ConvEngine, Precision};
 use medddpm_unet::{Compute, Layout};
 
 fn on_wgpu<T: BackendTask<Error = anyhow::Error>>(task: T) -> T::Output {
@@ -162,6 +162,60 @@ fn the_small_network_agrees_with_float64_in_both_layouts() {
             rel_l2 < 1e-4 && first_deviating.is_none(),
             "{what}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
         );
+    }
+}
+
+/// The small network in f16 (Vulkan's 16-bit format) with burn's kernels and ours, both
+/// layouts, against float64: within f16's agreement tolerance, and no operation over it.
+struct TinyProbeF16;
+
+impl BackendTask for TinyProbeF16 {
+    type Output = Vec<(String, f64, Option<String>)>;
+    type Error = anyhow::Error;
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        _: &RunEnv,
+    ) -> anyhow::Result<Self::Output> {
+        anyhow::ensure!(
+            <B::InnerBackend as Backend>::supports_dtype(&device, DType::F16),
+            "this Vulkan device has no f16 tensors"
+        );
+        let unet = Model::Tiny.config();
+        let probe = Probe::new(&unet, [16; 3], 0, None)?;
+        let mut out = Vec::new();
+        for conv_engine in [ConvEngine::Burn, ConvEngine::Cubecl] {
+            for layout in Layout::ALL {
+                let case = ProbeCase {
+                    unet: &unet,
+                    dtype: DType::F16,
+                    compute: Compute {
+                        layout,
+                        conv_engine,
+                        ..Compute::default()
+                    },
+                    tolerance: Precision::F16.agreement_tolerance(),
+                };
+                let result = probe.run::<B::InnerBackend>(&case, &device)?;
+                let located = probe.locate_deviation::<B::InnerBackend>(&case, &device)?;
+                let first = located.first_over().map(|_| located.summary());
+                out.push((format!("f16 {conv_engine} {layout}"), result.rel_l2, first));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[test]
+fn the_small_network_agrees_with_float64_in_f16() {
+    let results = on_wgpu(TinyProbeF16);
+    assert_eq!(results.len(), 4);
+    for (what, rel_l2, first_deviating) in results {
+        assert!(
+            rel_l2 < Precision::F16.agreement_tolerance() && first_deviating.is_none(),
+            "{what}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
+        );
+        eprintln!("{what}: rel. L2 {rel_l2:.2e}");
     }
 }
 

@@ -63,7 +63,7 @@ pub struct BenchArgs {
     /// Backends to measure (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
     pub backends: Vec<BackendArg>,
-    /// Precisions to measure.
+    /// Precisions to measure (f16 too when asked: fp32, tf32, bf16, f16).
     #[arg(long, value_delimiter = ',', default_value = "fp32,tf32,bf16")]
     pub precisions: Vec<Precision>,
     /// Activation layouts to measure.

@@ -133,11 +133,13 @@ impl Report {
 }
 
 /// How far GroupNorm may be from the f32 CPU twin on the same (rounded) operands: f32 summation
-/// order; in bf16 the rounding of the output and of the input gradient (8-bit mantissa).
+/// order; in bf16 the rounding of the output and of the input gradient (8-bit mantissa), in
+/// f16 the same with an 11-bit one.
 fn norm_tolerance(precision: Precision) -> f64 {
     match precision {
         Precision::Fp32 | Precision::Tf32 => 5e-6,
         Precision::Bf16 => 1e-2,
+        Precision::F16 => 2e-3,
     }
 }
 
@@ -146,12 +148,14 @@ struct Task {
 }
 
 /// How far the engine may be from the f32 CPU convolution of the same (rounded) operands: f32
-/// summation order; TF32's 10-bit operand mantissa; bf16 outputs (8-bit mantissa, f32 sums).
+/// summation order; TF32's 10-bit operand mantissa; bf16 outputs (8-bit mantissa, f32 sums);
+/// f16 outputs (11-bit mantissa).
 fn tolerance(precision: Precision) -> f64 {
     match precision {
         Precision::Fp32 => 1e-5,
         Precision::Tf32 => 5e-3,
         Precision::Bf16 => 1e-2,
+        Precision::F16 => 2e-3,
     }
 }
 

@@ -20,17 +20,27 @@ pub enum Precision {
     Tf32,
     /// bf16 compute with f32 master weights, optimizer state and EMA.
     Bf16,
+    /// f16 compute with f32 master weights, optimizer state and EMA: the 16-bit format every
+    /// Vulkan GPU has (Vulkan has no TF32 and rarely bf16). Not for training yet: f16
+    /// gradients underflow without loss scaling, which the trainer does not have.
+    F16,
 }
 
 impl Precision {
-    /// All three, in the order reports list them.
-    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::Bf16];
+    /// All four, in the order reports list them.
+    pub const ALL: [Precision; 4] = [
+        Precision::Fp32,
+        Precision::Tf32,
+        Precision::Bf16,
+        Precision::F16,
+    ];
 
     /// The dtype the network's weights and activations are cast to while computing.
     pub fn compute_dtype(self) -> DType {
         match self {
             Precision::Fp32 | Precision::Tf32 => DType::F32,
             Precision::Bf16 => DType::BF16,
+            Precision::F16 => DType::F16,
         }
     }
 
@@ -40,16 +50,18 @@ impl Precision {
             Precision::Fp32 => "fp32",
             Precision::Tf32 => "tf32",
             Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
         }
     }
 
     /// Relative L2 error of a network output against a float64 reference that this precision
     /// is held to: a few ulps of accumulated rounding for f32, TF32's 10-bit mantissa, bf16's
-    /// 7-bit one.
+    /// 7-bit one; f16 rounds what bf16 rounds, with TF32's 10-bit mantissa (an eighth of
+    /// bf16's error), so TF32's tolerance.
     pub fn agreement_tolerance(self) -> f64 {
         match self {
             Precision::Fp32 => 1e-4,
-            Precision::Tf32 => 2e-2,
+            Precision::Tf32 | Precision::F16 => 2e-2,
             Precision::Bf16 => 1e-1,
         }
     }
@@ -67,7 +79,7 @@ impl FromStr for Precision {
         Precision::ALL
             .into_iter()
             .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown precision '{s}' (expected fp32, tf32 or bf16)"))
+            .ok_or_else(|| format!("unknown precision '{s}' (expected fp32, tf32, bf16 or f16)"))
     }
 }
 

@@ -25,7 +25,7 @@ fn math_type(precision: Precision) -> sys::cudnnMathType_t {
         Precision::Fp32 => sys::cudnnMathType_t::CUDNN_FMA_MATH,
         // What PyTorch uses for f32 with TF32 allowed: tensor cores with TF32 operands.
         Precision::Tf32 => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
-        Precision::Bf16 => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+        Precision::Bf16 | Precision::F16 => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
     }
 }
 

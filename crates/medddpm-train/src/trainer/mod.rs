@@ -21,7 +21,7 @@ use std::time::Instant;
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::tensor::{DType, ElementConversion, Tensor};
-use medddpm_kernels::Collective;
+use medddpm_kernels::{Collective, Precision};
 use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
 pub use log::{StepMetrics, LOSS_WINDOW};
@@ -131,6 +131,16 @@ pub fn train_on<B: KernelAutodiffBackend>(
             message: "no device to train on".into(),
         });
     };
+    if options.compute.precision == Precision::F16 {
+        // The loss's gradient per voxel (about 1/voxels) is below f16's smallest normal number:
+        // without loss scaling the backward pass would flush most of it to zero.
+        return Err(TrainError::Config {
+            path: None,
+            message: "training in f16 needs loss scaling, which the trainer does not have yet; \
+                      train in bf16, tf32 or fp32 (f16 serves sampling and the bench)"
+                .into(),
+        });
+    }
     let shard = Shard::new(&config.train, 0, devices.len())?;
     let s = Session::<B>::open(config, run, options, first, observer)?;
     // One device alone, unless NCCL was asked for: a group of one runs the multi-device path.
