@@ -70,3 +70,23 @@ fn channels_last_and_bf16_sessions_train_like_the_default() {
     assert!((bf16.last_loss - base.last_loss).abs() < 0.05 * base.last_loss.abs().max(0.1));
     assert_eq!(w_bf16.len(), w_base.len());
 }
+
+#[test]
+fn f16_training_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let dir = RunDir::new(tmp.path().join("f16"));
+    let options = SessionOptions {
+        compute: Compute {
+            precision: Precision::F16,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let err = common::session_with(&config, &dir, &options)
+        .err()
+        .expect("f16 training must be refused")
+        .to_string();
+    assert!(err.contains("f16") && err.contains("loss scaling"), "{err}");
+    assert!(!tmp.path().join("f16").exists(), "nothing may be written");
+}

@@ -1,0 +1,2 @@
+# H100 x1 (nvidia-h100-x1), 274 s. Binary: CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p medddpm --features cuda,wgpu,host-profile (commit 93236db), carried as .device-bin/medddpm.xz with .device-data (tuning results) and .gl (Vulkan loader packages).
+CHECK="cuda/bf16 cuda/fp32" TOTAL=550 bash scripts/gpu-portable.sh $OUT/p "cuda/cudnn/bf16/ndhwc:90 cuda/cubecl/bf16/ndhwc:150 cuda/cubecl/fp32/ndhwc:150 cuda/cudnn/fp32/ndhwc:110" --model whole-head --size 128 --warmup 1 --steps 3
