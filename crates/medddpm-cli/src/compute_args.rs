@@ -74,8 +74,7 @@ pub struct ComputeArgs {
     pub backend: BackendArg,
     /// Precision of convolutions and matrix products: fp32 (strict IEEE, no tensor cores),
     /// tf32 (tensor cores; CUDA only), bf16 (mixed precision, f32 master weights) or f16 (as
-    /// bf16, for Vulkan GPUs without bf16; sampling and the bench only: training in f16 needs
-    /// loss scaling, not built yet).
+    /// bf16 with dynamic loss scaling, for Vulkan GPUs without bf16).
     /// Default: tf32 on CUDA (what burn and PyTorch's cuDNN convolutions do by default; strict
     /// fp32 is many times slower there), fp32 elsewhere.
     #[arg(long)]

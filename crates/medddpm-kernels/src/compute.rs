@@ -21,8 +21,8 @@ pub enum Precision {
     /// bf16 compute with f32 master weights, optimizer state and EMA.
     Bf16,
     /// f16 compute with f32 master weights, optimizer state and EMA: the 16-bit format every
-    /// Vulkan GPU has (Vulkan has no TF32 and rarely bf16). Not for training yet: f16
-    /// gradients underflow without loss scaling, which the trainer does not have.
+    /// Vulkan GPU has (Vulkan has no TF32 and rarely bf16). Training scales the loss (f16's
+    /// range is narrow: a loss gradient of 1/voxels is below its smallest normal number).
     F16,
 }
 

@@ -36,6 +36,45 @@ pub struct TrainState {
     pub last_loss: f32,
     /// Wall-clock seconds spent training so far, over all sessions of the run.
     pub elapsed_s: f64,
+    /// f16 training's loss scale (absent in runs that never trained in f16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<LossScale>,
+}
+
+/// The dynamic loss scale of f16 training and the steps since it last changed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossScale {
+    /// What the loss is multiplied by before the backward pass.
+    pub scale: f64,
+    /// Optimizer steps since the last overflow or growth.
+    pub good_steps: usize,
+}
+
+impl LossScale {
+    /// A run's first scale.
+    pub fn new(scale: f64) -> Self {
+        Self {
+            scale,
+            good_steps: 0,
+        }
+    }
+
+    /// After a step's gradients were checked: an overflow halves the scale (and the step is
+    /// skipped), `growth_interval` good steps in a row double it. Returns whether the step's
+    /// update goes ahead.
+    pub fn update(&mut self, finite: bool, growth_interval: usize) -> bool {
+        if !finite {
+            self.scale /= 2.0;
+            self.good_steps = 0;
+            return false;
+        }
+        self.good_steps += 1;
+        if self.good_steps >= growth_interval {
+            self.scale *= 2.0;
+            self.good_steps = 0;
+        }
+        true
+    }
 }
 
 /// The folders of a run.

@@ -115,6 +115,14 @@ pub struct TrainSettings {
     /// once more in the backward pass: most of the activation memory for about one more
     /// forward pass of time). Results equal `none`'s up to the order of a few gradient sums.
     pub activation_checkpointing: ActivationCheckpointing,
+    /// f16 training only (`--precision f16`): the loss scale a run starts with (PyTorch's
+    /// `GradScaler`: 65536). The loss is multiplied by it before the backward pass, so that
+    /// gradients stay above f16's smallest numbers, and the gradients are divided by it in
+    /// f32 before Adam; a step whose gradients overflow is skipped and the scale halved.
+    pub loss_scale: f64,
+    /// Optimizer steps without an overflow after which the loss scale doubles (`GradScaler`:
+    /// 2000).
+    pub loss_scale_growth_interval: usize,
 }
 
 /// See [`TrainSettings::on_non_finite_loss`].
@@ -150,6 +158,8 @@ impl Default for TrainSettings {
             seed: 0,
             on_non_finite_loss: NonFiniteLoss::Stop,
             activation_checkpointing: ActivationCheckpointing::None,
+            loss_scale: 65536.0,
+            loss_scale_growth_interval: 2000,
         }
     }
 }
@@ -263,6 +273,13 @@ impl ExperimentConfig {
         // Written so that NaN fails too.
         if t.lr.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             return bad(format!("train.lr must be positive, got {}", t.lr));
+        }
+        if !(t.loss_scale.is_finite() && t.loss_scale >= 1.0) || t.loss_scale_growth_interval == 0 {
+            return bad(format!(
+                "train.loss_scale must be a finite number of at least 1 and \
+                 train.loss_scale_growth_interval at least 1, got {} and {}",
+                t.loss_scale, t.loss_scale_growth_interval
+            ));
         }
         // The schedule holds a dozen f64 buffers of this length (the reference uses 250).
         if !(1..=MAX_TIMESTEPS).contains(&self.diffusion.timesteps) {

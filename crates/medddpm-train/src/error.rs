@@ -58,6 +58,14 @@ pub enum TrainError {
         /// The newest checkpoint of the run.
         last_checkpoint: Option<PathBuf>,
     },
+    /// f16 gradients overflowed at every loss scale down to 1.
+    #[error("training step {step}: the gradients overflow f16 even with the loss scale brought below 1 ({scale}); train in bf16, which has f32's range")]
+    GradientOverflow {
+        /// Optimizer step.
+        step: usize,
+        /// The scale reached.
+        scale: f64,
+    },
     /// Another process is training in this run folder.
     #[error("{}: {owner} is training in this run folder (it holds {}/.lock); wait for it, or stop it first", run.display(), run.display())]
     Locked {

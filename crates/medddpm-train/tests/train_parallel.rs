@@ -163,3 +163,43 @@ fn a_step_that_does_not_divide_among_the_devices_is_refused() {
     );
     assert!(!run.exists(), "nothing is written before the refusal");
 }
+
+/// f16 with a loss scale that overflows at first: both replicas skip the same steps and halve
+/// the same scale (each checks the same averaged gradients), and train like one device.
+#[test]
+fn two_f16_replicas_skip_overflowing_steps_together() {
+    let _serial = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config(tmp.path(), 1, 2);
+    config.train.loss_scale = 2f64.powi(36);
+    let run = |name: &str, devices: usize| {
+        let options = SessionOptions {
+            collective: Collective::Host,
+            compute: medddpm_unet::Compute {
+                precision: medddpm_unet::Precision::F16,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let dir = RunDir::new(tmp.path().join(name));
+        let devices = vec![Default::default(); devices];
+        let mut losses = Losses(Vec::new());
+        let summary =
+            medddpm_train::train_on::<A>(&config, &dir, &options, &devices, &mut losses).unwrap();
+        let state = medddpm_train::checkpoint::read_state(&summary.checkpoint).unwrap();
+        let weights = common::saved_weights(&config, &summary.checkpoint.join("model.mpk"));
+        (losses.0, state, weights)
+    };
+    let (l_one, s_one, w_one) = run("one", 1);
+    let (l_two, s_two, w_two) = run("two", 2);
+    println!(
+        "f16 losses: one device {l_one:?}, two replicas {l_two:?}; scales {:?} {:?}",
+        s_one.loss_scale, s_two.loss_scale
+    );
+    assert!(s_one.loss_scale.unwrap().scale < 2f64.powi(36));
+    assert_eq!(s_two.loss_scale, s_one.loss_scale);
+    assert_eq!(s_two.micro_batches, s_one.micro_batches);
+    assert_eq!(l_two.len(), config.train.steps);
+    let d = max_rel_diff(&w_two, &w_one);
+    assert!(d < 1e-5, "two f16 replicas vs one device: {d:e}");
+}

@@ -71,22 +71,68 @@ fn channels_last_and_bf16_sessions_train_like_the_default() {
     assert_eq!(w_bf16.len(), w_base.len());
 }
 
-#[test]
-fn f16_training_is_refused_before_anything_is_written() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
-    let dir = RunDir::new(tmp.path().join("f16"));
-    let options = SessionOptions {
+fn f16_options() -> SessionOptions {
+    SessionOptions {
         compute: Compute {
             precision: Precision::F16,
             ..Default::default()
         },
         ..Default::default()
-    };
-    let err = common::session_with(&config, &dir, &options)
-        .err()
-        .expect("f16 training must be refused")
-        .to_string();
-    assert!(err.contains("f16") && err.contains("loss scaling"), "{err}");
-    assert!(!tmp.path().join("f16").exists(), "nothing may be written");
+    }
+}
+
+/// f16 with loss scaling trains the f32 master weights to near the f32 run's, and keeps its
+/// scale in the checkpoint.
+#[test]
+fn f16_sessions_with_loss_scaling_train_like_the_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let base_dir = RunDir::new(tmp.path().join("f32"));
+    let base =
+        common::session_with(&config, &base_dir, &options(DType::F32, Layout::Ncdhw)).unwrap();
+    let w_base = common::saved_weights(&config, &base.checkpoint.join("model.mpk"));
+    let dir = RunDir::new(tmp.path().join("f16"));
+    let f16 = common::session_with(&config, &dir, &f16_options()).unwrap();
+    let w_f16 = common::saved_weights(&config, &f16.checkpoint.join("model.mpk"));
+    let d = rel_diff(&w_f16, &w_base);
+    println!(
+        "weights rel. difference: f16 {d:.2e}; losses {} vs {}",
+        f16.last_loss, base.last_loss
+    );
+    assert!(d > 0.0 && d < 2e-2, "{d}");
+    assert!((f16.last_loss - base.last_loss).abs() < 0.05 * base.last_loss.abs().max(0.1));
+    let state = medddpm_train::checkpoint::read_state(&f16.checkpoint).unwrap();
+    assert_eq!(state.step, config.train.steps);
+    assert_eq!(
+        state.loss_scale,
+        Some(medddpm_train::checkpoint::LossScale {
+            scale: config.train.loss_scale,
+            good_steps: config.train.steps,
+        })
+    );
+    // The other precisions keep no scale.
+    let base_state = medddpm_train::checkpoint::read_state(&base.checkpoint).unwrap();
+    assert_eq!(base_state.loss_scale, None);
+}
+
+/// A scale so large that f16's gradients overflow: those steps are skipped and the scale
+/// halves until they fit, then the run trains its steps to the end.
+#[test]
+fn f16_overflow_skips_the_step_and_halves_the_scale() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    config.train.loss_scale = 2f64.powi(40);
+    let dir = RunDir::new(tmp.path().join("f16"));
+    let summary = common::session_with(&config, &dir, &f16_options()).unwrap();
+    assert!(summary.last_loss.is_finite());
+    let state = medddpm_train::checkpoint::read_state(&summary.checkpoint).unwrap();
+    assert_eq!(state.step, config.train.steps);
+    let scale = state.loss_scale.unwrap().scale;
+    assert!(scale < 2f64.powi(40) && scale >= 1.0, "{scale}");
+    // Each skipped step drew its micro-batches: more were drawn than the steps' own.
+    let halvings = (40.0 - scale.log2()) as usize;
+    assert_eq!(
+        state.micro_batches,
+        (config.train.steps + halvings) * config.train.grad_accum
+    );
 }

@@ -10,32 +10,34 @@ mod exchange;
 mod log;
 mod parallel;
 mod periodic;
+mod scaler;
 mod session;
 mod shard;
 mod step;
 mod team;
+mod update;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::optim::Optimizer;
-use burn::tensor::{DType, ElementConversion, Tensor};
+use burn::tensor::DType;
 use medddpm_kernels::{Collective, Precision};
 use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
 pub use log::{StepMetrics, LOSS_WINDOW};
 pub use step::{micro_step, micro_step_forward, micro_step_loss, MicroBatch, MicroStepForward};
 
-use crate::checkpoint::{RunDir, TrainState};
+use crate::checkpoint::{LossScale, RunDir, TrainState};
 use crate::data::NiftiDataset;
 use crate::ema::{update_ema, EmaAction, EmaSchedule};
-use crate::{ExperimentConfig, FusedAdamOptimizer, NonFiniteLoss, TrainError};
+use crate::{ExperimentConfig, FusedAdamOptimizer, TrainError};
 use log::{mean, LossWindows, MetricsLog};
 use session::Session;
 use shard::Shard;
-use step::{accumulate, AccumulatedStep, DataOrder, Replica};
+use step::{accumulate, DataOrder, Replica};
 use team::Team;
+use update::{update, Update};
 
 /// Hooks for progress reporting; the CLI draws progress bars with them.
 pub trait TrainObserver {
@@ -97,9 +99,6 @@ pub struct SessionOptions {
     pub collective: Collective,
 }
 
-/// Batches skipped in a row after which `on_non_finite_loss = "skip"` gives up.
-const MAX_SKIPPED_IN_A_ROW: usize = 10;
-
 /// Trains (or resumes) the experiment in `run`, on backend `B`.
 pub fn train<B: KernelAutodiffBackend>(
     config: &ExperimentConfig,
@@ -131,18 +130,11 @@ pub fn train_on<B: KernelAutodiffBackend>(
             message: "no device to train on".into(),
         });
     };
-    if options.compute.precision == Precision::F16 {
-        // The loss's gradient per voxel (about 1/voxels) is below f16's smallest normal number:
-        // without loss scaling the backward pass would flush most of it to zero.
-        return Err(TrainError::Config {
-            path: None,
-            message: "training in f16 needs loss scaling, which the trainer does not have yet; \
-                      train in bf16, tf32 or fp32 (f16 serves sampling and the bench)"
-                .into(),
-        });
-    }
     let shard = Shard::new(&config.train, 0, devices.len())?;
-    let s = Session::<B>::open(config, run, options, first, observer)?;
+    let mut s = Session::<B>::open(config, run, options, first, observer)?;
+    if options.compute.precision == Precision::F16 && s.state.loss_scale.is_none() {
+        s.state.loss_scale = Some(LossScale::new(config.train.loss_scale));
+    }
     // One device alone, unless NCCL was asked for: a group of one runs the multi-device path.
     if devices.len() == 1 && options.collective != Collective::Nccl {
         return lead(s, config, run, options, first, Team::alone(shard), observer);
@@ -181,25 +173,21 @@ fn lead<B: KernelAutodiffBackend>(
             device,
         };
         let lr = settings.lr_at(s.state.step);
+        let step_number = s.state.step + 1;
         let (model, outcome, batch) = optimizer_step(
             &replica,
             s.model,
             &mut s.optim,
-            &mut s.state.micro_batches,
+            (
+                &mut s.state.micro_batches,
+                scaled(&mut s.state.loss_scale, options),
+            ),
             (&mut order, &mut skipped_in_a_row),
             (config, &team, lr, compute_dtype),
         )?;
         s.model = model;
-        let loss = match outcome {
-            Update::Applied(loss) | Update::GaveUp(loss) => loss,
-            Update::Skipped(loss) => {
-                observer.message(&format!(
-                    "step {}: the loss is {loss}; batch skipped without an update ({})",
-                    s.state.step + 1,
-                    image_files(&s.dataset, &batch).join(", ")
-                ));
-                continue;
-            }
+        let Some(loss) = applied(outcome, step_number, &s.dataset, &batch, observer)? else {
+            continue;
         };
         stop_on_failure(&s, loss, &batch, &progress.last_checkpoint, run)?;
         // The EMA, tested on the 0-based index of this optimizer step.
@@ -224,6 +212,47 @@ fn lead<B: KernelAutodiffBackend>(
     progress.summary(run, &s.state)
 }
 
+/// The loss of an update the lead goes on with (`None`: the step is tried again with the next
+/// batch, after saying why).
+fn applied(
+    outcome: Update,
+    step: usize,
+    dataset: &NiftiDataset,
+    batch: &[usize],
+    observer: &mut dyn TrainObserver,
+) -> Result<Option<f32>, TrainError> {
+    match outcome {
+        Update::Applied(loss) | Update::GaveUp(loss) => Ok(Some(loss)),
+        // Scales below 1 cannot help: the gradients themselves overflow f16.
+        Update::Overflow { to, .. } if to < 1.0 => {
+            Err(TrainError::GradientOverflow { step, scale: to })
+        }
+        Update::Overflow { from, to } => {
+            observer.message(&format!(
+                "step {step}: the f16 gradients overflowed at loss scale {from}; no update, the scale is now {to}"
+            ));
+            Ok(None)
+        }
+        Update::Skipped(loss) => {
+            observer.message(&format!(
+                "step {step}: the loss is {loss}; batch skipped without an update ({})",
+                image_files(dataset, batch).join(", ")
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// The loss scale this session's steps use: f16's, none in other precisions.
+fn scaled<'a>(
+    loss_scale: &'a mut Option<LossScale>,
+    options: &SessionOptions,
+) -> Option<&'a mut LossScale> {
+    loss_scale
+        .as_mut()
+        .filter(|_| options.compute.precision == Precision::F16)
+}
+
 /// The step a session stops at.
 fn end_step(config: &ExperimentConfig, options: &SessionOptions, start: usize) -> usize {
     match options.max_steps {
@@ -239,7 +268,7 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     replica: &Replica<'_, B>,
     model: UNet<B>,
     optim: &mut FusedAdamOptimizer<UNet<B>, B>,
-    micro_batches: &mut usize,
+    (micro_batches, loss_scale): (&mut usize, Option<&mut LossScale>),
     (order, skipped_in_a_row): (&mut DataOrder, &mut usize),
     (config, team, lr, compute_dtype): (&ExperimentConfig, &Team<'_>, f64, DType),
 ) -> Result<(UNet<B>, Update, Vec<usize>), TrainError> {
@@ -250,21 +279,41 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     // model itself.
     let work = optim.working_model(&model, compute_dtype);
     let first = *micro_batches;
-    let step = accumulate(replica, &model, &work, order, config, &team.shard, first);
+    // Each replica's backward pass starts from the loss scale over the device count, so that
+    // its f16 gradients have a one-device run's magnitudes (and overflow where it would).
+    let world = team.shard.world as f64;
+    let scale = loss_scale.as_ref().map_or(1.0, |l| l.scale / world);
+    let step = accumulate(
+        replica,
+        (&model, &work),
+        order,
+        config,
+        (&team.shard, first, scale),
+    );
     *micro_batches += team.shard.step_micro_batches();
     let mut step = team.ready(step)?;
     // The working model goes first, so that the update consumes its copies (see
     // `FusedAdamOptimizer::working_model`).
     drop(work);
     let batch = std::mem::take(&mut step.batch_indices);
-    let (model, outcome) = update(
-        optim,
-        model,
-        step,
-        (config, lr, skipped_in_a_row),
-        team,
-        replica.device,
-    )?;
+    let (model, outcome) = match loss_scale {
+        Some(scale) => scaler::scaled_update(
+            optim,
+            model,
+            step,
+            (config, lr, skipped_in_a_row),
+            (team, replica.device),
+            scale,
+        )?,
+        None => update(
+            optim,
+            model,
+            step,
+            (config, lr, skipped_in_a_row),
+            team,
+            replica.device,
+        )?,
+    };
     Ok((model, outcome, batch))
 }
 
@@ -363,57 +412,6 @@ fn stop_on_failure<B: KernelAutodiffBackend>(
         )?);
     }
     Ok(())
-}
-
-/// What became of one optimizer step's update.
-enum Update {
-    /// Adam stepped; the step's mean loss (not finite: the run stops).
-    Applied(f32),
-    /// The loss was not finite and `on_non_finite_loss = "skip"` left the weights alone.
-    Skipped(f32),
-    /// As `Skipped`, but too many in a row: the run stops as without `skip`.
-    GaveUp(f32),
-}
-
-/// Steps Adam on the team's average of the accumulated gradients. Reading a loss waits for
-/// the device: without `skip`, only after the whole step (backward passes, average and update)
-/// is queued, so that the GPU never waits for the host to issue the optimizer's launches; with
-/// `skip` the loss (every replica's) decides whether the update happens, so it is read first.
-fn update<B: KernelAutodiffBackend>(
-    optim: &mut FusedAdamOptimizer<UNet<B>, B>,
-    model: UNet<B>,
-    mut step: AccumulatedStep<B>,
-    (config, lr, skipped_in_a_row): (&ExperimentConfig, f64, &mut usize),
-    team: &Team<'_>,
-    device: &B::Device,
-) -> Result<(UNet<B>, Update), TrainError> {
-    let read_mean = |losses: Vec<Tensor<B, 1>>| {
-        let n = losses.len() as f32;
-        let sum: f32 = losses
-            .into_iter()
-            .map(|l| l.inner().into_scalar().elem::<f32>())
-            .sum();
-        sum / n
-    };
-    if config.train.on_non_finite_loss != NonFiniteLoss::Skip {
-        let grads = team.average(&model, step.accumulator.grads(), device)?;
-        let model = optim.step(lr, model, grads);
-        let loss = team.mean_loss(read_mean(step.losses))?;
-        return Ok((model, Update::Applied(loss)));
-    }
-    let loss = team.mean_loss(read_mean(step.losses))?;
-    if loss.is_finite() {
-        *skipped_in_a_row = 0;
-        let grads = team.average(&model, step.accumulator.grads(), device)?;
-        let model = optim.step(lr, model, grads);
-        return Ok((model, Update::Applied(loss)));
-    }
-    *skipped_in_a_row += 1;
-    if *skipped_in_a_row < MAX_SKIPPED_IN_A_ROW {
-        Ok((model, Update::Skipped(loss)))
-    } else {
-        Ok((model, Update::GaveUp(loss)))
-    }
 }
 
 /// The image files of the examples at `indices`.

@@ -14,8 +14,10 @@ use super::session::Session;
 use super::shard::{Shard, Split};
 use super::step::{DataOrder, Replica};
 use super::team::{Team, STOPPED_BY_ANOTHER};
-use super::{end_step, lead, optimizer_step, SessionOptions, TrainObserver, TrainSummary, Update};
-use crate::checkpoint::RunDir;
+use super::{
+    end_step, lead, optimizer_step, scaled, SessionOptions, TrainObserver, TrainSummary, Update,
+};
+use crate::checkpoint::{LossScale, RunDir};
 use crate::data::NiftiDataset;
 use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
 
@@ -30,6 +32,9 @@ struct Worker<B: KernelAutodiffBackend> {
     /// The step and micro-batch counter the session starts from.
     step: usize,
     micro_batches: usize,
+    /// f16's loss scale, kept in step with the lead's (every replica checks the same averaged
+    /// gradients).
+    loss_scale: Option<LossScale>,
 }
 
 impl<B: KernelAutodiffBackend> Worker<B> {
@@ -57,6 +62,7 @@ impl<B: KernelAutodiffBackend> Worker<B> {
             optim,
             step: s.state.step,
             micro_batches: s.state.micro_batches,
+            loss_scale: s.state.loss_scale,
         })
     }
 
@@ -83,13 +89,19 @@ impl<B: KernelAutodiffBackend> Worker<B> {
                 &replica,
                 self.model,
                 &mut self.optim,
-                &mut self.micro_batches,
+                (
+                    &mut self.micro_batches,
+                    scaled(&mut self.loss_scale, options),
+                ),
                 (&mut order, &mut skipped_in_a_row),
                 (config, &team, lr, compute_dtype),
             )?;
             self.model = model;
             match outcome {
                 Update::Skipped(_) => continue,
+                // The lead stops the run when the scale fell below 1.
+                Update::Overflow { to, .. } if to < 1.0 => return Ok(()),
+                Update::Overflow { .. } => continue,
                 // The lead stops the run with the error that names the batch.
                 Update::GaveUp(_) => return Ok(()),
                 Update::Applied(loss) if !loss.is_finite() => return Ok(()),

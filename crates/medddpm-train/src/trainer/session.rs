@@ -72,6 +72,7 @@ impl<B: KernelAutodiffBackend> Session<B> {
                 seed: settings.seed,
                 last_loss: f32::NAN,
                 elapsed_s: 0.0,
+                loss_scale: None,
             },
             _lock: RunLock::acquire(&run.root)?,
         };

@@ -204,12 +204,10 @@ pub(super) struct Replica<'a, B: KernelAutodiffBackend> {
 /// position (see [`Shard`]).
 pub(super) fn accumulate<B: KernelAutodiffBackend>(
     replica: &Replica<'_, B>,
-    model: &UNet<B>,
-    work: &UNet<B>,
+    (model, work): (&UNet<B>, &UNet<B>),
     order: &mut DataOrder,
     config: &ExperimentConfig,
-    shard: &Shard,
-    first: usize,
+    (shard, first, loss_scale): (&Shard, usize, f64),
 ) -> Result<AccumulatedStep<B>, TrainError> {
     let settings = &config.train;
     let micro_batches = shard.micro_batches(first);
@@ -218,7 +216,9 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
         losses: Vec::with_capacity(micro_batches.len()),
         batch_indices: Vec::new(),
     };
-    let divisor = shard.divisor(settings.reference_batch_scaling);
+    // f16's loss scale multiplies the loss the backward pass starts from (1 otherwise, which
+    // leaves the divisor exact).
+    let divisor = shard.divisor(settings.reference_batch_scaling) / loss_scale;
     // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
     // compute dtype, and the team's average works in f32 (`Team::average`).
     let summed = micro_batches.len() > 1;
