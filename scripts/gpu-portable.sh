@@ -16,24 +16,10 @@ set -u
 SECONDS=0
 out=$1; cells=$2; shift 2; total=${TOTAL:-560}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-xz -t .device-bin/medddpm.xz || { echo "carried binary is damaged"; exit 3; }
-xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm
-if ls .gl/*.deb > /dev/null 2>&1; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-fi
-[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export MEDDDPM_TUNE_CACHE=${MEDDDPM_TUNE_CACHE:-/tmp/tune}
-mkdir -p "$MEDDDPM_TUNE_CACHE"
-[ -f "$MEDDDPM_TUNE_CACHE/.unpacked" ] || {
-  if [ -f .device-data/tune-cache.tgz ]; then
-    tar xzf .device-data/tune-cache.tgz -C "$MEDDDPM_TUNE_CACHE"
-  else
-    tar xzf scripts/device-cache/tune-h100.tgz -C "$MEDDDPM_TUNE_CACHE"
-  fi
-  [ -f .device-data/compiled.txz ] && tar xJf .device-data/compiled.txz -C "$MEDDDPM_TUNE_CACHE"
-  touch "$MEDDDPM_TUNE_CACHE/.unpacked"
-}
+. scripts/gpu-common.sh
+unpack_binary
+vulkan_loader
+tune_cache
 { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   ldconfig -p | grep -i -E "cudnn|vulkan"; } > "$out/machine.txt" 2>&1
 for c in ${CHECK:-}; do
@@ -57,8 +43,5 @@ cp /tmp/portable-bench/results.jsonl /tmp/portable-bench/results.md "$out/" 2>/d
 cp /tmp/portable-bench/results.{csv,png} "$out/" 2>/dev/null
 (cd "$out" && ls *.log *.json results.csv results.png 2>/dev/null | tar czf logs.tgz -T - &&
   rm -f *.log *.json results.csv results.png)
-tar czf "$out/tune-cache.tgz" --exclude=probe-reference --exclude=cuda-driver-jit \
-  --exclude='ptx*' -C "$MEDDDPM_TUNE_CACHE" .
-(cd "$MEDDDPM_TUNE_CACHE" && { ls -d */cuda-driver-jit; find . -name 'ptx*'; } 2>/dev/null \
-  | XZ_OPT=-T0 tar cJf "$out/compiled.txz" -T -)
+pack_tune_cache "$out"
 echo "total ${SECONDS} s"

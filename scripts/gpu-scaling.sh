@@ -28,21 +28,9 @@ out=$1; cells=$2; total=${TOTAL:-560}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 # NVLink multicast stays off (the device README: it can take the host's GPUs out of service).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-xz -t .device-bin/medddpm.xz || { echo "carried binary is damaged"; exit 3; }
-xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm
-export MEDDDPM_TUNE_CACHE=${MEDDDPM_TUNE_CACHE:-/tmp/tune}
-mkdir -p "$MEDDDPM_TUNE_CACHE"
-# A later call of the same session carries what an earlier one brought back (.device-data,
-# git-ignored): its tuning results and compiled kernels.
-[ -f "$MEDDDPM_TUNE_CACHE/.unpacked" ] || {
-  if [ -f .device-data/tune-cache.tgz ]; then
-    tar xzf .device-data/tune-cache.tgz -C "$MEDDDPM_TUNE_CACHE"
-  else
-    tar xzf scripts/device-cache/tune-h100.tgz -C "$MEDDDPM_TUNE_CACHE"
-  fi
-  [ -f .device-data/compiled.txz ] && tar xJf .device-data/compiled.txz -C "$MEDDDPM_TUNE_CACHE"
-  touch "$MEDDDPM_TUNE_CACHE/.unpacked"
-}
+. scripts/gpu-common.sh
+unpack_binary
+tune_cache
 for p in "$MEDDDPM_TUNE_CACHE"/cuda-bf16 "$MEDDDPM_TUNE_CACHE"/cuda-tf32; do
   a=$p/autotune/0.10.0; mkdir -p "$a/device-0-0-cuda"
   for i in 1 2 3 4 5 6 7; do
@@ -84,8 +72,5 @@ for cell in $cells; do
 done
 (cd "$out" && ls *.log collective.json 2>/dev/null | tar czf logs.tgz -T - && rm -f *.log collective.json)
 (cd /tmp && ls scaling-*/host-profile-*.folded 2>/dev/null | tar czf "$out/profiles.tgz" -T -)
-tar czf "$out/tune-cache.tgz" --exclude=probe-reference --exclude=cuda-driver-jit \
-  --exclude='ptx*' -C "$MEDDDPM_TUNE_CACHE" .
-(cd "$MEDDDPM_TUNE_CACHE" && { ls -d */cuda-driver-jit; find . -name 'ptx*'; } 2>/dev/null \
-  | XZ_OPT=-T0 tar cJf "$out/compiled.txz" -T -)
+pack_tune_cache "$out"
 echo "total ${SECONDS} s"

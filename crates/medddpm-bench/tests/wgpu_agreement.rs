@@ -116,9 +116,10 @@ fn product<Bk: Backend>(x: Tensor<Bk, 3>, w: Tensor<Bk, 2>) -> Tensor<Bk, 3> {
     x.matmul(w.reshape([1, n, k]).swap_dims(1, 2))
 }
 
-/// The agreement probe of the small network in both layouts with both convolution engines
-/// (burn's kernels, ours), and per operation.
-struct TinyProbe;
+/// The agreement probe of the small network in `precision` (fp32, or f16: Vulkan's 16-bit
+/// format) in both layouts with both convolution engines (burn's kernels, ours), and per
+/// operation.
+struct TinyProbe(Precision);
 
 impl BackendTask for TinyProbe {
     type Output = Vec<(String, f64, Option<String>)>;
@@ -128,6 +129,11 @@ impl BackendTask for TinyProbe {
         device: B::Device,
         _: &RunEnv,
     ) -> anyhow::Result<Self::Output> {
+        let dtype = self.0.compute_dtype();
+        anyhow::ensure!(
+            <B::InnerBackend as Backend>::supports_dtype(&device, dtype),
+            "this Vulkan device has no {dtype:?} tensors"
+        );
         let unet = Model::Tiny.config();
         let probe = Probe::new(&unet, [16; 3], 0, None)?;
         let mut out = Vec::new();
@@ -135,18 +141,22 @@ impl BackendTask for TinyProbe {
             for layout in Layout::ALL {
                 let case = ProbeCase {
                     unet: &unet,
-                    dtype: DType::F32,
+                    dtype,
                     compute: Compute {
                         layout,
                         conv_engine,
                         ..Compute::default()
                     },
-                    tolerance: 1e-4,
+                    tolerance: self.0.agreement_tolerance(),
                 };
                 let result = probe.run::<B::InnerBackend>(&case, &device)?;
                 let located = probe.locate_deviation::<B::InnerBackend>(&case, &device)?;
                 let first = located.first_over().map(|_| located.summary());
-                out.push((format!("{conv_engine} {layout}"), result.rel_l2, first));
+                out.push((
+                    format!("{} {conv_engine} {layout}", self.0),
+                    result.rel_l2,
+                    first,
+                ));
             }
         }
         Ok(out)
@@ -155,68 +165,24 @@ impl BackendTask for TinyProbe {
 
 #[test]
 fn the_small_network_agrees_with_float64_in_both_layouts() {
-    let results = on_wgpu(TinyProbe);
+    check_tiny_probe(Precision::Fp32);
+}
+
+fn check_tiny_probe(precision: Precision) {
+    let results = on_wgpu(TinyProbe(precision));
     assert_eq!(results.len(), 4);
     for (what, rel_l2, first_deviating) in results {
         assert!(
-            rel_l2 < 1e-4 && first_deviating.is_none(),
+            rel_l2 < precision.agreement_tolerance() && first_deviating.is_none(),
             "{what}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
         );
-    }
-}
-
-/// The small network in f16 (Vulkan's 16-bit format) with burn's kernels and ours, both
-/// layouts, against float64: within f16's agreement tolerance, and no operation over it.
-struct TinyProbeF16;
-
-impl BackendTask for TinyProbeF16 {
-    type Output = Vec<(String, f64, Option<String>)>;
-    type Error = anyhow::Error;
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        _: &RunEnv,
-    ) -> anyhow::Result<Self::Output> {
-        anyhow::ensure!(
-            <B::InnerBackend as Backend>::supports_dtype(&device, DType::F16),
-            "this Vulkan device has no f16 tensors"
-        );
-        let unet = Model::Tiny.config();
-        let probe = Probe::new(&unet, [16; 3], 0, None)?;
-        let mut out = Vec::new();
-        for conv_engine in [ConvEngine::Burn, ConvEngine::Cubecl] {
-            for layout in Layout::ALL {
-                let case = ProbeCase {
-                    unet: &unet,
-                    dtype: DType::F16,
-                    compute: Compute {
-                        layout,
-                        conv_engine,
-                        ..Compute::default()
-                    },
-                    tolerance: Precision::F16.agreement_tolerance(),
-                };
-                let result = probe.run::<B::InnerBackend>(&case, &device)?;
-                let located = probe.locate_deviation::<B::InnerBackend>(&case, &device)?;
-                let first = located.first_over().map(|_| located.summary());
-                out.push((format!("f16 {conv_engine} {layout}"), result.rel_l2, first));
-            }
-        }
-        Ok(out)
+        eprintln!("{what}: rel. L2 {rel_l2:.2e}");
     }
 }
 
 #[test]
 fn the_small_network_agrees_with_float64_in_f16() {
-    let results = on_wgpu(TinyProbeF16);
-    assert_eq!(results.len(), 4);
-    for (what, rel_l2, first_deviating) in results {
-        assert!(
-            rel_l2 < Precision::F16.agreement_tolerance() && first_deviating.is_none(),
-            "{what}: rel. L2 {rel_l2:.2e}; {first_deviating:?}"
-        );
-        eprintln!("{what}: rel. L2 {rel_l2:.2e}");
-    }
+    check_tiny_probe(Precision::F16);
 }
 
 /// The convolutions through the kernels extension, burn's CubeCL kernels and ours (forward,

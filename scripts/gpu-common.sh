@@ -1,0 +1,43 @@
+# Set-up shared by the GPU-machine scripts (sourced, from the repository root): the carried
+# binary, the Vulkan loader, the tuning cache, and packing the cache back up.
+
+# The release binary carried as .device-bin/medddpm.xz, unpacked to /tmp/medddpm.
+unpack_binary() {
+  xz -t .device-bin/medddpm.xz || { echo "carried binary is damaged"; exit 3; }
+  xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm
+}
+
+# The Vulkan loader and glvnd, carried as .gl/*.deb (the device README says how to fetch them).
+vulkan_loader() {
+  if ls .gl/*.deb > /dev/null 2>&1; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+  fi
+  if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  fi
+}
+
+# The tuning cache in $MEDDDPM_TUNE_CACHE (default /tmp/tune), unpacked once per machine: what
+# an earlier call of the session brought back (.device-data, git-ignored: tuning results and
+# compiled kernels), else the committed scripts/device-cache/tune-h100.tgz.
+tune_cache() {
+  export MEDDDPM_TUNE_CACHE=${MEDDDPM_TUNE_CACHE:-/tmp/tune}
+  mkdir -p "$MEDDDPM_TUNE_CACHE"
+  [ -f "$MEDDDPM_TUNE_CACHE/.unpacked" ] && return
+  if [ -f .device-data/tune-cache.tgz ]; then
+    tar xzf .device-data/tune-cache.tgz -C "$MEDDDPM_TUNE_CACHE"
+  else
+    tar xzf scripts/device-cache/tune-h100.tgz -C "$MEDDDPM_TUNE_CACHE"
+  fi
+  [ -f .device-data/compiled.txz ] && tar xJf .device-data/compiled.txz -C "$MEDDDPM_TUNE_CACHE"
+  touch "$MEDDDPM_TUNE_CACHE/.unpacked"
+}
+
+# OUTDIR/tune-cache.tgz (tuning results, without the probe's float64 files and compiled code)
+# and OUTDIR/compiled.txz (cubecl's PTX and the CUDA driver's cache), to carry into a later call.
+pack_tune_cache() {
+  tar czf "$1/tune-cache.tgz" --exclude=probe-reference --exclude=cuda-driver-jit \
+    --exclude='ptx*' --exclude=.unpacked -C "$MEDDDPM_TUNE_CACHE" .
+  (cd "$MEDDDPM_TUNE_CACHE" && { ls -d */cuda-driver-jit; find . -name 'ptx*'; } 2>/dev/null \
+    | XZ_OPT=-T0 tar cJf "$1/compiled.txz" -T -)
+}
