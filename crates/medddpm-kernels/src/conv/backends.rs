@@ -20,8 +20,6 @@ use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 use crate::primitive::{float, tensor};
 #[cfg(feature = "wgpu")]
 use burn::backend::wgpu::WgpuRuntime;
-#[cfg(feature = "wgpu")]
-use burn::tensor::ops::ModuleOps;
 
 impl KernelBackend for burn::backend::Flex {
     /// Flex's own data gradient is a transposed convolution on one core without its matrix
@@ -62,12 +60,7 @@ impl KernelBackend for burn::backend::Wgpu {
         weight: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        if spec.compute.uses_portable_kernels() {
-            return crate::cube::conv::engine::forward::<WgpuRuntime, f32, i32, u32>(
-                x, weight, spec,
-            );
-        }
-        Self::conv3d(x, weight, None, spec.options())
+        crate::cube::conv::engine::forward::<WgpuRuntime, f32, i32, u32>(x, weight, spec)
     }
 
     fn conv3d_data_grad(
@@ -76,12 +69,9 @@ impl KernelBackend for burn::backend::Wgpu {
         grad_out: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        if spec.compute.uses_portable_kernels() {
-            return crate::cube::conv::engine::data_grad::<WgpuRuntime, f32, i32, u32>(
-                x, weight, grad_out, spec,
-            );
-        }
-        Self::conv3d_x_backward(x, weight, grad_out, spec.options())
+        crate::cube::conv::engine::data_grad::<WgpuRuntime, f32, i32, u32>(
+            x, weight, grad_out, spec,
+        )
     }
 
     fn conv3d_weight_grad(
@@ -90,12 +80,9 @@ impl KernelBackend for burn::backend::Wgpu {
         grad_out: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        if spec.compute.uses_portable_kernels() {
-            return crate::cube::conv::engine::weight_grad::<WgpuRuntime, f32, i32, u32>(
-                x, weight, grad_out, spec,
-            );
-        }
-        Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
+        crate::cube::conv::engine::weight_grad::<WgpuRuntime, f32, i32, u32>(
+            x, weight, grad_out, spec,
+        )
     }
 
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {

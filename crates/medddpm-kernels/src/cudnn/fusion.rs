@@ -166,11 +166,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         weight: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        if spec.compute.uses_portable_kernels() {
-            return crate::cube::conv::engine::forward::<CudaRuntime, F, I, BT>(x, weight, spec);
-        }
         if !spec.compute.uses_cudnn() {
-            return Self::conv3d(x, weight, None, spec.options());
+            return crate::cube::conv::engine::forward::<CudaRuntime, F, I, BT>(x, weight, spec);
         }
         let shape = conv_output_shape(&x.shape, &weight.shape, &spec);
         register::<F, I, BT>(ConvOp::Forward, vec![x, weight], shape, spec)
@@ -182,13 +179,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         grad_out: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        if spec.compute.uses_portable_kernels() {
+        if !spec.compute.uses_cudnn() {
             return crate::cube::conv::engine::data_grad::<CudaRuntime, F, I, BT>(
                 x, weight, grad_out, spec,
             );
-        }
-        if !spec.compute.uses_cudnn() {
-            return Self::conv3d_x_backward(x, weight, grad_out, spec.options());
         }
         let kernel = [weight.shape[2], weight.shape[3], weight.shape[4]];
         if is_strided_same(kernel, &spec) {
@@ -211,13 +205,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         grad_out: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        if spec.compute.uses_portable_kernels() {
+        if !spec.compute.uses_cudnn() {
             return crate::cube::conv::engine::weight_grad::<CudaRuntime, F, I, BT>(
                 x, weight, grad_out, spec,
             );
-        }
-        if !spec.compute.uses_cudnn() {
-            return Self::conv3d_weight_backward(x, weight, grad_out, spec.options());
         }
         let c_out = weight.shape[0];
         if c_out < PADDED_OUT_CHANNELS {

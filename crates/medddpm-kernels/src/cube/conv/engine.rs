@@ -1,6 +1,6 @@
-//! The `cubecl` convolution engine: our portable kernels as the three convolution operations of
-//! [`crate::KernelBackend`] on burn's fused CubeCL backends (wgpu, CUDA). Operands the kernels
-//! do not take (f64, a tensor of 2^31 elements or more) go to burn's own kernels instead, with
+//! The convolutions of burn's fused CubeCL backends (wgpu, CUDA) when cuDNN does not compute
+//! them: our portable kernels with `--conv-engine cubecl`, burn's own otherwise. Operands our
+//! kernels do not take (f64, a tensor of 2^31 elements or more) go to burn's kernels too, with
 //! one note on stderr the first time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use burn::tensor::ops::{FloatTensor, ModuleOps};
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 
-use super::{
-    conv3d_data_grad_fused, conv3d_forward_fused, data_grad_check, forward_check,
-    wgrad::{conv3d_weight_grad_fused, weight_grad_check},
-};
+use super::five;
+use super::fused::{data_grad_check, data_grad_checked, forward_check, forward_checked};
+use super::wgrad::{weight_grad_check, weight_grad_checked};
 use crate::conv::Conv3dSpec;
 use crate::cube::Fused;
 
@@ -29,12 +28,15 @@ pub fn forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     weight: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if let Err(why) = forward_check::<R, F, I, BT>(&x, &weight, spec.stride, spec.padding) {
-        note_fallback(&why);
-        return Fused::<R, F, I, BT>::conv3d(x, weight, None, spec.options());
+    if spec.compute.uses_portable_kernels() {
+        match forward_check::<R, F, I, BT>(&x, &weight, spec.stride, spec.padding) {
+            Ok(shapes) => {
+                return forward_checked::<R, F, I, BT>(x, weight, shapes, geometry(&spec))
+            }
+            Err(why) => note_fallback(&why),
+        }
     }
-    conv3d_forward_fused::<R, F, I, BT>(x, weight, spec.stride, spec.padding, spec.compute.layout)
-        .expect("the operands were checked")
+    Fused::<R, F, I, BT>::conv3d(x, weight, None, spec.options())
 }
 
 /// `dL/dx` given `dL/dy`.
@@ -44,27 +46,19 @@ pub fn data_grad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    let x_shape: Option<[usize; 5]> = x.shape.iter().copied().collect::<Vec<_>>().try_into().ok();
-    let checked = x_shape
-        .map(|s| data_grad_check::<R, F, I, BT>(s, &weight, &grad_out, spec.stride, spec.padding));
-    match (x_shape, checked) {
-        (Some(x_shape), Some(Ok(()))) => conv3d_data_grad_fused::<R, F, I, BT>(
-            x_shape,
-            weight,
-            grad_out,
-            spec.stride,
-            spec.padding,
-            spec.compute.layout,
-        )
-        .expect("the operands were checked"),
-        (_, checked) => {
-            match checked {
-                Some(Err(why)) => note_fallback(&why),
-                _ => note_fallback(&"the input is not 5-D"),
+    if spec.compute.uses_portable_kernels() {
+        let checked = five(&x.shape, "input").and_then(|x_shape| {
+            data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, spec.stride, spec.padding)
+                .map(|()| x_shape)
+        });
+        match checked {
+            Ok(x_shape) => {
+                return data_grad_checked::<R, F, I, BT>(x_shape, weight, grad_out, geometry(&spec))
             }
-            Fused::<R, F, I, BT>::conv3d_x_backward(x, weight, grad_out, spec.options())
+            Err(why) => note_fallback(&why),
         }
     }
+    Fused::<R, F, I, BT>::conv3d_x_backward(x, weight, grad_out, spec.options())
 }
 
 /// `dL/dweight` given `dL/dy`.
@@ -74,10 +68,18 @@ pub fn weight_grad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEleme
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if let Err(why) = weight_grad_check::<R, F, I, BT>(&x, &weight, &grad_out, &spec) {
-        note_fallback(&why);
-        return Fused::<R, F, I, BT>::conv3d_weight_backward(x, weight, grad_out, spec.options());
+    if spec.compute.uses_portable_kernels() {
+        match weight_grad_check::<R, F, I, BT>(&x, &weight, &grad_out, &spec) {
+            Ok(kernel) => {
+                return weight_grad_checked::<R, F, I, BT>(x, &weight, grad_out, kernel, &spec)
+            }
+            Err(why) => note_fallback(&why),
+        }
     }
-    conv3d_weight_grad_fused::<R, F, I, BT>(x, &weight, grad_out, &spec)
-        .expect("the operands were checked")
+    Fused::<R, F, I, BT>::conv3d_weight_backward(x, weight, grad_out, spec.options())
+}
+
+/// Stride, padding and layout, as the registering functions take them.
+fn geometry(spec: &Conv3dSpec) -> ([usize; 3], [usize; 3], crate::compute::Layout) {
+    (spec.stride, spec.padding, spec.compute.layout)
 }

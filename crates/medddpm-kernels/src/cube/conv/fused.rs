@@ -58,21 +58,12 @@ pub fn conv3d_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     padding: [usize; 3],
     layout: Layout,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
-    let out = forward_check::<R, F, I, BT>(&x, &weight, stride, padding)?;
-    let x_shape = five(&x.shape, "input")?;
-    let geometry = Geometry {
-        stride,
-        padding,
-        layout,
-        x_shape,
-        data_grad: false,
-    };
-    Ok(registered::<R, F, I, BT>(
-        "medddpm_cube_conv3d_forward",
+    let shapes = forward_check::<R, F, I, BT>(&x, &weight, stride, padding)?;
+    Ok(forward_checked::<R, F, I, BT>(
         x,
         weight,
-        out,
-        geometry,
+        shapes,
+        (stride, padding, layout),
     ))
 }
 
@@ -86,39 +77,64 @@ pub fn conv3d_data_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT
     layout: Layout,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
     data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, stride, padding)?;
-    let geometry = Geometry {
-        stride,
-        padding,
-        layout,
+    Ok(data_grad_checked::<R, F, I, BT>(
         x_shape,
-        data_grad: true,
-    };
-    Ok(registered::<R, F, I, BT>(
-        "medddpm_cube_conv3d_data_grad",
-        grad_out,
         weight,
-        Shape::new(x_shape),
-        geometry,
+        grad_out,
+        (stride, padding, layout),
     ))
 }
 
+/// The input's and the output's shapes of a forward convolution whose operands passed
+/// [`forward_check`].
+pub(super) struct ForwardShapes {
+    x: [usize; 5],
+    out: Shape,
+}
+
 /// Why [`conv3d_forward_fused`] would refuse these operands, checked without taking them; else
-/// the output's shape.
-pub fn forward_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+/// what registering it needs.
+pub(super) fn forward_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: &FloatTensor<Fused<R, F, I, BT>>,
     weight: &FloatTensor<Fused<R, F, I, BT>>,
     stride: [usize; 3],
     padding: [usize; 3],
-) -> Result<Shape, CubeConvError> {
+) -> Result<ForwardShapes, CubeConvError> {
     check_dtypes(&[x.dtype, weight.dtype])?;
     let x_shape = five(&x.shape, "input")?;
     let w_shape = five(&weight.shape, "weight")?;
     let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
-    Ok(Shape::new([x_shape[0], w_shape[0], od, oh, ow]))
+    Ok(ForwardShapes {
+        x: x_shape,
+        out: Shape::new([x_shape[0], w_shape[0], od, oh, ow]),
+    })
+}
+
+/// Registers the forward convolution of operands [`forward_check`] accepted.
+pub(super) fn forward_checked<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    weight: FloatTensor<Fused<R, F, I, BT>>,
+    shapes: ForwardShapes,
+    (stride, padding, layout): ([usize; 3], [usize; 3], Layout),
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let geometry = Geometry {
+        stride,
+        padding,
+        layout,
+        x_shape: shapes.x,
+        data_grad: false,
+    };
+    registered::<R, F, I, BT>(
+        "medddpm_cube_conv3d_forward",
+        x,
+        weight,
+        shapes.out,
+        geometry,
+    )
 }
 
 /// Why [`conv3d_data_grad_fused`] would refuse these operands, checked without taking them.
-pub fn data_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(super) fn data_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x_shape: [usize; 5],
     weight: &FloatTensor<Fused<R, F, I, BT>>,
     grad_out: &FloatTensor<Fused<R, F, I, BT>>,
@@ -134,6 +150,29 @@ pub fn data_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
         return Err(CubeConvError::GradShape { got, want });
     }
     Ok(())
+}
+
+/// Registers the data gradient of operands [`data_grad_check`] accepted.
+pub(super) fn data_grad_checked<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x_shape: [usize; 5],
+    weight: FloatTensor<Fused<R, F, I, BT>>,
+    grad_out: FloatTensor<Fused<R, F, I, BT>>,
+    (stride, padding, layout): ([usize; 3], [usize; 3], Layout),
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let geometry = Geometry {
+        stride,
+        padding,
+        layout,
+        x_shape,
+        data_grad: true,
+    };
+    registered::<R, F, I, BT>(
+        "medddpm_cube_conv3d_data_grad",
+        grad_out,
+        weight,
+        Shape::new(x_shape),
+        geometry,
+    )
 }
 
 /// Registers one convolution of activation `a` with `weight`, giving a tensor of `out` in

@@ -36,7 +36,7 @@ pub mod wgrad;
 
 pub use dgrad::conv3d_data_grad;
 pub use forward::conv3d_forward;
-pub use fused::{conv3d_data_grad_fused, conv3d_forward_fused, data_grad_check, forward_check};
+pub use fused::{conv3d_data_grad_fused, conv3d_forward_fused};
 pub use tile::Tile;
 
 use burn::tensor::{DType, Shape};

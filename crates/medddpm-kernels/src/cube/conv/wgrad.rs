@@ -36,7 +36,8 @@ use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
 
 use crate::conv::Conv3dSpec;
-pub use fused::{conv3d_weight_grad_fused, weight_grad_check};
+pub use fused::conv3d_weight_grad_fused;
+pub(crate) use fused::{weight_grad_check, weight_grad_checked};
 use kernel::{staged_stride_a, staged_stride_b, wgrad_partial, wgrad_reduce, BK, SIDE, VEC};
 
 /// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four

@@ -46,6 +46,25 @@ pub fn conv3d_weight_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, 
     spec: &Conv3dSpec,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, WgradError> {
     let kernel = weight_grad_check::<R, F, I, BT>(&x, weight, &grad_out, spec)?;
+    Ok(weight_grad_checked::<R, F, I, BT>(
+        x, weight, grad_out, kernel, spec,
+    ))
+}
+
+/// Registers the weight gradient of operands [`weight_grad_check`] accepted (`kernel`, the
+/// spatial size it returned).
+pub(crate) fn weight_grad_checked<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    weight: &FloatTensor<Fused<R, F, I, BT>>,
+    grad_out: FloatTensor<Fused<R, F, I, BT>>,
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+) -> FloatTensor<Fused<R, F, I, BT>> {
     let (spec, out_dtype) = (*spec, weight.dtype);
     let outputs = vec![(weight.shape.clone(), out_dtype)];
     let [dw] = register::<R, F, I, BT, _>(
@@ -61,12 +80,12 @@ pub fn conv3d_weight_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, 
         },
     )
     .outputs();
-    Ok(dw)
+    dw
 }
 
 /// Why [`conv3d_weight_grad_fused`] would refuse these operands, checked without taking them;
 /// else the kernel's spatial size.
-pub fn weight_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(crate) fn weight_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: &FloatTensor<Fused<R, F, I, BT>>,
     weight: &FloatTensor<Fused<R, F, I, BT>>,
     grad_out: &FloatTensor<Fused<R, F, I, BT>>,
