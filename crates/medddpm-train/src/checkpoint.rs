@@ -59,6 +59,13 @@ impl LossScale {
         }
     }
 
+    /// What each of `devices` replicas multiplies its loss by: the scale over the device
+    /// count, so that a replica's f16 gradients have a one-device run's magnitudes (and
+    /// overflow where it would); the replicas' mean then carries this factor.
+    pub fn per_replica(&self, devices: usize) -> f64 {
+        self.scale / devices as f64
+    }
+
     /// After a step's gradients were checked: an overflow halves the scale (and the step is
     /// skipped), `growth_interval` good steps in a row double it. Returns whether the step's
     /// update goes ahead.

@@ -279,10 +279,9 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     // model itself.
     let work = optim.working_model(&model, compute_dtype);
     let first = *micro_batches;
-    // Each replica's backward pass starts from the loss scale over the device count, so that
-    // its f16 gradients have a one-device run's magnitudes (and overflow where it would).
-    let world = team.shard.world as f64;
-    let scale = loss_scale.as_ref().map_or(1.0, |l| l.scale / world);
+    let scale = loss_scale
+        .as_ref()
+        .map_or(1.0, |l| l.per_replica(team.shard.world));
     let step = accumulate(
         replica,
         (&model, &work),

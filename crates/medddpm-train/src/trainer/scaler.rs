@@ -35,8 +35,7 @@ pub(super) fn scaled_update<B: KernelAutodiffBackend>(
     }
     *skipped_in_a_row = 0;
     let grads = team.average(&model, step.accumulator.grads(), device)?;
-    // The replicas' mean of gradients each scaled by `scale / world` (see `optimizer_step`).
-    let (grads, finite) = unscale(&model, grads, scale.scale / team.shard.world as f64);
+    let (grads, finite) = unscale(&model, grads, scale.per_replica(team.shard.world));
     let from = scale.scale;
     if scale.update(finite, config.train.loss_scale_growth_interval) {
         return Ok((optim.step(lr, model, grads), Update::Applied(loss)));

@@ -14,7 +14,8 @@ const MAX_SKIPPED_IN_A_ROW: usize = 10;
 
 /// What became of one optimizer step's update.
 pub(super) enum Update {
-    /// Adam stepped; the step's mean loss (not finite: the run stops).
+    /// Adam stepped; the step's mean loss (not finite: the run stops, and with loss scaling
+    /// Adam did not step).
     Applied(f32),
     /// The loss was not finite and `on_non_finite_loss = "skip"` left the weights alone.
     Skipped(f32),
