@@ -14,7 +14,7 @@ use crate::task::Ran;
 use crate::tune_watch::{count_entries, TuneWatcher};
 use crate::{
     default_tune_cache, BackendKind, BackendTask, Collective, ComputeSettings, ConvEngine, Error,
-    KernelAutodiffBackend, Precision, RunEnv,
+    KernelAutodiffBackend, Launch, Precision, RunEnv,
 };
 
 /// Points cubecl's autotune and compilation caches at `root` (once per process).
@@ -63,6 +63,8 @@ fn driver_jit_cache(root: &Path) {
 pub(crate) struct Placement<D> {
     pub devices: Vec<(usize, D)>,
     pub collective: Collective,
+    /// With `processes`, `devices` is the first only: the run's others are in `settings`.
+    pub launch: Launch,
 }
 
 /// Sets up a CubeCL backend on every device of `placement` and runs `task` on the first
@@ -106,8 +108,12 @@ where
         norm_engine: settings.norm_engine,
         tune_cache: Some(root.clone()),
         tuned_before,
-        devices: indices,
+        devices: match placement.launch {
+            Launch::Processes => settings.devices.clone(),
+            _ => indices,
+        },
         collective: placement.collective,
+        launch: placement.launch,
     };
     let device = devices.into_iter().next().expect("a run has a device");
     let watcher = TuneWatcher::start(root, settings.show_tuning);

@@ -2,14 +2,20 @@
 //! checked against the backend and the machine, and `--collective` resolved (never `auto`
 //! after this).
 
-use medddpm_kernels::Collective;
+use medddpm_kernels::{Collective, Launch};
 
 use crate::{BackendKind, Error};
 
 /// Checks a device list before anything starts: at least one device, none twice, and only
 /// the default device (`0`) on a backend other than CUDA (the CPU backend is one device; wgpu
-/// runs on its default adapter).
-pub(crate) fn check_devices(backend: BackendKind, devices: &[usize]) -> Result<(), Error> {
+/// runs on its default adapter), except for the CPU with `--launch processes`: a process per
+/// listed index, each with the whole CPU backend (the multi-process path, tested without a
+/// GPU; not faster).
+pub(crate) fn check_devices(
+    backend: BackendKind,
+    devices: &[usize],
+    launch: Launch,
+) -> Result<(), Error> {
     if devices.is_empty() {
         return Err(Error::NoDevicesListed);
     }
@@ -21,7 +27,8 @@ pub(crate) fn check_devices(backend: BackendKind, devices: &[usize]) -> Result<(
             });
         }
     }
-    if backend != BackendKind::Cuda && devices != [0] {
+    let cpu_processes = backend == BackendKind::Cpu && launch == Launch::Processes;
+    if backend != BackendKind::Cuda && devices != [0] && !cpu_processes {
         return Err(Error::DevicesNeedCuda {
             backend,
             devices: devices.to_vec(),
@@ -89,6 +96,17 @@ pub(crate) fn resolve_collective(
             )),
         )),
         Err(cause) => Err(Error::Nccl { cause }),
+    }
+}
+
+/// `--launch` resolved for `devices` devices of `backend`: one device is never split; `auto`
+/// is a process per device on CUDA, threads elsewhere.
+pub(crate) fn resolve_launch(backend: BackendKind, requested: Launch, devices: usize) -> Launch {
+    match requested {
+        _ if devices <= 1 => Launch::Threads,
+        Launch::Auto if backend == BackendKind::Cuda => Launch::Processes,
+        Launch::Auto => Launch::Threads,
+        other => other,
     }
 }
 

@@ -106,8 +106,8 @@ fn nvidia_present() -> bool {
 }
 
 pub use medddpm_kernels::{
-    Collective, Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Layout,
-    NormEngine, Precision,
+    Collective, Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Launch,
+    Layout, NormEngine, Precision,
 };
 
 impl fmt::Display for BackendKind {
@@ -150,6 +150,8 @@ pub struct ComputeSettings {
     /// How several devices average their gradients (`auto` is resolved when the backend
     /// starts).
     pub collective: Collective,
+    /// Where several devices' replicas run (`auto` is resolved when the backend starts).
+    pub launch: Launch,
 }
 
 impl ComputeSettings {
@@ -172,6 +174,7 @@ impl Default for ComputeSettings {
             show_tuning: true,
             devices: vec![0],
             collective: Collective::Auto,
+            launch: Launch::Auto,
         }
     }
 }
@@ -197,6 +200,8 @@ pub struct ComputeRequest {
     pub devices: Option<Vec<usize>>,
     /// How several devices average their gradients (default: auto).
     pub collective: Option<Collective>,
+    /// Where several devices' replicas run (default: auto).
+    pub launch: Option<Launch>,
 }
 
 impl ComputeRequest {
@@ -222,6 +227,7 @@ impl ComputeRequest {
             devices: (self.devices.clone().or_else(|| config.devices.clone()))
                 .unwrap_or_else(|| vec![0]),
             collective: self.collective.or(config.collective).unwrap_or_default(),
+            launch: self.launch.or(config.launch).unwrap_or_default(),
         }
     }
 }

@@ -6,9 +6,9 @@
 use crate::cube::Placement;
 #[cfg(feature = "cuda")]
 use crate::devices::check_count;
-use crate::devices::{check_devices, nccl_status, resolve_collective};
+use crate::devices::{check_devices, nccl_status, resolve_collective, resolve_launch};
 use crate::task::{BackendTask, Ran, RunEnv};
-use crate::{BackendKind, Collective, ComputeSettings, ConvEngine, Error, Precision};
+use crate::{BackendKind, Collective, ComputeSettings, ConvEngine, Error, Launch, Precision};
 
 /// Resolves `auto`, configures precision and tuning, checks the device supports the precision,
 /// and runs `task`.
@@ -38,12 +38,16 @@ fn run_resolved<T: BackendTask>(
     if !backend.compiled_in() {
         return Err(Error::NotCompiledIn { backend });
     }
-    let collective = devices_and_collective(backend, settings)?;
+    let (collective, launch) = devices_and_collective(backend, settings)?;
     match backend {
-        BackendKind::Cpu => run_cpu(settings, collective, task),
+        BackendKind::Cpu => run_cpu(settings, (collective, launch), task),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
-            let indices = &settings.devices;
+            // With a process per device, this one opens only the first.
+            let indices = match launch {
+                Launch::Processes => &settings.devices[..1],
+                _ => &settings.devices[..],
+            };
             let devices = indices
                 .iter()
                 .map(|&i| (i, burn::backend::cuda::CudaDevice::new(i)))
@@ -57,6 +61,7 @@ fn run_resolved<T: BackendTask>(
                 Placement {
                     devices,
                     collective,
+                    launch,
                 },
                 settings,
                 |cache| crate::cube::cuda_conv_engine(settings.conv_engine, indices, cache),
@@ -75,6 +80,7 @@ fn run_resolved<T: BackendTask>(
                 Placement {
                     devices: vec![(0, device)],
                     collective,
+                    launch,
                 },
                 settings,
                 |_| crate::cube::wgpu_conv_engine(settings.conv_engine),
@@ -87,12 +93,13 @@ fn run_resolved<T: BackendTask>(
 }
 
 /// Checks the device list against `backend` (and, on CUDA, the machine) and resolves
-/// `--collective`, saying in one line how several devices average their gradients.
+/// `--collective` and `--launch`, saying in one line how several devices average their
+/// gradients.
 fn devices_and_collective(
     backend: BackendKind,
     settings: &ComputeSettings,
-) -> Result<Collective, Error> {
-    check_devices(backend, &settings.devices)?;
+) -> Result<(Collective, Launch), Error> {
+    check_devices(backend, &settings.devices, settings.launch)?;
     #[cfg(feature = "cuda")]
     if backend == BackendKind::Cuda {
         if let Some(count) = crate::devices::cuda_device_count() {
@@ -105,16 +112,20 @@ fn devices_and_collective(
         settings.devices.len(),
         nccl_status,
     )?;
+    let launch = resolve_launch(backend, settings.launch, settings.devices.len());
     if let Some(line) = line {
-        eprintln!("{line}");
+        match launch {
+            Launch::Processes => eprintln!("{line}, one process per device"),
+            _ => eprintln!("{line}"),
+        }
     }
-    Ok(collective)
+    Ok((collective, launch))
 }
 
 /// [`run_resolved`] on burn's Flex CPU backend.
 fn run_cpu<T: BackendTask>(
     settings: &ComputeSettings,
-    collective: Collective,
+    (collective, launch): (Collective, Launch),
     task: &mut Option<T>,
 ) -> Ran<T> {
     let backend = BackendKind::Cpu;
@@ -140,6 +151,7 @@ fn run_cpu<T: BackendTask>(
         tuned_before: 0,
         devices: settings.devices.clone(),
         collective,
+        launch,
     };
     let task = task.take().expect("the task is taken only once");
     Ok(task.run::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default(), &env))

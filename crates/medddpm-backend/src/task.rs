@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use burn::tensor::DType;
-use medddpm_kernels::{Collective, Compute};
+use medddpm_kernels::{Collective, Compute, Launch};
 
 use crate::{BackendKind, ConvEngine, Error, KernelAutodiffBackend, Layout, NormEngine, Precision};
 
@@ -32,6 +32,9 @@ pub struct RunEnv {
     /// How the replicas average their gradients (never `auto`; `host` for one device, where
     /// nothing is averaged).
     pub collective: Collective,
+    /// Where the replicas run (never `auto`; `threads` for one device). With `processes` this
+    /// process opened only the first device: the task starts a process for each other one.
+    pub launch: Launch,
 }
 
 impl RunEnv {

@@ -1,4 +1,5 @@
 use super::*;
+use medddpm_kernels::Launch;
 
 #[test]
 fn names_round_trip() {
@@ -155,13 +156,13 @@ fn devices_and_collective_come_from_the_switches_then_the_file() {
 #[test]
 fn device_lists_are_checked_before_anything_starts() {
     use crate::devices::{check_count, check_devices};
-    assert!(check_devices(BackendKind::Cuda, &[0, 1, 3]).is_ok());
-    assert!(check_devices(BackendKind::Cpu, &[0]).is_ok());
+    assert!(check_devices(BackendKind::Cuda, &[0, 1, 3], Launch::Auto).is_ok());
+    assert!(check_devices(BackendKind::Cpu, &[0], Launch::Auto).is_ok());
     assert!(matches!(
-        check_devices(BackendKind::Cuda, &[]),
+        check_devices(BackendKind::Cuda, &[], Launch::Auto),
         Err(Error::NoDevicesListed)
     ));
-    let err = check_devices(BackendKind::Cuda, &[0, 1, 0]).unwrap_err();
+    let err = check_devices(BackendKind::Cuda, &[0, 1, 0], Launch::Processes).unwrap_err();
     assert!(
         matches!(err, Error::DuplicateDevice { device: 0, .. }),
         "{err}"
@@ -176,7 +177,7 @@ fn device_lists_are_checked_before_anything_starts() {
         (BackendKind::Cpu, vec![1]),
         (BackendKind::Wgpu, vec![0, 1]),
     ] {
-        let err = check_devices(backend, &devices).unwrap_err();
+        let err = check_devices(backend, &devices, Launch::Auto).unwrap_err();
         assert!(err.is_unsupported(), "{err}");
         assert!(
             err.to_string()
@@ -185,6 +186,9 @@ fn device_lists_are_checked_before_anything_starts() {
             "{err}"
         );
     }
+    // A process per listed index runs on the CPU too (the multi-process path without a GPU).
+    assert!(check_devices(BackendKind::Cpu, &[0, 1], Launch::Processes).is_ok());
+    assert!(check_devices(BackendKind::Wgpu, &[0, 1], Launch::Processes).is_err());
     assert!(check_count(BackendKind::Cuda, &[0, 1], 2).is_ok());
     let err = check_count(BackendKind::Cuda, &[0, 2, 1], 2).unwrap_err();
     assert!(err.is_unsupported());
@@ -192,6 +196,19 @@ fn device_lists_are_checked_before_anything_starts() {
         err.to_string(),
         "there is no cuda device 2: this machine has 2 (numbered from 0; nvidia-smi lists them)"
     );
+}
+
+#[test]
+fn several_cuda_devices_run_a_process_each_unless_told_otherwise() {
+    use crate::devices::resolve_launch;
+    use BackendKind::{Cpu, Cuda};
+    assert_eq!(resolve_launch(Cuda, Launch::Auto, 2), Launch::Processes);
+    assert_eq!(resolve_launch(Cuda, Launch::Threads, 2), Launch::Threads);
+    assert_eq!(resolve_launch(Cuda, Launch::Processes, 1), Launch::Threads);
+    assert_eq!(resolve_launch(Cpu, Launch::Auto, 2), Launch::Threads);
+    assert_eq!(resolve_launch(Cpu, Launch::Processes, 2), Launch::Processes);
+    let file: ComputeConfig = serde_json::from_str(r#"{"launch": "threads"}"#).unwrap();
+    assert_eq!(file.launch, Some(Launch::Threads));
 }
 
 #[test]

@@ -25,7 +25,9 @@ pub use error::{Error, Result};
 pub use options::{BenchOptions, Model};
 pub use record::{BenchRecord, RecordBackend, RecordStatus, Source};
 pub use run::{run_bench, write_reports};
-pub use scaling::{run_scaling, ScalingOptions, ScalingRecord, ScalingRun, ScalingTask};
+pub use scaling::{
+    run_scaling, LauncherFor, ScalingOptions, ScalingRecord, ScalingRun, ScalingTask,
+};
 pub use single::{bench_one, bench_one_with_partial, median, SingleConfig};
 
 #[cfg(test)]

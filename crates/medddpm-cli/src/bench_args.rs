@@ -10,7 +10,7 @@ use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Prec
 use medddpm_bench::{BenchOptions, Model, ScalingOptions};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
-use crate::compute_args::{BackendArg, CollectiveArg};
+use crate::compute_args::{BackendArg, CollectiveArg, LaunchArg};
 
 /// A network on the command line: its names and help come from [`Model`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +146,10 @@ pub struct BenchArgs {
     /// host.
     #[arg(long, value_enum)]
     pub collective: Option<CollectiveArg>,
+    /// Where the replicas of a --devices run live: auto (a process per device on CUDA),
+    /// threads or processes.
+    #[arg(long, value_enum)]
+    pub launch: Option<LaunchArg>,
     /// Internal: run one configuration from this JSON file in this process.
     #[arg(long, hide = true)]
     pub single_config: Option<PathBuf>,
@@ -199,6 +203,7 @@ impl BenchArgs {
             show_tuning: true,
             devices,
             collective: self.collective.map(|c| c.0).unwrap_or_default(),
+            launch: self.launch.map(|l| l.0).unwrap_or_default(),
         };
         Some(Ok(Scaling {
             settings,

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 use medddpm_backend::{
-    BackendKind, Collective, ComputeConfig, ComputeRequest, ComputeSettings, ConvEngine, Layout,
-    NormEngine, Precision,
+    BackendKind, Collective, ComputeConfig, ComputeRequest, ComputeSettings, ConvEngine, Launch,
+    Layout, NormEngine, Precision,
 };
 
 /// A backend on the command line: its names and help come from [`BackendKind`].
@@ -66,6 +66,33 @@ impl ValueEnum for CollectiveArg {
     }
 }
 
+/// `--launch` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchArg(pub Launch);
+
+impl ValueEnum for LaunchArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [LaunchArg; 3] = [
+            LaunchArg(Launch::Auto),
+            LaunchArg(Launch::Threads),
+            LaunchArg(Launch::Processes),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let (name, help) = match self.0 {
+            Launch::Auto => ("auto", "a process per device on CUDA, threads elsewhere"),
+            Launch::Threads => ("threads", "one process drives every device"),
+            Launch::Processes => (
+                "processes",
+                "one process per device, started by the first (also on the CPU, to test it)",
+            ),
+        };
+        Some(PossibleValue::new(name).help(help))
+    }
+}
+
 /// The command-line switches every command that computes shares.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ComputeArgs {
@@ -104,6 +131,9 @@ pub struct ComputeArgs {
     /// How the replicas of a multi-device run average their gradients each optimizer step.
     #[arg(long, value_enum)]
     pub collective: Option<CollectiveArg>,
+    /// Where the replicas of a multi-device run live.
+    #[arg(long, value_enum)]
+    pub launch: Option<LaunchArg>,
 }
 
 impl ComputeArgs {
@@ -118,6 +148,7 @@ impl ComputeArgs {
             tune_cache: self.tune_cache.clone(),
             devices: self.devices.clone(),
             collective: self.collective.map(|c| c.0),
+            launch: self.launch.map(|l| l.0),
         }
     }
 
@@ -153,6 +184,7 @@ mod tests {
             norm_engine: Some(NormEngine::Ops),
             devices: Some(vec![2, 3]),
             collective: Some(Collective::Host),
+            launch: None,
         };
         let s = Cli::parse_from(["x", "--backend", "cpu"])
             .compute

@@ -10,6 +10,7 @@ mod oom;
 mod prepare;
 mod progress;
 mod render;
+mod replica;
 mod sample;
 mod train;
 
@@ -50,6 +51,9 @@ enum Command {
     /// and Adam kernels with burn's plain ops on the U-Net's geometries and odd ones: forward
     /// and gradients, both layouts.
     CheckKernels(check_kernels::CheckKernelsArgs),
+    /// One replica of a multi-device run, started by `train --launch processes`.
+    #[command(hide = true)]
+    Replica(replica::ReplicaArgs),
 }
 
 fn self_command(sub: &str) -> anyhow::Result<Vec<String>> {
@@ -71,7 +75,10 @@ fn bench_devices(scaling: bench_args::Scaling) -> anyhow::Result<()> {
         count,
     } = scaling;
     if count.is_some() {
-        medddpm_backend::run_on(&settings, medddpm_bench::ScalingTask(options))?;
+        let tune_cache = settings.tune_cache.clone();
+        let launcher: medddpm_bench::LauncherFor =
+            Box::new(move |env| Box::new(replica::SelfLauncher::new(env, tune_cache.clone())));
+        medddpm_backend::run_on(&settings, medddpm_bench::ScalingTask(options, launcher))?;
         return Ok(());
     }
     // This very command line, from the same executable.
@@ -112,6 +119,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Check(args) => bench(args.into_options()),
         Command::CheckKernels(args) => check_kernels::run(args),
+        Command::Replica(args) => replica::run(args),
     }
 }
 

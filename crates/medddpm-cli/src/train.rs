@@ -7,7 +7,8 @@ use burn::prelude::DeviceOps;
 use burn::tensor::backend::DeviceId;
 use clap::Args;
 use medddpm_backend::KernelAutodiffBackend;
-use medddpm_train::{train_on, ExperimentConfig, RunDir, SessionOptions};
+use medddpm_backend::Launch;
+use medddpm_train::{train_on, train_processes, ExperimentConfig, RunDir, SessionOptions};
 
 use crate::compute_args::ComputeArgs;
 use crate::progress::TrainBar;
@@ -48,6 +49,8 @@ struct TrainTask {
     run: RunDir,
     resume: bool,
     max_steps: Option<usize>,
+    /// `--tune-cache`, handed on to replica processes.
+    tune_cache: Option<PathBuf>,
 }
 
 impl BackendTask for TrainTask {
@@ -90,7 +93,17 @@ impl BackendTask for TrainTask {
             .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
             .collect();
         let mut bar = TrainBar::new();
-        let summary = train_on::<B>(&self.config, &self.run, &options, &devices, &mut bar)?;
+        let summary = match env.launch {
+            Launch::Processes => train_processes::<B>(
+                &self.config,
+                &self.run,
+                &options,
+                (&env.devices, &devices[0]),
+                &crate::replica::SelfLauncher::new(env, self.tune_cache.clone()),
+                &mut bar,
+            )?,
+            _ => train_on::<B>(&self.config, &self.run, &options, &devices, &mut bar)?,
+        };
         drop(bar);
         eprintln!(
             "trained steps {}..{}: loss {:.4} -> {:.4} (mean of the first and last {} steps); checkpoint {}",
@@ -154,6 +167,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             run,
             resume,
             max_steps: args.max_steps,
+            tune_cache: args.compute.tune_cache.clone(),
         },
     )
 }

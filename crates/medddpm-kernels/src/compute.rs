@@ -7,7 +7,7 @@ use std::str::FromStr;
 use burn::tensor::DType;
 use serde::{Deserialize, Serialize};
 
-use crate::collective::Collective;
+use crate::collective::{Collective, Launch};
 
 /// How convolutions and matrix products compute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -300,4 +300,7 @@ pub struct ComputeConfig {
     /// How the replicas average their gradients: `auto`, `nccl` or `host`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub collective: Option<Collective>,
+    /// Where the replicas run: `auto`, `threads` or `processes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch: Option<Launch>,
 }

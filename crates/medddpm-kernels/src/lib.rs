@@ -47,7 +47,10 @@ pub mod seeded;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
-pub use collective::{Collective, CollectiveBackend, CollectiveUnavailable};
+pub use collective::{
+    nccl_unique_id, Collective, CollectiveBackend, CollectiveUnavailable, Launch, NcclId,
+    ProcessGroup,
+};
 pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,

@@ -24,6 +24,9 @@ pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
 pub use sample::{
     load_sampling_model, sample_masks, sample_stem, SampleOptions, SamplingModel, WeightsSource,
 };
+pub use trainer::processes::{
+    train_processes, train_replica, LaunchedReplica, ReplicaLauncher, ReplicaSpec,
+};
 pub use trainer::{
     micro_step, micro_step_forward, micro_step_loss, train, train_on, MicroBatch, MicroStepForward,
     Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary,

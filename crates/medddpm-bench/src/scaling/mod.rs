@@ -20,7 +20,8 @@ use std::time::Instant;
 use burn::prelude::DeviceOps;
 use burn::tensor::backend::DeviceId;
 use medddpm_backend::{BackendTask, RunEnv};
-use medddpm_train::{RunDir, SessionOptions, StepMetrics, TrainObserver};
+use medddpm_kernels::Launch;
+use medddpm_train::{ReplicaLauncher, RunDir, SessionOptions, StepMetrics, TrainObserver};
 use medddpm_unet::{ActivationCheckpointing, KernelAutodiffBackend};
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +65,10 @@ pub struct ScalingRecord {
     /// How the gradients were averaged (`nccl`, `host`; `none` for one device, unless NCCL was
     /// asked for by name: a group of one).
     pub collective: String,
+    /// Where the replicas ran: `processes` (one per device) or `threads` (of one process; also
+    /// every record from before 2026-11-26's process launch).
+    #[serde(default = "threads")]
+    pub launch: String,
     /// Backend, precision, layout and convolution engine.
     pub backend: String,
     /// See `backend`.
@@ -94,9 +99,17 @@ pub struct ScalingRecord {
     /// The loss of the last step (all device counts see the same examples per device).
     pub last_loss: f32,
     /// How busy the host's threads were per timed step, summed over the devices' threads
-    /// (divide by `devices` for one device's), where the backend counts them.
+    /// (divide by `devices` for one device's), where the backend counts them. With a process
+    /// per device, the lead process's threads only.
     pub threads_ms: BTreeMap<String, f64>,
 }
+
+fn threads() -> String {
+    "threads".into()
+}
+
+/// Makes the replica launcher for a run that [`RunEnv`] describes (the binary's).
+pub type LauncherFor = Box<dyn Fn(&RunEnv) -> Box<dyn ReplicaLauncher>>;
 
 /// Times every step the trainer logs. Over the timed steps it also counts how busy the host's
 /// threads are and, if asked, samples their call stacks.
@@ -139,7 +152,7 @@ impl TrainObserver for StepClock {
 /// [`medddpm_backend::run_on`]: training on every device of the compute settings (with one
 /// device, alone unless NCCL was asked for by name: then a group of one). The record is
 /// written to [`record_path`].
-pub struct ScalingTask(pub ScalingOptions);
+pub struct ScalingTask(pub ScalingOptions, pub LauncherFor);
 
 impl BackendTask for ScalingTask {
     type Output = ScalingRecord;
@@ -157,7 +170,7 @@ impl BackendTask for ScalingTask {
             .iter()
             .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
             .collect();
-        let record = measure::<B>(o, env, &devices, &env.devices)?;
+        let record = measure::<B>(o, env, &devices, &*self.1)?;
         let path = record_path(&o.out, devices.len());
         let bytes = serde_json::to_vec(&record).map_err(|e| Error::Scaling(e.to_string()))?;
         medddpm_atomic::write(&path, &bytes)
@@ -226,8 +239,9 @@ fn measure<B: KernelAutodiffBackend>(
     o: &ScalingOptions,
     env: &RunEnv,
     devices: &[B::Device],
-    ids: &[usize],
+    launcher: &dyn Fn(&RunEnv) -> Box<dyn ReplicaLauncher>,
 ) -> Result<ScalingRecord, Error> {
+    let ids = &env.devices;
     let k = devices.len();
     let config = data::experiment(o, k)?;
     let run_dir = o.out.join(format!("scaling-run-{k}"));
@@ -250,13 +264,24 @@ fn measure<B: KernelAutodiffBackend>(
         threads_ms: BTreeMap::new(),
         profile_result: Ok(()),
     };
-    medddpm_train::train_on::<B>(
-        &config,
-        &RunDir::new(&run_dir),
-        &options,
-        devices,
-        &mut clock,
-    )
+    let processes = env.launch == Launch::Processes && k > 1;
+    match processes {
+        true => medddpm_train::train_processes::<B>(
+            &config,
+            &RunDir::new(&run_dir),
+            &options,
+            (ids, &devices[0]),
+            &*launcher(env),
+            &mut clock,
+        ),
+        false => medddpm_train::train_on::<B>(
+            &config,
+            &RunDir::new(&run_dir),
+            &options,
+            devices,
+            &mut clock,
+        ),
+    }
     .map_err(|e| Error::Scaling(format!("training on {k} device(s): {e}")))?;
     clock.profile_result?;
     let threads_ms = clock.threads_ms;
@@ -274,6 +299,7 @@ fn measure<B: KernelAutodiffBackend>(
         } else {
             format!("{collective:?}").to_lowercase()
         },
+        launch: if processes { "processes" } else { "threads" }.into(),
         backend: env.backend.to_string(),
         precision: env.precision.to_string(),
         layout: env.layout.to_string(),

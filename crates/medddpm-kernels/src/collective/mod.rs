@@ -39,10 +39,63 @@ pub enum Collective {
     Host,
 }
 
+/// Where the replicas of a multi-device run live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launch {
+    /// One process per device on CUDA, threads of one process elsewhere.
+    #[default]
+    Auto,
+    /// One process drives every device, a thread each.
+    Threads,
+    /// One process per device (the first starts the others), as PyTorch's DDP runs: two
+    /// devices driven from one process wait for each other inside the CUDA driver.
+    Processes,
+}
+
 /// Why a backend cannot run a collective.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct CollectiveUnavailable(pub String);
+
+/// The id of an NCCL communicator that several processes join (`ncclUniqueId`'s 128 bytes):
+/// made by one process ([`nccl_unique_id`]) and handed to the others by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclId(pub Vec<u8>);
+
+/// This process's member of a communicator across processes, one device each (made by
+/// [`CollectiveBackend::join_process_group`]).
+#[derive(Clone)]
+pub struct ProcessGroup {
+    /// The backend's communicator.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) comm: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    /// This process's rank and the number of processes.
+    pub rank: usize,
+    /// See `rank`.
+    pub world: usize,
+}
+
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProcessGroup(rank {} of {})", self.rank, self.world)
+    }
+}
+
+/// A fresh id for a communicator across processes: the first process makes it and hands it
+/// to the others, which all join with it.
+pub fn nccl_unique_id() -> Result<NcclId, CollectiveUnavailable> {
+    #[cfg(feature = "cuda")]
+    {
+        nccl::unique_id()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(CollectiveUnavailable(
+            "NCCL: this build has no CUDA backend (build with the `cuda` feature)".into(),
+        ))
+    }
+}
 
 /// What the backends without collectives answer.
 const NO_COLLECTIVES: &str = "this backend has no collective operations (NCCL runs on CUDA only)";
@@ -97,6 +150,30 @@ pub trait CollectiveBackend: Backend {
             .collect();
         Self::all_reduce_mean_many(f32s, group)
     }
+
+    /// Joins the communicator `id` as `rank` of `world` processes, on `device` (every process
+    /// calls it with the same id; the call returns once all have). The default: no collective
+    /// on this backend.
+    fn join_process_group(
+        device: &Self::Device,
+        id: &NcclId,
+        rank: usize,
+        world: usize,
+    ) -> Result<ProcessGroup, CollectiveUnavailable> {
+        let _ = (device, id, rank, world);
+        Err(CollectiveUnavailable(NO_COLLECTIVES.into()))
+    }
+
+    /// [`all_reduce_mean_packed`](Self::all_reduce_mean_packed) over the processes of
+    /// `group` instead of the devices of this process: one NCCL call on the device's own
+    /// stream, after the work queued before it.
+    fn all_reduce_mean_packed_across(
+        tensors: Vec<FloatTensor<Self>>,
+        group: &ProcessGroup,
+    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
+        let _ = (tensors, group);
+        Err(CollectiveUnavailable(NO_COLLECTIVES.into()))
+    }
 }
 
 impl CollectiveBackend for burn::backend::Flex {}
@@ -133,6 +210,24 @@ impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
         let inner = tensors.into_iter().map(Self::inner).collect();
         let out = B::all_reduce_mean_packed(inner, group)?;
+        Ok(out.into_iter().map(Self::from_inner).collect())
+    }
+
+    fn join_process_group(
+        device: &Self::Device,
+        id: &NcclId,
+        rank: usize,
+        world: usize,
+    ) -> Result<ProcessGroup, CollectiveUnavailable> {
+        B::join_process_group(device, id, rank, world)
+    }
+
+    fn all_reduce_mean_packed_across(
+        tensors: Vec<FloatTensor<Self>>,
+        group: &ProcessGroup,
+    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
+        let inner = tensors.into_iter().map(Self::inner).collect();
+        let out = B::all_reduce_mean_packed_across(inner, group)?;
         Ok(out.into_iter().map(Self::from_inner).collect())
     }
 }

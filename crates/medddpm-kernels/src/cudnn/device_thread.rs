@@ -41,6 +41,17 @@ pub fn device_error() -> Option<String> {
         .take()
 }
 
+/// Keeps `message` as the device error (the first one since [`device_error`] last looked) and
+/// prints it: for other work handed to a device thread without waiting (the all-reduce
+/// across processes).
+pub(crate) fn record_device_error(message: String) {
+    eprintln!("{message}");
+    DEVICE_ERROR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert(message);
+}
+
 /// Whether `MEDDDPM_CUDNN_SYNC=1` keeps every call on the waiting path.
 pub(super) fn sync_requested() -> bool {
     static SYNC: OnceLock<bool> = OnceLock::new();

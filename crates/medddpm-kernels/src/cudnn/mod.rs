@@ -45,5 +45,6 @@ mod library;
 mod tests;
 
 pub use device_thread::device_error;
+pub(crate) use device_thread::record_device_error;
 pub use devices::init;
 pub use library::{CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};

@@ -7,9 +7,11 @@
 //! `periodic` (checkpoints, the loss curve and samples on the cadence).
 
 mod exchange;
+mod link;
 mod log;
 mod parallel;
 mod periodic;
+pub mod processes;
 mod scaler;
 mod session;
 mod shard;
@@ -131,15 +133,27 @@ pub fn train_on<B: KernelAutodiffBackend>(
         });
     };
     let shard = Shard::new(&config.train, 0, devices.len())?;
-    let mut s = Session::<B>::open(config, run, options, first, observer)?;
-    if options.compute.precision == Precision::F16 && s.state.loss_scale.is_none() {
-        s.state.loss_scale = Some(LossScale::new(config.train.loss_scale));
-    }
+    let s = open_session::<B>(config, run, options, first, observer)?;
     // One device alone, unless NCCL was asked for: a group of one runs the multi-device path.
     if devices.len() == 1 && options.collective != Collective::Nccl {
         return lead(s, config, run, options, first, Team::alone(shard), observer);
     }
     parallel::train(s, config, run, options, devices, observer)
+}
+
+/// The session on the first device, with f16's loss scale where the run starts one.
+fn open_session<B: KernelAutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    device: &B::Device,
+    observer: &mut dyn TrainObserver,
+) -> Result<Session<B>, TrainError> {
+    let mut s = Session::<B>::open(config, run, options, device, observer)?;
+    if options.compute.precision == Precision::F16 && s.state.loss_scale.is_none() {
+        s.state.loss_scale = Some(LossScale::new(config.train.loss_scale));
+    }
+    Ok(s)
 }
 
 /// The first replica's loop (the only one of a one-device run): its optimizer steps, with the

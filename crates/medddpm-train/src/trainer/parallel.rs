@@ -13,7 +13,7 @@ use super::exchange::{AbortOnDrop, Exchange};
 use super::session::Session;
 use super::shard::{Shard, Split};
 use super::step::{DataOrder, Replica};
-use super::team::{Team, STOPPED_BY_ANOTHER};
+use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{
     end_step, lead, optimizer_step, scaled, SessionOptions, TrainObserver, TrainSummary, Update,
 };
@@ -22,19 +22,19 @@ use crate::data::NiftiDataset;
 use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
 
 /// A replica on a device other than the first: its own data reader, weights and Adam state.
-struct Worker<B: KernelAutodiffBackend> {
-    rank: usize,
-    device: B::Device,
-    dataset: NiftiDataset,
-    schedule: CosineSchedule,
-    model: UNet<B>,
-    optim: FusedAdamOptimizer<UNet<B>, B>,
+pub(super) struct Worker<B: KernelAutodiffBackend> {
+    pub rank: usize,
+    pub device: B::Device,
+    pub dataset: NiftiDataset,
+    pub schedule: CosineSchedule,
+    pub model: UNet<B>,
+    pub optim: FusedAdamOptimizer<UNet<B>, B>,
     /// The step and micro-batch counter the session starts from.
-    step: usize,
-    micro_batches: usize,
+    pub step: usize,
+    pub micro_batches: usize,
     /// f16's loss scale, kept in step with the lead's (every replica checks the same averaged
     /// gradients).
-    loss_scale: Option<LossScale>,
+    pub loss_scale: Option<LossScale>,
 }
 
 impl<B: KernelAutodiffBackend> Worker<B> {
@@ -68,7 +68,7 @@ impl<B: KernelAutodiffBackend> Worker<B> {
 
     /// The worker's optimizer steps to `end`, the same sequence as the lead's without the EMA,
     /// the log and the checkpoints.
-    fn run(
+    pub fn run(
         mut self,
         config: &ExperimentConfig,
         options: &SessionOptions,
@@ -143,7 +143,7 @@ pub(super) fn train<B: KernelAutodiffBackend>(
             .map(|w| {
                 let team = Team::member(
                     Shard::new(&config.train, w.rank, world)?,
-                    &exchange,
+                    Link::Threads(&exchange),
                     collective,
                     group.clone(),
                     format!("{:?}", w.device),
@@ -162,7 +162,7 @@ pub(super) fn train<B: KernelAutodiffBackend>(
         let guard = AbortOnDrop(Some(&exchange));
         let team = Team::member(
             shard,
-            &exchange,
+            Link::Threads(&exchange),
             collective,
             group.clone(),
             format!("{:?}", devices[0]),
@@ -186,7 +186,7 @@ pub(super) fn train<B: KernelAutodiffBackend>(
 }
 
 /// What a run on several devices says when it starts.
-fn describe(config: &ExperimentConfig, shard: &Shard, collective: Collective) -> String {
+pub(super) fn describe(config: &ExperimentConfig, shard: &Shard, collective: Collective) -> String {
     let (t, world) = (&config.train, shard.world);
     let share = match shard.split {
         Split::Accumulation => format!(
@@ -225,7 +225,7 @@ fn panicked<D: std::fmt::Debug>(
 
 /// The session's outcome: the lead's, unless it only stopped because a worker did, whose own
 /// error then says why.
-fn first_cause(
+pub(super) fn first_cause(
     lead: Result<TrainSummary, TrainError>,
     workers: Vec<Result<(), TrainError>>,
 ) -> Result<TrainSummary, TrainError> {

@@ -10,20 +10,51 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, DeviceId};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
-use medddpm_kernels::{Collective, CollectiveBackend};
+use medddpm_kernels::{Collective, CollectiveBackend, ProcessGroup};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
 use super::exchange::{Aborted, Exchange};
+use super::link::ProcessLink;
 use super::shard::Shard;
 use crate::TrainError;
 
 /// How the errors of replicas that only stopped because another one did begin.
 pub(super) const STOPPED_BY_ANOTHER: &str = "stopped because another replica";
 
+/// How the replicas of a team meet.
+#[derive(Clone, Copy)]
+pub(super) enum Link<'a> {
+    /// Threads of one process.
+    Threads(&'a Exchange),
+    /// A process each: the host's meetings over the loopback connections, and NCCL's
+    /// communicator across the processes where the collective is NCCL.
+    Processes(&'a ProcessLink, Option<&'a ProcessGroup>),
+}
+
+impl Link<'_> {
+    /// Every replica's `value` (as bytes through `to` and `from` between processes).
+    fn all_gather<T: Clone + Send + 'static>(
+        &self,
+        rank: usize,
+        value: T,
+        to: impl FnOnce(T) -> Vec<u8>,
+        from: impl Fn(&[u8]) -> T,
+    ) -> Result<Vec<T>, Aborted> {
+        match self {
+            Link::Threads(exchange) => exchange.all_gather(rank, value),
+            Link::Processes(link, _) => Ok(link
+                .all_gather(to(value))?
+                .iter()
+                .map(|b| from(b))
+                .collect()),
+        }
+    }
+}
+
 /// One replica's view of its team.
 pub(super) struct Team<'a> {
     pub shard: Shard,
-    exchange: Option<&'a Exchange>,
+    link: Option<Link<'a>>,
     collective: Collective,
     /// Every replica's device, in rank order (NCCL's group).
     group: Vec<DeviceId>,
@@ -36,7 +67,7 @@ impl<'a> Team<'a> {
     pub fn alone(shard: Shard) -> Self {
         Self {
             shard,
-            exchange: None,
+            link: None,
             collective: Collective::Host,
             group: Vec::new(),
             device: String::new(),
@@ -46,14 +77,14 @@ impl<'a> Team<'a> {
     /// Replica `shard.rank` of a run on the devices `group`.
     pub fn member(
         shard: Shard,
-        exchange: &'a Exchange,
+        link: Link<'a>,
         collective: Collective,
         group: Vec<DeviceId>,
         device: String,
     ) -> Self {
         Self {
             shard,
-            exchange: Some(exchange),
+            link: Some(link),
             collective,
             group,
             device,
@@ -76,11 +107,16 @@ impl<'a> Team<'a> {
     /// batch failed stops the others here, before any of them enters a collective that would
     /// wait for it forever.
     pub fn ready<T>(&self, outcome: Result<T, TrainError>) -> Result<T, TrainError> {
-        let Some(exchange) = self.exchange else {
+        let Some(link) = self.link else {
             return outcome;
         };
-        let all = exchange
-            .all_gather(self.shard.rank, outcome.is_ok())
+        let all = link
+            .all_gather(
+                self.shard.rank,
+                outcome.is_ok(),
+                |ok| vec![ok as u8],
+                |b| b == [1],
+            )
             .map_err(|a| self.aborted(a))?;
         let value = outcome?;
         if all.iter().all(|ok| *ok) {
@@ -92,11 +128,16 @@ impl<'a> Team<'a> {
 
     /// The mean of every replica's `loss` (each the mean over an equal share of the step).
     pub fn mean_loss(&self, loss: f32) -> Result<f32, TrainError> {
-        let Some(exchange) = self.exchange else {
+        let Some(link) = self.link else {
             return Ok(loss);
         };
-        let all = exchange
-            .all_gather(self.shard.rank, loss)
+        let all = link
+            .all_gather(
+                self.shard.rank,
+                loss,
+                |l| l.to_le_bytes().to_vec(),
+                |b| b.try_into().map_or(f32::NAN, f32::from_le_bytes),
+            )
             .map_err(|a| self.aborted(a))?;
         Ok(all.iter().sum::<f32>() / all.len() as f32)
     }
@@ -112,7 +153,7 @@ impl<'a> Team<'a> {
         mut grads: GradientsParams,
         device: &B::Device,
     ) -> Result<GradientsParams, TrainError> {
-        let Some(exchange) = self.exchange else {
+        let Some(link) = self.link else {
             return Ok(grads);
         };
         if self.collective == Collective::Nccl && !flat_all_reduce() {
@@ -122,9 +163,18 @@ impl<'a> Team<'a> {
             };
             model.visit(&mut take);
             let (ids, parts): (Vec<ParamId>, Vec<_>) = take.parts.into_iter().unzip();
-            let means =
-                <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(parts, &self.group)
-                    .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
+            let means = match link {
+                Link::Processes(_, Some(group)) => {
+                    <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed_across(
+                        parts, group,
+                    )
+                }
+                _ => <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(
+                    parts,
+                    &self.group,
+                ),
+            }
+            .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
             let mut give = Give::<B> {
                 grads: &mut grads,
                 parts: ids.into_iter().zip(means).peekable(),
@@ -144,14 +194,21 @@ impl<'a> Team<'a> {
         }
         let flat = Tensor::cat(parts, 0);
         let mean = if self.collective == Collective::Nccl {
+            if matches!(link, Link::Processes(..)) {
+                return Err(self.error(
+                    "MEDDDPM_ALL_REDUCE_FLAT=1 compares the in-process all-reduces; a run of one process per device packs its gradients",
+                ));
+            }
             let prim = flat.into_primitive().tensor();
             let out = <B::InnerBackend as CollectiveBackend>::all_reduce_mean(prim, &self.group)
                 .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
             Tensor::from_primitive(TensorPrimitive::Float(out))
         } else {
-            let all = exchange
-                .all_gather(self.shard.rank, flat)
-                .map_err(|a| self.aborted(a))?;
+            let all = match link {
+                Link::Threads(exchange) => exchange.all_gather(self.shard.rank, flat),
+                Link::Processes(link, _) => host_gather(link, flat, device),
+            }
+            .map_err(|a| self.aborted(a))?;
             let world = all.len();
             let mut sum: Option<Tensor<B::InnerBackend, 1>> = None;
             for t in all {
@@ -172,6 +229,28 @@ impl<'a> Team<'a> {
         model.visit(&mut unflatten);
         Ok(grads)
     }
+}
+
+/// Every process's flat gradient, through host memory, as tensors on `device`.
+fn host_gather<B: burn::tensor::backend::Backend>(
+    link: &ProcessLink,
+    flat: Tensor<B, 1>,
+    device: &B::Device,
+) -> Result<Vec<Tensor<B, 1>>, Aborted> {
+    let values = flat.into_data().convert::<f32>();
+    let bytes = values.as_bytes().to_vec();
+    let all = link.all_gather(bytes)?;
+    Ok(all
+        .into_iter()
+        .map(|b| {
+            let floats: Vec<f32> = b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("four bytes")))
+                .collect();
+            let n = floats.len();
+            Tensor::from_data(burn::tensor::TensorData::new(floats, [n]), device)
+        })
+        .collect())
 }
 
 /// `MEDDDPM_ALL_REDUCE_FLAT=1`: NCCL averages one flat tensor built with tensor operations

@@ -1,0 +1,356 @@
+//! A data-parallel run with one process per device, as PyTorch's DDP runs: the lead process
+//! (rank 0, the first device) opens the session, starts a replica process for every other
+//! device through the caller's [`ReplicaLauncher`], hands each the session's start (the
+//! experiment, the weights, Adam's state, NCCL's communicator id), and then every process
+//! trains its replica; they meet each step over loopback connections ([`ProcessLink`]) and,
+//! on CUDA, average their gradients with one NCCL all-reduce across the processes.
+//!
+//! Why processes: two replicas driven from one process wait for each other inside the CUDA
+//! driver (docs/distributed.md, "Measured"); two processes do not.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use medddpm_diffusion::CosineSchedule;
+use medddpm_kernels::{
+    nccl_unique_id, Collective, CollectiveBackend, Compute, NcclId, ProcessGroup,
+};
+use medddpm_unet::{KernelAutodiffBackend, UNet};
+use serde::{Deserialize, Serialize};
+
+pub use super::link::ReplicaSpec;
+use super::link::{ProcessLink, Rendezvous, CONNECT_TIMEOUT};
+
+use super::parallel::{first_cause, Worker};
+use super::session::Session;
+use super::shard::Shard;
+use super::team::{Link, Team, STOPPED_BY_ANOTHER};
+use super::{end_step, lead, open_session, SessionOptions, TrainObserver, TrainSummary};
+use crate::checkpoint::{LossScale, RunDir};
+use crate::data::NiftiDataset;
+use crate::integrity::{decode_record, load_record_bytes};
+use crate::{ExperimentConfig, FusedAdam, TrainError};
+
+/// A replica process the lead started.
+pub trait LaunchedReplica: Send {
+    /// `Some(why)` once it has ended (its exit status), `None` while it runs.
+    fn ended(&mut self) -> Option<String>;
+    /// Waits for it to end: `None` when it succeeded, else why not.
+    fn wait(&mut self) -> Option<String>;
+    /// Ends it now.
+    fn kill(&mut self);
+}
+
+impl LaunchedReplica for std::process::Child {
+    fn ended(&mut self) -> Option<String> {
+        match self.try_wait() {
+            Ok(Some(status)) => Some(format!("its process ended ({status})")),
+            Ok(None) => None,
+            Err(e) => Some(format!("its process cannot be watched: {e}")),
+        }
+    }
+
+    fn wait(&mut self) -> Option<String> {
+        match std::process::Child::wait(self) {
+            Ok(status) if status.success() => None,
+            Ok(status) => Some(format!("its process ended ({status})")),
+            Err(e) => Some(format!("its process cannot be watched: {e}")),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = std::process::Child::kill(self);
+        let _ = std::process::Child::wait(self);
+    }
+}
+
+/// Starts the replica process that `spec` describes (the binary decides how: `medddpm`
+/// runs itself again with the spec on its command line).
+pub trait ReplicaLauncher {
+    /// Starts replica `spec.rank` on device `spec.device`.
+    fn launch(&self, spec: &ReplicaSpec) -> std::io::Result<Box<dyn LaunchedReplica>>;
+}
+
+/// What the lead hands every replica before the first step.
+#[derive(Debug, Serialize, Deserialize)]
+struct Start {
+    config_toml: String,
+    compute: Compute,
+    collective: Collective,
+    /// The step the session stops at.
+    end: usize,
+    step: usize,
+    micro_batches: usize,
+    loss_scale: Option<LossScale>,
+    nccl_id: Option<NcclId>,
+}
+
+/// Trains (or resumes) the experiment in `run` on the CUDA (or other) devices `devices`, one
+/// process each: this process is the lead on `device` (`devices[0]`) and keeps the EMA, the
+/// log and the checkpoints; `launcher` starts the others. The result equals [`super::train_on`]'s
+/// on the same devices (the same examples, noise and order of sums).
+pub fn train_processes<B: KernelAutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    (devices, device): (&[usize], &B::Device),
+    launcher: &dyn ReplicaLauncher,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let world = devices.len();
+    let shard = Shard::new(&config.train, 0, world)?;
+    let s = open_session::<B>(config, run, options, device, observer)?;
+    let collective = match options.collective {
+        Collective::Auto => Collective::Host,
+        c => c,
+    };
+    let lead_error = |message: String| TrainError::Replica {
+        rank: 0,
+        device: format!("{device:?}"),
+        message,
+    };
+    let rendezvous = Rendezvous::bind(world)
+        .map_err(|e| lead_error(format!("cannot listen for replicas: {e}")))?;
+    let mut replicas = Replicas(Vec::new());
+    for (rank, &index) in devices.iter().enumerate().skip(1) {
+        let spec = rendezvous
+            .spec(rank, index)
+            .map_err(|e| lead_error(e.to_string()))?;
+        let child = launcher.launch(&spec).map_err(|e| TrainError::Replica {
+            rank,
+            device: index.to_string(),
+            message: format!("cannot start its process: {e}"),
+        })?;
+        replicas.0.push(child);
+    }
+    let link = rendezvous
+        .accept(CONNECT_TIMEOUT, &mut || replicas.first_ended())
+        .map_err(|e| lead_error(format!("starting the replica processes: {e}")))?;
+    observer.message(&format!(
+        "{}, one process per device",
+        super::parallel::describe(config, &shard, collective)
+    ));
+    let nccl_id = match collective {
+        Collective::Nccl => Some(nccl_unique_id().map_err(|e| lead_error(e.to_string()))?),
+        _ => None,
+    };
+    let start = Start {
+        config_toml: config.to_toml(),
+        compute: options.compute,
+        collective,
+        end: end_step(config, options, s.state.step),
+        step: s.state.step,
+        micro_batches: s.state.micro_batches,
+        loss_scale: s.state.loss_scale,
+        nccl_id: nccl_id.clone(),
+    };
+    let sent = send_start(&link, &start, &s).map_err(|e| {
+        link.abort("");
+        lead_error(e)
+    });
+    sent?;
+    let group = match &nccl_id {
+        Some(id) => Some(join::<B>(device, id, 0, world).map_err(|e| {
+            link.abort("");
+            lead_error(e)
+        })?),
+        None => None,
+    };
+    let team = Team::member(
+        shard,
+        Link::Processes(&link, group.as_ref()),
+        collective,
+        Vec::new(),
+        format!("{device:?}"),
+    );
+    let out = lead(s, config, run, options, device, team, observer);
+    if out.is_err() {
+        link.abort("");
+    }
+    let ended = replicas.wait(out.is_err());
+    let replica_error = |rank: usize, message: String| TrainError::Replica {
+        rank,
+        device: devices[rank].to_string(),
+        message,
+    };
+    let mut outs: Vec<Result<(), TrainError>> = ended
+        .into_iter()
+        .enumerate()
+        .map(|(i, why)| match why {
+            None => Ok(()),
+            Some(why) => Err(replica_error(i + 1, why)),
+        })
+        .collect();
+    // The replica's own words come first: its exit status says less.
+    if let Some((rank, message)) = link.failure() {
+        if !message.starts_with(STOPPED_BY_ANOTHER) {
+            outs.insert(0, Err(replica_error(rank, message)));
+        }
+    }
+    first_cause(out, outs)
+}
+
+/// Sends the start, then the weights and Adam's state, to every replica.
+fn send_start<B: KernelAutodiffBackend>(
+    link: &ProcessLink,
+    start: &Start,
+    s: &Session<B>,
+) -> Result<(), String> {
+    let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
+    let json = serde_json::to_vec(start).map_err(|e| e.to_string())?;
+    let model = Recorder::<B>::record(&recorder, s.model.clone().into_record(), ())
+        .map_err(|e| format!("encoding the weights: {e}"))?;
+    let optim = Recorder::<B>::record(&recorder, s.optim.to_record(), ())
+        .map_err(|e| format!("encoding Adam's state: {e}"))?;
+    for bytes in [json, model, optim] {
+        link.broadcast(bytes)
+            .map_err(|_| "a replica process went away before the first step".to_string())?;
+    }
+    Ok(())
+}
+
+/// Joins NCCL's communicator across the processes.
+fn join<B: KernelAutodiffBackend>(
+    device: &B::Device,
+    id: &NcclId,
+    rank: usize,
+    world: usize,
+) -> Result<ProcessGroup, String> {
+    <B::InnerBackend as CollectiveBackend>::join_process_group(device, id, rank, world)
+        .map_err(|e| format!("joining NCCL's communicator: {e}"))
+}
+
+/// Replica `spec.rank` of a run whose lead is at `spec.lead`, on `device`: its optimizer steps
+/// to the lead's end. An error is also sent to the lead, whose run then stops with it.
+pub fn train_replica<B: KernelAutodiffBackend>(
+    spec: &ReplicaSpec,
+    device: &B::Device,
+) -> Result<(), TrainError> {
+    let error = |message: String| TrainError::Replica {
+        rank: spec.rank,
+        device: format!("{device:?}"),
+        message,
+    };
+    let link = ProcessLink::connect(spec)
+        .map_err(|e| error(format!("cannot reach the lead at {}: {e}", spec.lead)))?;
+    let out = replica_session::<B>(&link, spec, device);
+    if let Err(e) = &out {
+        link.abort(&e.to_string());
+    }
+    out
+}
+
+fn replica_session<B: KernelAutodiffBackend>(
+    link: &ProcessLink,
+    spec: &ReplicaSpec,
+    device: &B::Device,
+) -> Result<(), TrainError> {
+    let error = |message: String| TrainError::Replica {
+        rank: spec.rank,
+        device: format!("{device:?}"),
+        message,
+    };
+    let lost = |_| {
+        error(format!(
+            "{STOPPED_BY_ANOTHER} stopped before the first step"
+        ))
+    };
+    let start: Start = serde_json::from_slice(&link.broadcast(Vec::new()).map_err(lost)?)
+        .map_err(|e| error(format!("the lead's start does not read: {e}")))?;
+    let model_bytes = link.broadcast(Vec::new()).map_err(lost)?;
+    let optim_bytes = link.broadcast(Vec::new()).map_err(lost)?;
+    let config = ExperimentConfig::from_toml(&start.config_toml)
+        .map_err(|e| error(format!("the lead's experiment does not read: {e}")))?;
+    let settings = &config.train;
+    let from_lead = Path::new("<the lead's weights>");
+    let configured: UNet<B> = config.model.init(device)?.with_compute(start.compute);
+    let model = load_record_bytes(&configured, model_bytes, from_lead, device)?;
+    let optim = FusedAdam {
+        beta_1: settings.adam_beta1,
+        beta_2: settings.adam_beta2,
+        epsilon: settings.adam_epsilon,
+    }
+    .init::<B, UNet<B>>()
+    .load_record(decode_record(
+        optim_bytes,
+        Path::new("<the lead's Adam state>"),
+        device,
+    )?);
+    let worker = Worker {
+        rank: spec.rank,
+        device: device.clone(),
+        dataset: NiftiDataset::open(&config.data)?,
+        schedule: CosineSchedule::new(config.diffusion.timesteps),
+        model,
+        optim,
+        step: start.step,
+        micro_batches: start.micro_batches,
+        loss_scale: start.loss_scale,
+    };
+    let group = match &start.nccl_id {
+        Some(id) => Some(join::<B>(device, id, spec.rank, spec.world).map_err(error)?),
+        None => None,
+    };
+    let options = SessionOptions {
+        compute: start.compute,
+        collective: start.collective,
+        ..Default::default()
+    };
+    let team = Team::member(
+        Shard::new(settings, spec.rank, spec.world)?,
+        Link::Processes(link, group.as_ref()),
+        start.collective,
+        Vec::new(),
+        format!("{device:?}"),
+    );
+    worker.run(&config, &options, team, start.end)
+}
+
+/// The replica processes of a run (rank `i + 1` at `i`).
+struct Replicas(Vec<Box<dyn LaunchedReplica>>);
+
+impl Replicas {
+    /// The first replica that already ended, with its rank.
+    fn first_ended(&mut self) -> Option<String> {
+        self.0
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, r)| r.ended().map(|why| format!("replica {}: {why}", i + 1)))
+    }
+
+    /// Waits for every replica: `None` for one that succeeded, else why not. After a failure
+    /// each has a minute to stop (it learns at its next meeting) before it is killed.
+    fn wait(mut self, failed: bool) -> Vec<Option<String>> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let out = self
+            .0
+            .iter_mut()
+            .map(|r| {
+                if failed {
+                    while r.ended().is_none() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    if r.ended().is_none() {
+                        r.kill();
+                        return Some("killed: it did not stop within a minute of the lead".into());
+                    }
+                }
+                r.wait()
+            })
+            .collect();
+        self.0.clear();
+        out
+    }
+}
+
+impl Drop for Replicas {
+    /// A lead that returns early (an error before the first step) takes its replicas along.
+    fn drop(&mut self) {
+        for r in &mut self.0 {
+            r.kill();
+        }
+    }
+}
