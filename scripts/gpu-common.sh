@@ -41,3 +41,12 @@ pack_tune_cache() {
   (cd "$MEDDDPM_TUNE_CACHE" && { ls -d */cuda-driver-jit; find . -name 'ptx*'; } 2>/dev/null \
     | XZ_OPT=-T0 tar cJf "$1/compiled.txz" -T -)
 }
+
+# cudarc opens libnccl.so; PyTorch's NCCL wheel ships libnccl.so.2 only: link it in /tmp/nccl.
+# NVLink multicast stays off (the device README: it can take the host's GPUs out of service).
+nccl_library() {
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)/lib
+  mkdir -p /tmp/nccl && ln -sf "$NCCL_DIR/libnccl.so.2" /tmp/nccl/libnccl.so
+  export LD_LIBRARY_PATH=/tmp/nccl:${LD_LIBRARY_PATH:-}
+}

@@ -26,24 +26,19 @@ set -u
 SECONDS=0
 out=$1; cells=$2; total=${TOTAL:-560}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-# NVLink multicast stays off (the device README: it can take the host's GPUs out of service).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 . scripts/gpu-common.sh
 unpack_binary
 tune_cache
+nccl_library
 for p in "$MEDDDPM_TUNE_CACHE"/cuda-bf16 "$MEDDDPM_TUNE_CACHE"/cuda-tf32; do
   a=$p/autotune/0.10.0; mkdir -p "$a/device-0-0-cuda"
   for i in 1 2 3 4 5 6 7; do
     [ "$i" = 0 ] || [ -e "$a/device-0-$i-cuda" ] || ln -s device-0-0-cuda "$a/device-0-$i-cuda"
   done
 done
-# cudarc opens libnccl.so; PyTorch's NCCL wheel ships libnccl.so.2.
-nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)/lib
-mkdir -p /tmp/nccl && ln -sf "$nccl/libnccl.so.2" /tmp/nccl/libnccl.so
-export LD_LIBRARY_PATH=/tmp/nccl:${LD_LIBRARY_PATH:-}
 { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   lscpu
-  nvidia-smi topo -m; ls -la "$nccl"; } > "$out/machine.txt" 2>&1
+  nvidia-smi topo -m; ls -la "$NCCL_DIR"; } > "$out/machine.txt" 2>&1
 if [ -n "${CHECK_COLLECTIVE:-}" ]; then
   timeout 120 /tmp/medddpm check-kernels --backend cuda --collective-devices "$CHECK_COLLECTIVE" \
     --out "$out/collective.json" > "$out/collective.log" 2>&1

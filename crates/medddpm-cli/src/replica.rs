@@ -103,10 +103,12 @@ pub fn run(args: ReplicaArgs) -> anyhow::Result<()> {
     let token = std::env::var(TOKEN_VAR).map_err(|_| {
         anyhow::anyhow!("`medddpm replica` is started by `medddpm train --launch processes`, which sets {TOKEN_VAR}")
     })?;
+    // One device; `processes` lets the CPU backend take an index other than 0 (each CPU
+    // process is its own device).
     let settings = ComputeSettings {
         show_tuning: false,
         collective: Collective::Host,
-        launch: Launch::Threads,
+        launch: Launch::Processes,
         ..args.compute.settings()
     };
     let device = match settings.devices.as_slice() {

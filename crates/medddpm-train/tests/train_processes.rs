@@ -94,11 +94,25 @@ fn saved(config: &ExperimentConfig, checkpoint: &Path) -> (Vec<Vec<f32>>, Vec<Ve
 fn replicas_in_processes_train_like_one_device_bit_for_bit() {
     let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
-    let config = config(tmp.path());
+    two_and_four(config(tmp.path()), tmp.path(), &[0, 1]);
+}
+
+/// The four-device path (issue 17's, without four GPUs): four processes' worth of replicas.
+#[test]
+fn four_replicas_in_processes_train_like_one_device() {
+    let _serial = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config(tmp.path());
+    config.train.grad_accum = 4;
+    two_and_four(config, tmp.path(), &[0, 1, 2, 3]);
+}
+
+/// One device accumulating the step's micro-batches against a process per device.
+fn two_and_four(config: ExperimentConfig, tmp: &Path, devices: &[usize]) {
     let mut one = Losses(Vec::new());
     let alone = medddpm_train::train_on::<A>(
         &config,
-        &RunDir::new(tmp.path().join("one")),
+        &RunDir::new(tmp.join("one")),
         &options(),
         &[Default::default()],
         &mut one,
@@ -107,9 +121,9 @@ fn replicas_in_processes_train_like_one_device_bit_for_bit() {
     let mut two = Losses(Vec::new());
     let split = train_processes::<A>(
         &config,
-        &RunDir::new(tmp.path().join("two")),
+        &RunDir::new(tmp.join("split")),
         &options(),
-        (&[0, 1], &Default::default()),
+        (devices, &Default::default()),
         &Threads(|_| {}),
         &mut two,
     )

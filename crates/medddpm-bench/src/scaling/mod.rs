@@ -321,7 +321,13 @@ fn measure<B: KernelAutodiffBackend>(
 
 /// How busy one device's host threads were per step, where counted.
 fn threads_line(r: &ScalingRecord) -> String {
-    let t = |k: &str| r.threads_ms.get(k).map(|v| v / r.devices as f64);
+    // With a process per device the counts are the lead process's: one device's already.
+    let per = if r.launch == "processes" {
+        1
+    } else {
+        r.devices
+    };
+    let t = |k: &str| r.threads_ms.get(k).map(|v| v / per as f64);
     match (t("fusion thread running"), t("device thread running")) {
         (Some(f), Some(d)) => format!(
             "; per device and step: fusion thread running {f:.1} ms, device thread running {d:.1} ms"

@@ -31,7 +31,7 @@ use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{end_step, lead, open_session, SessionOptions, TrainObserver, TrainSummary};
 use crate::checkpoint::{LossScale, RunDir};
 use crate::data::NiftiDataset;
-use crate::integrity::{decode_record, load_record_bytes};
+use crate::integrity::decode_record;
 use crate::{ExperimentConfig, FusedAdam, TrainError};
 
 /// A replica process the lead started.
@@ -152,6 +152,18 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         lead_error(e)
     });
     sent?;
+    // Every replica has its weights, Adam state and data before any process enters NCCL's
+    // initialisation, which would wait for ever for one that failed.
+    if link.all_gather(vec![1]).is_err() {
+        return Err(match link.failure() {
+            Some((rank, message)) => TrainError::Replica {
+                rank,
+                device: devices[rank].to_string(),
+                message,
+            },
+            None => lead_error("a replica process went away before the first step".into()),
+        });
+    }
     let group = match &nccl_id {
         Some(id) => Some(join::<B>(device, id, 0, world).map_err(|e| {
             link.abort("");
@@ -237,8 +249,11 @@ pub fn train_replica<B: KernelAutodiffBackend>(
     let link = ProcessLink::connect(spec)
         .map_err(|e| error(format!("cannot reach the lead at {}: {e}", spec.lead)))?;
     let out = replica_session::<B>(&link, spec, device);
-    if let Err(e) = &out {
-        link.abort(&e.to_string());
+    match &out {
+        // The lead names the replica and its device itself.
+        Err(TrainError::Replica { message, .. }) => link.abort(message),
+        Err(e) => link.abort(&e.to_string()),
+        Ok(()) => {}
     }
     out
 }
@@ -265,9 +280,12 @@ fn replica_session<B: KernelAutodiffBackend>(
     let config = ExperimentConfig::from_toml(&start.config_toml)
         .map_err(|e| error(format!("the lead's experiment does not read: {e}")))?;
     let settings = &config.train;
+    // The lead's weights in memory, checked when they were read: no check again, whose
+    // reductions over every parameter would make this process tune kernels the lead never
+    // runs (on the H100, longer than a minute in TF32).
     let from_lead = Path::new("<the lead's weights>");
     let configured: UNet<B> = config.model.init(device)?.with_compute(start.compute);
-    let model = load_record_bytes(&configured, model_bytes, from_lead, device)?;
+    let model = configured.load_record(decode_record(model_bytes, from_lead, device)?);
     let optim = FusedAdam {
         beta_1: settings.adam_beta1,
         beta_2: settings.adam_beta2,
@@ -290,6 +308,8 @@ fn replica_session<B: KernelAutodiffBackend>(
         micro_batches: start.micro_batches,
         loss_scale: start.loss_scale,
     };
+    // Ready: see `train_processes`.
+    link.all_gather(vec![1]).map_err(lost)?;
     let group = match &start.nccl_id {
         Some(id) => Some(join::<B>(device, id, spec.rank, spec.world).map_err(error)?),
         None => None,

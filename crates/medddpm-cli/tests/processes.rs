@@ -1,0 +1,146 @@
+//! `--launch processes` end to end on the CPU: `medddpm train` starts a replica process
+//! (`medddpm replica`) per extra device index, and the run trains like one device
+//! accumulating the same micro-batches; `bench --devices` measures the processes too.
+
+use std::path::Path;
+use std::process::Command;
+
+fn medddpm(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn experiment(dir: &Path) -> String {
+    format!(
+        r#"
+[model]
+in_channels = 3
+out_channels = 1
+model_channels = 8
+channel_mult = [1, 2]
+attention_resolutions = []
+image_size = 16
+num_groups = 8
+
+[diffusion]
+timesteps = 50
+
+[data]
+source = {{ layout = "phantom", dir = {:?}, count = 4, size = [16, 16, 16], seed = 3 }}
+
+[train]
+steps = 3
+lr = 1e-3
+batch_size = 1
+grad_accum = 2
+save_every = 3
+samples_per_checkpoint = 0
+ema_start = 1
+"#,
+        dir.join("phantoms")
+    )
+}
+
+/// Every step's loss as `metrics.jsonl` logged it.
+fn losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn two_cpu_processes_train_like_one_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("exp.toml");
+    std::fs::write(&file, experiment(tmp.path())).unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let dir = tmp.path().join(name);
+        let mut args = vec![
+            "train",
+            "--backend",
+            "cpu",
+            "--experiment",
+            file.to_str().unwrap(),
+            "--run-dir",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let (ok, stderr) = medddpm(&args);
+        assert!(ok, "{stderr}");
+        (dir, stderr)
+    };
+    let (one, _) = run("one", &[]);
+    let (two, stderr) = run("two", &["--devices", "0,1", "--launch", "processes"]);
+    assert!(stderr.contains("one process per device"), "{stderr}");
+    assert_eq!(losses(&two), losses(&one));
+    assert_eq!(losses(&one).len(), 3);
+    // The lead alone writes: one run folder, its checkpoint verifies.
+    let (ok, stderr) = medddpm(&["inspect", two.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+}
+
+#[test]
+fn the_replica_command_is_only_for_a_lead() {
+    let (ok, stderr) = medddpm(&[
+        "replica",
+        "--lead",
+        "127.0.0.1:1",
+        "--rank",
+        "1",
+        "--world",
+        "2",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("--launch processes"), "{stderr}");
+}
+
+#[test]
+fn bench_devices_measures_processes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("scaling");
+    let (ok, stderr) = medddpm(&[
+        "bench",
+        "--devices",
+        "0,1",
+        "--launch",
+        "processes",
+        "--backends",
+        "cpu",
+        "--precisions",
+        "fp32",
+        "--layouts",
+        "ncdhw",
+        "--model",
+        "tiny",
+        "--size",
+        "16",
+        "--warmup",
+        "0",
+        "--steps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(out.join("scaling.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[1]["launch"].as_str(), Some("processes"));
+    assert_eq!(records[1]["collective"].as_str(), Some("host"));
+    assert_eq!(records[0]["launch"].as_str(), Some("threads"));
+}
