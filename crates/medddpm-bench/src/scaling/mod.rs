@@ -265,22 +265,17 @@ fn measure<B: KernelAutodiffBackend>(
         profile_result: Ok(()),
     };
     let processes = env.launch == Launch::Processes && k > 1;
+    let run = RunDir::new(&run_dir);
     match processes {
         true => medddpm_train::train_processes::<B>(
             &config,
-            &RunDir::new(&run_dir),
+            &run,
             &options,
             (ids, &devices[0]),
             &*launcher(env),
             &mut clock,
         ),
-        false => medddpm_train::train_on::<B>(
-            &config,
-            &RunDir::new(&run_dir),
-            &options,
-            devices,
-            &mut clock,
-        ),
+        false => medddpm_train::train_on::<B>(&config, &run, &options, devices, &mut clock),
     }
     .map_err(|e| Error::Scaling(format!("training on {k} device(s): {e}")))?;
     clock.profile_result?;

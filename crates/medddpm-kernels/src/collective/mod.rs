@@ -13,6 +13,8 @@
 mod check;
 #[cfg(feature = "cuda")]
 mod nccl;
+#[cfg(feature = "cuda")]
+mod nccl_process;
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;
@@ -87,7 +89,7 @@ impl std::fmt::Debug for ProcessGroup {
 pub fn nccl_unique_id() -> Result<NcclId, CollectiveUnavailable> {
     #[cfg(feature = "cuda")]
     {
-        nccl::unique_id()
+        nccl_process::unique_id()
     }
     #[cfg(not(feature = "cuda"))]
     {

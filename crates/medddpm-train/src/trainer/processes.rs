@@ -112,23 +112,10 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         device: format!("{device:?}"),
         message,
     };
-    let rendezvous = Rendezvous::bind(world)
-        .map_err(|e| lead_error(format!("cannot listen for replicas: {e}")))?;
-    let mut replicas = Replicas(Vec::new());
-    for (rank, &index) in devices.iter().enumerate().skip(1) {
-        let spec = rendezvous
-            .spec(rank, index)
-            .map_err(|e| lead_error(e.to_string()))?;
-        let child = launcher.launch(&spec).map_err(|e| TrainError::Replica {
-            rank,
-            device: index.to_string(),
-            message: format!("cannot start its process: {e}"),
-        })?;
-        replicas.0.push(child);
-    }
-    let link = rendezvous
-        .accept(CONNECT_TIMEOUT, &mut || replicas.first_ended())
-        .map_err(|e| lead_error(format!("starting the replica processes: {e}")))?;
+    let (replicas, link) = start_replicas(devices, launcher).map_err(|e| match e {
+        Started::Lead(message) => lead_error(message),
+        Started::Replica(e) => e,
+    })?;
     observer.message(&format!(
         "{}, one process per device",
         super::parallel::describe(config, &shard, collective)
@@ -147,11 +134,10 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         loss_scale: s.state.loss_scale,
         nccl_id: nccl_id.clone(),
     };
-    let sent = send_start(&link, &start, &s).map_err(|e| {
+    if let Err(e) = send_start(&link, &start, &s) {
         link.abort("");
-        lead_error(e)
-    });
-    sent?;
+        return Err(lead_error(e));
+    }
     // Every replica has its weights, Adam state and data before any process enters NCCL's
     // initialisation, which would wait for ever for one that failed.
     if link.all_gather(vec![1]).is_err() {
@@ -183,6 +169,50 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         link.abort("");
     }
     let ended = replicas.wait(out.is_err());
+    first_cause(out, replica_outcomes(&link, ended, devices))
+}
+
+/// Why the replicas did not start: the lead's own trouble, or a replica's.
+enum Started {
+    Lead(String),
+    Replica(TrainError),
+}
+
+/// Starts a replica process for every device after the first and waits until each has
+/// connected.
+fn start_replicas(
+    devices: &[usize],
+    launcher: &dyn ReplicaLauncher,
+) -> Result<(Replicas, ProcessLink), Started> {
+    let rendezvous = Rendezvous::bind(devices.len())
+        .map_err(|e| Started::Lead(format!("cannot listen for replicas: {e}")))?;
+    let mut replicas = Replicas(Vec::new());
+    for (rank, &index) in devices.iter().enumerate().skip(1) {
+        let spec = rendezvous
+            .spec(rank, index)
+            .map_err(|e| Started::Lead(e.to_string()))?;
+        let child = launcher.launch(&spec).map_err(|e| {
+            Started::Replica(TrainError::Replica {
+                rank,
+                device: index.to_string(),
+                message: format!("cannot start its process: {e}"),
+            })
+        })?;
+        replicas.0.push(child);
+    }
+    let link = rendezvous
+        .accept(CONNECT_TIMEOUT, &mut || replicas.first_ended())
+        .map_err(|e| Started::Lead(format!("starting the replica processes: {e}")))?;
+    Ok((replicas, link))
+}
+
+/// Each replica's outcome from how its process ended (`ended[i]` is rank `i + 1`'s), the
+/// first failing replica's own message first: its exit status says less.
+fn replica_outcomes(
+    link: &ProcessLink,
+    ended: Vec<Option<String>>,
+    devices: &[usize],
+) -> Vec<Result<(), TrainError>> {
     let replica_error = |rank: usize, message: String| TrainError::Replica {
         rank,
         device: devices[rank].to_string(),
@@ -196,13 +226,12 @@ pub fn train_processes<B: KernelAutodiffBackend>(
             Some(why) => Err(replica_error(i + 1, why)),
         })
         .collect();
-    // The replica's own words come first: its exit status says less.
     if let Some((rank, message)) = link.failure() {
         if !message.starts_with(STOPPED_BY_ANOTHER) {
             outs.insert(0, Err(replica_error(rank, message)));
         }
     }
-    first_cause(out, outs)
+    outs
 }
 
 /// Sends the start, then the weights and Adam's state, to every replica.
@@ -241,13 +270,9 @@ pub fn train_replica<B: KernelAutodiffBackend>(
     spec: &ReplicaSpec,
     device: &B::Device,
 ) -> Result<(), TrainError> {
-    let error = |message: String| TrainError::Replica {
-        rank: spec.rank,
-        device: format!("{device:?}"),
-        message,
-    };
-    let link = ProcessLink::connect(spec)
-        .map_err(|e| error(format!("cannot reach the lead at {}: {e}", spec.lead)))?;
+    let link = ProcessLink::connect(spec).map_err(|e| {
+        replica_error(spec, device)(format!("cannot reach the lead at {}: {e}", spec.lead))
+    })?;
     let out = replica_session::<B>(&link, spec, device);
     match &out {
         // The lead names the replica and its device itself.
@@ -258,16 +283,25 @@ pub fn train_replica<B: KernelAutodiffBackend>(
     out
 }
 
+/// The error of replica `spec.rank` on `device`, from its message.
+fn replica_error<D: std::fmt::Debug>(
+    spec: &ReplicaSpec,
+    device: &D,
+) -> impl Fn(String) -> TrainError {
+    let (rank, device) = (spec.rank, format!("{device:?}"));
+    move |message| TrainError::Replica {
+        rank,
+        device: device.clone(),
+        message,
+    }
+}
+
 fn replica_session<B: KernelAutodiffBackend>(
     link: &ProcessLink,
     spec: &ReplicaSpec,
     device: &B::Device,
 ) -> Result<(), TrainError> {
-    let error = |message: String| TrainError::Replica {
-        rank: spec.rank,
-        device: format!("{device:?}"),
-        message,
-    };
+    let error = replica_error(spec, device);
     let lost = |_| {
         error(format!(
             "{STOPPED_BY_ANOTHER} stopped before the first step"

@@ -157,30 +157,7 @@ impl<'a> Team<'a> {
             return Ok(grads);
         };
         if self.collective == Collective::Nccl && !flat_all_reduce() {
-            let mut take = Take::<B> {
-                grads: &mut grads,
-                parts: Vec::new(),
-            };
-            model.visit(&mut take);
-            let (ids, parts): (Vec<ParamId>, Vec<_>) = take.parts.into_iter().unzip();
-            let means = match link {
-                Link::Processes(_, Some(group)) => {
-                    <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed_across(
-                        parts, group,
-                    )
-                }
-                _ => <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(
-                    parts,
-                    &self.group,
-                ),
-            }
-            .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
-            let mut give = Give::<B> {
-                grads: &mut grads,
-                parts: ids.into_iter().zip(means).peekable(),
-            };
-            model.visit(&mut give);
-            return Ok(grads);
+            return self.average_packed(link, model, grads);
         }
         let mut flatten = Flatten::<B> {
             grads: &mut grads,
@@ -227,6 +204,36 @@ impl<'a> Team<'a> {
             shapes: shapes.into_iter().peekable(),
         };
         model.visit(&mut unflatten);
+        Ok(grads)
+    }
+}
+
+impl Team<'_> {
+    /// [`Team::average`] by NCCL, every gradient in one packed all-reduce.
+    fn average_packed<B: KernelAutodiffBackend>(
+        &self,
+        link: Link<'_>,
+        model: &UNet<B>,
+        mut grads: GradientsParams,
+    ) -> Result<GradientsParams, TrainError> {
+        let mut take = Take::<B> {
+            grads: &mut grads,
+            parts: Vec::new(),
+        };
+        model.visit(&mut take);
+        let (ids, parts): (Vec<ParamId>, Vec<_>) = take.parts.into_iter().unzip();
+        let means = match link {
+            Link::Processes(_, Some(group)) => {
+                <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed_across(parts, group)
+            }
+            _ => <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(parts, &self.group),
+        }
+        .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
+        let mut give = Give::<B> {
+            grads: &mut grads,
+            parts: ids.into_iter().zip(means).peekable(),
+        };
+        model.visit(&mut give);
         Ok(grads)
     }
 }
