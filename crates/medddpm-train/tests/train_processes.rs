@@ -157,3 +157,33 @@ fn a_replica_that_never_joins_stops_the_run_and_says_why() {
         "{err}"
     );
 }
+
+/// Damages one image file once the lead has opened the run, then starts replicas as threads.
+struct DamageThenThreads(std::path::PathBuf);
+
+impl ReplicaLauncher for DamageThenThreads {
+    fn launch(&self, spec: &ReplicaSpec) -> std::io::Result<Box<dyn LaunchedReplica>> {
+        std::fs::write(&self.0, b"\x1f\x8b cut short")?;
+        Threads(|_| {}).launch(spec)
+    }
+}
+
+#[test]
+fn a_corrupt_file_met_during_training_stops_every_process_with_its_name() {
+    let _serial = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path());
+    let damaged = tmp.path().join("phantoms/image/phantom_002.nii.gz");
+    let err = train_processes::<A>(
+        &config,
+        &RunDir::new(tmp.path().join("run")),
+        &options(),
+        (&[0, 1], &Default::default()),
+        &DamageThenThreads(damaged),
+        &mut Losses(Vec::new()),
+    )
+    .unwrap_err()
+    .to_string();
+    // Whichever process drew it (the data order decides), the run ends with the file's name.
+    assert!(err.contains("phantom_002.nii.gz"), "{err}");
+}
