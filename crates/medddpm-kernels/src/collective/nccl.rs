@@ -122,12 +122,7 @@ struct AllReduceMean<B> {
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for AllReduceMean<Cube<F, I, BT>>
 {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
         let mut last_client = None;
         for (input, output) in self.desc.inputs.iter().zip(&self.desc.outputs) {
             let tensor = handles.get_float_tensor::<Cube<F, I, BT>>(input);
@@ -182,12 +177,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>
     for AllReduceMeanPacked<Cube<F, I, BT>>
 {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
         let Some(packed) = Packed::inputs_of::<F, I, BT>(&self.desc, handles) else {
             return;
         };

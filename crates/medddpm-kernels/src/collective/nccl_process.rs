@@ -10,11 +10,11 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::DType;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
-use burn_fusion::{FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer};
+use burn_fusion::FusionBackend;
+use burn_ir::CustomOpIr;
 use cubecl_cuda::CudaRuntime;
 
-use super::nccl::{check_call, register, status, Cube, Fused, Packed};
+use super::nccl::{check_call, register, status, Cube, Fused, Handles, Packed};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
 use crate::panics::quiet_catch;
 
@@ -115,12 +115,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>
     for AllReduceMeanAcross<Cube<F, I, BT>>
 {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
         let Some(packed) = Packed::inputs_of::<F, I, BT>(&self.desc, handles) else {
             return;
         };
