@@ -106,7 +106,31 @@ fn bench_devices_measures_each_count_in_its_own_process() {
     // two fails in its own process, which the run reports before exiting non-zero.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("scaling");
-    let (ok, stdout, stderr) = medddpm(&[
+    let (ok, stdout, stderr) = bench_devices(&out, &[]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("1 device(s): ") && stderr.contains("2 device(s): failed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the measurement on [2] device(s) failed"),
+        "{stderr}"
+    );
+    let records = scaling_records(&out);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(
+        (r["devices"].as_u64(), r["collective"].as_str()),
+        (Some(1), Some("none"))
+    );
+    assert_eq!(r["step_ms"].as_array().map(|a| a.len()), Some(2));
+    assert_eq!(r["efficiency"].as_f64(), Some(1.0));
+    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+}
+
+/// `bench --devices 0,1` of the tiny model on the CPU, two timed steps, into `out`.
+fn bench_devices(out: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec![
         "bench",
         "--devices",
         "0,1",
@@ -126,30 +150,32 @@ fn bench_devices_measures_each_count_in_its_own_process() {
         "2",
         "--out",
         out.to_str().unwrap(),
-    ]);
-    assert!(!ok, "{stdout}");
-    assert!(
-        stderr.contains("1 device(s): ") && stderr.contains("2 device(s): failed"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("the measurement on [2] device(s) failed"),
-        "{stderr}"
-    );
-    let lines = std::fs::read_to_string(out.join("scaling.jsonl")).unwrap();
-    let records: Vec<serde_json::Value> = lines
+    ];
+    args.extend_from_slice(extra);
+    medddpm(&args)
+}
+
+/// The records of `out/scaling.jsonl`.
+fn scaling_records(out: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("scaling.jsonl"))
+        .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(records.len(), 1, "{lines}");
-    let r = &records[0];
-    assert_eq!(
-        (r["devices"].as_u64(), r["collective"].as_str()),
-        (Some(1), Some("none"))
-    );
-    assert_eq!(r["step_ms"].as_array().map(|a| a.len()), Some(2));
-    assert_eq!(r["efficiency"].as_f64(), Some(1.0));
-    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+        .collect()
+}
+
+#[test]
+fn bench_devices_measures_processes() {
+    // With a process per device, the CPU measures two (each process its own CPU backend).
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("scaling");
+    let (ok, _, stderr) = bench_devices(&out, &["--launch", "processes"]);
+    assert!(ok, "{stderr}");
+    let records = scaling_records(&out);
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[1]["launch"].as_str(), Some("processes"));
+    assert_eq!(records[1]["collective"].as_str(), Some("host"));
+    assert_eq!(records[0]["launch"].as_str(), Some("threads"));
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `--launch processes` end to end on the CPU: `medddpm train` starts a replica process
 //! (`medddpm replica`) per extra device index, and the run trains like one device
-//! accumulating the same micro-batches; `bench --devices` measures the processes too.
+//! accumulating the same micro-batches (`bench --devices --launch processes`: `cli.rs`).
 
 use std::path::Path;
 use std::process::Command;
@@ -104,43 +104,4 @@ fn the_replica_command_is_only_for_a_lead() {
     ]);
     assert!(!ok);
     assert!(stderr.contains("--launch processes"), "{stderr}");
-}
-
-#[test]
-fn bench_devices_measures_processes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("scaling");
-    let (ok, stderr) = medddpm(&[
-        "bench",
-        "--devices",
-        "0,1",
-        "--launch",
-        "processes",
-        "--backends",
-        "cpu",
-        "--precisions",
-        "fp32",
-        "--layouts",
-        "ncdhw",
-        "--model",
-        "tiny",
-        "--size",
-        "16",
-        "--warmup",
-        "0",
-        "--steps",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(ok, "{stderr}");
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(out.join("scaling.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(records.len(), 2);
-    assert_eq!(records[1]["launch"].as_str(), Some("processes"));
-    assert_eq!(records[1]["collective"].as_str(), Some("host"));
-    assert_eq!(records[0]["launch"].as_str(), Some("threads"));
 }

@@ -48,6 +48,15 @@ impl Default for FusedAdam {
 }
 
 impl FusedAdam {
+    /// The experiment's Adam (`[train] adam_beta1`, `adam_beta2`, `adam_epsilon`).
+    pub fn from_settings(settings: &crate::TrainSettings) -> Self {
+        Self {
+            beta_1: settings.adam_beta1,
+            beta_2: settings.adam_beta2,
+            epsilon: settings.adam_epsilon,
+        }
+    }
+
     /// The scalars of the update numbered `time` (1-based) at learning rate `lr`.
     fn at(&self, lr: LearningRate, time: usize) -> AdamStep {
         AdamStep {

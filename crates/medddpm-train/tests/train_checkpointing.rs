@@ -3,18 +3,11 @@
 
 mod common;
 
+use common::Losses;
+
 use burn::backend::{Autodiff, Flex};
-use medddpm_train::{ExperimentConfig, RunDir, SessionOptions, StepMetrics, TrainObserver};
+use medddpm_train::{ExperimentConfig, RunDir, SessionOptions};
 use medddpm_unet::{ActivationCheckpointing, Compute, Layout, Precision};
-
-/// Records every step's loss.
-struct Losses(Vec<f32>);
-
-impl TrainObserver for Losses {
-    fn step(&mut self, metrics: &StepMetrics) {
-        self.0.push(metrics.loss);
-    }
-}
 
 /// ||a - b|| / ||b|| over all weights.
 fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {

@@ -5,30 +5,15 @@
 
 mod common;
 
+use common::{one_at_a_time, Losses};
+
 use std::path::Path;
 
 use burn::backend::{Autodiff, Flex};
 use medddpm_kernels::Collective;
-use medddpm_train::{ExperimentConfig, RunDir, SessionOptions, StepMetrics, TrainObserver};
+use medddpm_train::{ExperimentConfig, RunDir, SessionOptions};
 
 type A = Autodiff<Flex>;
-
-/// The CPU backend has one random generator for the process: tests that train at the same
-/// time would draw from each other's seeds, so these run one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Records every step's loss.
-struct Losses(Vec<f32>);
-
-impl TrainObserver for Losses {
-    fn step(&mut self, metrics: &StepMetrics) {
-        self.0.push(metrics.loss);
-    }
-}
 
 /// A session of `config` in `dir` on `devices` replicas; its losses and final weights and EMA.
 fn session(

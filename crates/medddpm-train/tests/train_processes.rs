@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::{one_at_a_time, Losses};
+
 use std::path::Path;
 use std::thread::JoinHandle;
 
@@ -12,25 +14,10 @@ use burn::backend::{Autodiff, Flex};
 use medddpm_kernels::Collective;
 use medddpm_train::{
     train_processes, train_replica, ExperimentConfig, LaunchedReplica, ReplicaLauncher,
-    ReplicaSpec, RunDir, SessionOptions, StepMetrics, TrainError, TrainObserver,
+    ReplicaSpec, RunDir, SessionOptions, TrainError,
 };
 
 type A = Autodiff<Flex>;
-
-/// The CPU backend has one random generator for the process: these run one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-struct Losses(Vec<f32>);
-
-impl TrainObserver for Losses {
-    fn step(&mut self, metrics: &StepMetrics) {
-        self.0.push(metrics.loss);
-    }
-}
 
 /// A replica "process": a thread running [`train_replica`].
 struct ReplicaThread(Option<JoinHandle<Result<(), TrainError>>>, Option<String>);

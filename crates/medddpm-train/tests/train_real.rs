@@ -19,8 +19,6 @@ fn link_dir(from: &Path, to: &Path, names: &[&str]) {
     }
 }
 
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn shrink(mut model: UNetConfig, channels: usize) -> UNetConfig {
     model.model_channels = channels;
     model.num_groups = channels;
@@ -39,7 +37,7 @@ fn train_one_optimizer_step(config: &ExperimentConfig, dir: &Path) {
 
 #[test]
 fn trains_on_the_whole_head_sample_pair() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let src = common::shared_dir().join("datasets/medddpm-samples/whole_head");
     link_dir(
@@ -68,7 +66,7 @@ fn trains_on_the_whole_head_sample_pair() {
 
 #[test]
 fn trains_on_the_brats_case() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let src = common::shared_dir().join("datasets/medddpm-samples/brats2021");
     for m in ["t1", "t1ce", "t2", "flair", "seg"] {

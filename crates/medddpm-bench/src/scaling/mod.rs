@@ -264,7 +264,8 @@ fn measure<B: KernelAutodiffBackend>(
         threads_ms: BTreeMap::new(),
         profile_result: Ok(()),
     };
-    let processes = env.launch == Launch::Processes && k > 1;
+    // `launch` resolves to threads for one device.
+    let processes = env.launch == Launch::Processes;
     let run = RunDir::new(&run_dir);
     match processes {
         true => medddpm_train::train_processes::<B>(

@@ -17,7 +17,9 @@ use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{
     end_step, lead, optimizer_step, scaled, SessionOptions, TrainObserver, TrainSummary, Update,
 };
-use crate::checkpoint::{LossScale, RunDir};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{LossScale, RunDir, TrainState};
 use crate::data::NiftiDataset;
 use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
 
@@ -37,32 +39,50 @@ pub(super) struct Worker<B: KernelAutodiffBackend> {
     pub loss_scale: Option<LossScale>,
 }
 
-impl<B: KernelAutodiffBackend> Worker<B> {
-    /// A copy of the lead's session (fresh or resumed) on `device`.
-    fn new(
-        s: &Session<B>,
-        config: &ExperimentConfig,
-        rank: usize,
-        device: &B::Device,
-    ) -> Result<Self, TrainError> {
-        let settings = &config.train;
-        let optim = FusedAdam {
-            beta_1: settings.adam_beta1,
-            beta_2: settings.adam_beta2,
-            epsilon: settings.adam_epsilon,
+/// Adam's state as its record (what a replica receives).
+pub(super) type AdamRecord<B> = <FusedAdamOptimizer<UNet<B>, B> as Optimizer<UNet<B>, B>>::Record;
+
+/// Where a session starts: the step, the micro-batch counter and f16's loss scale.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) struct StartPoint {
+    pub step: usize,
+    pub micro_batches: usize,
+    pub loss_scale: Option<LossScale>,
+}
+
+impl StartPoint {
+    pub fn of(state: &TrainState) -> Self {
+        Self {
+            step: state.step,
+            micro_batches: state.micro_batches,
+            loss_scale: state.loss_scale,
         }
-        .init::<B, UNet<B>>()
-        .load_record(s.optim.to_record());
+    }
+}
+
+impl<B: KernelAutodiffBackend> Worker<B> {
+    /// Replica `rank` on `device` with the lead's weights (`model`, on `device`) and Adam
+    /// state (`optim`), from the lead's start point: a thread's copy of the lead's session, or
+    /// what a replica process received.
+    pub fn new(
+        (rank, device): (usize, &B::Device),
+        config: &ExperimentConfig,
+        model: UNet<B>,
+        optim: AdamRecord<B>,
+        from: StartPoint,
+    ) -> Result<Self, TrainError> {
         Ok(Self {
             rank,
             device: device.clone(),
             dataset: NiftiDataset::open(&config.data)?,
-            schedule: s.schedule.clone(),
-            model: s.model.clone().fork(device),
-            optim,
-            step: s.state.step,
-            micro_batches: s.state.micro_batches,
-            loss_scale: s.state.loss_scale,
+            schedule: CosineSchedule::new(config.diffusion.timesteps),
+            model,
+            optim: FusedAdam::from_settings(&config.train)
+                .init::<B, UNet<B>>()
+                .load_record(optim),
+            step: from.step,
+            micro_batches: from.micro_batches,
+            loss_scale: from.loss_scale,
         })
     }
 
@@ -132,7 +152,11 @@ pub(super) fn train<B: KernelAutodiffBackend>(
         .iter()
         .enumerate()
         .skip(1)
-        .map(|(rank, device)| Worker::new(&s, config, rank, device))
+        .map(|(rank, device)| {
+            let model = s.model.clone().fork(device);
+            let from = StartPoint::of(&s.state);
+            Worker::new((rank, device), config, model, s.optim.to_record(), from)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let shard = Shard::new(&config.train, 0, world)?;
     observer.message(&describe(config, &shard, collective));
@@ -143,9 +167,8 @@ pub(super) fn train<B: KernelAutodiffBackend>(
             .map(|w| {
                 let team = Team::member(
                     Shard::new(&config.train, w.rank, world)?,
-                    Link::Threads(&exchange),
+                    Link::Threads(&exchange, &group),
                     collective,
-                    group.clone(),
                     format!("{:?}", w.device),
                 );
                 let exchange = &exchange;
@@ -162,9 +185,8 @@ pub(super) fn train<B: KernelAutodiffBackend>(
         let guard = AbortOnDrop(Some(&exchange));
         let team = Team::member(
             shard,
-            Link::Threads(&exchange),
+            Link::Threads(&exchange, &group),
             collective,
-            group.clone(),
             format!("{:?}", devices[0]),
         );
         let lead_out = lead(s, config, run, options, &devices[0], team, observer);

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
-use medddpm_diffusion::CosineSchedule;
 use medddpm_kernels::{
     nccl_unique_id, Collective, CollectiveBackend, Compute, NcclId, ProcessGroup,
 };
@@ -24,15 +23,14 @@ use serde::{Deserialize, Serialize};
 pub use super::link::ReplicaSpec;
 use super::link::{ProcessLink, Rendezvous, CONNECT_TIMEOUT};
 
-use super::parallel::{first_cause, Worker};
+use super::parallel::{first_cause, StartPoint, Worker};
 use super::session::Session;
 use super::shard::Shard;
 use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{end_step, lead, open_session, SessionOptions, TrainObserver, TrainSummary};
-use crate::checkpoint::{LossScale, RunDir};
-use crate::data::NiftiDataset;
+use crate::checkpoint::RunDir;
 use crate::integrity::decode_record;
-use crate::{ExperimentConfig, FusedAdam, TrainError};
+use crate::{ExperimentConfig, TrainError};
 
 /// A replica process the lead started.
 pub trait LaunchedReplica: Send {
@@ -82,9 +80,7 @@ struct Start {
     collective: Collective,
     /// The step the session stops at.
     end: usize,
-    step: usize,
-    micro_batches: usize,
-    loss_scale: Option<LossScale>,
+    from: StartPoint,
     nccl_id: Option<NcclId>,
 }
 
@@ -129,9 +125,7 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         compute: options.compute,
         collective,
         end: end_step(config, options, s.state.step),
-        step: s.state.step,
-        micro_batches: s.state.micro_batches,
-        loss_scale: s.state.loss_scale,
+        from: StartPoint::of(&s.state),
         nccl_id: nccl_id.clone(),
     };
     if let Err(e) = send_start(&link, &start, &s) {
@@ -161,7 +155,6 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         shard,
         Link::Processes(&link, group.as_ref()),
         collective,
-        Vec::new(),
         format!("{device:?}"),
     );
     let out = lead(s, config, run, options, device, team, observer);
@@ -313,35 +306,14 @@ fn replica_session<B: KernelAutodiffBackend>(
     let optim_bytes = link.broadcast(Vec::new()).map_err(lost)?;
     let config = ExperimentConfig::from_toml(&start.config_toml)
         .map_err(|e| error(format!("the lead's experiment does not read: {e}")))?;
-    let settings = &config.train;
     // The lead's weights in memory, checked when they were read: no check again, whose
     // reductions over every parameter would make this process tune kernels the lead never
     // runs (on the H100, longer than a minute in TF32).
     let from_lead = Path::new("<the lead's weights>");
     let configured: UNet<B> = config.model.init(device)?.with_compute(start.compute);
     let model = configured.load_record(decode_record(model_bytes, from_lead, device)?);
-    let optim = FusedAdam {
-        beta_1: settings.adam_beta1,
-        beta_2: settings.adam_beta2,
-        epsilon: settings.adam_epsilon,
-    }
-    .init::<B, UNet<B>>()
-    .load_record(decode_record(
-        optim_bytes,
-        Path::new("<the lead's Adam state>"),
-        device,
-    )?);
-    let worker = Worker {
-        rank: spec.rank,
-        device: device.clone(),
-        dataset: NiftiDataset::open(&config.data)?,
-        schedule: CosineSchedule::new(config.diffusion.timesteps),
-        model,
-        optim,
-        step: start.step,
-        micro_batches: start.micro_batches,
-        loss_scale: start.loss_scale,
-    };
+    let optim = decode_record(optim_bytes, Path::new("<the lead's Adam state>"), device)?;
+    let worker = Worker::new((spec.rank, device), &config, model, optim, start.from)?;
     // Ready: see `train_processes`.
     link.all_gather(vec![1]).map_err(lost)?;
     let group = match &start.nccl_id {
@@ -354,10 +326,9 @@ fn replica_session<B: KernelAutodiffBackend>(
         ..Default::default()
     };
     let team = Team::member(
-        Shard::new(settings, spec.rank, spec.world)?,
+        Shard::new(&config.train, spec.rank, spec.world)?,
         Link::Processes(link, group.as_ref()),
         start.collective,
-        Vec::new(),
         format!("{device:?}"),
     );
     worker.run(&config, &options, team, start.end)

@@ -53,12 +53,7 @@ impl<B: KernelAutodiffBackend> Session<B> {
         model.visit(&mut Touch);
         drop(serial);
         let ema: UNet<B::InnerBackend> = model.valid();
-        let optim = FusedAdam {
-            beta_1: settings.adam_beta1,
-            beta_2: settings.adam_beta2,
-            epsilon: settings.adam_epsilon,
-        }
-        .init::<B, UNet<B>>();
+        let optim = FusedAdam::from_settings(settings).init::<B, UNet<B>>();
         let mut session = Self {
             dataset,
             schedule: CosineSchedule::new(config.diffusion.timesteps),

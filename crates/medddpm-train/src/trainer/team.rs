@@ -10,7 +10,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, DeviceId};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
-use medddpm_kernels::{Collective, CollectiveBackend, ProcessGroup};
+use medddpm_kernels::{Collective, CollectiveBackend, CollectiveUnavailable, ProcessGroup};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
 use super::exchange::{Aborted, Exchange};
@@ -24,8 +24,8 @@ pub(super) const STOPPED_BY_ANOTHER: &str = "stopped because another replica";
 /// How the replicas of a team meet.
 #[derive(Clone, Copy)]
 pub(super) enum Link<'a> {
-    /// Threads of one process.
-    Threads(&'a Exchange),
+    /// Threads of one process, on these devices in rank order (NCCL's group).
+    Threads(&'a Exchange, &'a [DeviceId]),
     /// A process each: the host's meetings over the loopback connections, and NCCL's
     /// communicator across the processes where the collective is NCCL.
     Processes(&'a ProcessLink, Option<&'a ProcessGroup>),
@@ -41,7 +41,7 @@ impl Link<'_> {
         from: impl Fn(&[u8]) -> T,
     ) -> Result<Vec<T>, Aborted> {
         match self {
-            Link::Threads(exchange) => exchange.all_gather(rank, value),
+            Link::Threads(exchange, _) => exchange.all_gather(rank, value),
             Link::Processes(link, _) => Ok(link
                 .all_gather(to(value))?
                 .iter()
@@ -56,8 +56,6 @@ pub(super) struct Team<'a> {
     pub shard: Shard,
     link: Option<Link<'a>>,
     collective: Collective,
-    /// Every replica's device, in rank order (NCCL's group).
-    group: Vec<DeviceId>,
     /// This replica's device, for messages.
     device: String,
 }
@@ -69,24 +67,16 @@ impl<'a> Team<'a> {
             shard,
             link: None,
             collective: Collective::Host,
-            group: Vec::new(),
             device: String::new(),
         }
     }
 
-    /// Replica `shard.rank` of a run on the devices `group`.
-    pub fn member(
-        shard: Shard,
-        link: Link<'a>,
-        collective: Collective,
-        group: Vec<DeviceId>,
-        device: String,
-    ) -> Self {
+    /// Replica `shard.rank` of a run whose replicas meet through `link`.
+    pub fn member(shard: Shard, link: Link<'a>, collective: Collective, device: String) -> Self {
         Self {
             shard,
             link: Some(link),
             collective,
-            group,
             device,
         }
     }
@@ -146,7 +136,7 @@ impl<'a> Team<'a> {
     /// all of them go to the device in one packed all-reduce (no per-tensor operations on the
     /// host); through the host, as one flat tensor (cast, flattened and concatenated, then
     /// split again: a few operations per tensor). `MEDDDPM_ALL_REDUCE_FLAT=1` sends NCCL the
-    /// flat tensor instead of packing, to compare the two.
+    /// flat tensor instead of packing, to compare the two (threads of one process only).
     pub fn average<B: KernelAutodiffBackend>(
         &self,
         model: &UNet<B>,
@@ -156,7 +146,9 @@ impl<'a> Team<'a> {
         let Some(link) = self.link else {
             return Ok(grads);
         };
-        if self.collective == Collective::Nccl && !flat_all_reduce() {
+        // One process per device always packs; the flat tensor is a threads-only comparison.
+        let packed = matches!(link, Link::Processes(..)) || !flat_all_reduce();
+        if self.collective == Collective::Nccl && packed {
             return self.average_packed(link, model, grads);
         }
         let mut flatten = Flatten::<B> {
@@ -170,32 +162,23 @@ impl<'a> Team<'a> {
             return Ok(grads);
         }
         let flat = Tensor::cat(parts, 0);
-        let mean = if self.collective == Collective::Nccl {
-            if matches!(link, Link::Processes(..)) {
-                return Err(self.error(
-                    "MEDDDPM_ALL_REDUCE_FLAT=1 compares the in-process all-reduces; a run of one process per device packs its gradients",
-                ));
+        let mean = match (self.collective, link) {
+            (Collective::Nccl, Link::Threads(_, group)) => {
+                let prim = flat.into_primitive().tensor();
+                let out = <B::InnerBackend as CollectiveBackend>::all_reduce_mean(prim, group)
+                    .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
+                Tensor::from_primitive(TensorPrimitive::Float(out))
             }
-            let prim = flat.into_primitive().tensor();
-            let out = <B::InnerBackend as CollectiveBackend>::all_reduce_mean(prim, &self.group)
-                .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
-            Tensor::from_primitive(TensorPrimitive::Float(out))
-        } else {
-            let all = match link {
-                Link::Threads(exchange) => exchange.all_gather(self.shard.rank, flat),
-                Link::Processes(link, _) => host_gather(link, flat, device),
-            }
-            .map_err(|a| self.aborted(a))?;
-            let world = all.len();
-            let mut sum: Option<Tensor<B::InnerBackend, 1>> = None;
-            for t in all {
-                let t = t.to_device(device);
-                sum = Some(match sum {
-                    None => t,
-                    Some(s) => s + t,
-                });
-            }
-            sum.expect("a team has members").div_scalar(world as f32)
+            (_, Link::Threads(exchange, _)) => mean_in_rank_order(
+                exchange
+                    .all_gather(self.shard.rank, flat)
+                    .map_err(|a| self.aborted(a))?,
+                device,
+            ),
+            (_, Link::Processes(link, _)) => mean_in_rank_order(
+                host_gather(link, flat, device).map_err(|a| self.aborted(a))?,
+                device,
+            ),
         };
         let mut unflatten = Unflatten::<B> {
             grads: &mut grads,
@@ -226,7 +209,12 @@ impl Team<'_> {
             Link::Processes(_, Some(group)) => {
                 <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed_across(parts, group)
             }
-            _ => <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(parts, &self.group),
+            Link::Threads(_, group) => {
+                <B::InnerBackend as CollectiveBackend>::all_reduce_mean_packed(parts, group)
+            }
+            Link::Processes(_, None) => Err(CollectiveUnavailable(
+                "no NCCL communicator across the processes".into(),
+            )),
         }
         .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
         let mut give = Give::<B> {
@@ -238,14 +226,36 @@ impl Team<'_> {
     }
 }
 
+/// The mean of every replica's flat gradient, summed on `device` in rank order (the order a
+/// device accumulating their micro-batches sums in).
+fn mean_in_rank_order<B: burn::tensor::backend::Backend>(
+    all: Vec<Tensor<B, 1>>,
+    device: &B::Device,
+) -> Tensor<B, 1> {
+    let world = all.len();
+    let mut sum: Option<Tensor<B, 1>> = None;
+    for t in all {
+        let t = t.to_device(device);
+        sum = Some(match sum {
+            None => t,
+            Some(s) => s + t,
+        });
+    }
+    sum.expect("a team has members").div_scalar(world as f32)
+}
+
 /// Every process's flat gradient, through host memory, as tensors on `device`.
 fn host_gather<B: burn::tensor::backend::Backend>(
     link: &ProcessLink,
     flat: Tensor<B, 1>,
     device: &B::Device,
 ) -> Result<Vec<Tensor<B, 1>>, Aborted> {
-    let values = flat.into_data().convert::<f32>();
-    let bytes = values.as_bytes().to_vec();
+    let values = flat
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("f32 data");
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let all = link.all_gather(bytes)?;
     Ok(all
         .into_iter()

@@ -13,6 +13,22 @@ use medddpm_unet::{UNet, UNetConfig};
 
 pub use medddpm_testdata::shared_dir;
 
+/// The CPU backend has one random generator for the process: tests of one binary that train
+/// at the same time would draw from each other's seeds, so they take this first.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records every step's loss.
+pub struct Losses(pub Vec<f32>);
+
+impl medddpm_train::TrainObserver for Losses {
+    fn step(&mut self, metrics: &medddpm_train::StepMetrics) {
+        self.0.push(metrics.loss);
+    }
+}
+
 /// A two-level U-Net on 16^3 phantoms: a training step takes well under a second on a CPU.
 pub fn tiny_experiment(phantom_dir: &Path, count: usize) -> ExperimentConfig {
     let mut config = ExperimentConfig {
