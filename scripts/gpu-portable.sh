@@ -9,7 +9,7 @@
 # e.g. scripts/gpu-portable.sh $OUT/p "cuda/cudnn/bf16/ndhwc:90 wgpu/cubecl/f16/ndhwc:200" --steps 3
 # A cell is skipped when fewer than SECONDS remain of TOTAL (default 560). CHECK="BACKEND/PRECISION
 # ..." first checks our kernels against the CPU (`medddpm check-kernels --conv-engine cubecl`,
-# 50 s each). Records: OUTDIR/results.jsonl and results.md; logs, check JSON and the report's
+# CHECK_SECONDS each, default 80). Records: OUTDIR/results.jsonl and results.md; logs, check JSON and the report's
 # csv and png OUTDIR/logs.tgz; the updated tuning results OUTDIR/tune-cache.tgz and compiled
 # kernels OUTDIR/compiled.txz, as gpu-scaling.sh (eight files at most come back from a call).
 set -u
@@ -24,7 +24,7 @@ tune_cache
   ldconfig -p | grep -i -E "cudnn|vulkan"; } > "$out/machine.txt" 2>&1
 for c in ${CHECK:-}; do
   IFS=/ read -r backend precision <<< "$c"
-  timeout 50 /tmp/medddpm check-kernels --backend "$backend" --precision "$precision" \
+  timeout ${CHECK_SECONDS:-80} /tmp/medddpm check-kernels --backend "$backend" --precision "$precision" \
     --conv-engine cubecl --scale 4 --out "$out/check-$backend-$precision.json" \
     > "$out/check-$backend-$precision.log" 2>&1
   echo "check $c rc $? ($SECONDS s): $(grep -i -E 'agree|fail|error|cases' "$out/check-$backend-$precision.log" | tail -3 | tr '\n' ' ')"

@@ -4,15 +4,28 @@
 //! software Vulkan driver). The U-Net's convolutions at small sizes and odd ones (3, 5, 17
 //! and 33 channels, kernels 1 to 5 and non-cubic ones, strides 1 to 3, non-cubic volumes),
 //! in both layouts, in f32 and, where the device has them, f16 and bf16.
-#![cfg(feature = "wgpu")]
+//!
+//! Built with `--features test-cuda` the same tests run on burn's CUDA backend instead (where
+//! 16-bit operands go through the tensor-core kernels): the GPU machine runs them that way.
+#![cfg(any(feature = "wgpu", feature = "test-cuda"))]
 
-use burn::backend::wgpu::WgpuRuntime;
-use burn::backend::{Flex, Wgpu};
+use burn::backend::Flex;
+#[cfg(not(feature = "test-cuda"))]
+use burn::backend::{wgpu::WgpuRuntime as GpuRuntime, Wgpu as Gpu};
+#[cfg(feature = "test-cuda")]
+use {burn::backend::Cuda as Gpu, cubecl_cuda::CudaRuntime as GpuRuntime};
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use medddpm_kernels::conv::{in_layout, reference, rel_l2, Conv3dSpec};
 use medddpm_kernels::cube::conv::{conv3d_data_grad_fused, conv3d_forward_fused, CubeConvError};
 use medddpm_kernels::{Compute, Layout};
+
+/// The boolean element of the backend's tensors.
+#[cfg(not(feature = "test-cuda"))]
+type GpuBool = u32;
+#[cfg(feature = "test-cuda")]
+type GpuBool = u8;
 
 /// One convolution: batch, input and output channels, input size, kernel, stride, padding.
 #[derive(Debug, Clone, Copy)]
@@ -97,13 +110,13 @@ fn rounded(data: TensorData, dtype: DType) -> Tensor<Flex, 5> {
         .cast(DType::F32)
 }
 
-fn on_wgpu(t: &Tensor<Flex, 5>, dtype: DType, layout: Layout) -> Tensor<Wgpu, 5> {
-    let t = Tensor::<Wgpu, 5>::from_data(t.to_data(), &Default::default()).cast(dtype);
+fn on_gpu(t: &Tensor<Flex, 5>, dtype: DType, layout: Layout) -> Tensor<Gpu, 5> {
+    let t = Tensor::<Gpu, 5>::from_data(t.to_data(), &Default::default()).cast(dtype);
     in_layout(t, layout)
 }
 
-fn to_cpu(t: burn::tensor::ops::FloatTensor<Wgpu>) -> Tensor<Flex, 5> {
-    let t = Tensor::<Wgpu, 5>::from_primitive(TensorPrimitive::Float(t)).cast(DType::F32);
+fn to_cpu(t: burn::tensor::ops::FloatTensor<Gpu>) -> Tensor<Flex, 5> {
+    let t = Tensor::<Gpu, 5>::from_primitive(TensorPrimitive::Float(t)).cast(DType::F32);
     Tensor::from_data(t.into_data(), &Default::default())
 }
 
@@ -130,20 +143,20 @@ fn errors(c: Case, dtype: DType, layout: Layout, seed: u64) -> [f64; 2] {
     let dy = rounded(normal([c.batch, c.c_out, od, oh, ow], 1.0, seed + 2), dtype);
     let want_y = reference::forward(x.clone(), weight.clone(), spec);
     let want_dx = reference::data_grad(x.clone(), weight.clone(), dy.clone(), spec);
-    let prim = |t: Tensor<Wgpu, 5>| t.into_primitive().tensor();
-    let w_gpu = prim(on_wgpu(&weight, dtype, Layout::Ncdhw));
-    let y = conv3d_forward_fused::<WgpuRuntime, f32, i32, u32>(
-        prim(on_wgpu(&x, dtype, layout)),
+    let prim = |t: Tensor<Gpu, 5>| t.into_primitive().tensor();
+    let w_gpu = prim(on_gpu(&weight, dtype, Layout::Ncdhw));
+    let y = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
+        prim(on_gpu(&x, dtype, layout)),
         w_gpu.clone(),
         c.stride,
         c.padding,
         layout,
     )
     .expect("valid operands");
-    let dx = conv3d_data_grad_fused::<WgpuRuntime, f32, i32, u32>(
+    let dx = conv3d_data_grad_fused::<GpuRuntime, f32, i32, GpuBool>(
         [c.batch, c.c_in, d, h, w],
         w_gpu,
-        prim(on_wgpu(&dy, dtype, layout)),
+        prim(on_gpu(&dy, dtype, layout)),
         c.stride,
         c.padding,
         layout,
@@ -188,8 +201,8 @@ fn f32_convolutions_match_burns_on_the_cpu() {
 #[test]
 fn sixteen_bit_convolutions_match_burns_on_the_cpu() {
     for (dtype, tolerance) in [(DType::F16, 2e-3), (DType::BF16, 1e-2)] {
-        if !<Wgpu as Backend>::supports_dtype(&Default::default(), dtype) {
-            println!("{dtype:?} skipped: the wgpu device does not support it");
+        if !<Gpu as Backend>::supports_dtype(&Default::default(), dtype) {
+            println!("{dtype:?} skipped: the device does not support it");
             continue;
         }
         let cases = [CASES[0], CASES[2], CASES[6], CASES[10]];
@@ -203,7 +216,7 @@ fn sixteen_bit_convolutions_match_burns_on_the_cpu() {
 fn results_come_back_in_the_layout_asked_for() {
     use burn_cubecl::CubeBackend;
     use medddpm_kernels::cube::conv::{conv3d_data_grad, conv3d_forward};
-    type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+    type Cube = CubeBackend<GpuRuntime, f32, i32, GpuBool>;
     let x = Tensor::<Cube, 5>::from_data(normal([1, 6, 4, 5, 3], 1.0, 3), &Default::default());
     let w = Tensor::<Cube, 5>::from_data(normal([4, 6, 3, 3, 3], 0.1, 4), &Default::default());
     let prim = |t: Tensor<Cube, 5>| t.into_primitive().tensor();
@@ -221,7 +234,7 @@ fn results_come_back_in_the_layout_asked_for() {
         .unwrap();
         assert_eq!(y.meta.shape().to_vec(), vec![1, 4, 2, 3, 2]);
         assert_eq!(dx.meta.shape().to_vec(), vec![1, 6, 4, 5, 3]);
-        let channel_stride = |t: &burn_cubecl::tensor::CubeTensor<WgpuRuntime>| t.meta.strides()[1];
+        let channel_stride = |t: &burn_cubecl::tensor::CubeTensor<GpuRuntime>| t.meta.strides()[1];
         match layout {
             Layout::Ncdhw => {
                 assert!(y.is_contiguous() && dx.is_contiguous());
@@ -237,10 +250,10 @@ fn results_come_back_in_the_layout_asked_for() {
 #[test]
 fn mismatched_operands_are_errors() {
     let device = Default::default();
-    let prim = |t: Tensor<Wgpu, 5>| t.into_primitive().tensor();
-    let x = prim(Tensor::<Wgpu, 5>::zeros([1, 3, 4, 4, 4], &device));
-    let w = prim(Tensor::<Wgpu, 5>::zeros([2, 4, 3, 3, 3], &device));
-    let e = conv3d_forward_fused::<WgpuRuntime, f32, i32, u32>(
+    let prim = |t: Tensor<Gpu, 5>| t.into_primitive().tensor();
+    let x = prim(Tensor::<Gpu, 5>::zeros([1, 3, 4, 4, 4], &device));
+    let w = prim(Tensor::<Gpu, 5>::zeros([2, 4, 3, 3, 3], &device));
+    let e = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
         x,
         w.clone(),
         [1; 3],
@@ -248,8 +261,8 @@ fn mismatched_operands_are_errors() {
         Layout::Ncdhw,
     );
     assert!(matches!(e, Err(CubeConvError::Channels { .. })), "{e:?}");
-    let dy = prim(Tensor::<Wgpu, 5>::zeros([1, 2, 3, 4, 4], &device));
-    let e = conv3d_data_grad_fused::<WgpuRuntime, f32, i32, u32>(
+    let dy = prim(Tensor::<Gpu, 5>::zeros([1, 2, 3, 4, 4], &device));
+    let e = conv3d_data_grad_fused::<GpuRuntime, f32, i32, GpuBool>(
         [1, 4, 4, 4, 4],
         w.clone(),
         dy,
@@ -258,8 +271,13 @@ fn mismatched_operands_are_errors() {
         Layout::Ncdhw,
     );
     assert!(matches!(e, Err(CubeConvError::GradShape { .. })), "{e:?}");
-    let big = prim(Tensor::<Wgpu, 5>::zeros([1, 4, 2, 2, 2], &device));
-    let e =
-        conv3d_forward_fused::<WgpuRuntime, f32, i32, u32>(big, w, [1; 3], [0; 3], Layout::Ncdhw);
+    let big = prim(Tensor::<Gpu, 5>::zeros([1, 4, 2, 2, 2], &device));
+    let e = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
+        big,
+        w,
+        [1; 3],
+        [0; 3],
+        Layout::Ncdhw,
+    );
     assert!(matches!(e, Err(CubeConvError::Window { .. })), "{e:?}");
 }

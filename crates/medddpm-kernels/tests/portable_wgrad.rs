@@ -10,10 +10,17 @@
 //! Tolerances (relative L2 over the whole gradient): f32 1e-4 (sums over K of up to 17,280
 //! terms in f32); f16 and bf16 storage 1e-3 and 8e-3, against the twin fed the same rounded
 //! inputs, so they measure the f32 accumulation and the output's final rounding.
-#![cfg(feature = "wgpu")]
+//!
+//! Built with `--features test-cuda` the same tests run on burn's CUDA backend instead (where
+//! 16-bit operands go through the tensor-core kernel): the GPU machine runs them that way.
+#![cfg(any(feature = "wgpu", feature = "test-cuda"))]
 
-use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-use burn::backend::{Flex, Wgpu};
+use burn::backend::Flex;
+#[cfg(not(feature = "test-cuda"))]
+use burn::backend::{
+    wgpu::{WgpuDevice as GpuDevice, WgpuRuntime as GpuRuntime},
+    Wgpu as Fused,
+};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
@@ -23,8 +30,19 @@ use medddpm_kernels::cube::conv::wgrad::{
     WgradError, WgradShape, MAX_WORKSPACE_BYTES,
 };
 use medddpm_kernels::{Compute, Layout};
+#[cfg(feature = "test-cuda")]
+use {
+    burn::backend::{cuda::CudaDevice as GpuDevice, Cuda as Fused},
+    cubecl_cuda::CudaRuntime as GpuRuntime,
+};
 
-type Gpu = CubeBackend<WgpuRuntime, f32, i32, u32>;
+type Gpu = CubeBackend<GpuRuntime, f32, i32, GpuBool>;
+
+/// The boolean element of the backend's tensors.
+#[cfg(not(feature = "test-cuda"))]
+type GpuBool = u32;
+#[cfg(feature = "test-cuda")]
+type GpuBool = u8;
 
 /// One weight gradient to check.
 #[derive(Debug, Clone, Copy)]
@@ -178,13 +196,7 @@ fn error_of<B: Backend>(c: &Case, dw: Tensor<B, 5>, dtype: DType, want: &[f64]) 
 
 /// The kernel's gradient for `c` (`slices`: forced split-K) against the twin: the relative L2
 /// error.
-fn error(
-    c: &Case,
-    dtype: DType,
-    layout: Layout,
-    slices: Option<usize>,
-    device: &WgpuDevice,
-) -> f64 {
+fn error(c: &Case, dtype: DType, layout: Layout, slices: Option<usize>, device: &GpuDevice) -> f64 {
     let (x, dy, want) = operands(c, dtype);
     let xg = on_gpu::<Gpu>(&x, dtype, layout, device)
         .into_primitive()
@@ -204,7 +216,7 @@ fn error(
 
 #[test]
 fn f32_matches_the_twin_in_both_layouts() {
-    let device = WgpuDevice::default();
+    let device = GpuDevice::default();
     let mut worst = 0.0f64;
     for layout in Layout::ALL {
         for (i, c) in CASES.iter().enumerate() {
@@ -219,7 +231,7 @@ fn f32_matches_the_twin_in_both_layouts() {
 
 #[test]
 fn split_k_gives_the_same_gradient_unsplit_and_split_unevenly() {
-    let device = WgpuDevice::default();
+    let device = GpuDevice::default();
     for layout in Layout::ALL {
         for i in [0, 8] {
             for slices in [1, 3, 7] {
@@ -236,10 +248,10 @@ fn split_k_gives_the_same_gradient_unsplit_and_split_unevenly() {
 
 #[test]
 fn half_precision_storage_matches_the_twin() {
-    let device = WgpuDevice::default();
+    let device = GpuDevice::default();
     for (dtype, tolerance) in [(DType::F16, 1e-3), (DType::BF16, 8e-3)] {
         if !Gpu::supports_dtype(&device, dtype) {
-            println!("skipped {dtype:?}: this wgpu device does not support it");
+            println!("skipped {dtype:?}: this device does not support it");
             continue;
         }
         for layout in Layout::ALL {
@@ -257,7 +269,7 @@ fn half_precision_storage_matches_the_twin() {
 
 #[test]
 fn a_mismatched_output_gradient_is_refused() {
-    let device = WgpuDevice::default();
+    let device = GpuDevice::default();
     let c = CASES[0];
     let x = Tensor::<Gpu, 5>::zeros([1, 16, 8, 8, 8], &device)
         .into_primitive()
@@ -271,23 +283,24 @@ fn a_mismatched_output_gradient_is_refused() {
 
 #[test]
 fn the_fusion_operation_matches_the_twin() {
-    let device = WgpuDevice::default();
+    let device = GpuDevice::default();
     for layout in Layout::ALL {
         for i in [3, 6] {
             let c = &CASES[i];
             let (x, dy, want) = operands(c, DType::F32);
-            let x = on_gpu::<Wgpu>(&x, DType::F32, layout, &device)
+            let x = on_gpu::<Fused>(&x, DType::F32, layout, &device)
                 .into_primitive()
                 .tensor();
-            let dy = on_gpu::<Wgpu>(&dy, DType::F32, layout, &device)
+            let dy = on_gpu::<Fused>(&dy, DType::F32, layout, &device)
                 .into_primitive()
                 .tensor();
             let [kd, kh, kw] = c.kernel;
-            let w = Tensor::<Wgpu, 5>::zeros([c.c_out, c.c_in, kd, kh, kw], &device);
+            let w = Tensor::<Fused, 5>::zeros([c.c_out, c.c_in, kd, kh, kw], &device);
             let w = w.into_primitive().tensor();
-            let dw = conv3d_weight_grad_fused::<WgpuRuntime, f32, i32, u32>(x, &w, dy, &c.spec())
-                .unwrap_or_else(|e| panic!("{c:?}: {e}"));
-            let dw = Tensor::<Wgpu, 5>::from_primitive(TensorPrimitive::Float(dw));
+            let dw =
+                conv3d_weight_grad_fused::<GpuRuntime, f32, i32, GpuBool>(x, &w, dy, &c.spec())
+                    .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+            let dw = Tensor::<Fused, 5>::from_primitive(TensorPrimitive::Float(dw));
             let e = error_of(c, dw, DType::F32, &want);
             println!("case {i} {layout} fused: rel. L2 {e:.2e}");
             assert!(e < 1e-4, "case {i} {layout} fused: rel. L2 {e:.2e}");
@@ -297,19 +310,19 @@ fn the_fusion_operation_matches_the_twin() {
 
 #[test]
 fn a_weight_of_another_shape_is_refused_when_registered() {
-    let device = WgpuDevice::default();
+    let device = GpuDevice::default();
     let c = CASES[0];
-    let x = Tensor::<Wgpu, 5>::zeros([1, 16, 8, 8, 8], &device)
+    let x = Tensor::<Fused, 5>::zeros([1, 16, 8, 8, 8], &device)
         .into_primitive()
         .tensor();
-    let dy = Tensor::<Wgpu, 5>::zeros([1, 16, 8, 8, 8], &device)
+    let dy = Tensor::<Fused, 5>::zeros([1, 16, 8, 8, 8], &device)
         .into_primitive()
         .tensor();
-    let w = Tensor::<Wgpu, 5>::zeros([16, 15, 3, 3, 3], &device)
+    let w = Tensor::<Fused, 5>::zeros([16, 15, 3, 3, 3], &device)
         .into_primitive()
         .tensor();
-    let e =
-        conv3d_weight_grad_fused::<WgpuRuntime, f32, i32, u32>(x, &w, dy, &c.spec()).unwrap_err();
+    let e = conv3d_weight_grad_fused::<GpuRuntime, f32, i32, GpuBool>(x, &w, dy, &c.spec())
+        .unwrap_err();
     assert!(matches!(e, WgradError::Weight { .. }), "{e}");
 }
 

@@ -49,6 +49,8 @@ impl ConvCase {
             c(1, 1, 1, [6, 6, 6], 3, 1),  // one channel
             c(1, 512, 8, [2, 2, 2], 3, 1), // 512 input channels
             c(1, 8, 512, [2, 2, 2], 1, 1), // 512 output channels
+            c(1, 64, 64, [8, 8, 8], 3, 1), // the U-Net's widest level: full 64-channel blocks
+            c(2, 48, 40, [6, 5, 7], 3, 2), // channels past a block, odd sizes, stride 2
         ]
     }
 

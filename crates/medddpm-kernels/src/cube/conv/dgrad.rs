@@ -21,8 +21,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
 use super::forward::strides5;
-use super::launch::{launch, Problem};
-use super::tile::Tile;
+use super::launch::{choose_tile, launch, Problem};
 use super::{check, check_dtypes, empty_in_layout, five, CubeConvError};
 use crate::compute::Layout;
 
@@ -89,12 +88,7 @@ pub fn conv3d_data_grad<R: CubeRuntime>(
     let wt = into_contiguous(permute(weight, &[2, 3, 4, 0, 1]));
     let ws = wt.meta.strides().to_vec();
     let dx_strides = strides5(&dx);
-    let tile = Tile::choose(
-        c_out,
-        c_in,
-        grad_out.meta.strides()[1] == 1,
-        layout == Layout::Ndhwc,
-    );
+    let tile = choose_tile(&grad_out, c_out, c_in, layout == Layout::Ndhwc);
     let (size, kernel) = ([d, h, w], [kd, kh, kw]);
     for rd in 0..stride[0] {
         for rh in 0..stride[1] {

@@ -6,8 +6,7 @@ use burn_cubecl::ops::permute;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
-use super::launch::{launch, Problem};
-use super::tile::Tile;
+use super::launch::{choose_tile, launch, Problem};
 use super::{check, check_dtypes, empty_in_layout, five, CubeConvError};
 use crate::compute::Layout;
 
@@ -54,12 +53,7 @@ pub fn conv3d_forward<R: CubeRuntime>(
         y_strides: strides5(&y),
         y_base: 0,
     };
-    let tile = Tile::choose(
-        c_in,
-        c_out,
-        x.meta.strides()[1] == 1,
-        layout == Layout::Ndhwc,
-    );
+    let tile = choose_tile(&x, c_in, c_out, layout == Layout::Ndhwc);
     launch(&x, &wt, &y, &p, tile);
     Ok(y)
 }

@@ -118,8 +118,8 @@ pub(super) fn conv_gemm<X: Float, W: Float, Y: Float>(
         let w_tap = ws.base + jd as i32 * ws.d + jh as i32 * ws.h + jw as i32 * ws.w;
         for chunk in 0..chunks {
             let ci0 = chunk * bk;
-            load_a(x, &offsets, ci0, dims.c_in, xs.c, &mut a_s, tile);
-            load_b(w, w_tap, ci0, n0, &dims, &ws, &mut b_s, tile);
+            load_a::<X, f32>(x, &offsets, ci0, dims.c_in, xs.c, &mut a_s, tile);
+            load_b::<W, f32>(w, w_tap, ci0, n0, &dims, &ws, &mut b_s, tile);
             sync_cube();
             multiply(&a_s, &b_s, &mut acc, tile);
             sync_cube();
@@ -135,7 +135,7 @@ pub(super) fn conv_gemm<X: Float, W: Float, Y: Float>(
 /// neighbouring units stage neighbouring rows (neighbouring addresses), with a short run
 /// (channels-last input) a few units stage one row's contiguous channels.
 #[cube]
-fn a_slot(r: u32, #[comptime] tile: Tile) -> (u32, u32) {
+pub(super) fn a_slot(r: u32, #[comptime] tile: Tile) -> (u32, u32) {
     let runs = comptime!(tile.bk / tile.a_run);
     let row = UNIT_POS / runs + r * comptime!(tile.threads() / runs);
     let k = (UNIT_POS % runs) * tile.a_run;
@@ -145,7 +145,7 @@ fn a_slot(r: u32, #[comptime] tile: Tile) -> (u32, u32) {
 /// Per row of this thread's share of the input tile: the row's batch offset in `x` and the
 /// input voxel that tap 0 of its window reads (`NO_ROW` past the last row).
 #[cube]
-fn row_plan(
+pub(super) fn row_plan(
     dims: &Dims,
     window: &Window,
     xs: &Strides,
@@ -184,7 +184,7 @@ fn row_plan(
 /// where that voxel is padding.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn tap_offsets(
+pub(super) fn tap_offsets(
     base: &Array<u32>,
     d0: &Array<i32>,
     h0: &Array<i32>,
@@ -217,16 +217,17 @@ fn tap_offsets(
     offsets
 }
 
-/// Stages the `[bk, bm]` input tile of channels `ci0..ci0 + bk` in shared memory (as f32,
-/// zeros for padding and for channels past the last), rows `a_stride` apart.
+/// Stages the `[bk, bm]` input tile of channels `ci0..ci0 + bk` in shared memory (as `S`:
+/// f32 for the register-tiled multiply, the 16-bit type for tensor cores; zeros for padding
+/// and for channels past the last), rows `a_stride` apart.
 #[cube]
-fn load_a<X: Float>(
+pub(super) fn load_a<X: Float, S: Float>(
     x: &Tensor<X>,
     offsets: &Array<i32>,
     ci0: u32,
     c_in: u32,
     channel_stride: u32,
-    a_s: &mut SharedMemory<f32>,
+    a_s: &mut SharedMemory<S>,
     #[comptime] tile: Tile,
 ) {
     let bm = comptime!(tile.bm());
@@ -240,9 +241,9 @@ fn load_a<X: Float>(
             #[unroll]
             for c in 0..tile.a_run {
                 let ci = ci0 + k0 + c;
-                let mut v = 0.0f32;
+                let mut v = S::from_int(0);
                 if at >= 0 && ci < c_in {
-                    v = f32::cast_from(x[(at as u32 + ci * channel_stride) as usize]);
+                    v = S::cast_from(x[(at as u32 + ci * channel_stride) as usize]);
                 }
                 a_s[((k0 + c) * a_stride + row) as usize] = v;
             }
@@ -251,18 +252,18 @@ fn load_a<X: Float>(
 }
 
 /// Stages the `[bk, bn]` weight tile of tap `w_tap`, channels `ci0..` and output channels
-/// `n0..` in shared memory (as f32, zeros past the last channels), output channels fastest
+/// `n0..` in shared memory (as `S`, zeros past the last channels), output channels fastest
 /// across threads (the caller lays the weight out with them contiguous).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_b<W: Float>(
+pub(super) fn load_b<W: Float, S: Float>(
     w: &Tensor<W>,
     w_tap: i32,
     ci0: u32,
     n0: u32,
     dims: &Dims,
     ws: &WeightWalk,
-    b_s: &mut SharedMemory<f32>,
+    b_s: &mut SharedMemory<S>,
     #[comptime] tile: Tile,
 ) {
     let bn = comptime!(tile.threads_n * tile.tn);
@@ -275,10 +276,10 @@ fn load_b<W: Float>(
             let k = e / bn;
             let ci = ci0 + k;
             let co = n0 + col;
-            let mut v = 0.0f32;
+            let mut v = S::from_int(0);
             if ci < dims.c_in && co < dims.c_out {
                 let at = w_tap + (ci * ws.ci + co * ws.co) as i32;
-                v = f32::cast_from(w[at as usize]);
+                v = S::cast_from(w[at as usize]);
             }
             b_s[(k * bn + col) as usize] = v;
         }

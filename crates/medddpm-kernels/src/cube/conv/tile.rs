@@ -23,6 +23,10 @@ pub struct Tile {
     pub a_run: u32,
     /// The output is channels-last: neighbouring units store neighbouring channels.
     pub out_channels_fastest: bool,
+    /// The product runs on tensor cores (16 x 16 x 16 cooperative matrices in the operands'
+    /// 16-bit type, f32 accumulators): each of the cube's 8 planes owns `bm / 8` rows and all
+    /// `bn` channels, and `tm`/`tn` only say how the staging and the epilogue split the work.
+    pub tensor_cores: bool,
 }
 
 impl Tile {
@@ -53,10 +57,11 @@ impl Tile {
     /// `q * 32 / runs + r`).
     pub fn a_stride(&self) -> u32 {
         let runs = self.bk / self.a_run;
-        if runs > 1 {
-            self.bm() + 32 / self.bk
-        } else {
-            self.bm()
+        match (runs > 1, self.tensor_cores) {
+            (false, _) => self.bm(),
+            (true, false) => self.bm() + 32 / self.bk,
+            // A cooperative-matrix load wants rows a multiple of 8 elements (16 bytes) apart.
+            (true, true) => self.bm() + 8,
         }
     }
 
@@ -99,6 +104,84 @@ impl Tile {
             bk,
             a_run: if a_channels_last { bk.min(4) } else { bk },
             out_channels_fastest: out_channels_last && c_out > 1,
+            tensor_cores: false,
         }
+    }
+
+    /// The tensor-core tile for the same product, or `None` where tensor cores would mostly
+    /// multiply padding (four output channels or fewer: the last convolution and the first's
+    /// data gradient, which [`Tile::choose`] computes).
+    ///
+    /// Blocks of 256 positions by 16, 32 or 64 channels; 8 planes of 32 units, each owning 32
+    /// rows, that is 2 x (bn / 16) accumulators of 16 x 16. The reduction steps 32 input
+    /// channels at a time where there are that many (two matrix steps per staging, half the
+    /// barriers), else 16 (zeros past the last channel). Shared memory: at most 21 KiB staged
+    /// plus 8 KiB of epilogue scratch.
+    pub fn choose_tensor_cores(
+        c_in: usize,
+        c_out: usize,
+        a_channels_last: bool,
+        out_channels_last: bool,
+    ) -> Option<Tile> {
+        let bn: u32 = match c_out {
+            0..=4 => return None,
+            5..=16 => 16,
+            17..=32 => 32,
+            _ => 64,
+        };
+        let bk = if c_in >= 32 { 32 } else { 16 };
+        Some(Tile {
+            threads_m: 32,
+            threads_n: 8,
+            tm: 8,
+            tn: bn / 8,
+            bk,
+            a_run: if a_channels_last { 4 } else { bk },
+            out_channels_fastest: out_channels_last,
+            tensor_cores: true,
+        })
+    }
+
+    /// Rows each of the 8 planes owns in a tensor-core tile.
+    pub fn plane_rows(&self) -> u32 {
+        self.bm() / 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tile;
+
+    /// What a 16 x 16 x 16 cooperative-matrix load and the kernel's plane layout need of
+    /// every tensor-core tile the U-Net's and odd channel counts get.
+    #[test]
+    fn tensor_core_tiles_fit_the_cooperative_matrices() {
+        for c_in in [1, 2, 5, 16, 17, 31, 32, 33, 64, 192, 512] {
+            for c_out in [5, 8, 16, 17, 32, 33, 64, 128, 512] {
+                for (a_last, out_last) in [(false, false), (true, true), (true, false)] {
+                    let t = Tile::choose_tensor_cores(c_in, c_out, a_last, out_last)
+                        .expect("more than four output channels take tensor cores");
+                    assert!(t.tensor_cores);
+                    assert_eq!(t.threads(), 256, "eight planes of 32");
+                    assert_eq!(t.plane_rows() % 16, 0, "{t:?}");
+                    assert_eq!(t.bn() % 16, 0, "{t:?}");
+                    assert!(t.bn() as usize >= c_out.min(64), "{t:?}");
+                    assert!(t.bk == 16 || t.bk == 32, "{t:?}");
+                    assert_eq!(t.bk % t.a_run, 0, "{t:?}");
+                    // 16-bit rows a multiple of 8 elements apart (16-byte aligned loads).
+                    assert_eq!(t.a_stride() % 8, 0, "{t:?}");
+                    let shared = 2 * t.bk * (t.a_stride() + t.bn()) + 4 * 8 * 256;
+                    assert!(shared <= 48 * 1024, "{t:?}: {shared} bytes");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn four_output_channels_or_fewer_stay_on_the_fma_units() {
+        for c_out in 0..=4 {
+            assert_eq!(Tile::choose_tensor_cores(64, c_out, true, true), None);
+        }
+        assert!(!Tile::choose(64, 64, true, true).tensor_cores);
     }
 }

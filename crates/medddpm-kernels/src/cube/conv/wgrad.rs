@@ -27,6 +27,8 @@
 mod fused;
 #[path = "wgrad_kernel.rs"]
 mod kernel;
+#[path = "wgrad_mma.rs"]
+mod mma;
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -399,6 +401,29 @@ fn launch_partial<R: CubeRuntime>(
     let c_in = x.meta.shape()[1];
     let [sd, sh, sw] = spec.stride.map(|s| s as i32);
     let [pd, ph, pw] = spec.padding.map(|p| p as i32);
+    if x.dtype == grad_out.dtype && super::launch::tensor_cores(&x) {
+        // SAFETY: as below; the staged type is both operands' 16-bit type, which
+        // `tensor_cores` checked the runtime multiplies on tensor cores.
+        unsafe {
+            mma::wgrad_partial_mma::launch_unchecked::<R>(
+                &client,
+                count,
+                dim,
+                x.clone().into_tensor_arg(),
+                grad_out.into_tensor_arg(),
+                ws.clone().into_tensor_arg(),
+                (shape.m, shape.n, c_in, shape.k, plan.slice_len),
+                (kernel[1], kernel[2]),
+                (sd, sh, sw),
+                (pd, ph, pw),
+                plan.tm,
+                plan.tn,
+                channels_last,
+                [dtypes[0], dtypes[1], x.dtype.into()],
+            );
+        }
+        return;
+    }
     // SAFETY: `check` bounded both operands' spans below 2^31 elements; every load is guarded
     // by its row's and column's bounds and every store by `m < M`, `n < N` in slice `z` of
     // the `[slices, M, N]` workspace.

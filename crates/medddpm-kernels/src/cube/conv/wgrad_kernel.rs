@@ -53,7 +53,12 @@ pub(super) fn staged_stride_b(width: usize) -> usize {
 
 /// `k` as `(b, od, oh, ow)` of an output of spatial size `(od_n, oh_n, ow_n)`.
 #[cube]
-fn decompose(k: usize, od_n: usize, oh_n: usize, ow_n: usize) -> (usize, usize, usize, usize) {
+pub(super) fn decompose(
+    k: usize,
+    od_n: usize,
+    oh_n: usize,
+    ow_n: usize,
+) -> (usize, usize, usize, usize) {
     let ow = k % ow_n;
     let rest = k / ow_n;
     let oh = rest % oh_n;
@@ -64,7 +69,7 @@ fn decompose(k: usize, od_n: usize, oh_n: usize, ow_n: usize) -> (usize, usize, 
 /// `(b, od, oh, ow)` moved [`BK`] positions on, by carries (the loop runs more than once only
 /// when `ow_n < BK`).
 #[cube]
-fn advance(
+pub(super) fn advance(
     pos: (usize, usize, usize, usize),
     od_n: usize,
     oh_n: usize,
@@ -123,7 +128,7 @@ fn column<FX: Float>(
 /// and taps, see [`column`]), the input's spatial size, its rows of A (`m0 + g + 16 i`) and
 /// the convolution's stride and padding.
 #[derive(CubeType)]
-struct Loader {
+pub(super) struct Loader {
     off: Array<i32>,
     kd: Array<i32>,
     kh: Array<i32>,
@@ -144,7 +149,7 @@ fn tile_column(n0: usize, g: usize, j: usize) -> usize {
 /// multiplies and stores as `tx`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn loader<FX: Float>(
+pub(super) fn loader<FX: Float>(
     x: &Tensor<FX>,
     corner: (usize, usize),
     g: usize,
@@ -193,7 +198,7 @@ fn loader<FX: Float>(
 /// past N or a tap in the padding.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_row<FX: Float, FY: Float>(
+pub(super) fn load_row<FX: Float, FY: Float>(
     x: &Tensor<FX>,
     dy: &Tensor<FY>,
     cols: &Loader,
@@ -298,7 +303,7 @@ fn multiply(
 /// Where the loads of one step start: the unit's K row in `dy` (`a_row`) and in `x` before the
 /// taps (`x_row`, may be negative), and the row's first input position per axis.
 #[cube]
-fn row_offsets<FX: Float, FY: Float>(
+pub(super) fn row_offsets<FX: Float, FY: Float>(
     x: &Tensor<FX>,
     dy: &Tensor<FY>,
     pos: (usize, usize, usize, usize),

@@ -1,0 +1,2 @@
+# H100 x1 (nvidia-h100-x1), 315 s. Binary: CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p medddpm --features cuda,wgpu,host-profile at 0c581f1 plus the first tensor-core kernels (forward/data gradient without prefetch, weight gradient), uncommitted then, carried as .device-bin/medddpm.xz with .device-data.
+CHECK="cuda/bf16 cuda/f16" TOTAL=540 bash scripts/gpu-portable.sh $OUT/p "cuda/cubecl/bf16/ndhwc:150 cuda/cudnn/bf16/ndhwc:90 cuda/cubecl/f16/ndhwc:130" --model whole-head --size 128 --warmup 1 --steps 3
