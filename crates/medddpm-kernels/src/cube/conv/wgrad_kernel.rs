@@ -324,6 +324,32 @@ pub(super) fn row_offsets<FX: Float, FY: Float>(
     (a_row, x_row, bd, bh, bw)
 }
 
+/// Where unit `tid` of this cube works: its K row in the loads (`kk`) and its place along the
+/// tile (`g`), the tile's corner `(m0, n0)` and the cube's K slice `[k_begin, k_end)`.
+#[cube]
+pub(super) fn place(
+    tid: usize,
+    slice_len: usize,
+    k_total: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] channels_last: bool,
+) -> (usize, usize, usize, usize, usize, usize) {
+    let (mut kk, mut g) = (tid % BK, tid / BK);
+    if channels_last {
+        kk = tid / SIDE;
+        g = tid % SIDE;
+    }
+    let k_begin = CUBE_POS_Z as usize * slice_len;
+    let mut k_end = k_begin + slice_len;
+    if k_end > k_total {
+        k_end = k_total;
+    }
+    let m0 = CUBE_POS_Y as usize * SIDE * tm;
+    let n0 = CUBE_POS_X as usize * SIDE * tn;
+    (kk, g, m0, n0, k_begin, k_end)
+}
+
 /// The partial sums of one `16 tm x 16 tn` tile of `dL/dw` over K slice `CUBE_POS_Z`
 /// (`[slice * slice_len, (slice + 1) * slice_len)`), into `ws[slice, m, n]`. Cubes: x over
 /// column tiles, y over row tiles, z over slices. The next step's row is loaded into registers
@@ -350,20 +376,8 @@ pub(super) fn wgrad_partial<FX: Float, FY: Float>(
     let mut b_s = SharedMemory::<Quad>::new(BK * sb);
     let (tx, ty) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
     let tid = ty * SIDE + tx;
-    // The unit's K row (`kk`) and its place along the tile (`g`) in the loads.
-    let (mut kk, mut g) = (tid % BK, tid / BK);
-    if channels_last {
-        kk = tid / SIDE;
-        g = tid % SIDE;
-    }
-    let m0 = CUBE_POS_Y as usize * SIDE * tm;
-    let n0 = CUBE_POS_X as usize * SIDE * tn;
+    let (kk, g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, channels_last);
     let slice = CUBE_POS_Z as usize;
-    let k_begin = slice * slice_len;
-    let mut k_end = k_begin + slice_len;
-    if k_end > k_total {
-        k_end = k_total;
-    }
     let cols = loader::<FX>(
         x,
         (m0, n0),

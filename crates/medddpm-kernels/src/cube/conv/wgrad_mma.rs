@@ -13,7 +13,7 @@
 use cubecl::prelude::*;
 
 use super::super::mma::zeroed_accumulators;
-use super::kernel::{advance, decompose, load_row, loader, BK, SIDE, VEC};
+use super::kernel::{advance, decompose, load_row, loader, place, BK, SIDE, VEC};
 
 /// Units per plane the kernel is written for (NVIDIA's warp).
 const PLANE: usize = 32;
@@ -55,19 +55,8 @@ pub(super) fn wgrad_partial_mma<FX: Float, FY: Float, S: Float>(
     let mut a_s = SharedMemory::<S>::new_aligned(BK * sa, 32usize);
     let mut b_s = SharedMemory::<S>::new_aligned(BK * sb, 32usize);
     let tid = UNIT_POS_Y as usize * SIDE + UNIT_POS_X as usize;
-    let (mut kk, mut g) = (tid % BK, tid / BK);
-    if channels_last {
-        kk = tid / SIDE;
-        g = tid % SIDE;
-    }
-    let m0 = CUBE_POS_Y as usize * SIDE * tm;
-    let n0 = CUBE_POS_X as usize * SIDE * tn;
+    let (kk, g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, channels_last);
     let slice = CUBE_POS_Z as usize;
-    let k_begin = slice * slice_len;
-    let mut k_end = k_begin + slice_len;
-    if k_end > k_total {
-        k_end = k_total;
-    }
     let cols = loader::<FX>(
         x,
         (m0, n0),
