@@ -118,8 +118,8 @@ pub(super) fn conv_gemm<X: Float, W: Float, Y: Float>(
         let w_tap = ws.base + jd as i32 * ws.d + jh as i32 * ws.h + jw as i32 * ws.w;
         for chunk in 0..chunks {
             let ci0 = chunk * bk;
-            load_a::<X, f32>(x, &offsets, ci0, dims.c_in, xs.c, &mut a_s, tile);
-            load_b::<W, f32>(w, w_tap, ci0, n0, &dims, &ws, &mut b_s, tile);
+            load_a(x, &offsets, ci0, dims.c_in, xs.c, &mut a_s, tile);
+            load_b(w, w_tap, ci0, n0, &dims, &ws, &mut b_s, tile);
             sync_cube();
             multiply(&a_s, &b_s, &mut acc, tile);
             sync_cube();
@@ -217,17 +217,16 @@ pub(super) fn tap_offsets(
     offsets
 }
 
-/// Stages the `[bk, bm]` input tile of channels `ci0..ci0 + bk` in shared memory (as `S`:
-/// f32 for the register-tiled multiply, the 16-bit type for tensor cores; zeros for padding
-/// and for channels past the last), rows `a_stride` apart.
+/// Stages the `[bk, bm]` input tile of channels `ci0..ci0 + bk` in shared memory (as f32,
+/// zeros for padding and for channels past the last), rows `a_stride` apart.
 #[cube]
-pub(super) fn load_a<X: Float, S: Float>(
+fn load_a<X: Float>(
     x: &Tensor<X>,
     offsets: &Array<i32>,
     ci0: u32,
     c_in: u32,
     channel_stride: u32,
-    a_s: &mut SharedMemory<S>,
+    a_s: &mut SharedMemory<f32>,
     #[comptime] tile: Tile,
 ) {
     let bm = comptime!(tile.bm());
@@ -241,9 +240,9 @@ pub(super) fn load_a<X: Float, S: Float>(
             #[unroll]
             for c in 0..tile.a_run {
                 let ci = ci0 + k0 + c;
-                let mut v = S::from_int(0);
+                let mut v = 0.0f32;
                 if at >= 0 && ci < c_in {
-                    v = S::cast_from(x[(at as u32 + ci * channel_stride) as usize]);
+                    v = f32::cast_from(x[(at as u32 + ci * channel_stride) as usize]);
                 }
                 a_s[((k0 + c) * a_stride + row) as usize] = v;
             }
@@ -252,18 +251,18 @@ pub(super) fn load_a<X: Float, S: Float>(
 }
 
 /// Stages the `[bk, bn]` weight tile of tap `w_tap`, channels `ci0..` and output channels
-/// `n0..` in shared memory (as `S`, zeros past the last channels), output channels fastest
+/// `n0..` in shared memory (as f32, zeros past the last channels), output channels fastest
 /// across threads (the caller lays the weight out with them contiguous).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn load_b<W: Float, S: Float>(
+fn load_b<W: Float>(
     w: &Tensor<W>,
     w_tap: i32,
     ci0: u32,
     n0: u32,
     dims: &Dims,
     ws: &WeightWalk,
-    b_s: &mut SharedMemory<S>,
+    b_s: &mut SharedMemory<f32>,
     #[comptime] tile: Tile,
 ) {
     let bn = comptime!(tile.threads_n * tile.tn);
@@ -276,10 +275,10 @@ pub(super) fn load_b<W: Float, S: Float>(
             let k = e / bn;
             let ci = ci0 + k;
             let co = n0 + col;
-            let mut v = S::from_int(0);
+            let mut v = 0.0f32;
             if ci < dims.c_in && co < dims.c_out {
                 let at = w_tap + (ci * ws.ci + co * ws.co) as i32;
-                v = S::cast_from(w[at as usize]);
+                v = f32::cast_from(w[at as usize]);
             }
             b_s[(k * bn + col) as usize] = v;
         }

@@ -118,7 +118,7 @@ pub(super) fn zeroed_accumulators(#[comptime] count: usize) -> Sequence<cmma::Ma
 }
 
 /// This unit's share of the `[bk, bm]` input tile of channels `ci0..ci0 + bk` (as in
-/// [`load_a`](super::gemm::load_a)) into registers, in `S`: `a_run` channels of each of its
+/// the FMA kernel's `load_a`) into registers, in `S`: `a_run` channels of each of its
 /// [`Tile::a_rows`] rows.
 #[cube]
 fn gather_a<X: Float, S: Float>(
@@ -146,7 +146,7 @@ fn gather_a<X: Float, S: Float>(
     }
 }
 
-/// This unit's share of the `[bk, bn]` weight tile (as in [`load_b`](super::gemm::load_b))
+/// This unit's share of the `[bk, bn]` weight tile (as in the FMA kernel's `load_b`)
 /// into registers, in `S`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
