@@ -205,7 +205,12 @@ fn sixteen_bit_convolutions_match_burns_on_the_cpu() {
             println!("{dtype:?} skipped: the device does not support it");
             continue;
         }
-        let cases = [CASES[0], CASES[2], CASES[6], CASES[10]];
+        // Channel counts a multiple of 8 (vector loads and stores on tensor cores), of 4 (20
+        // output channels), odd ones (scalar) and one to three output channels (16-channel
+        // blocks, mostly padding).
+        let cases = [
+            CASES[0], CASES[1], CASES[2], CASES[4], CASES[6], CASES[7], CASES[9], CASES[10],
+        ];
         check_all(dtype, &cases, tolerance);
     }
 }

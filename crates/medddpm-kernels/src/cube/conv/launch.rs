@@ -117,13 +117,18 @@ pub(super) fn launch<R: CubeRuntime>(
     let (dims, window, xs, ws, ys) = arguments(p);
     let dtypes = [x.dtype.into(), w.dtype.into(), y.dtype.into()];
     if tile.tensor_cores {
+        let widths = vector_widths(p, tile, widest_vector(x));
         // SAFETY: as below; the staged type is `x`'s, which `choose_tile` checked the
-        // runtime multiplies on tensor cores.
+        // runtime multiplies on tensor cores, and `vector_widths` checked that every vector
+        // read and written lies whole inside its tensor's channels at aligned offsets.
         unsafe {
             conv_gemm_mma::launch_unchecked::<R>(
                 &x.client,
                 count,
                 CubeDim::new_1d(tile.threads()),
+                widths.a,
+                widths.b,
+                widths.y,
                 x.clone().into_tensor_arg(),
                 w.clone().into_tensor_arg(),
                 y.clone().into_tensor_arg(),
@@ -157,6 +162,70 @@ pub(super) fn launch<R: CubeRuntime>(
             dtypes,
         );
     }
+}
+
+/// The widest vector of `t`'s dtype its runtime loads in one access (8 16-bit values on CUDA,
+/// 4 on wgpu).
+fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
+    t.client
+        .io_optimized_vector_sizes(t.dtype.size())
+        .next()
+        .unwrap_or(1)
+}
+
+/// Elements per vector of the tensor-core kernel's three tensors, along their channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct VectorWidths {
+    /// Input activation: `a_run` consecutive channels of one voxel.
+    pub a: usize,
+    /// Weight: output channels of one `(tap, ci)`.
+    pub b: usize,
+    /// Output: channels of one position.
+    pub y: usize,
+}
+
+/// The widest vectors (at most `widest`) that every access of [`conv_gemm_mma`] for `p` can
+/// use: the channels contiguous, the channel count and every base offset and stride a
+/// multiple of the width (so a vector never straddles two voxels or the last channel, and
+/// each starts aligned); 1 where not.
+pub(super) fn vector_widths(p: &Problem, tile: Tile, widest: usize) -> VectorWidths {
+    let fits = |width: usize, unit_stride: usize, count: usize, offsets: &[i64]| {
+        unit_stride == 1
+            && count.is_multiple_of(width)
+            && offsets.iter().all(|o| o.rem_euclid(width as i64) == 0)
+    };
+    let widest_fitting = |limit: usize, unit_stride: usize, count: usize, offsets: &[i64]| {
+        let mut width = widest.min(limit).min(8).max(1);
+        while width > 1 && !fits(width, unit_stride, count, offsets) {
+            width /= 2;
+        }
+        width
+    };
+    let s = |v: &[usize]| v.iter().map(|&e| e as i64).collect::<Vec<_>>();
+    let [xn, xc, xd, xh, xw] = p.x_strides;
+    let [yn, yc, yd, yh, yw] = p.y_strides;
+    let mut x_offsets = s(&[p.x_base, xn, xd, xh, xw]);
+    x_offsets.push(0);
+    let w_offsets = [
+        p.w_base,
+        p.w_taps[0],
+        p.w_taps[1],
+        p.w_taps[2],
+        p.w_ci as i64,
+    ];
+    let y_offsets = s(&[p.y_base, yn, yd, yh, yw]);
+    let a = if tile.a_run < tile.bk {
+        widest_fitting(tile.a_run as usize, xc, p.c_in, &x_offsets)
+    } else {
+        1
+    };
+    let b = widest_fitting(16, p.w_co, p.c_out, &w_offsets);
+    let y = if tile.out_channels_fastest {
+        widest_fitting(16, yc, p.c_out, &y_offsets)
+    } else {
+        1
+    };
+    VectorWidths { a, b, y }
 }
 
 /// The kernel's arguments: sizes, window, input strides, weight walk, output strides.
@@ -212,4 +281,88 @@ fn arguments<R: CubeRuntime>(p: &Problem) -> Arguments<R> {
         ws,
         strides(p.y_base, p.y_strides),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{vector_widths, Problem, VectorWidths};
+    use crate::cube::conv::tile::Tile;
+
+    /// A stride-1 3x3x3 product of `c_in` into `c_out` channels over an 8^3 grid, both
+    /// activations channels-last (`[b, d, h, w, c]` buffers) and the weight
+    /// `[kd, kh, kw, c_in, c_out]`.
+    fn channels_last(c_in: usize, c_out: usize) -> Problem {
+        let act = |c: usize| [512 * c, 1, 64 * c, 8 * c, c];
+        Problem {
+            batch: 2,
+            c_in,
+            c_out,
+            in_size: [8; 3],
+            out_size: [8; 3],
+            stride: [1; 3],
+            pad: [1; 3],
+            taps: [3; 3],
+            x_strides: act(c_in),
+            x_base: 0,
+            w_base: 0,
+            w_taps: [
+                (9 * c_in * c_out) as i64,
+                (3 * c_in * c_out) as i64,
+                (c_in * c_out) as i64,
+            ],
+            w_ci: c_out,
+            w_co: 1,
+            y_strides: act(c_out),
+            y_base: 0,
+        }
+    }
+
+    fn tile(p: &Problem) -> Tile {
+        Tile::choose_tensor_cores(p.c_in, p.c_out, true, true).expect("a tensor-core tile")
+    }
+
+    #[test]
+    fn channels_last_products_read_and_write_whole_vectors() {
+        let p = channels_last(64, 64);
+        let all = |w| VectorWidths { a: w, b: w, y: w };
+        assert_eq!(
+            vector_widths(&p, tile(&p), 8),
+            all(8),
+            "CUDA: 16 bytes of f16"
+        );
+        assert_eq!(vector_widths(&p, tile(&p), 4), all(4), "wgpu: four lanes");
+        let p = channels_last(48, 40);
+        assert_eq!(vector_widths(&p, tile(&p), 8), all(8));
+    }
+
+    #[test]
+    fn vectors_narrow_to_what_the_channel_counts_and_offsets_allow() {
+        // Three input channels (the first convolution): scalar input reads.
+        let p = channels_last(3, 64);
+        assert_eq!(vector_widths(&p, tile(&p), 8).a, 1);
+        // 12 output channels: vectors of 4 for the weight and the output.
+        let p = channels_last(64, 12);
+        let w = vector_widths(&p, tile(&p), 8);
+        assert_eq!((w.a, w.b, w.y), (8, 4, 4));
+        // A data-gradient phase writing from an odd offset stores scalars.
+        let mut p = channels_last(64, 64);
+        p.y_base = 3;
+        assert_eq!(vector_widths(&p, tile(&p), 8).y, 1);
+        // A flipped weight walk (negative tap steps) stays vectorised.
+        let mut p = channels_last(32, 32);
+        p.w_base = 26 * 32 * 32;
+        p.w_taps = p.w_taps.map(|s| -s);
+        assert_eq!(vector_widths(&p, tile(&p), 8).b, 8);
+    }
+
+    #[test]
+    fn channels_first_operands_are_read_one_element_at_a_time() {
+        let mut p = channels_last(64, 64);
+        p.x_strides = [64 * 512, 512, 64, 8, 1];
+        p.y_strides = [64 * 512, 512, 64, 8, 1];
+        let t = Tile::choose_tensor_cores(64, 64, false, false).expect("a tensor-core tile");
+        let w = vector_widths(&p, t, 8);
+        assert_eq!((w.a, w.y), (1, 1), "{w:?}");
+        assert_eq!(w.b, 8, "the weight keeps its output channels contiguous");
+    }
 }

@@ -1,14 +1,18 @@
-//! The implicit GEMM of [`gemm`](super::gemm) on tensor cores: the same gathering of input
-//! patches and weight chunks into shared memory (in the operands' 16-bit type instead of f32),
-//! multiplied by 16 x 16 x 16 cooperative matrices with f32 accumulators (WMMA on CUDA).
+//! The implicit GEMM of [`gemm`](super::gemm) on tensor cores: the same implicit im2col (taps
+//! outside, channels inside, strides for both layouts), the operands staged in their 16-bit
+//! type and multiplied by 16 x 16 x 16 cooperative matrices with f32 accumulators (WMMA on
+//! CUDA, `VK_KHR_cooperative_matrix` on Vulkan).
 //!
 //! A cube of 8 planes computes a `bm x bn` block ([`Tile::choose_tensor_cores`]): plane `p`
 //! owns rows `p * bm / 8 ..` and every channel of the block, as `2 x bn / 16` accumulators.
-//! Per staged chunk each plane loads its 2 A fragments (the staged input is `[k, m]`, a
-//! column-major A) and the block's `bn / 16` B fragments (`[k, n]`, row-major), then runs every
-//! pair. At the end each accumulator goes through a 16 x 16 f32 scratch of the plane's own in
-//! shared memory to the output, in the orientation that lets neighbouring units store
-//! neighbouring addresses (channels for a channels-last output, positions otherwise).
+//! The input tile is staged `[m, k]` (a row-major A) and the weight tile `[k, n]`, so that a
+//! channels-last activation and the weight (output channels contiguous) are read and staged
+//! as whole vectors of up to 8 channels (16 bytes; 4 on wgpu), one load and one shared store
+//! where the scalar gather needed eight of each: that gather, not the products, was what the
+//! kernel spent its instructions on (Nsight Compute, docs/benchmarks). At the end each
+//! accumulator goes through a 16 x 16 f32 scratch of the plane's own to the output, in the
+//! orientation that lets neighbouring units store neighbouring addresses (vectors of channels
+//! for a channels-last output, positions otherwise).
 //!
 //! Only launched where the runtime lists the matching cooperative-matrix configuration
 //! (`f16 x f16 -> f32` or `bf16 x bf16 -> f32`, 16 x 16 x 16) and the plane has 32 units.
@@ -24,13 +28,23 @@ pub(super) const PLANE: u32 = 32;
 const FRAG: u32 = 16;
 
 /// [`conv_gemm`](super::gemm::conv_gemm) with the product on tensor cores, the staged operands
-/// in `S` (f16 or bf16).
+/// in `S` (f16 or bf16). `x`, `w` and `y` are read and written as vectors of `NA`, `NB` and
+/// `NY` elements along their channels (1 unless [`vector_widths`](super::launch) found the
+/// channels contiguous and every offset a multiple of the width).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn conv_gemm_mma<X: Float, W: Float, Y: Float, S: Float>(
-    x: &Tensor<X>,
-    w: &Tensor<W>,
-    y: &mut Tensor<Y>,
+pub(super) fn conv_gemm_mma<
+    X: Float,
+    W: Float,
+    Y: Float,
+    S: Float,
+    NA: Size,
+    NB: Size,
+    NY: Size,
+>(
+    x: &Tensor<Vector<X, NA>>,
+    w: &Tensor<Vector<W, NB>>,
+    y: &mut Tensor<Vector<Y, NY>>,
     dims: Dims,
     window: Window,
     xs: Strides,
@@ -40,19 +54,27 @@ pub(super) fn conv_gemm_mma<X: Float, W: Float, Y: Float, S: Float>(
     #[define(X, W, Y, S)] _dtypes: [StorageType; 4],
 ) {
     let bm = comptime!(tile.bm());
-    let bn = comptime!(tile.bn());
     let bk = comptime!(tile.bk);
-    let a_stride = comptime!(tile.a_stride());
     let m0 = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * bm;
     if m0 >= dims.m {
         terminate!();
     }
-    let n0 = CUBE_POS_Z * bn;
+    let n0 = CUBE_POS_Z * comptime!(tile.bn());
+    let na_size = NA::value();
+    let na = comptime!(na_size as u32);
+    let nb_size = NB::value();
+    let nb = comptime!(nb_size as u32);
     let (rows_base, rows_d, rows_h, rows_w) = row_plan(&dims, &window, &xs, m0, tile);
-    let mut a_s = SharedMemory::<S>::new_aligned(comptime!((bk * a_stride) as usize), 32usize);
-    let mut b_s = SharedMemory::<S>::new_aligned(comptime!((bk * bn) as usize), 32usize);
+    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(
+        comptime!((bm * tile.a_stride() / na) as usize),
+        32usize,
+    );
+    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(
+        comptime!((bk * tile.b_stride() / nb) as usize),
+        32usize,
+    );
     let frags_m = comptime!(tile.plane_rows() / FRAG);
-    let frags_n = comptime!(bn / FRAG);
+    let frags_n = comptime!(tile.bn() / FRAG);
     let plane_row = (UNIT_POS / PLANE) * comptime!(tile.plane_rows());
     let mut acc = zeroed_accumulators(comptime!((frags_m * frags_n) as usize));
     let taps = window.taps_d * window.taps_h * window.taps_w;
@@ -60,18 +82,18 @@ pub(super) fn conv_gemm_mma<X: Float, W: Float, Y: Float, S: Float>(
     let steps = taps * chunks;
     // One step is one tap and `bk` input channels. The next step's operands are loaded into
     // registers while this step's products run, so the loads' latency hides behind them.
-    let mut ra = Array::<S>::new(comptime!((tile.a_rows() * tile.a_run) as usize));
-    let mut rb = Array::<S>::new(comptime!(tile.b_loads() as usize));
+    let mut ra = Array::<Vector<S, NA>>::new(comptime!((tile.a_rows() * tile.a_run / na) as usize));
+    let mut rb = Array::<Vector<S, NB>>::new(comptime!(b_vectors(tile, nb) as usize));
     let mut offsets = tap_offsets(
         &rows_base, &rows_d, &rows_h, &rows_w, 0u32, 0u32, 0u32, &dims, &xs, tile,
     );
     let mut w_tap = ws.base;
     let mut tap = 0u32;
     let mut ci0 = 0u32;
-    gather_a::<X, S>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
-    gather_b::<W, S>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
+    gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
+    gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
     for step in 0..steps {
-        stage(&ra, &rb, &mut a_s, &mut b_s, tile);
+        stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, tile);
         sync_cube();
         if step + 1 < steps {
             ci0 += bk;
@@ -90,13 +112,18 @@ pub(super) fn conv_gemm_mma<X: Float, W: Float, Y: Float, S: Float>(
                 }
                 w_tap = ws.base + jd as i32 * ws.d + jh as i32 * ws.h + jw as i32 * ws.w;
             }
-            gather_a::<X, S>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
-            gather_b::<W, S>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
+            gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
+            gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
         }
-        multiply::<S>(&a_s, &b_s, &mut acc, plane_row, tile);
+        multiply::<S, NA, NB>(&a_s, &b_s, &mut acc, plane_row, tile);
         sync_cube();
     }
-    write_out::<Y>(y, &acc, m0 + plane_row, n0, &dims, &ys, tile);
+    write_out::<Y, NY>(y, &acc, m0 + plane_row, n0, &dims, &ys, tile);
+}
+
+/// Vectors of `nb` weights each unit stages per step.
+fn b_vectors(tile: Tile, nb: u32) -> u32 {
+    (tile.bn() * tile.bk / nb).div_ceil(tile.threads())
 }
 
 /// `count` 16 x 16 f32 accumulators, zero.
@@ -117,88 +144,105 @@ pub(super) fn zeroed_accumulators(#[comptime] count: usize) -> Sequence<cmma::Ma
     acc
 }
 
-/// This unit's share of the `[bk, bm]` input tile of channels `ci0..ci0 + bk` (as in
-/// the FMA kernel's `load_a`) into registers, in `S`: `a_run` channels of each of its
-/// [`Tile::a_rows`] rows.
+/// This unit's share of the `[bm, bk]` input tile of channels `ci0..ci0 + bk` (rows and
+/// runs as the FMA kernel's, [`a_slot`]) into registers, in `S`: `a_run` channels of each of
+/// its [`Tile::a_rows`] rows, `NA` at a time (`NA > 1` only where the channels are contiguous
+/// and `c_in` a multiple of `NA`, so a vector is wholly inside or past the last channel).
 #[cube]
-fn gather_a<X: Float, S: Float>(
-    x: &Tensor<X>,
+fn gather_a<X: Float, S: Float, NA: Size>(
+    x: &Tensor<Vector<X, NA>>,
     offsets: &Array<i32>,
     ci0: u32,
     c_in: u32,
     channel_stride: u32,
-    ra: &mut Array<S>,
+    ra: &mut Array<Vector<S, NA>>,
     #[comptime] tile: Tile,
 ) {
+    let na_size = NA::value();
+    let na = comptime!(na_size as u32);
+    let per_row = comptime!(tile.a_run / na);
     #[unroll]
     for r in 0..tile.a_rows() {
         let (row, k0) = a_slot(r, tile);
         let at = offsets[r as usize];
         #[unroll]
-        for c in 0..tile.a_run {
-            let ci = ci0 + k0 + c;
-            let mut v = S::from_int(0);
+        for c in 0..per_row {
+            let ci = ci0 + k0 + c * na;
+            let mut v = Vector::<S, NA>::new(S::from_int(0));
             if row < comptime!(tile.bm()) && at >= 0 && ci < c_in {
-                v = S::cast_from(x[(at as u32 + ci * channel_stride) as usize]);
+                v = Vector::<S, NA>::cast_from(
+                    x[((at as u32 + ci * channel_stride) / na) as usize],
+                );
             }
-            ra[(r * tile.a_run + c) as usize] = v;
+            ra[(r * per_row + c) as usize] = v;
         }
     }
 }
 
-/// This unit's share of the `[bk, bn]` weight tile (as in the FMA kernel's `load_b`)
-/// into registers, in `S`.
+/// This unit's share of the `[bk, bn]` weight tile (output channels contiguous in `w`) into
+/// registers, in `S`, `NB` output channels at a time.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn gather_b<W: Float, S: Float>(
-    w: &Tensor<W>,
+fn gather_b<W: Float, S: Float, NB: Size>(
+    w: &Tensor<Vector<W, NB>>,
     w_tap: i32,
     ci0: u32,
     n0: u32,
     dims: &Dims,
     ws: &WeightWalk,
-    rb: &mut Array<S>,
+    rb: &mut Array<Vector<S, NB>>,
     #[comptime] tile: Tile,
 ) {
-    let bn = comptime!(tile.bn());
+    let nb_size = NB::value();
+    let nb = comptime!(nb_size as u32);
+    let row = comptime!(tile.bn() / nb);
     #[unroll]
-    for j in 0..tile.b_loads() {
+    for j in 0..comptime!(b_vectors(tile, nb)) {
         let e = UNIT_POS + j * comptime!(tile.threads());
-        let ci = ci0 + e / bn;
-        let co = n0 + e % bn;
-        let mut v = S::from_int(0);
-        if e < comptime!(bn * tile.bk) && ci < dims.c_in && co < dims.c_out {
-            v = S::cast_from(w[(w_tap + (ci * ws.ci + co * ws.co) as i32) as usize]);
+        let ci = ci0 + e / row;
+        let co = n0 + (e % row) * nb;
+        let mut v = Vector::<S, NB>::new(S::from_int(0));
+        if e < comptime!(row * tile.bk) && ci < dims.c_in && co < dims.c_out {
+            let at = (w_tap + (ci * ws.ci + co * ws.co) as i32) as u32;
+            v = Vector::<S, NB>::cast_from(w[(at / nb) as usize]);
         }
         rb[j as usize] = v;
     }
 }
 
-/// The registers [`gather_a`] and [`gather_b`] filled into the staged tiles.
+/// The registers [`gather_a`] and [`gather_b`] filled into the staged tiles: A as `[m, k]`
+/// rows [`Tile::a_stride`] apart, B as `[k, n]` rows [`Tile::b_stride`] apart.
 #[cube]
-fn stage<S: Float>(
-    ra: &Array<S>,
-    rb: &Array<S>,
-    a_s: &mut SharedMemory<S>,
-    b_s: &mut SharedMemory<S>,
+fn stage<S: Float, NA: Size, NB: Size>(
+    ra: &Array<Vector<S, NA>>,
+    rb: &Array<Vector<S, NB>>,
+    a_s: &mut SharedMemory<Vector<S, NA>>,
+    b_s: &mut SharedMemory<Vector<S, NB>>,
     #[comptime] tile: Tile,
 ) {
+    let na_size = NA::value();
+    let na = comptime!(na_size as u32);
+    let nb_size = NB::value();
+    let nb = comptime!(nb_size as u32);
+    let per_row = comptime!(tile.a_run / na);
     let a_stride = comptime!(tile.a_stride());
     #[unroll]
     for r in 0..tile.a_rows() {
         let (row, k0) = a_slot(r, tile);
         if row < comptime!(tile.bm()) {
             #[unroll]
-            for c in 0..tile.a_run {
-                a_s[((k0 + c) * a_stride + row) as usize] = ra[(r * tile.a_run + c) as usize];
+            for c in 0..per_row {
+                a_s[((row * a_stride + k0) / na + c) as usize] = ra[(r * per_row + c) as usize];
             }
         }
     }
+    let row = comptime!(tile.bn() / nb);
+    let b_row = comptime!(tile.b_stride() / nb);
     #[unroll]
-    for j in 0..tile.b_loads() {
+    for j in 0..comptime!(b_vectors(tile, nb)) {
         let e = UNIT_POS + j * comptime!(tile.threads());
-        if e < comptime!(tile.bn() * tile.bk) {
-            b_s[e as usize] = rb[j as usize];
+        if e < comptime!(row * tile.bk) {
+            b_s[((e / row) * b_row + e % row) as usize] = rb[j as usize];
         }
     }
 }
@@ -206,46 +250,44 @@ fn stage<S: Float>(
 /// Every accumulator of this plane plus the staged chunk's products, one 16-deep step of the
 /// reduction at a time.
 #[cube]
-fn multiply<S: Float>(
-    a_s: &SharedMemory<S>,
-    b_s: &SharedMemory<S>,
+fn multiply<S: Float, NA: Size, NB: Size>(
+    a_s: &SharedMemory<Vector<S, NA>>,
+    b_s: &SharedMemory<Vector<S, NB>>,
     acc: &mut Sequence<cmma::Matrix<f32>>,
     plane_row: u32,
     #[comptime] tile: Tile,
 ) {
+    let na_size = NA::value();
+    let na = comptime!(na_size as u32);
+    let nb_size = NB::value();
+    let nb = comptime!(nb_size as u32);
     let a_stride = comptime!(tile.a_stride());
-    let bn = comptime!(tile.bn());
-    let a_len = comptime!((tile.bk * tile.a_stride()) as usize);
-    let b_len = comptime!((tile.bk * bn) as usize);
+    let b_stride = comptime!(tile.b_stride());
+    let a_len = comptime!((tile.bm() * a_stride / na) as usize);
+    let b_len = comptime!((tile.bk * b_stride / nb) as usize);
     let frags_m = comptime!(tile.plane_rows() / FRAG);
-    let frags_n = comptime!(bn / FRAG);
+    let frags_n = comptime!(tile.bn() / FRAG);
     #[unroll]
     for ks in 0..tile.bk / FRAG {
         let mut a = Sequence::<cmma::Matrix<S>>::new();
         #[unroll]
         for i in 0..frags_m {
-            let start = (ks * FRAG * a_stride + plane_row + i * FRAG) as usize;
-            a.push(cmma::Matrix::<S>::from_slice(
+            let start = (((plane_row + i * FRAG) * a_stride + ks * FRAG) / na) as usize;
+            a.push(fragment::<S, NA>(
                 cmma::MatrixIdent::A,
-                16usize,
-                16usize,
-                16usize,
-                cmma::MatrixLayout::ColMajor,
+                cmma::MatrixLayout::RowMajor,
                 &a_s.slice(start, a_len),
                 a_stride,
             ));
         }
         #[unroll]
         for j in 0..frags_n {
-            let start = (ks * FRAG * bn + j * FRAG) as usize;
-            let b = cmma::Matrix::<S>::from_slice(
+            let start = ((ks * FRAG * b_stride + j * FRAG) / nb) as usize;
+            let b = fragment::<S, NB>(
                 cmma::MatrixIdent::B,
-                16usize,
-                16usize,
-                16usize,
                 cmma::MatrixLayout::RowMajor,
                 &b_s.slice(start, b_len),
-                bn,
+                b_stride,
             );
             #[unroll]
             for i in 0..frags_m {
@@ -256,11 +298,27 @@ fn multiply<S: Float>(
     }
 }
 
-/// Each accumulator through the plane's 16 x 16 scratch to `y` (rows from `row0`, channels
-/// from `n0`; rows and channels past the last skipped).
+/// A 16 x 16 operand loaded from staged rows (or columns, as `layout` says) `stride` elements
+/// apart, stored as vectors of `N`.
 #[cube]
-fn write_out<Y: Float>(
-    y: &mut Tensor<Y>,
+pub(super) fn fragment<S: Float, N: Size>(
+    #[comptime] ident: cmma::MatrixIdent,
+    layout: cmma::MatrixLayout,
+    rows: &Slice<Vector<S, N>>,
+    stride: u32,
+) -> cmma::Matrix<S> {
+    // SAFETY: every element of the matrix is loaded right below.
+    let m = unsafe { cmma::Matrix::<S>::uninitialized(ident, 16usize, 16usize, 16usize, layout) };
+    cmma::load(&m, rows, stride);
+    m
+}
+
+/// Each accumulator through the plane's 16 x 16 scratch to `y` (rows from `row0`, channels
+/// from `n0`; rows and channels past the last skipped). With `NY > 1` (a channels-last output)
+/// each unit stores `NY` neighbouring channels of one position as one vector.
+#[cube]
+fn write_out<Y: Float, NY: Size>(
+    y: &mut Tensor<Vector<Y, NY>>,
     acc: &Sequence<cmma::Matrix<f32>>,
     row0: u32,
     n0: u32,
@@ -268,10 +326,14 @@ fn write_out<Y: Float>(
     ys: &Strides,
     #[comptime] tile: Tile,
 ) {
+    let ny_size = NY::value();
+    let ny = comptime!(ny_size as u32);
     let frag_len = comptime!(FRAG * FRAG);
-    let mut scratch =
-        SharedMemory::<f32>::new_aligned(comptime!((8 * FRAG * FRAG) as usize), 32usize);
-    let base = (UNIT_POS / PLANE) * frag_len;
+    let mut scratch = SharedMemory::<Vector<f32, NY>>::new_aligned(
+        comptime!((tile.planes() * frag_len / ny) as usize),
+        32usize,
+    );
+    let base = (UNIT_POS / PLANE) * comptime!(frag_len / ny);
     let lane = UNIT_POS % PLANE;
     let frags_m = comptime!(tile.plane_rows() / FRAG);
     let frags_n = comptime!(tile.bn() / FRAG);
@@ -281,11 +343,12 @@ fn write_out<Y: Float>(
     } else {
         cmma::MatrixLayout::ColMajor
     });
+    let per_row = comptime!(FRAG / ny);
     #[unroll]
     for i in 0..frags_m {
         #[unroll]
         for j in 0..frags_n {
-            let mut view = scratch.slice_mut(base as usize, (base + frag_len) as usize);
+            let mut view = scratch.slice_mut(base as usize, (base + frag_len / ny) as usize);
             cmma::store(
                 &mut view,
                 acc.index((i * frags_n + j) as usize),
@@ -294,13 +357,13 @@ fn write_out<Y: Float>(
             );
             sync_plane();
             #[unroll]
-            for e in 0..frag_len / PLANE {
+            for e in 0..frag_len / ny / PLANE {
                 let at = e * PLANE + lane;
                 let mut r = at % FRAG;
                 let mut c = at / FRAG;
                 if comptime!(tile.out_channels_fastest) {
-                    r = at / FRAG;
-                    c = at % FRAG;
+                    r = at / per_row;
+                    c = (at % per_row) * ny;
                 }
                 let m = row0 + i * FRAG + r;
                 let co = n0 + j * FRAG + c;
@@ -311,7 +374,8 @@ fn write_out<Y: Float>(
                     let od = rest % dims.out_d;
                     let b = rest / dims.out_d;
                     let out = ys.base + b * ys.n + od * ys.d + oh * ys.h + ow * ys.w + co * ys.c;
-                    y[out as usize] = Y::cast_from(scratch[(base + at) as usize]);
+                    y[(out / ny) as usize] =
+                        Vector::<Y, NY>::cast_from(scratch[(base + at) as usize]);
                 }
             }
             sync_plane();

@@ -25,11 +25,13 @@
 //! **Tensor cores.** Where the operands are f16 or bf16 and the runtime lists 16 x 16 x 16
 //! cooperative matrices of that type with f32 accumulators on 32-unit planes (CUDA's WMMA;
 //! Vulkan's `VK_KHR_cooperative_matrix` when wgpu compiles to SPIR-V, feature `vulkan`; never
-//! burn's WGSL), the same gathering stages the operands in their 16-bit type and the product
-//! runs on tensor cores (`mma`, `Tile::choose_tensor_cores`; the weight gradient's `wgrad_mma`),
-//! the next step's operands loaded into registers while this step's products run. Elsewhere,
-//! and for four output channels or fewer, the register-tiled FMA kernel runs. Both accumulate
-//! in f32 from the same operands, so they differ only in the order of the sums.
+//! burn's WGSL), the operands are staged in their 16-bit type and the product runs on tensor
+//! cores (`mma`, `Tile::choose_tensor_cores`; the weight gradient's `wgrad_mma`), the next
+//! step's operands loaded into registers while this step's products run. Channels-last
+//! operands whose channel counts and strides allow it are read and staged as vectors of up to
+//! 8 channels (`launch::vector_widths`; 4 on wgpu). Elsewhere the register-tiled FMA kernel
+//! runs. Both accumulate in f32 from the same operands, so they differ only in the order of
+//! the sums.
 //!
 //! Limits: dilation 1, one group (all the U-Net uses); every tensor under 2^31 elements (the
 //! kernel's offsets are 32-bit).

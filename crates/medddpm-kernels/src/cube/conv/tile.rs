@@ -24,7 +24,7 @@ pub struct Tile {
     /// The output is channels-last: neighbouring units store neighbouring channels.
     pub out_channels_fastest: bool,
     /// The product runs on tensor cores (16 x 16 x 16 cooperative matrices in the operands'
-    /// 16-bit type, f32 accumulators): each of the cube's 8 planes owns `bm / 8` rows and all
+    /// 16-bit type, f32 accumulators): each of the cube's planes owns [`Tile::plane_rows`] rows and all
     /// `bn` channels, and `tm`/`tn` only say how the staging and the epilogue split the work.
     pub tensor_cores: bool,
 }
@@ -51,18 +51,27 @@ impl Tile {
         (self.bm() * runs).div_ceil(self.threads())
     }
 
-    /// Distance between the staged input tile's channel rows in shared memory: `bm` plus
-    /// padding that puts the units of one warp storing short channel runs in distinct banks
-    /// (with `bm` a multiple of 32, unit `(row r, run q)` of a warp lands in bank
-    /// `q * 32 / runs + r`).
+    /// Distance between the staged input tile's rows in shared memory. FMA: the tile is
+    /// `[k, m]` and this is `bm` plus padding that puts the units of one warp storing short
+    /// channel runs in distinct banks (with `bm` a multiple of 32, unit `(row r, run q)` of a
+    /// warp lands in bank `q * 32 / runs + r`). Tensor cores: the tile is `[m, k]` (a row-major
+    /// A, so that a channels-last run stores as one vector) and this is `bk + 8`: rows stay 16
+    /// bytes aligned for the cooperative-matrix loads, and eight rows read together land on
+    /// distinct banks.
     pub fn a_stride(&self) -> u32 {
         let runs = self.bk / self.a_run;
         match (runs > 1, self.tensor_cores) {
-            (false, _) => self.bm(),
+            (_, true) => self.bk + 8,
+            (false, false) => self.bm(),
             (true, false) => self.bm() + 32 / self.bk,
-            // A cooperative-matrix load wants rows a multiple of 8 elements (16 bytes) apart.
-            (true, true) => self.bm() + 8,
         }
+    }
+
+    /// Distance between the staged weight tile's `k` rows (tensor cores; the FMA kernel packs
+    /// them `bn` apart): eight elements more than a row, for the same reasons as
+    /// [`Tile::a_stride`].
+    pub fn b_stride(&self) -> u32 {
+        self.bn() + 8
     }
 
     /// Weight-tile elements each unit stages per step.
@@ -108,15 +117,18 @@ impl Tile {
         }
     }
 
-    /// The tensor-core tile for the same product, or `None` where tensor cores would mostly
-    /// multiply padding (four output channels or fewer: the last convolution and the first's
-    /// data gradient, which [`Tile::choose`] computes).
+    /// The tensor-core tile for the same product, or `None` for a product without output
+    /// channels.
     ///
     /// Blocks of 256 positions by 16, 32 or 64 channels; 8 planes of 32 units, each owning 32
     /// rows, that is 2 x (bn / 16) accumulators of 16 x 16. The reduction steps 32 input
     /// channels at a time where there are that many (two matrix steps per staging, half the
-    /// barriers), else 16 (zeros past the last channel). Shared memory: at most 21 KiB staged
-    /// plus 8 KiB of epilogue scratch.
+    /// barriers), else 16 (zeros past the last channel). Four output channels or fewer (the
+    /// last convolution, and the first's data gradient) still take 16-channel blocks: the
+    /// padding costs products, which are cheap here, while the FMA kernel's scalar gather made
+    /// the last convolution alone 7.8 ms of an H100's forward pass (sixteenth session). Cubes
+    /// of 128 units were measured too: no faster on CUDA, slower on Vulkan. Shared memory: at
+    /// most 25 KiB staged plus 8 KiB of epilogue scratch.
     pub fn choose_tensor_cores(
         c_in: usize,
         c_out: usize,
@@ -124,8 +136,8 @@ impl Tile {
         out_channels_last: bool,
     ) -> Option<Tile> {
         let bn: u32 = match c_out {
-            0..=4 => return None,
-            5..=16 => 16,
+            0 => return None,
+            1..=16 => 16,
             17..=32 => 32,
             _ => 64,
         };
@@ -136,15 +148,20 @@ impl Tile {
             tm: 8,
             tn: bn / 8,
             bk,
-            a_run: if a_channels_last { 4 } else { bk },
+            a_run: if a_channels_last { 8 } else { bk },
             out_channels_fastest: out_channels_last,
             tensor_cores: true,
         })
     }
 
-    /// Rows each of the 8 planes owns in a tensor-core tile.
+    /// Planes (of 32 units) of a tensor-core cube.
+    pub fn planes(&self) -> u32 {
+        self.threads() / 32
+    }
+
+    /// Rows each plane owns in a tensor-core tile.
     pub fn plane_rows(&self) -> u32 {
-        self.bm() / 8
+        self.bm() / self.planes()
     }
 }
 
@@ -157,12 +174,13 @@ mod tests {
     #[test]
     fn tensor_core_tiles_fit_the_cooperative_matrices() {
         for c_in in [1, 2, 5, 16, 17, 31, 32, 33, 64, 192, 512] {
-            for c_out in [5, 8, 16, 17, 32, 33, 64, 128, 512] {
+            for c_out in [1, 2, 4, 5, 8, 16, 17, 32, 33, 64, 128, 512] {
                 for (a_last, out_last) in [(false, false), (true, true), (true, false)] {
                     let t = Tile::choose_tensor_cores(c_in, c_out, a_last, out_last)
-                        .expect("more than four output channels take tensor cores");
+                        .expect("every product with output channels takes tensor cores");
                     assert!(t.tensor_cores);
                     assert_eq!(t.threads(), 256, "eight planes of 32");
+                    assert_eq!(t.plane_rows(), 32, "{t:?}");
                     assert_eq!(t.plane_rows() % 16, 0, "{t:?}");
                     assert_eq!(t.bn() % 16, 0, "{t:?}");
                     assert!(t.bn() as usize >= c_out.min(64), "{t:?}");
@@ -170,7 +188,9 @@ mod tests {
                     assert_eq!(t.bk % t.a_run, 0, "{t:?}");
                     // 16-bit rows a multiple of 8 elements apart (16-byte aligned loads).
                     assert_eq!(t.a_stride() % 8, 0, "{t:?}");
-                    let shared = 2 * t.bk * (t.a_stride() + t.bn()) + 4 * 8 * 256;
+                    assert_eq!(t.b_stride() % 8, 0, "{t:?}");
+                    let staged = t.bm() * t.a_stride() + t.bk * t.b_stride();
+                    let shared = 2 * staged + 4 * t.planes() * 256;
                     assert!(shared <= 48 * 1024, "{t:?}: {shared} bytes");
                 }
             }
@@ -178,10 +198,10 @@ mod tests {
     }
 
     #[test]
-    fn four_output_channels_or_fewer_stay_on_the_fma_units() {
-        for c_out in 0..=4 {
-            assert_eq!(Tile::choose_tensor_cores(64, c_out, true, true), None);
-        }
+    fn one_output_channel_takes_a_sixteen_channel_block() {
+        let t = Tile::choose_tensor_cores(64, 1, true, true).expect("a tensor-core tile");
+        assert_eq!(t.bn(), 16);
+        assert_eq!(Tile::choose_tensor_cores(64, 0, true, true), None);
         assert!(!Tile::choose(64, 64, true, true).tensor_cores);
     }
 }

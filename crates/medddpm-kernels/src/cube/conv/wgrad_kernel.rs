@@ -66,17 +66,18 @@ pub(super) fn decompose(
     (rest / od_n, rest % od_n, oh, ow)
 }
 
-/// `(b, od, oh, ow)` moved [`BK`] positions on, by carries (the loop runs more than once only
-/// when `ow_n < BK`).
+/// `(b, od, oh, ow)` moved `by` positions on, by carries (the loop runs more than once only
+/// when `ow_n < by`).
 #[cube]
 pub(super) fn advance(
     pos: (usize, usize, usize, usize),
     od_n: usize,
     oh_n: usize,
     ow_n: usize,
+    #[comptime] by: usize,
 ) -> (usize, usize, usize, usize) {
     let (mut b, mut od, mut oh, mut ow) = pos;
-    ow += BK;
+    ow += by;
     while ow >= ow_n {
         ow -= ow_n;
         oh += 1;
@@ -406,7 +407,7 @@ pub(super) fn wgrad_partial<FX: Float, FY: Float>(
         k0 += BK;
         k += BK;
         if k0 < k_end {
-            pos = advance(pos, od_n, oh_n, ow_n);
+            pos = advance(pos, od_n, oh_n, ow_n, BK);
             load_row::<FX, FY>(x, dy, &cols, &mut ra, &mut rb, pos, k < k_end, tm, tn);
         }
         multiply(&a_s, &b_s, &mut acc, &mut a, tx, ty, tm, tn, sa, sb);
