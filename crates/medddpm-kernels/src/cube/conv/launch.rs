@@ -195,7 +195,7 @@ pub(super) fn vector_widths(p: &Problem, tile: Tile, widest: usize) -> VectorWid
             && offsets.iter().all(|o| o.rem_euclid(width as i64) == 0)
     };
     let widest_fitting = |limit: usize, unit_stride: usize, count: usize, offsets: &[i64]| {
-        let mut width = widest.min(limit).min(8).max(1);
+        let mut width = widest.min(limit).clamp(1, 8);
         while width > 1 && !fits(width, unit_stride, count, offsets) {
             width /= 2;
         }

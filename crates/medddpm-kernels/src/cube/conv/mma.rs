@@ -64,15 +64,11 @@ pub(super) fn conv_gemm_mma<
     let na = comptime!(na_size as u32);
     let nb_size = NB::value();
     let nb = comptime!(nb_size as u32);
-    let (rows_base, rows_d, rows_h, rows_w) = row_plan(&dims, &window, &xs, m0, tile);
-    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(
-        comptime!((bm * tile.a_stride() / na) as usize),
-        32usize,
-    );
-    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(
-        comptime!((bk * tile.b_stride() / nb) as usize),
-        32usize,
-    );
+    let rows = row_plan(&dims, &window, &xs, m0, tile);
+    let a_len = comptime!((bm * tile.a_stride() / na) as usize);
+    let b_len = comptime!((bk * tile.b_stride() / nb) as usize);
+    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(a_len, 32usize);
+    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(b_len, 32usize);
     let frags_m = comptime!(tile.plane_rows() / FRAG);
     let frags_n = comptime!(tile.bn() / FRAG);
     let plane_row = (UNIT_POS / PLANE) * comptime!(tile.plane_rows());
@@ -84,10 +80,8 @@ pub(super) fn conv_gemm_mma<
     // registers while this step's products run, so the loads' latency hides behind them.
     let mut ra = Array::<Vector<S, NA>>::new(comptime!((tile.a_rows() * tile.a_run / na) as usize));
     let mut rb = Array::<Vector<S, NB>>::new(comptime!(b_vectors(tile, nb) as usize));
-    let mut offsets = tap_offsets(
-        &rows_base, &rows_d, &rows_h, &rows_w, 0u32, 0u32, 0u32, &dims, &xs, tile,
-    );
-    let mut w_tap = ws.base;
+    let mut offsets = Array::<i32>::new(comptime!(tile.a_rows() as usize));
+    let mut w_tap = enter_tap(0u32, &rows, &mut offsets, &dims, &window, &xs, &ws, tile);
     let mut tap = 0u32;
     let mut ci0 = 0u32;
     gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
@@ -100,17 +94,7 @@ pub(super) fn conv_gemm_mma<
             if ci0 >= dims.c_in {
                 ci0 = 0;
                 tap += 1;
-                let jw = tap % window.taps_w;
-                let jh = (tap / window.taps_w) % window.taps_h;
-                let jd = tap / (window.taps_w * window.taps_h);
-                let next = tap_offsets(
-                    &rows_base, &rows_d, &rows_h, &rows_w, jd, jh, jw, &dims, &xs, tile,
-                );
-                #[unroll]
-                for r in 0..tile.a_rows() {
-                    offsets[r as usize] = next[r as usize];
-                }
-                w_tap = ws.base + jd as i32 * ws.d + jh as i32 * ws.h + jw as i32 * ws.w;
+                w_tap = enter_tap(tap, &rows, &mut offsets, &dims, &window, &xs, &ws, tile);
             }
             gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
             gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
@@ -119,6 +103,33 @@ pub(super) fn conv_gemm_mma<
         sync_cube();
     }
     write_out::<Y, NY>(y, &acc, m0 + plane_row, n0, &dims, &ys, tile);
+}
+
+/// Moves the reduction on to tap `tap`: the planned rows' ([`row_plan`]) input offsets for it
+/// into `offsets` (see [`tap_offsets`]), and the offset of its weights, returned.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn enter_tap(
+    tap: u32,
+    rows: &(Array<u32>, Array<i32>, Array<i32>, Array<i32>),
+    offsets: &mut Array<i32>,
+    dims: &Dims,
+    window: &Window,
+    xs: &Strides,
+    ws: &WeightWalk,
+    #[comptime] tile: Tile,
+) -> i32 {
+    let jw = tap % window.taps_w;
+    let jh = (tap / window.taps_w) % window.taps_h;
+    let jd = tap / (window.taps_w * window.taps_h);
+    let next = tap_offsets(
+        &rows.0, &rows.1, &rows.2, &rows.3, jd, jh, jw, dims, xs, tile,
+    );
+    #[unroll]
+    for r in 0..tile.a_rows() {
+        offsets[r as usize] = next[r as usize];
+    }
+    ws.base + jd as i32 * ws.d + jh as i32 * ws.h + jw as i32 * ws.w
 }
 
 /// Vectors of `nb` weights each unit stages per step.

@@ -27,20 +27,25 @@
 mod fused;
 #[path = "wgrad_kernel.rs"]
 mod kernel;
+#[path = "wgrad_launch.rs"]
+mod launch;
 #[path = "wgrad_mma.rs"]
 mod mma;
+#[path = "wgrad_mma_vec.rs"]
+mod mma_vec;
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
-use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
+use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use crate::conv::Conv3dSpec;
 pub use fused::conv3d_weight_grad_fused;
 pub(crate) use fused::{weight_grad_check, weight_grad_checked};
-use kernel::{staged_stride_a, staged_stride_b, wgrad_partial, wgrad_reduce, BK, SIDE, VEC};
+use kernel::{staged_stride_a, staged_stride_b, wgrad_reduce, BK, SIDE, VEC};
+use launch::launch_partial;
 
 /// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four
 /// cubes an SM holds at once, so the last wave's tail is a small share.
@@ -379,129 +384,4 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
         );
     }
     Ok(dw)
-}
-
-/// Elements per vector the tensor-core kernel can load from `x` and from `grad_out` (at most
-/// the widest `x`'s runtime loads at once), `(x, grad_out)`: `x` channels-last with `c_in`
-/// and its other strides multiples of the width (a vector holds channels of one tap and
-/// starts aligned), likewise `grad_out` with `m` output channels; 1 where none fits.
-fn vector_widths<R: CubeRuntime>(
-    x: &CubeTensor<R>,
-    grad_out: &CubeTensor<R>,
-    m: usize,
-    channels_last: bool,
-) -> (usize, usize) {
-    let widest = x
-        .client
-        .io_optimized_vector_sizes(x.dtype.size())
-        .next()
-        .unwrap_or(1)
-        .min(8);
-    let fits = |strides: &[usize], channels: usize| {
-        let others = [strides[0], strides[2], strides[3], strides[4], channels];
-        let mut width = widest;
-        while width > 1 && !others.iter().all(|s| s.is_multiple_of(width)) {
-            width /= 2;
-        }
-        if channels_last && strides[1] == 1 {
-            width.max(1)
-        } else {
-            1
-        }
-    };
-    (
-        fits(x.meta.strides(), x.meta.shape()[1]),
-        fits(grad_out.meta.strides(), m),
-    )
-}
-
-/// The partial products' launch: cubes `(N tiles, M tiles, slices)` of 16 x 16 units.
-#[allow(clippy::too_many_arguments)]
-fn launch_partial<R: CubeRuntime>(
-    x: CubeTensor<R>,
-    grad_out: CubeTensor<R>,
-    ws: &CubeTensor<R>,
-    shape: WgradShape,
-    plan: WgradPlan,
-    kernel: [usize; 3],
-    spec: &Conv3dSpec,
-    channels_last: bool,
-) {
-    let client = x.client.clone();
-    let (tiles_n, tiles_m) = plan.tiles(shape);
-    let count = CubeCount::Static(tiles_n as u32, tiles_m as u32, plan.slices as u32);
-    let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
-    let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
-    let c_in = x.meta.shape()[1];
-    let [sd, sh, sw] = spec.stride.map(|s| s as i32);
-    let [pd, ph, pw] = spec.padding.map(|p| p as i32);
-    if x.dtype == grad_out.dtype && super::launch::tensor_cores(&x) {
-        let (width, width_dy) = vector_widths(&x, &grad_out, shape.m, channels_last);
-        if width >= 4 {
-            // SAFETY: as below; `vector_widths` checked that every vector load lies whole
-            // inside one position's channels at an offset that is a multiple of its width.
-            unsafe {
-                mma::wgrad_partial_mma_vec::launch_unchecked::<R>(
-                    &client,
-                    count,
-                    dim,
-                    width_dy,
-                    width,
-                    x.clone().into_tensor_arg(),
-                    grad_out.into_tensor_arg(),
-                    ws.clone().into_tensor_arg(),
-                    (shape.m, shape.n, c_in, shape.k, plan.slice_len),
-                    (kernel[1], kernel[2]),
-                    (sd, sh, sw),
-                    (pd, ph, pw),
-                    plan.tm,
-                    plan.tn,
-                    [dtypes[0], dtypes[1], x.dtype.into()],
-                );
-            }
-            return;
-        }
-        // SAFETY: as below; the staged type is both operands' 16-bit type, which
-        // `tensor_cores` checked the runtime multiplies on tensor cores.
-        unsafe {
-            mma::wgrad_partial_mma::launch_unchecked::<R>(
-                &client,
-                count,
-                dim,
-                x.clone().into_tensor_arg(),
-                grad_out.into_tensor_arg(),
-                ws.clone().into_tensor_arg(),
-                (shape.m, shape.n, c_in, shape.k, plan.slice_len),
-                (kernel[1], kernel[2]),
-                (sd, sh, sw),
-                (pd, ph, pw),
-                plan.tm,
-                plan.tn,
-                channels_last,
-                [dtypes[0], dtypes[1], x.dtype.into()],
-            );
-        }
-        return;
-    }
-    // SAFETY: `check` bounded both operands' spans below 2^31 elements; every load is guarded
-    // by its row's and column's bounds and every store by `m < M`, `n < N` in slice `z` of
-    // the `[slices, M, N]` workspace.
-    unsafe {
-        wgrad_partial::launch_unchecked::<R>(
-            &client,
-            count,
-            dim,
-            x.into_tensor_arg(),
-            grad_out.into_tensor_arg(),
-            ws.clone().into_tensor_arg(),
-            (shape.m, shape.n, c_in, shape.k, plan.slice_len),
-            (kernel[1], kernel[2]),
-            (sd, sh, sw),
-            (pd, ph, pw),
-            plan.tm,
-            plan.tn,
-            channels_last,
-            dtypes,
-        );
-    }
 }

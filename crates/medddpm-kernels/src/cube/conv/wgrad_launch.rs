@@ -1,0 +1,168 @@
+//! Launching the weight gradient's partial products ([`launch_partial`]): the FMA kernel, or
+//! for 16-bit operands on tensor cores the vector kernel where the input's channels allow it,
+//! else the scalar one.
+
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+use cubecl::{CubeCount, CubeDim};
+
+use super::kernel::{wgrad_partial, SIDE};
+use super::{mma, mma_vec, WgradPlan, WgradShape};
+use crate::conv::Conv3dSpec;
+
+/// Elements per vector the tensor-core kernel can load from `x` and from `grad_out` (at most
+/// the widest `x`'s runtime loads at once), `(x, grad_out)`: `x` channels-last with `c_in`
+/// and its other strides multiples of the width (a vector holds channels of one tap and
+/// starts aligned), likewise `grad_out` with `m` output channels; 1 where none fits.
+fn vector_widths<R: CubeRuntime>(
+    x: &CubeTensor<R>,
+    grad_out: &CubeTensor<R>,
+    m: usize,
+    channels_last: bool,
+) -> (usize, usize) {
+    let widest = x
+        .client
+        .io_optimized_vector_sizes(x.dtype.size())
+        .next()
+        .unwrap_or(1)
+        .min(8);
+    let fits = |strides: &[usize], channels: usize| {
+        let others = [strides[0], strides[2], strides[3], strides[4], channels];
+        let mut width = widest;
+        while width > 1 && !others.iter().all(|s| s.is_multiple_of(width)) {
+            width /= 2;
+        }
+        if channels_last && strides[1] == 1 {
+            width.max(1)
+        } else {
+            1
+        }
+    };
+    (
+        fits(x.meta.strides(), x.meta.shape()[1]),
+        fits(grad_out.meta.strides(), m),
+    )
+}
+
+/// The scalar arguments every partial-product kernel takes: the GEMM's sizes and slice, the
+/// kernel's height and width, stride and padding.
+type Scalars = (
+    (usize, usize, usize, usize, usize),
+    (usize, usize),
+    (i32, i32, i32),
+    (i32, i32, i32),
+);
+
+/// The partial products' launch: cubes `(N tiles, M tiles, slices)` of 16 x 16 units.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_partial<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    ws: &CubeTensor<R>,
+    shape: WgradShape,
+    plan: WgradPlan,
+    kernel: [usize; 3],
+    spec: &Conv3dSpec,
+    channels_last: bool,
+) {
+    let (tiles_n, tiles_m) = plan.tiles(shape);
+    let count = CubeCount::Static(tiles_n as u32, tiles_m as u32, plan.slices as u32);
+    let c_in = x.meta.shape()[1];
+    let [sd, sh, sw] = spec.stride.map(|s| s as i32);
+    let [pd, ph, pw] = spec.padding.map(|p| p as i32);
+    let scalars: Scalars = (
+        (shape.m, shape.n, c_in, shape.k, plan.slice_len),
+        (kernel[1], kernel[2]),
+        (sd, sh, sw),
+        (pd, ph, pw),
+    );
+    if x.dtype != grad_out.dtype || !super::super::launch::tensor_cores(&x) {
+        return launch_fma(x, grad_out, ws, count, scalars, plan, channels_last);
+    }
+    let (width, width_dy) = vector_widths(&x, &grad_out, shape.m, channels_last);
+    let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
+    let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
+    let (sizes, taps, stride, pad) = scalars;
+    if width >= 4 {
+        // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
+        // `tensor_cores` checked the runtime multiplies on tensor cores, and `vector_widths`
+        // checked that every vector load lies whole inside one position's channels at an
+        // offset that is a multiple of its width.
+        unsafe {
+            mma_vec::wgrad_partial_mma_vec::launch_unchecked::<R>(
+                &x.client.clone(),
+                count,
+                dim,
+                width_dy,
+                width,
+                x.into_tensor_arg(),
+                grad_out.into_tensor_arg(),
+                ws.clone().into_tensor_arg(),
+                sizes,
+                taps,
+                stride,
+                pad,
+                plan.tm,
+                plan.tn,
+                dtypes,
+            );
+        }
+        return;
+    }
+    // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
+    // `tensor_cores` checked the runtime multiplies on tensor cores.
+    unsafe {
+        mma::wgrad_partial_mma::launch_unchecked::<R>(
+            &x.client.clone(),
+            count,
+            dim,
+            x.into_tensor_arg(),
+            grad_out.into_tensor_arg(),
+            ws.clone().into_tensor_arg(),
+            sizes,
+            taps,
+            stride,
+            pad,
+            plan.tm,
+            plan.tn,
+            channels_last,
+            dtypes,
+        );
+    }
+}
+
+/// [`launch_partial`] on the FMA units ([`wgrad_partial`]).
+fn launch_fma<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    ws: &CubeTensor<R>,
+    count: CubeCount,
+    scalars: Scalars,
+    plan: WgradPlan,
+    channels_last: bool,
+) {
+    let (sizes, taps, stride, pad) = scalars;
+    let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
+    // SAFETY: `check` bounded both operands' spans below 2^31 elements; every load is guarded
+    // by its row's and column's bounds and every store by `m < M`, `n < N` in slice `z` of
+    // the `[slices, M, N]` workspace.
+    unsafe {
+        wgrad_partial::launch_unchecked::<R>(
+            &x.client.clone(),
+            count,
+            CubeDim::new_2d(SIDE as u32, SIDE as u32),
+            x.into_tensor_arg(),
+            grad_out.into_tensor_arg(),
+            ws.clone().into_tensor_arg(),
+            sizes,
+            taps,
+            stride,
+            pad,
+            plan.tm,
+            plan.tn,
+            channels_last,
+            dtypes,
+        );
+    }
+}

@@ -1,0 +1,303 @@
+//! The tensor-core weight gradient ([`wgrad_partial_mma`](super::mma::wgrad_partial_mma)) for
+//! channels-last inputs, every load a vector of channels: one 16-bit vector load and one
+//! shared-memory store where the scalar kernel makes eight of each, which is what its
+//! instructions went to (Nsight Compute, docs/benchmarks, sixteenth session). Products,
+//! planes and the partial sums' store are the scalar kernel's.
+
+use cubecl::prelude::*;
+
+use super::kernel::{advance, decompose, place, SIDE};
+use super::mma::{multiply, plane_place, plane_share, store_partial, zeroed_accumulators};
+
+/// K rows one step of [`wgrad_partial_mma_vec`] stages: four times
+/// [`BK`](super::kernel::BK), so that each barrier pair covers four 16-deep products per
+/// accumulator.
+pub(super) const BK_VEC: usize = 64;
+/// Units that share one K row of a step (`256 / BK_VEC`).
+pub(super) const UNITS_PER_ROW: usize = SIDE * SIDE / BK_VEC;
+
+/// Vectors of `v` elements one unit loads from a step's K row of `width` columns: the row's
+/// `width / v` vectors split over [`UNITS_PER_ROW`] units (the last ones idle where the row
+/// has fewer).
+pub(super) fn vectors_per_unit(width: usize, v: usize) -> usize {
+    (width / v).div_ceil(UNITS_PER_ROW)
+}
+
+/// The unit's columns of B in [`wgrad_partial_mma_vec`]: per vector, the offset of its first
+/// input channel and taps in `x`, and the taps `(kd, kh, kw)`, `kd` far outside every input
+/// for a vector past the tile or past `N` (its loads read zeros).
+#[derive(CubeType)]
+pub(super) struct VectorColumns {
+    off: Array<i32>,
+    kd: Array<i32>,
+    kh: Array<i32>,
+    kw: Array<i32>,
+}
+
+/// [`wgrad_partial_mma`] for a channels-last input whose channel count and strides are
+/// multiples of `NV`: every load of `x` is a vector of `NV` input channels of one tap (columns
+/// `(tap, ci)`), every load of `dy` one of `NA` output channels (`NA = NV` where `dy` is
+/// channels-last with `M` and its strides multiples of it, else 1: the last convolution's
+/// single output channel), staged whole, and a step stages [`BK_VEC`] K rows. Each K row of a
+/// step is loaded by [`UNITS_PER_ROW`] neighbouring units, each taking neighbouring vectors of
+/// A and of B from that one row, so a unit carries one position from step to step (by
+/// additions) for both operands.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
+    x: &Tensor<Vector<FX, NV>>,
+    dy: &Tensor<Vector<FY, NA>>,
+    ws: &mut Tensor<f32>,
+    sizes: (usize, usize, usize, usize, usize),
+    kernel: (usize, usize),
+    stride: (i32, i32, i32),
+    pad: (i32, i32, i32),
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[define(FX, FY, S)] _dtypes: [StorageType; 3],
+) {
+    let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
+    let v = NV::value();
+    let u = NA::value();
+    let sa = comptime!(SIDE * tm + 8);
+    let sb = comptime!(SIDE * tn + 8);
+    let va = comptime!(vectors_per_unit(SIDE * tm, u));
+    let vb = comptime!(vectors_per_unit(SIDE * tn, v));
+    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(comptime!(BK_VEC * sa / u), 32usize);
+    let mut b_s = SharedMemory::<Vector<S, NV>>::new_aligned(comptime!(BK_VEC * sb / v), 32usize);
+    let tid = UNIT_POS_Y as usize * SIDE + UNIT_POS_X as usize;
+    let (_kk, _g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, true);
+    let slice = CUBE_POS_Z as usize;
+    let kk = tid / UNITS_PER_ROW;
+    let group = tid % UNITS_PER_ROW;
+    let cols = vector_columns::<FX, NV>(x, n0, group, n_total, channels_in, kernel, tn);
+    let (od_n, oh_n, ow_n) = (dy.shape(2), dy.shape(3), dy.shape(4));
+    let (pm, pn) = comptime!(plane_share(tm, tn));
+    let (active, row0, col0) = plane_place(tid, tm, tn);
+    let mut acc = zeroed_accumulators(pm * pn);
+    let mut ra = Array::<Vector<S, NA>>::new(va);
+    let mut rb = Array::<Vector<S, NV>>::new(vb);
+    let mut pos = decompose(k_begin + kk, od_n, oh_n, ow_n);
+    let mut k0 = k_begin;
+    let rows = (m0, group, m_total);
+    let window = (stride, pad);
+    load_vectors::<FX, FY, S, NA, NV>(
+        x,
+        dy,
+        pos,
+        k0 + kk < k_end,
+        rows,
+        &cols,
+        window,
+        &mut ra,
+        &mut rb,
+        tm,
+        tn,
+    );
+    while k0 < k_end {
+        stage_vectors::<S, NA, NV>(&mut a_s, &mut b_s, &ra, &rb, (kk, group), tm, tn);
+        sync_cube();
+        k0 += BK_VEC;
+        if k0 < k_end {
+            pos = advance(pos, od_n, oh_n, ow_n, BK_VEC);
+            load_vectors::<FX, FY, S, NA, NV>(
+                x,
+                dy,
+                pos,
+                k0 + kk < k_end,
+                rows,
+                &cols,
+                window,
+                &mut ra,
+                &mut rb,
+                tm,
+                tn,
+            );
+        }
+        if active {
+            multiply::<S, NA, NV>(&a_s, &b_s, &mut acc, (row0, col0), BK_VEC, tm, tn, pm, pn);
+        }
+        sync_cube();
+    }
+    if active {
+        let corner = (m0 + row0, n0 + col0, slice * m_total * n_total);
+        store_partial(ws, &acc, corner, tid, m_total, n_total, pm, pn);
+    }
+}
+
+/// The unit's loaded vectors into K row `kk` of the staged tiles (A `[k, m]`, B `[k, n]`), at
+/// its place `group` along the row.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_vectors<S: Float, NA: Size, NV: Size>(
+    a_s: &mut SharedMemory<Vector<S, NA>>,
+    b_s: &mut SharedMemory<Vector<S, NV>>,
+    ra: &Array<Vector<S, NA>>,
+    rb: &Array<Vector<S, NV>>,
+    place: (usize, usize),
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+) {
+    let (kk, group) = place;
+    let u = NA::value();
+    let v = NV::value();
+    let sa = comptime!(SIDE * tm + 8);
+    let sb = comptime!(SIDE * tn + 8);
+    let va = comptime!(vectors_per_unit(SIDE * tm, u));
+    let vb = comptime!(vectors_per_unit(SIDE * tn, v));
+    #[unroll]
+    for i in 0..va {
+        let c = group * va + i;
+        if c < comptime!(SIDE * tm / u) {
+            a_s[kk * sa / u + c] = ra[i];
+        }
+    }
+    #[unroll]
+    for i in 0..vb {
+        let c = group * vb + i;
+        if c < comptime!(SIDE * tn / v) {
+            b_s[kk * sb / v + c] = rb[i];
+        }
+    }
+}
+
+/// The [`VectorColumns`] of the unit in place `group` of its K row, in the tile from column
+/// `n0`.
+#[cube]
+fn vector_columns<FX: Float, NV: Size>(
+    x: &Tensor<Vector<FX, NV>>,
+    n0: usize,
+    group: usize,
+    n_total: usize,
+    channels_in: usize,
+    kernel: (usize, usize),
+    #[comptime] tn: usize,
+) -> VectorColumns {
+    let v = NV::value();
+    let vb = comptime!(vectors_per_unit(SIDE * tn, v));
+    let (kernel_h, kernel_w) = kernel;
+    let mut cols = VectorColumns {
+        off: Array::new(vb),
+        kd: Array::new(vb),
+        kh: Array::new(vb),
+        kw: Array::new(vb),
+    };
+    #[unroll]
+    for i in 0..vb {
+        let c = group * vb + i;
+        let col = n0 + c * v;
+        let tap = col / channels_in;
+        let kw = tap % kernel_w;
+        let kh = (tap / kernel_w) % kernel_h;
+        let kd = tap / (kernel_w * kernel_h);
+        cols.off[i] =
+            (col % channels_in + kd * x.stride(2) + kh * x.stride(3) + kw * x.stride(4)) as i32;
+        let mut far = 0i32;
+        if c >= comptime!(SIDE * tn / v) || col >= n_total {
+            far = 1 << 30;
+        }
+        cols.kd[i] = kd as i32 + far;
+        cols.kh[i] = kh as i32;
+        cols.kw[i] = kw as i32;
+    }
+    cols
+}
+
+/// One K row's vectors of [`wgrad_partial_mma_vec`] into registers, as `S`: the unit's `va`
+/// vectors of A (output channels from `m0 + group * va * NA`) and `vb` of B; zero for a row
+/// past the slice (`row_ok` false), channels past `M`, or a tap in the padding.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
+    x: &Tensor<Vector<FX, NV>>,
+    dy: &Tensor<Vector<FY, NA>>,
+    pos: (usize, usize, usize, usize),
+    row_ok: bool,
+    rows: (usize, usize, usize),
+    cols: &VectorColumns,
+    window: ((i32, i32, i32), (i32, i32, i32)),
+    ra: &mut Array<Vector<S, NA>>,
+    rb: &mut Array<Vector<S, NV>>,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+) {
+    let u = NA::value();
+    let v = NV::value();
+    let va = comptime!(vectors_per_unit(SIDE * tm, u));
+    let vb = comptime!(vectors_per_unit(SIDE * tn, v));
+    let (m0, group, m_total) = rows;
+    let (b, od, oh, ow) = pos;
+    let a_row = b * dy.stride(0) + od * dy.stride(2) + oh * dy.stride(3) + ow * dy.stride(4);
+    #[unroll]
+    for i in 0..va {
+        let c = group * va + i;
+        let m = m0 + c * u;
+        let mut value = Vector::<S, NA>::new(S::from_int(0));
+        if row_ok && c < comptime!(SIDE * tm / u) && m < m_total {
+            value = Vector::<S, NA>::cast_from(dy[(a_row + m * dy.stride(1)) / u]);
+        }
+        ra[i] = value;
+    }
+    let (stride, pad) = window;
+    let (x_row, bd, bh, bw) = input_row::<FX, NV>(x, pos, stride, pad);
+    let (dim_d, dim_h, dim_w) = (x.shape(2) as i32, x.shape(3) as i32, x.shape(4) as i32);
+    #[unroll]
+    for i in 0..vb {
+        let (id, ih, iw) = (bd + cols.kd[i], bh + cols.kh[i], bw + cols.kw[i]);
+        let inside = id >= 0 && id < dim_d && ih >= 0 && ih < dim_h && iw >= 0 && iw < dim_w;
+        let mut value = Vector::<S, NV>::new(S::from_int(0));
+        if row_ok && inside {
+            value = Vector::<S, NV>::cast_from(x[((x_row + cols.off[i]) as usize) / v]);
+        }
+        rb[i] = value;
+    }
+}
+
+/// Where K row `pos` reads `x` before the taps (may be negative), and its first input
+/// position per axis.
+#[cube]
+fn input_row<FX: Float, NV: Size>(
+    x: &Tensor<Vector<FX, NV>>,
+    pos: (usize, usize, usize, usize),
+    stride: (i32, i32, i32),
+    pad: (i32, i32, i32),
+) -> (i32, i32, i32, i32) {
+    let (b, od, oh, ow) = pos;
+    let (sd, sh, sw) = stride;
+    let (pd, ph, pw) = pad;
+    let bd = od as i32 * sd - pd;
+    let bh = oh as i32 * sh - ph;
+    let bw = ow as i32 * sw - pw;
+    let x_row = (b * x.stride(0)) as i32
+        + bd * x.stride(2) as i32
+        + bh * x.stride(3) as i32
+        + bw * x.stride(4) as i32;
+    (x_row, bd, bh, bw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernel::{BK, SIDE};
+    use super::{vectors_per_unit, BK_VEC, UNITS_PER_ROW};
+
+    /// Every tile width the plan chooses, loaded as vectors of 4 (wgpu) or 8 (CUDA): the units
+    /// of one K row cover its vectors exactly once, and a step's rows take all 256 units.
+    #[test]
+    fn vector_loads_cover_each_step_once() {
+        assert_eq!(UNITS_PER_ROW * BK_VEC, SIDE * SIDE);
+        assert_eq!(BK_VEC % BK, 0);
+        for width in [16, 32, 64, 128] {
+            for v in [4, 8] {
+                let per_unit = vectors_per_unit(width, v);
+                let covered = per_unit * UNITS_PER_ROW;
+                assert!(covered >= width / v, "width {width} v {v}");
+                assert!(
+                    covered - width / v < per_unit.max(UNITS_PER_ROW),
+                    "width {width} v {v}"
+                );
+            }
+        }
+        assert_eq!(vectors_per_unit(128, 8), 4);
+        assert_eq!(vectors_per_unit(16, 8), 1);
+    }
+}
