@@ -165,18 +165,35 @@ pub(super) fn launch<R: CubeRuntime>(
 }
 
 /// The widest vector of `t`'s dtype its runtime loads in one access (8 16-bit values on CUDA,
-/// 4 on wgpu).
-fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
+/// 4 on wgpu), at most 8: the tensor-core kernels stage rows 8 elements longer than their
+/// tiles, which must hold whole vectors.
+pub(super) fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
     t.client
         .io_optimized_vector_sizes(t.dtype.size())
         .next()
         .unwrap_or(1)
+        .clamp(1, 8)
+}
+
+/// The widest power of two up to `widest` dividing every one of `values` (channel count, base
+/// offset, other strides), so that a vector along the channels never straddles two positions
+/// or the last channel and starts aligned; 1 unless the channels are contiguous
+/// (`channel_stride == 1`).
+pub(super) fn widest_dividing(widest: usize, channel_stride: usize, values: &[i64]) -> usize {
+    if channel_stride != 1 {
+        return 1;
+    }
+    let mut width = widest.max(1);
+    while width > 1 && values.iter().any(|v| v.rem_euclid(width as i64) != 0) {
+        width /= 2;
+    }
+    width
 }
 
 /// Elements per vector of the tensor-core kernel's three tensors, along their channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct VectorWidths {
-    /// Input activation: `a_run` consecutive channels of one voxel.
+    /// Input activation: up to `a_run` consecutive channels of one voxel.
     pub a: usize,
     /// Weight: output channels of one `(tap, ci)`.
     pub b: usize,
@@ -185,47 +202,31 @@ pub(super) struct VectorWidths {
 }
 
 /// The widest vectors (at most `widest`) that every access of [`conv_gemm_mma`] for `p` can
-/// use: the channels contiguous, the channel count and every base offset and stride a
-/// multiple of the width (so a vector never straddles two voxels or the last channel, and
-/// each starts aligned); 1 where not.
+/// use ([`widest_dividing`]); 1 where the channels are not contiguous, and for the output
+/// unless the tile stores channels fastest.
 pub(super) fn vector_widths(p: &Problem, tile: Tile, widest: usize) -> VectorWidths {
-    let fits = |width: usize, unit_stride: usize, count: usize, offsets: &[i64]| {
-        unit_stride == 1
-            && count.is_multiple_of(width)
-            && offsets.iter().all(|o| o.rem_euclid(width as i64) == 0)
-    };
-    let widest_fitting = |limit: usize, unit_stride: usize, count: usize, offsets: &[i64]| {
-        let mut width = widest.min(limit).clamp(1, 8);
-        while width > 1 && !fits(width, unit_stride, count, offsets) {
-            width /= 2;
-        }
-        width
-    };
-    let s = |v: &[usize]| v.iter().map(|&e| e as i64).collect::<Vec<_>>();
+    let i = |v: usize| v as i64;
     let [xn, xc, xd, xh, xw] = p.x_strides;
     let [yn, yc, yd, yh, yw] = p.y_strides;
-    let mut x_offsets = s(&[p.x_base, xn, xd, xh, xw]);
-    x_offsets.push(0);
-    let w_offsets = [
+    let x_values = [p.c_in, p.x_base, xn, xd, xh, xw].map(i);
+    let w_values = [
+        i(p.c_out),
         p.w_base,
         p.w_taps[0],
         p.w_taps[1],
         p.w_taps[2],
-        p.w_ci as i64,
+        i(p.w_ci),
     ];
-    let y_offsets = s(&[p.y_base, yn, yd, yh, yw]);
-    let a = if tile.a_run < tile.bk {
-        widest_fitting(tile.a_run as usize, xc, p.c_in, &x_offsets)
-    } else {
-        1
-    };
-    let b = widest_fitting(16, p.w_co, p.c_out, &w_offsets);
-    let y = if tile.out_channels_fastest {
-        widest_fitting(16, yc, p.c_out, &y_offsets)
-    } else {
-        1
-    };
-    VectorWidths { a, b, y }
+    let y_values = [p.c_out, p.y_base, yn, yd, yh, yw].map(i);
+    VectorWidths {
+        a: widest_dividing(widest.min(tile.a_run as usize), xc, &x_values),
+        b: widest_dividing(widest, p.w_co, &w_values),
+        y: if tile.out_channels_fastest {
+            widest_dividing(widest, yc, &y_values)
+        } else {
+            1
+        },
+    }
 }
 
 /// The kernel's arguments: sizes, window, input strides, weight walk, output strides.

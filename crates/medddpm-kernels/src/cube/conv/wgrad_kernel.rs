@@ -304,9 +304,9 @@ fn multiply(
 /// Where the loads of one step start: the unit's K row in `dy` (`a_row`) and in `x` before the
 /// taps (`x_row`, may be negative), and the row's first input position per axis.
 #[cube]
-pub(super) fn row_offsets<FX: Float, FY: Float>(
-    x: &Tensor<FX>,
-    dy: &Tensor<FY>,
+pub(super) fn row_offsets<X: CubePrimitive, Y: CubePrimitive>(
+    x: &Tensor<X>,
+    dy: &Tensor<Y>,
     pos: (usize, usize, usize, usize),
     stride: (i32, i32, i32),
     pad: (i32, i32, i32),

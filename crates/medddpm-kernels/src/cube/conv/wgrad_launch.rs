@@ -7,41 +7,27 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
+use super::super::launch::{widest_dividing, widest_vector};
 use super::kernel::{wgrad_partial, SIDE};
 use super::{mma, mma_vec, WgradPlan, WgradShape};
 use crate::conv::Conv3dSpec;
 
-/// Elements per vector the tensor-core kernel can load from `x` and from `grad_out` (at most
-/// the widest `x`'s runtime loads at once), `(x, grad_out)`: `x` channels-last with `c_in`
-/// and its other strides multiples of the width (a vector holds channels of one tap and
-/// starts aligned), likewise `grad_out` with `m` output channels; 1 where none fits.
+/// Elements per vector the tensor-core kernel can load from `x` and from `grad_out`, `(x,
+/// grad_out)` ([`widest_dividing`] of each one's channel count and other strides; `m` is
+/// `grad_out`'s channel count).
 fn vector_widths<R: CubeRuntime>(
     x: &CubeTensor<R>,
     grad_out: &CubeTensor<R>,
     m: usize,
-    channels_last: bool,
 ) -> (usize, usize) {
-    let widest = x
-        .client
-        .io_optimized_vector_sizes(x.dtype.size())
-        .next()
-        .unwrap_or(1)
-        .min(8);
-    let fits = |strides: &[usize], channels: usize| {
-        let others = [strides[0], strides[2], strides[3], strides[4], channels];
-        let mut width = widest;
-        while width > 1 && !others.iter().all(|s| s.is_multiple_of(width)) {
-            width /= 2;
-        }
-        if channels_last && strides[1] == 1 {
-            width.max(1)
-        } else {
-            1
-        }
+    let widest = widest_vector(x);
+    let width = |strides: &[usize], channels: usize| {
+        let values = [channels, strides[0], strides[2], strides[3], strides[4]];
+        widest_dividing(widest, strides[1], &values.map(|v| v as i64))
     };
     (
-        fits(x.meta.strides(), x.meta.shape()[1]),
-        fits(grad_out.meta.strides(), m),
+        width(x.meta.strides(), x.meta.shape()[1]),
+        width(grad_out.meta.strides(), m),
     )
 }
 
@@ -80,7 +66,7 @@ pub(super) fn launch_partial<R: CubeRuntime>(
     if x.dtype != grad_out.dtype || !super::super::launch::tensor_cores(&x) {
         return launch_fma(x, grad_out, ws, count, scalars, plan, channels_last);
     }
-    let (width, width_dy) = vector_widths(&x, &grad_out, shape.m, channels_last);
+    let (width, width_dy) = vector_widths(&x, &grad_out, shape.m);
     let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
     let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
     let (sizes, taps, stride, pad) = scalars;

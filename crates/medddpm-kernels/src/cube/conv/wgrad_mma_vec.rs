@@ -1,12 +1,12 @@
 //! The tensor-core weight gradient ([`wgrad_partial_mma`](super::mma::wgrad_partial_mma)) for
 //! channels-last inputs, every load a vector of channels: one 16-bit vector load and one
-//! shared-memory store where the scalar kernel makes eight of each, which is what its
-//! instructions went to (Nsight Compute, docs/benchmarks, sixteenth session). Products,
-//! planes and the partial sums' store are the scalar kernel's.
+//! shared-memory store where the scalar kernel makes eight of each (that kernel executed 3.7
+//! to 4.2 G instructions a launch at the U-Net's top level: Nsight Compute, docs/benchmarks,
+//! sixteenth session). Products, planes and the partial sums' store are the scalar kernel's.
 
 use cubecl::prelude::*;
 
-use super::kernel::{advance, decompose, place, SIDE};
+use super::kernel::{advance, decompose, place, row_offsets, SIDE};
 use super::mma::{multiply, plane_place, plane_share, store_partial, zeroed_accumulators};
 
 /// K rows one step of [`wgrad_partial_mma_vec`] stages: four times
@@ -23,15 +23,21 @@ pub(super) fn vectors_per_unit(width: usize, v: usize) -> usize {
     (width / v).div_ceil(UNITS_PER_ROW)
 }
 
-/// The unit's columns of B in [`wgrad_partial_mma_vec`]: per vector, the offset of its first
-/// input channel and taps in `x`, and the taps `(kd, kh, kw)`, `kd` far outside every input
-/// for a vector past the tile or past `N` (its loads read zeros).
+/// What a unit's loads in [`wgrad_partial_mma_vec`] need, worked out once per cube (as the
+/// scalar kernels' `Loader`): per vector of B, the offset of its first input channel and taps
+/// in `x` and the taps `(kd, kh, kw)`, `kd` far outside every input for a vector past the tile
+/// or past `N` (its loads read zeros); the input's spatial size; its rows of A `(m0, group,
+/// M)`; the convolution's stride and padding.
 #[derive(CubeType)]
 pub(super) struct VectorColumns {
     off: Array<i32>,
     kd: Array<i32>,
     kh: Array<i32>,
     kw: Array<i32>,
+    dims: (i32, i32, i32),
+    rows: (usize, usize, usize),
+    stride: (i32, i32, i32),
+    pad: (i32, i32, i32),
 }
 
 /// [`wgrad_partial_mma`] for a channels-last input whose channel count and strides are
@@ -70,7 +76,15 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let slice = CUBE_POS_Z as usize;
     let kk = tid / UNITS_PER_ROW;
     let group = tid % UNITS_PER_ROW;
-    let cols = vector_columns::<FX, NV>(x, n0, group, n_total, channels_in, kernel, tn);
+    let cols = vector_columns::<FX, NV>(
+        x,
+        (m0, n0),
+        group,
+        (m_total, n_total, channels_in),
+        kernel,
+        (stride, pad),
+        tn,
+    );
     let (od_n, oh_n, ow_n) = (dy.shape(2), dy.shape(3), dy.shape(4));
     let (pm, pn) = comptime!(plane_share(tm, tn));
     let (active, row0, col0) = plane_place(tid, tm, tn);
@@ -79,21 +93,7 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let mut rb = Array::<Vector<S, NV>>::new(vb);
     let mut pos = decompose(k_begin + kk, od_n, oh_n, ow_n);
     let mut k0 = k_begin;
-    let rows = (m0, group, m_total);
-    let window = (stride, pad);
-    load_vectors::<FX, FY, S, NA, NV>(
-        x,
-        dy,
-        pos,
-        k0 + kk < k_end,
-        rows,
-        &cols,
-        window,
-        &mut ra,
-        &mut rb,
-        tm,
-        tn,
-    );
+    load_vectors::<FX, FY, S, NA, NV>(x, dy, pos, k0 + kk < k_end, &cols, &mut ra, &mut rb, tm, tn);
     while k0 < k_end {
         stage_vectors::<S, NA, NV>(&mut a_s, &mut b_s, &ra, &rb, (kk, group), tm, tn);
         sync_cube();
@@ -105,9 +105,7 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
                 dy,
                 pos,
                 k0 + kk < k_end,
-                rows,
                 &cols,
-                window,
                 &mut ra,
                 &mut rb,
                 tm,
@@ -161,26 +159,33 @@ fn stage_vectors<S: Float, NA: Size, NV: Size>(
     }
 }
 
-/// The [`VectorColumns`] of the unit in place `group` of its K row, in the tile from column
-/// `n0`.
+/// The [`VectorColumns`] of the unit in place `group` of its K row, in the tile at `corner`
+/// `(m0, n0)`; `sizes` are `(M, N, c_in)`.
 #[cube]
 fn vector_columns<FX: Float, NV: Size>(
     x: &Tensor<Vector<FX, NV>>,
-    n0: usize,
+    corner: (usize, usize),
     group: usize,
-    n_total: usize,
-    channels_in: usize,
+    sizes: (usize, usize, usize),
     kernel: (usize, usize),
+    window: ((i32, i32, i32), (i32, i32, i32)),
     #[comptime] tn: usize,
 ) -> VectorColumns {
     let v = NV::value();
     let vb = comptime!(vectors_per_unit(SIDE * tn, v));
+    let (m0, n0) = corner;
+    let (m_total, n_total, channels_in) = sizes;
     let (kernel_h, kernel_w) = kernel;
+    let (stride, pad) = window;
     let mut cols = VectorColumns {
         off: Array::new(vb),
         kd: Array::new(vb),
         kh: Array::new(vb),
         kw: Array::new(vb),
+        dims: (x.shape(2) as i32, x.shape(3) as i32, x.shape(4) as i32),
+        rows: (m0, group, m_total),
+        stride,
+        pad,
     };
     #[unroll]
     for i in 0..vb {
@@ -213,9 +218,7 @@ fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
     dy: &Tensor<Vector<FY, NA>>,
     pos: (usize, usize, usize, usize),
     row_ok: bool,
-    rows: (usize, usize, usize),
     cols: &VectorColumns,
-    window: ((i32, i32, i32), (i32, i32, i32)),
     ra: &mut Array<Vector<S, NA>>,
     rb: &mut Array<Vector<S, NV>>,
     #[comptime] tm: usize,
@@ -225,9 +228,9 @@ fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
     let v = NV::value();
     let va = comptime!(vectors_per_unit(SIDE * tm, u));
     let vb = comptime!(vectors_per_unit(SIDE * tn, v));
-    let (m0, group, m_total) = rows;
-    let (b, od, oh, ow) = pos;
-    let a_row = b * dy.stride(0) + od * dy.stride(2) + oh * dy.stride(3) + ow * dy.stride(4);
+    let (m0, group, m_total) = cols.rows;
+    let (a_row, x_row, bd, bh, bw) =
+        row_offsets::<Vector<FX, NV>, Vector<FY, NA>>(x, dy, pos, cols.stride, cols.pad);
     #[unroll]
     for i in 0..va {
         let c = group * va + i;
@@ -238,9 +241,7 @@ fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
         }
         ra[i] = value;
     }
-    let (stride, pad) = window;
-    let (x_row, bd, bh, bw) = input_row::<FX, NV>(x, pos, stride, pad);
-    let (dim_d, dim_h, dim_w) = (x.shape(2) as i32, x.shape(3) as i32, x.shape(4) as i32);
+    let (dim_d, dim_h, dim_w) = cols.dims;
     #[unroll]
     for i in 0..vb {
         let (id, ih, iw) = (bd + cols.kd[i], bh + cols.kh[i], bw + cols.kw[i]);
@@ -253,47 +254,32 @@ fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
     }
 }
 
-/// Where K row `pos` reads `x` before the taps (may be negative), and its first input
-/// position per axis.
-#[cube]
-fn input_row<FX: Float, NV: Size>(
-    x: &Tensor<Vector<FX, NV>>,
-    pos: (usize, usize, usize, usize),
-    stride: (i32, i32, i32),
-    pad: (i32, i32, i32),
-) -> (i32, i32, i32, i32) {
-    let (b, od, oh, ow) = pos;
-    let (sd, sh, sw) = stride;
-    let (pd, ph, pw) = pad;
-    let bd = od as i32 * sd - pd;
-    let bh = oh as i32 * sh - ph;
-    let bw = ow as i32 * sw - pw;
-    let x_row = (b * x.stride(0)) as i32
-        + bd * x.stride(2) as i32
-        + bh * x.stride(3) as i32
-        + bw * x.stride(4) as i32;
-    (x_row, bd, bh, bw)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::kernel::{BK, SIDE};
     use super::{vectors_per_unit, BK_VEC, UNITS_PER_ROW};
 
     /// Every tile width the plan chooses, loaded as vectors of 4 (wgpu) or 8 (CUDA): the units
-    /// of one K row cover its vectors exactly once, and a step's rows take all 256 units.
+    /// of one K row (vector `group * per_unit + i`, as the kernel numbers them) cover each of
+    /// its vectors exactly once, and a step's rows take all 256 units.
     #[test]
     fn vector_loads_cover_each_step_once() {
         assert_eq!(UNITS_PER_ROW * BK_VEC, SIDE * SIDE);
         assert_eq!(BK_VEC % BK, 0);
         for width in [16, 32, 64, 128] {
-            for v in [4, 8] {
+            for v in [1, 4, 8] {
                 let per_unit = vectors_per_unit(width, v);
-                let covered = per_unit * UNITS_PER_ROW;
-                assert!(covered >= width / v, "width {width} v {v}");
+                let mut loads = vec![0; width / v];
+                for group in 0..UNITS_PER_ROW {
+                    for i in 0..per_unit {
+                        if let Some(n) = loads.get_mut(group * per_unit + i) {
+                            *n += 1;
+                        }
+                    }
+                }
                 assert!(
-                    covered - width / v < per_unit.max(UNITS_PER_ROW),
-                    "width {width} v {v}"
+                    loads.iter().all(|&n| n == 1),
+                    "width {width} v {v}: {loads:?}"
                 );
             }
         }
