@@ -26,9 +26,10 @@ use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
 use medddpm_kernels::conv::{channels_last, reference, Conv3dSpec};
 use medddpm_kernels::cube::conv::wgrad::{
-    conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan, WgradDevice,
-    WgradError, WgradShape, MAX_WORKSPACE_BYTES,
+    conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan,
+    plan_tensor_cores, WgradDevice, WgradError, WgradShape, MAX_WORKSPACE_BYTES,
 };
+use medddpm_kernels::cube::conv::ConvTuning;
 use medddpm_kernels::{Compute, Layout};
 #[cfg(feature = "test-cuda")]
 use {
@@ -402,4 +403,37 @@ fn tiles_shrink_to_the_devices_shared_memory() {
     };
     let p = plan(shape, small, None);
     assert_eq!((p.tm, p.tn), (4, 8));
+}
+
+#[test]
+fn tensor_core_tiles_widen_and_deepen_where_shared_memory_allows() {
+    let top = WgradShape {
+        m: 64,
+        n: 64 * 27,
+        k: 128 * 128 * 128,
+    };
+    let deep = ConvTuning {
+        wgrad_stages: 2,
+        wgrad_tn: 16,
+        ..ConvTuning::default()
+    };
+    let big = WgradDevice {
+        units: Some(132),
+        shared_bytes: 227 << 10,
+    };
+    let p = plan_tensor_cores(top, big, None, &deep);
+    assert_eq!((p.tm, p.tn, p.stages), (4, 16, 2), "{p:?}");
+    assert_eq!(p.tiles(top), (7, 1));
+    // Vulkan's 48 KiB hold one stage of 128-column tiles only.
+    let p = plan_tensor_cores(top, H100, None, &deep);
+    assert_eq!((p.tm, p.tn, p.stages), (4, 8, 1), "{p:?}");
+    // 128 output channels keep 128-column tiles.
+    let wide = WgradShape { m: 128, ..top };
+    assert_eq!(plan_tensor_cores(wide, big, None, &deep).tn, 8);
+    // The defaults: the FMA plan's tiles and split, in two stages where they fit.
+    let p = plan_tensor_cores(top, big, None, &ConvTuning::default());
+    let q = plan(top, big, None);
+    assert_eq!((p.tm, p.tn, p.stages, p.slices), (q.tm, q.tn, 2, q.slices));
+    let p = plan_tensor_cores(top, H100, None, &ConvTuning::default());
+    assert_eq!((p.tm, p.tn, p.stages, p.slices), (q.tm, q.tn, 1, q.slices));
 }

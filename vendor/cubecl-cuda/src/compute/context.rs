@@ -158,6 +158,19 @@ impl CudaContext {
         if cccl_include_path.exists() {
             options.push(&cccl_include_option);
         }
+        // medddpm-rs patch: a kernel whose compile-time configuration carries
+        // `max_registers: N` (N > 0) is compiled for as many cubes per SM as N registers a
+        // unit allow: `__launch_bounds__` names that minimum (NVCC ignores `--maxrregcount`
+        // for a kernel with launch bounds, and cubecl always writes them).
+        if let Some(n) = max_registers(&format!("{kernel_id:?}")) {
+            let units = cube_dim.num_elems();
+            let cubes = (65536 / (units * n).max(1)).max(1);
+            kernel_compiled.source = kernel_compiled.source.replacen(
+                &format!("__launch_bounds__({units})"),
+                &format!("__launch_bounds__({units}, {cubes})"),
+                1,
+            );
+        }
 
         logger.log_compilation(&kernel_compiled);
 
@@ -340,5 +353,25 @@ impl CudaContext {
         } else {
             Ok(())
         }
+    }
+}
+
+/// medddpm-rs patch: the `N` of the first `max_registers: N` in a kernel id's debug text, if
+/// it is a number above zero.
+fn max_registers(id: &str) -> Option<u32> {
+    let rest = &id[id.find("max_registers: ")? + "max_registers: ".len()..];
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok().filter(|&n| n > 0)
+}
+
+#[cfg(test)]
+mod medddpm_tests {
+    use super::max_registers;
+
+    #[test]
+    fn reads_the_register_cap_of_a_kernel_id() {
+        assert_eq!(max_registers("Tile { bk: 32, max_registers: 128 }"), Some(128));
+        assert_eq!(max_registers("Tile { bk: 32, max_registers: 0 }"), None);
+        assert_eq!(max_registers("Tile { bk: 32 }"), None);
     }
 }

@@ -12,6 +12,7 @@ use cubecl::{CubeCount, CubeDim};
 use super::gemm::{conv_gemm, DimsLaunch, StridesLaunch, WeightWalkLaunch, WindowLaunch};
 use super::mma::{conv_gemm_mma, PLANE};
 use super::tile::Tile;
+use super::tuning::conv_tuning;
 
 /// One launch of [`conv_gemm`], its numbers as the host sees them.
 #[derive(Debug, Clone)]
@@ -58,7 +59,10 @@ pub(super) fn choose_tile<R: CubeRuntime>(
     if !tensor_cores::<R>(a) {
         return fma();
     }
-    Tile::choose_tensor_cores(c_in, c_out, a_channels_last, out_channels_last).unwrap_or_else(fma)
+    let shared = a.client.properties().hardware.max_shared_memory_size;
+    Tile::choose_tensor_cores(c_in, c_out, a_channels_last, out_channels_last)
+        .map(|t| t.pipelined(&conv_tuning(), c_in, shared))
+        .unwrap_or_else(fma)
 }
 
 /// Whether `a`'s runtime multiplies `a`'s 16-bit dtype on tensor cores (see [`choose_tile`]).

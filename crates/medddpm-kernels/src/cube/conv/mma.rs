@@ -31,6 +31,13 @@ const FRAG: u32 = 16;
 /// in `S` (f16 or bf16). `x`, `w` and `y` are read and written as vectors of `NA`, `NB` and
 /// `NY` elements along their channels (1 unless [`vector_widths`](super::launch) found the
 /// channels contiguous and every offset a multiple of the width).
+///
+/// One step of the reduction is one tap and `bk` input channels. The next step's operands are
+/// loaded into registers while this step's products run, so the loads' latency hides behind
+/// them. With two stages ([`Tile::stages`]), step `s` multiplies buffer `s % 2` while the other
+/// is filled with step `s + 1`'s operands, so one barrier a step keeps both safe; with one,
+/// the step's operands are staged first and a second barrier guards the buffer until every
+/// plane is done with it.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_gemm_mma<
@@ -53,9 +60,8 @@ pub(super) fn conv_gemm_mma<
     #[comptime] tile: Tile,
     #[define(X, W, Y, S)] _dtypes: [StorageType; 4],
 ) {
-    let bm = comptime!(tile.bm());
     let bk = comptime!(tile.bk);
-    let m0 = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * bm;
+    let m0 = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * comptime!(tile.bm());
     if m0 >= dims.m {
         terminate!();
     }
@@ -65,19 +71,19 @@ pub(super) fn conv_gemm_mma<
     let nb_size = NB::value();
     let nb = comptime!(nb_size as u32);
     let rows = row_plan(&dims, &window, &xs, m0, tile);
-    let a_len = comptime!((bm * tile.a_stride() / na) as usize);
+    let a_len = comptime!((tile.bm() * tile.a_stride() / na) as usize);
     let b_len = comptime!((bk * tile.b_stride() / nb) as usize);
-    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(a_len, 32usize);
-    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(b_len, 32usize);
-    let frags_m = comptime!(tile.plane_rows() / FRAG);
-    let frags_n = comptime!(tile.bn() / FRAG);
+    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(
+        comptime!(tile.stages as usize * a_len),
+        32usize,
+    );
+    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(
+        comptime!(tile.stages as usize * b_len),
+        32usize,
+    );
     let plane_row = (UNIT_POS / PLANE) * comptime!(tile.plane_rows());
-    let mut acc = zeroed_accumulators(comptime!((frags_m * frags_n) as usize));
-    let taps = window.taps_d * window.taps_h * window.taps_w;
-    let chunks = dims.c_in.div_ceil(bk);
-    let steps = taps * chunks;
-    // One step is one tap and `bk` input channels. The next step's operands are loaded into
-    // registers while this step's products run, so the loads' latency hides behind them.
+    let mut acc = zeroed_accumulators(comptime!((tile.plane_rows() * tile.bn() / 256) as usize));
+    let steps = window.taps_d * window.taps_h * window.taps_w * dims.c_in.div_ceil(bk);
     let mut ra = Array::<Vector<S, NA>>::new(comptime!((tile.a_rows() * tile.a_run / na) as usize));
     let mut rb = Array::<Vector<S, NB>>::new(comptime!(b_vectors(tile, nb) as usize));
     let mut offsets = Array::<i32>::new(comptime!(tile.a_rows() as usize));
@@ -86,10 +92,20 @@ pub(super) fn conv_gemm_mma<
     let mut ci0 = 0u32;
     gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
     gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
-    for step in 0..steps {
-        stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, tile);
+    if comptime!(tile.stages == 2) {
+        stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, 0usize, 0usize, tile);
         sync_cube();
-        if step + 1 < steps {
+    }
+    let mut now = 0usize;
+    for step in 0..steps {
+        if comptime!(tile.stages == 2) {
+            now = (step % 2) as usize;
+        } else {
+            stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, 0usize, 0usize, tile);
+            sync_cube();
+        }
+        let more = step + 1 < steps;
+        if more {
             ci0 += bk;
             if ci0 >= dims.c_in {
                 ci0 = 0;
@@ -99,7 +115,21 @@ pub(super) fn conv_gemm_mma<
             gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
             gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
         }
-        multiply::<S, NA, NB>(&a_s, &b_s, &mut acc, plane_row, tile);
+        multiply::<S, NA, NB>(
+            &a_s,
+            &b_s,
+            &mut acc,
+            plane_row,
+            now * a_len,
+            now * b_len,
+            tile,
+        );
+        if comptime!(tile.stages == 2) {
+            if more {
+                let (a_next, b_next) = ((1 - now) * a_len, (1 - now) * b_len);
+                stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, a_next, b_next, tile);
+            }
+        }
         sync_cube();
     }
     write_out::<Y, NY>(y, &acc, m0 + plane_row, n0, &dims, &ys, tile);
@@ -221,14 +251,18 @@ fn gather_b<W: Float, S: Float, NB: Size>(
     }
 }
 
-/// The registers [`gather_a`] and [`gather_b`] filled into the staged tiles: A as `[m, k]`
-/// rows [`Tile::a_stride`] apart, B as `[k, n]` rows [`Tile::b_stride`] apart.
+/// The registers [`gather_a`] and [`gather_b`] filled into the staged tiles from vectors
+/// `a_at`, `b_at` of the buffers (the stage's): A as `[m, k]` rows [`Tile::a_stride`] apart, B as
+/// `[k, n]` rows [`Tile::b_stride`] apart.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn stage<S: Float, NA: Size, NB: Size>(
     ra: &Array<Vector<S, NA>>,
     rb: &Array<Vector<S, NB>>,
     a_s: &mut SharedMemory<Vector<S, NA>>,
     b_s: &mut SharedMemory<Vector<S, NB>>,
+    a_at: usize,
+    b_at: usize,
     #[comptime] tile: Tile,
 ) {
     let na_size = NA::value();
@@ -243,7 +277,8 @@ fn stage<S: Float, NA: Size, NB: Size>(
         if row < comptime!(tile.bm()) {
             #[unroll]
             for c in 0..per_row {
-                a_s[((row * a_stride + k0) / na + c) as usize] = ra[(r * per_row + c) as usize];
+                a_s[a_at + ((row * a_stride + k0) / na + c) as usize] =
+                    ra[(r * per_row + c) as usize];
             }
         }
     }
@@ -253,19 +288,22 @@ fn stage<S: Float, NA: Size, NB: Size>(
     for j in 0..comptime!(b_vectors(tile, nb)) {
         let e = UNIT_POS + j * comptime!(tile.threads());
         if e < comptime!(row * tile.bk) {
-            b_s[((e / row) * b_row + e % row) as usize] = rb[j as usize];
+            b_s[b_at + ((e / row) * b_row + e % row) as usize] = rb[j as usize];
         }
     }
 }
 
-/// Every accumulator of this plane plus the staged chunk's products, one 16-deep step of the
-/// reduction at a time.
+/// Every accumulator of this plane plus the products of the chunk staged from vectors `a_at`,
+/// `b_at` of the buffers, one 16-deep step of the reduction at a time.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn multiply<S: Float, NA: Size, NB: Size>(
     a_s: &SharedMemory<Vector<S, NA>>,
     b_s: &SharedMemory<Vector<S, NB>>,
     acc: &mut Sequence<cmma::Matrix<f32>>,
     plane_row: u32,
+    a_at: usize,
+    b_at: usize,
     #[comptime] tile: Tile,
 ) {
     let na_size = NA::value();
@@ -274,8 +312,8 @@ fn multiply<S: Float, NA: Size, NB: Size>(
     let nb = comptime!(nb_size as u32);
     let a_stride = comptime!(tile.a_stride());
     let b_stride = comptime!(tile.b_stride());
-    let a_len = comptime!((tile.bm() * a_stride / na) as usize);
-    let b_len = comptime!((tile.bk * b_stride / nb) as usize);
+    let a_len = comptime!((tile.stages * tile.bm() * a_stride / na) as usize);
+    let b_len = comptime!((tile.stages * tile.bk * b_stride / nb) as usize);
     let frags_m = comptime!(tile.plane_rows() / FRAG);
     let frags_n = comptime!(tile.bn() / FRAG);
     #[unroll]
@@ -283,7 +321,7 @@ fn multiply<S: Float, NA: Size, NB: Size>(
         let mut a = Sequence::<cmma::Matrix<S>>::new();
         #[unroll]
         for i in 0..frags_m {
-            let start = (((plane_row + i * FRAG) * a_stride + ks * FRAG) / na) as usize;
+            let start = a_at + (((plane_row + i * FRAG) * a_stride + ks * FRAG) / na) as usize;
             a.push(fragment::<S, NA>(
                 cmma::MatrixIdent::A,
                 cmma::MatrixLayout::RowMajor,
@@ -293,7 +331,7 @@ fn multiply<S: Float, NA: Size, NB: Size>(
         }
         #[unroll]
         for j in 0..frags_n {
-            let start = ((ks * FRAG * b_stride + j * FRAG) / nb) as usize;
+            let start = b_at + ((ks * FRAG * b_stride + j * FRAG) / nb) as usize;
             let b = fragment::<S, NB>(
                 cmma::MatrixIdent::B,
                 cmma::MatrixLayout::RowMajor,

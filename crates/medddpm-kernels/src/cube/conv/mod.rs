@@ -29,8 +29,10 @@
 //! cores (`mma`, `Tile::choose_tensor_cores`; the weight gradient's `wgrad_mma`), the next
 //! step's operands loaded into registers while this step's products run. Channels-last
 //! operands whose channel counts and strides allow it are read and staged as vectors of up to
-//! 8 channels (`launch::vector_widths`; 4 on wgpu). Elsewhere the register-tiled FMA kernel
-//! runs. Both accumulate in f32 from the same operands, so they differ only in the order of
+//! 8 channels (`launch::vector_widths`; 4 on wgpu). How they pipeline the reduction (shared-
+//! memory stages, channels per step, a register cap on CUDA, the weight gradient's stages and
+//! tile width) is [`ConvTuning`], defaults measured on an H100. Elsewhere the register-tiled
+//! FMA kernel runs. Both accumulate in f32 from the same operands, so they differ only in the order of
 //! the sums.
 //!
 //! Limits: dilation 1, one group (all the U-Net uses); every tensor under 2^31 elements (the
@@ -44,12 +46,14 @@ mod gemm;
 mod launch;
 mod mma;
 mod tile;
+mod tuning;
 pub mod wgrad;
 
 pub use dgrad::conv3d_data_grad;
 pub use forward::conv3d_forward;
 pub use fused::{conv3d_data_grad_fused, conv3d_forward_fused};
 pub use tile::Tile;
+pub use tuning::{conv_tuning, set_conv_tuning, ConvTuning, TuningError};
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;

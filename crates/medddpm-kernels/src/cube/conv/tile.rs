@@ -1,6 +1,8 @@
 //! The tile sizes of the implicit GEMM, fixed per launch (compile-time constants of the
 //! kernel), and how they are chosen.
 
+use super::tuning::ConvTuning;
+
 /// One cube computes a `bm x bn` block of the output (`bm = threads_m * tm` positions,
 /// `bn = threads_n * tn` channels), each of its `threads_m * threads_n` units a `tm x tn`
 /// register tile, and the reduction advances `bk` input channels per step through shared
@@ -15,7 +17,8 @@ pub struct Tile {
     pub tm: u32,
     /// Output channels per unit.
     pub tn: u32,
-    /// Input channels per step of the reduction (a power of two, at most 32).
+    /// Input channels per step of the reduction (a power of two, at most 32; 64 on tensor
+    /// cores where [`Tile::pipelined`] allows it).
     pub bk: u32,
     /// Consecutive channels of one input voxel each unit stages per step (divides `bk`):
     /// `bk` for channels-first input (neighbouring units take neighbouring voxels), fewer for
@@ -27,6 +30,12 @@ pub struct Tile {
     /// 16-bit type, f32 accumulators): each of the cube's planes owns [`Tile::plane_rows`] rows and all
     /// `bn` channels, and `tm`/`tn` only say how the staging and the epilogue split the work.
     pub tensor_cores: bool,
+    /// Shared-memory buffers of the staged tiles (tensor cores: 1 or 2; FMA: 1).
+    pub stages: u32,
+    /// Register cap per unit for the CUDA compiler, 0 for none. Part of the kernel's
+    /// compile-time configuration, so a capped kernel is compiled and cached apart; the
+    /// vendored `cubecl-cuda` passes it to NVRTC (see its README.medddpm.md).
+    pub max_registers: u32,
 }
 
 impl Tile {
@@ -114,6 +123,8 @@ impl Tile {
             a_run: if a_channels_last { bk.min(4) } else { bk },
             out_channels_fastest: out_channels_last && c_out > 1,
             tensor_cores: false,
+            stages: 1,
+            max_registers: 0,
         }
     }
 
@@ -151,7 +162,42 @@ impl Tile {
             a_run: if a_channels_last { 8 } else { bk },
             out_channels_fastest: out_channels_last,
             tensor_cores: true,
+            stages: 1,
+            max_registers: 0,
         })
+    }
+
+    /// This tensor-core tile with `tuning`'s pipeline where a cube's shared memory
+    /// (`shared_limit` bytes) holds it: 64 channels a step for a channels-last input of at
+    /// least 64 channels (two vectors of 8 per staged run), two stages; each dropped, the
+    /// stages first, where the memory would not hold it.
+    pub fn pipelined(self, tuning: &ConvTuning, c_in: usize, shared_limit: usize) -> Tile {
+        let mut t = self;
+        if !t.tensor_cores {
+            return t;
+        }
+        t.max_registers = tuning.max_registers;
+        t.stages = tuning.stages.clamp(1, 2);
+        let channels_last = t.a_run < t.bk;
+        if tuning.k_step == 64 && channels_last && c_in >= 64 {
+            t.bk = 64;
+            t.a_run = 16;
+        }
+        while t.shared_bytes() > shared_limit && t.stages > 1 {
+            t.stages -= 1;
+        }
+        if t.shared_bytes() > shared_limit && t.bk == 64 {
+            t.bk = 32;
+            t.a_run = 8;
+        }
+        t
+    }
+
+    /// Shared memory a tensor-core cube takes: its stages of 16-bit A and B tiles and the
+    /// epilogue's 16 x 16 f32 scratch per plane.
+    pub fn shared_bytes(&self) -> usize {
+        let staged = self.bm() * self.a_stride() + self.bk * self.b_stride();
+        (2 * self.stages * staged + 4 * self.planes() * 256) as usize
     }
 
     /// Planes (of 32 units) of a tensor-core cube.
@@ -167,7 +213,7 @@ impl Tile {
 
 #[cfg(test)]
 mod tests {
-    use super::Tile;
+    use super::{ConvTuning, Tile};
 
     /// What a 16 x 16 x 16 cooperative-matrix load and the kernel's plane layout need of
     /// every tensor-core tile the U-Net's and odd channel counts get.
@@ -189,9 +235,20 @@ mod tests {
                     // 16-bit rows a multiple of 8 elements apart (16-byte aligned loads).
                     assert_eq!(t.a_stride() % 8, 0, "{t:?}");
                     assert_eq!(t.b_stride() % 8, 0, "{t:?}");
-                    let staged = t.bm() * t.a_stride() + t.bk * t.b_stride();
-                    let shared = 2 * staged + 4 * t.planes() * 256;
-                    assert!(shared <= 48 * 1024, "{t:?}: {shared} bytes");
+                    assert!(t.shared_bytes() <= 48 * 1024, "{t:?}");
+                    let deep = ConvTuning {
+                        stages: 2,
+                        k_step: 64,
+                        ..ConvTuning::default()
+                    };
+                    // Vulkan's 48 KiB: one 32-channel stage is all that fits.
+                    let small = t.pipelined(&deep, c_in, 48 * 1024);
+                    assert!(small.shared_bytes() <= 48 * 1024, "{small:?}");
+                    let big = t.pipelined(&deep, c_in, 227 * 1024);
+                    assert_eq!(big.stages, 2, "{big:?}");
+                    assert_eq!(big.bk == 64, a_last && c_in >= 64, "{big:?}");
+                    assert_eq!(big.bk % big.a_run, 0, "{big:?}");
+                    assert_eq!(big.a_rows(), t.a_rows(), "{big:?}");
                 }
             }
         }

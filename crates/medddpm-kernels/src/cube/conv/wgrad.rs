@@ -41,11 +41,13 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
+use super::tuning::{conv_tuning, ConvTuning};
 use crate::conv::Conv3dSpec;
 pub use fused::conv3d_weight_grad_fused;
 pub(crate) use fused::{weight_grad_check, weight_grad_checked};
 use kernel::{staged_stride_a, staged_stride_b, wgrad_reduce, BK, SIDE, VEC};
 use launch::launch_partial;
+use mma_vec::BK_VEC;
 
 /// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four
 /// cubes an SM holds at once, so the last wave's tail is a small share.
@@ -143,6 +145,9 @@ pub struct WgradPlan {
     pub slices: usize,
     /// K positions per slice (a multiple of 16; the last slice may be shorter).
     pub slice_len: usize,
+    /// Shared-memory stages (2 only for the tensor-core vector kernel, see
+    /// [`plan_tensor_cores`]).
+    pub stages: usize,
 }
 
 impl WgradPlan {
@@ -208,6 +213,57 @@ pub fn plan(shape: WgradShape, device: WgradDevice, slices: Option<usize>) -> Wg
             tn = VEC;
         }
     }
+    split(shape, device, slices, (tm, tn, 1))
+}
+
+/// Shared memory a cube of the tensor-core vector kernel takes: its stages of 16-bit `[k, m]`
+/// and `[k, n]` rows ([`BK_VEC`] of each, 8 elements of padding) and the 16 x 16 f32 scratch
+/// of each of its 8 planes.
+fn vector_shared_bytes(tm: usize, tn: usize, stages: usize) -> usize {
+    2 * stages * BK_VEC * (SIDE * tm + 8 + SIDE * tn + 8) + 4 * 8 * 256
+}
+
+/// [`plan`] for the tensor-core vector kernel (16-bit, channels-last operands), with
+/// `tuning`'s tile width and stages where the device's shared memory holds them: 256-column
+/// tiles (`wgrad_tn = 16`) where `N` passes 128 and `M` fits 64 rows; two stages; each dropped
+/// (the stages first) where the memory would not hold it.
+pub fn plan_tensor_cores(
+    shape: WgradShape,
+    device: WgradDevice,
+    slices: Option<usize>,
+    tuning: &ConvTuning,
+) -> WgradPlan {
+    let mut tm = rows_per_unit(shape.m);
+    let mut tn = match shape.n {
+        0..=64 => 4,
+        65..=128 => 8,
+        _ if tm <= 4 && tuning.wgrad_tn == 16 => 16,
+        _ => 8,
+    };
+    let mut stages = tuning.wgrad_stages.clamp(1, 2) as usize;
+    while vector_shared_bytes(tm, tn, stages) > device.shared_bytes {
+        if stages > 1 {
+            stages = 1;
+        } else if tn > 8 {
+            tn = 8;
+        } else if tm > 1 {
+            tm /= 2;
+        } else {
+            break;
+        }
+    }
+    split(shape, device, slices, (tm, tn, stages))
+}
+
+/// The plan of `tile = (tm, tn, stages)`: K cut into enough slices for the device (see the
+/// module's documentation), or `slices` where given.
+fn split(
+    shape: WgradShape,
+    device: WgradDevice,
+    slices: Option<usize>,
+    tile: (usize, usize, usize),
+) -> WgradPlan {
+    let (tm, tn, stages) = tile;
     let tiles = shape.n.div_ceil(SIDE * tn) * shape.m.div_ceil(SIDE * tm);
     let steps = shape.k.div_ceil(BK).max(1);
     let wanted = slices.unwrap_or_else(|| {
@@ -223,6 +279,7 @@ pub fn plan(shape: WgradShape, device: WgradDevice, slices: Option<usize>) -> Wg
         tn,
         slices: shape.k.div_ceil(slice_len).max(1),
         slice_len,
+        stages,
     }
 }
 
@@ -353,7 +410,12 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
     if shape.m * shape.n == 0 {
         return Ok(dw);
     }
-    let plan = plan(shape, WgradDevice::of(&client), slices);
+    let device = WgradDevice::of(&client);
+    let plan = if launch::vector_kernel(&x, &grad_out, shape.m) {
+        plan_tensor_cores(shape, device, slices, &conv_tuning())
+    } else {
+        plan(shape, device, slices)
+    };
     // Channels-last when the channels are the input's innermost axis.
     let channels_last = x.meta.strides()[1] == 1 && c_in > 1;
     let ws = empty_device_contiguous_dtype::<R>(

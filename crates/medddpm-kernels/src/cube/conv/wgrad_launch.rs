@@ -31,6 +31,19 @@ fn vector_widths<R: CubeRuntime>(
     )
 }
 
+/// Whether [`launch_partial`] takes the tensor-core vector kernel for these operands (both
+/// of one 16-bit dtype the runtime multiplies on tensor cores, `x` loadable as vectors of at
+/// least 4 channels), which [`plan_tensor_cores`](super::plan_tensor_cores) plans for.
+pub(super) fn vector_kernel<R: CubeRuntime>(
+    x: &CubeTensor<R>,
+    grad_out: &CubeTensor<R>,
+    m: usize,
+) -> bool {
+    x.dtype == grad_out.dtype
+        && super::super::launch::tensor_cores(x)
+        && vector_widths(x, grad_out, m).0 >= 4
+}
+
 /// The scalar arguments every partial-product kernel takes: the GEMM's sizes and slice, the
 /// kernel's height and width, stride and padding.
 type Scalars = (
@@ -70,7 +83,7 @@ pub(super) fn launch_partial<R: CubeRuntime>(
     let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
     let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
     let (sizes, taps, stride, pad) = scalars;
-    if width >= 4 {
+    if vector_kernel(&x, &grad_out, shape.m) {
         // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
         // `tensor_cores` checked the runtime multiplies on tensor cores, and `vector_widths`
         // checked that every vector load lies whole inside one position's channels at an
@@ -91,6 +104,7 @@ pub(super) fn launch_partial<R: CubeRuntime>(
                 pad,
                 plan.tm,
                 plan.tn,
+                plan.stages,
                 dtypes,
             );
         }

@@ -27,7 +27,7 @@ const FRAG: usize = 16;
 const PLANES: usize = 8;
 
 /// Planes along M and along N for a tile of `tm x tn` accumulators (`tm` in 1, 2, 4, 8; `tn`
-/// 4 or 8): two rows of planes where there are two rows of accumulators, else one. Planes
+/// 4, 8 or 16): two rows of planes where there are two rows of accumulators, else one. Planes
 /// past `planes_m * planes_n` stage but do not multiply (only a one-row tile, `tm = 1` with
 /// `tn = 4`, leaves four idle).
 pub(super) fn planes(tm: usize, tn: usize) -> (usize, usize) {
@@ -120,6 +120,8 @@ pub(super) fn wgrad_partial_mma<FX: Float, FY: Float, S: Float>(
                 &b_s,
                 &mut acc,
                 (row0, col0),
+                0usize,
+                0usize,
                 BK,
                 tm,
                 tn,
@@ -162,7 +164,8 @@ fn stage<S: Float>(
     }
 }
 
-/// This plane's `pm x pn` accumulators plus the staged step's products over `depth` K rows
+/// This plane's `pm x pn` accumulators plus the products over `depth` K rows of the stage
+/// starting at vectors `a_at` of A and `b_at` of B
 /// (A staged `[k, m]` as vectors of `NA`, B `[k, n]` as vectors of `NB`, rows 8 elements
 /// longer than the tile).
 #[cube]
@@ -172,6 +175,8 @@ pub(super) fn multiply<S: Float, NA: Size, NB: Size>(
     b_s: &SharedMemory<Vector<S, NB>>,
     acc: &mut Sequence<cmma::Matrix<f32>>,
     corner: (usize, usize),
+    a_at: usize,
+    b_at: usize,
     #[comptime] depth: usize,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
@@ -191,7 +196,7 @@ pub(super) fn multiply<S: Float, NA: Size, NB: Size>(
             a.push(fragment::<S, NA>(
                 cmma::MatrixIdent::A,
                 cmma::MatrixLayout::ColMajor,
-                &a_s.slice((ks * FRAG * sa + row0 + i * FRAG) / u, depth * sa / u),
+                &a_s.slice(a_at + (ks * FRAG * sa + row0 + i * FRAG) / u, a_s.len()),
                 sa as u32,
             ));
         }
@@ -200,7 +205,7 @@ pub(super) fn multiply<S: Float, NA: Size, NB: Size>(
             let b = fragment::<S, NB>(
                 cmma::MatrixIdent::B,
                 cmma::MatrixLayout::RowMajor,
-                &b_s.slice((ks * FRAG * sb + col0 + j * FRAG) / v, depth * sb / v),
+                &b_s.slice(b_at + (ks * FRAG * sb + col0 + j * FRAG) / v, b_s.len()),
                 sb as u32,
             );
             #[unroll]
@@ -264,7 +269,7 @@ mod tests {
     #[test]
     fn every_planned_tile_splits_over_the_planes() {
         for tm in [1, 2, 4, 8] {
-            for tn in [4, 8] {
+            for tn in [4, 8, 16] {
                 let (pm, pn) = planes(tm, tn);
                 assert!(pm * pn <= PLANES, "{tm} x {tn}");
                 assert_eq!(tm % pm, 0, "{tm} x {tn}");

@@ -47,7 +47,9 @@ pub(super) struct VectorColumns {
 /// single output channel), staged whole, and a step stages [`BK_VEC`] K rows. Each K row of a
 /// step is loaded by [`UNITS_PER_ROW`] neighbouring units, each taking neighbouring vectors of
 /// A and of B from that one row, so a unit carries one position from step to step (by
-/// additions) for both operands.
+/// additions) for both operands. With two stages buffer `now` multiplies while the other
+/// fills, one barrier a step; with one, the step is staged first and a second barrier guards
+/// the buffer until every plane is done with it.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
@@ -60,6 +62,7 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     pad: (i32, i32, i32),
     #[comptime] tm: usize,
     #[comptime] tn: usize,
+    #[comptime] stages: usize,
     #[define(FX, FY, S)] _dtypes: [StorageType; 3],
 ) {
     let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
@@ -69,11 +72,11 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let sb = comptime!(SIDE * tn + 8);
     let va = comptime!(vectors_per_unit(SIDE * tm, u));
     let vb = comptime!(vectors_per_unit(SIDE * tn, v));
-    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(comptime!(BK_VEC * sa / u), 32usize);
-    let mut b_s = SharedMemory::<Vector<S, NV>>::new_aligned(comptime!(BK_VEC * sb / v), 32usize);
+    let (a_len, b_len) = comptime!((BK_VEC * sa / u, BK_VEC * sb / v));
+    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(comptime!(stages * a_len), 32usize);
+    let mut b_s = SharedMemory::<Vector<S, NV>>::new_aligned(comptime!(stages * b_len), 32usize);
     let tid = UNIT_POS_Y as usize * SIDE + UNIT_POS_X as usize;
     let (_kk, _g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, true);
-    let slice = CUBE_POS_Z as usize;
     let kk = tid / UNITS_PER_ROW;
     let group = tid % UNITS_PER_ROW;
     let cols = vector_columns::<FX, NV>(
@@ -94,37 +97,68 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let mut pos = decompose(k_begin + kk, od_n, oh_n, ow_n);
     let mut k0 = k_begin;
     load_vectors::<FX, FY, S, NA, NV>(x, dy, pos, k0 + kk < k_end, &cols, &mut ra, &mut rb, tm, tn);
-    while k0 < k_end {
-        stage_vectors::<S, NA, NV>(&mut a_s, &mut b_s, &ra, &rb, (kk, group), tm, tn);
+    if comptime!(stages == 2) {
+        stage_vectors::<S, NA, NV>(&mut a_s, &mut b_s, &ra, &rb, (kk, group), 0usize, tm, tn);
         sync_cube();
+    }
+    let mut now = 0usize;
+    while k0 < k_end {
+        if comptime!(stages == 1) {
+            stage_vectors::<S, NA, NV>(&mut a_s, &mut b_s, &ra, &rb, (kk, group), 0usize, tm, tn);
+            sync_cube();
+        }
         k0 += BK_VEC;
-        if k0 < k_end {
+        let more = k0 < k_end;
+        if more {
             pos = advance(pos, od_n, oh_n, ow_n, BK_VEC);
-            load_vectors::<FX, FY, S, NA, NV>(
-                x,
-                dy,
-                pos,
-                k0 + kk < k_end,
-                &cols,
-                &mut ra,
-                &mut rb,
-                tm,
-                tn,
-            );
+            let ok = k0 + kk < k_end;
+            load_vectors::<FX, FY, S, NA, NV>(x, dy, pos, ok, &cols, &mut ra, &mut rb, tm, tn);
         }
         if active {
-            multiply::<S, NA, NV>(&a_s, &b_s, &mut acc, (row0, col0), BK_VEC, tm, tn, pm, pn);
+            products::<S, NA, NV>(&a_s, &b_s, &mut acc, (row0, col0), now, tm, tn);
+        }
+        if comptime!(stages == 2) {
+            if more {
+                let next = (1 - now) * a_len;
+                stage_vectors::<S, NA, NV>(&mut a_s, &mut b_s, &ra, &rb, (kk, group), next, tm, tn);
+            }
+            now = 1 - now;
         }
         sync_cube();
     }
     if active {
-        let corner = (m0 + row0, n0 + col0, slice * m_total * n_total);
+        let corner = (
+            m0 + row0,
+            n0 + col0,
+            CUBE_POS_Z as usize * m_total * n_total,
+        );
         store_partial(ws, &acc, corner, tid, m_total, n_total, pm, pn);
     }
 }
 
+/// This plane's products over the stage `now` (0 or 1) of the staged tiles ([`multiply`] over
+/// [`BK_VEC`] K rows).
+#[cube]
+fn products<S: Float, NA: Size, NV: Size>(
+    a_s: &SharedMemory<Vector<S, NA>>,
+    b_s: &SharedMemory<Vector<S, NV>>,
+    acc: &mut Sequence<cmma::Matrix<f32>>,
+    corner: (usize, usize),
+    now: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+) {
+    let u = NA::value();
+    let v = NV::value();
+    let (a_len, b_len) = comptime!((BK_VEC * (SIDE * tm + 8) / u, BK_VEC * (SIDE * tn + 8) / v));
+    let (pm, pn) = comptime!(plane_share(tm, tn));
+    let (a_at, b_at) = (now * a_len, now * b_len);
+    multiply::<S, NA, NV>(a_s, b_s, acc, corner, a_at, b_at, BK_VEC, tm, tn, pm, pn);
+}
+
 /// The unit's loaded vectors into K row `kk` of the staged tiles (A `[k, m]`, B `[k, n]`), at
-/// its place `group` along the row.
+/// its place `group` along the row, in the stage whose A tile starts at vector `a_at` (0 or
+/// one stage's length; B's stage follows from it).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage_vectors<S: Float, NA: Size, NV: Size>(
@@ -133,6 +167,7 @@ fn stage_vectors<S: Float, NA: Size, NV: Size>(
     ra: &Array<Vector<S, NA>>,
     rb: &Array<Vector<S, NV>>,
     place: (usize, usize),
+    a_at: usize,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
 ) {
@@ -141,20 +176,22 @@ fn stage_vectors<S: Float, NA: Size, NV: Size>(
     let v = NV::value();
     let sa = comptime!(SIDE * tm + 8);
     let sb = comptime!(SIDE * tn + 8);
+    let a_len = comptime!(BK_VEC * sa / u);
+    let b_at = (a_at / a_len) * comptime!(BK_VEC * sb / v);
     let va = comptime!(vectors_per_unit(SIDE * tm, u));
     let vb = comptime!(vectors_per_unit(SIDE * tn, v));
     #[unroll]
     for i in 0..va {
         let c = group * va + i;
         if c < comptime!(SIDE * tm / u) {
-            a_s[kk * sa / u + c] = ra[i];
+            a_s[a_at + kk * sa / u + c] = ra[i];
         }
     }
     #[unroll]
     for i in 0..vb {
         let c = group * vb + i;
         if c < comptime!(SIDE * tn / v) {
-            b_s[kk * sb / v + c] = rb[i];
+            b_s[b_at + kk * sb / v + c] = rb[i];
         }
     }
 }
