@@ -9,9 +9,9 @@
 //!     [--out conv.jsonl] [--iters 5] [--dtype bf16|f16] [--size 128] [--no-cudnn] \
 //!     [--only SHAPE-NAME-PART] [--variant NAME=stages=2,k_step=64 ...]
 //! ```
-//! Without `--variant`, the defaults and each switch on its own. Each figure is the median of
-//! `--iters` timed calls (after one untimed call that compiles the kernels and, for cuDNN,
-//! picks the algorithm), the device synchronised around each.
+//! Without `--variant`, the defaults and each switch flipped on its own. Each figure is the
+//! median of `--iters` timed calls (after one untimed call that compiles the kernels and, for
+//! cuDNN, picks the algorithm), the device synchronised around each.
 
 use std::io::Write;
 use std::time::Instant;
@@ -115,16 +115,16 @@ fn options() -> Result<Options, String> {
             one("stages=2", ConvTuning { stages: 2, ..d }),
             one("k_step=64", ConvTuning { k_step: 64, ..d }),
             one(
-                "max_registers=128",
+                "max_registers=0",
                 ConvTuning {
-                    max_registers: 128,
+                    max_registers: 0,
                     ..d
                 },
             ),
             one(
-                "wgrad_stages=2",
+                "wgrad_stages=1",
                 ConvTuning {
-                    wgrad_stages: 2,
+                    wgrad_stages: 1,
                     ..d
                 },
             ),

@@ -40,6 +40,9 @@ const FRAG: u32 = 16;
 /// plane is done with it.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
+// `if comptime!(..) { if step + 1 < steps { .. } }` stays nested: the outer test is decided when the
+// kernel is generated, the inner one at run time.
+#[allow(clippy::collapsible_if)]
 pub(super) fn conv_gemm_mma<
     X: Float,
     W: Float,
@@ -60,7 +63,6 @@ pub(super) fn conv_gemm_mma<
     #[comptime] tile: Tile,
     #[define(X, W, Y, S)] _dtypes: [StorageType; 4],
 ) {
-    let bk = comptime!(tile.bk);
     let m0 = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * comptime!(tile.bm());
     if m0 >= dims.m {
         terminate!();
@@ -72,18 +74,14 @@ pub(super) fn conv_gemm_mma<
     let nb = comptime!(nb_size as u32);
     let rows = row_plan(&dims, &window, &xs, m0, tile);
     let a_len = comptime!((tile.bm() * tile.a_stride() / na) as usize);
-    let b_len = comptime!((bk * tile.b_stride() / nb) as usize);
-    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(
-        comptime!(tile.stages as usize * a_len),
-        32usize,
-    );
-    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(
-        comptime!(tile.stages as usize * b_len),
-        32usize,
-    );
+    let b_len = comptime!((tile.bk * tile.b_stride() / nb) as usize);
+    let (a_size, b_size) = comptime!((tile.stages as usize * a_len, tile.stages as usize * b_len));
+    let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(a_size, 32usize);
+    let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(b_size, 32usize);
     let plane_row = (UNIT_POS / PLANE) * comptime!(tile.plane_rows());
     let mut acc = zeroed_accumulators(comptime!((tile.plane_rows() * tile.bn() / 256) as usize));
-    let steps = window.taps_d * window.taps_h * window.taps_w * dims.c_in.div_ceil(bk);
+    let steps =
+        window.taps_d * window.taps_h * window.taps_w * dims.c_in.div_ceil(comptime!(tile.bk));
     let mut ra = Array::<Vector<S, NA>>::new(comptime!((tile.a_rows() * tile.a_run / na) as usize));
     let mut rb = Array::<Vector<S, NB>>::new(comptime!(b_vectors(tile, nb) as usize));
     let mut offsets = Array::<i32>::new(comptime!(tile.a_rows() as usize));
@@ -96,17 +94,14 @@ pub(super) fn conv_gemm_mma<
         stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, 0usize, 0usize, tile);
         sync_cube();
     }
-    let mut now = 0usize;
     for step in 0..steps {
-        if comptime!(tile.stages == 2) {
-            now = (step % 2) as usize;
-        } else {
+        let now = (step % comptime!(tile.stages)) as usize;
+        if comptime!(tile.stages == 1) {
             stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, 0usize, 0usize, tile);
             sync_cube();
         }
-        let more = step + 1 < steps;
-        if more {
-            ci0 += bk;
+        if step + 1 < steps {
+            ci0 += comptime!(tile.bk);
             if ci0 >= dims.c_in {
                 ci0 = 0;
                 tap += 1;
@@ -115,17 +110,10 @@ pub(super) fn conv_gemm_mma<
             gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
             gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
         }
-        multiply::<S, NA, NB>(
-            &a_s,
-            &b_s,
-            &mut acc,
-            plane_row,
-            now * a_len,
-            now * b_len,
-            tile,
-        );
+        let (a_now, b_now) = (now * a_len, now * b_len);
+        multiply::<S, NA, NB>(&a_s, &b_s, &mut acc, plane_row, a_now, b_now, tile);
         if comptime!(tile.stages == 2) {
-            if more {
+            if step + 1 < steps {
                 let (a_next, b_next) = ((1 - now) * a_len, (1 - now) * b_len);
                 stage::<S, NA, NB>(&ra, &rb, &mut a_s, &mut b_s, a_next, b_next, tile);
             }

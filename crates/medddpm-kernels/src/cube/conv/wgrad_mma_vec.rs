@@ -77,8 +77,7 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let mut b_s = SharedMemory::<Vector<S, NV>>::new_aligned(comptime!(stages * b_len), 32usize);
     let tid = UNIT_POS_Y as usize * SIDE + UNIT_POS_X as usize;
     let (_kk, _g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, true);
-    let kk = tid / UNITS_PER_ROW;
-    let group = tid % UNITS_PER_ROW;
+    let (kk, group) = (tid / UNITS_PER_ROW, tid % UNITS_PER_ROW);
     let cols = vector_columns::<FX, NV>(
         x,
         (m0, n0),
@@ -127,11 +126,8 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
         sync_cube();
     }
     if active {
-        let corner = (
-            m0 + row0,
-            n0 + col0,
-            CUBE_POS_Z as usize * m_total * n_total,
-        );
+        let z = CUBE_POS_Z as usize * m_total * n_total;
+        let corner = (m0 + row0, n0 + col0, z);
         store_partial(ws, &acc, corner, tid, m_total, n_total, pm, pn);
     }
 }
