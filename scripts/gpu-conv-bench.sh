@@ -29,7 +29,7 @@ for t in ${TESTS:-}; do
 done
 if [ -x /tmp/k/conv-cuda ]; then
   timeout ${BENCH_SECONDS:-300} /tmp/k/conv-cuda --out "$out/conv.jsonl" "$@" > "$out/bench.log" 2>&1
-  echo "bench rc $? ($SECONDS s)"; cat "$out/bench.log" | tail -60
+  echo "bench rc $? ($SECONDS s)"; tail -60 "$out/bench.log"
 fi
 (cd "$out" && ls test-*.log 2>/dev/null | tar czf tests.tgz -T - && rm -f test-*.log)
 echo "total ${SECONDS} s"

@@ -213,11 +213,8 @@ fn main() {
             cudnn = false;
         }
     }
-    let mut rows: Vec<(&str, String, [f64; 3])> = Vec::new();
-    let mut settings = vec![("cudnn".to_string(), String::new())];
-    for (name, t) in &o.variants {
-        settings.push((name.clone(), spec(t)));
-    }
+    // One row per shape and setting: the setting `None` is cuDNN.
+    let mut rows: Vec<(&str, String, Option<ConvTuning>, [f64; 3])> = Vec::new();
     let wanted = |s: &Shape| {
         o.only
             .as_ref()
@@ -225,25 +222,19 @@ fn main() {
     };
     for s in shapes(o.size).into_iter().filter(wanted) {
         if cudnn {
-            rows.push((
-                s.name,
-                "cudnn".to_string(),
-                run(&s, &o, ConvEngine::Cudnn, &device),
-            ));
+            let ms = run(&s, &o, ConvEngine::Cudnn, &device);
+            rows.push((s.name, "cudnn".to_string(), None, ms));
             print_row(rows.last().expect("a row"));
         }
         for (name, t) in &o.variants {
             set_conv_tuning(*t);
-            rows.push((
-                s.name,
-                name.clone(),
-                run(&s, &o, ConvEngine::Cubecl, &device),
-            ));
+            let ms = run(&s, &o, ConvEngine::Cubecl, &device);
+            rows.push((s.name, name.clone(), Some(*t), ms));
             print_row(rows.last().expect("a row"));
         }
     }
     let mut totals: Vec<(String, [f64; 3])> = Vec::new();
-    for (_, v, ms) in &rows {
+    for (_, v, _, ms) in &rows {
         match totals.iter_mut().find(|(n, _)| n == v) {
             Some((_, t)) => (0..3).for_each(|i| t[i] += ms[i]),
             None => totals.push((v.clone(), *ms)),
@@ -255,15 +246,18 @@ fn main() {
     }
     if let Some(path) = &o.out {
         let mut text = String::new();
-        for (shape, variant, ms) in &rows {
-            let tuning = settings
-                .iter()
-                .find(|(n, _)| n == variant)
-                .map_or("", |(_, t)| t.as_str());
-            text += &format!(
-                "{{\"shape\":\"{shape}\",\"variant\":\"{variant}\",\"tuning\":\"{tuning}\",\"dtype\":\"{:?}\",\"size\":{},\"forward_ms\":{:.4},\"data_grad_ms\":{:.4},\"weight_grad_ms\":{:.4}}}\n",
-                o.dtype, o.size, ms[0], ms[1], ms[2]
-            );
+        for (shape, variant, tuning, ms) in &rows {
+            let row = serde_json::json!({
+                "shape": shape,
+                "variant": variant,
+                "tuning": tuning.map(|t| t.to_string()).unwrap_or_default(),
+                "dtype": format!("{:?}", o.dtype),
+                "size": o.size,
+                "forward_ms": ms[0],
+                "data_grad_ms": ms[1],
+                "weight_grad_ms": ms[2],
+            });
+            text += &format!("{row}\n");
         }
         let write = std::fs::File::create(path).and_then(|mut f| f.write_all(text.as_bytes()));
         if let Err(e) = write {
@@ -273,15 +267,7 @@ fn main() {
     }
 }
 
-/// `t` as `MEDDDPM_CONV_TUNING` takes it.
-fn spec(t: &ConvTuning) -> String {
-    format!(
-        "stages={},k_step={},max_registers={},wgrad_stages={},wgrad_tn={}",
-        t.stages, t.k_step, t.max_registers, t.wgrad_stages, t.wgrad_tn
-    )
-}
-
-fn print_row((shape, variant, ms): &(&str, String, [f64; 3])) {
+fn print_row((shape, variant, _, ms): &(&str, String, Option<ConvTuning>, [f64; 3])) {
     println!(
         "{shape:>22} {variant:>24}: forward {:8.3} ms  data grad {:8.3} ms  weight grad {:8.3} ms",
         ms[0], ms[1], ms[2]

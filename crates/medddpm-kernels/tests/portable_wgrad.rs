@@ -337,14 +337,17 @@ const H100: WgradDevice = WgradDevice {
     shared_bytes: 48 << 10,
 };
 
+/// The U-Net's top level: 64 -> 64 channels, 3x3x3, one 128^3 volume.
+const TOP_LEVEL: WgradShape = WgradShape {
+    m: 64,
+    n: 64 * 27,
+    k: 128 * 128 * 128,
+};
+
 #[test]
 fn split_k_fills_the_device_at_the_unets_top_level() {
-    // 64 -> 64 channels, 3x3x3, one 128^3 volume: 14 tiles of 64 x 128 without the split.
-    let shape = WgradShape {
-        m: 64,
-        n: 64 * 27,
-        k: 128 * 128 * 128,
-    };
+    // 14 tiles of 64 x 128 without the split.
+    let shape = TOP_LEVEL;
     let p = plan(shape, H100, None);
     let (tiles_n, tiles_m) = p.tiles(shape);
     assert_eq!((p.tm, p.tn, tiles_n * tiles_m), (4, 8, 14));
@@ -407,11 +410,7 @@ fn tiles_shrink_to_the_devices_shared_memory() {
 
 #[test]
 fn tensor_core_tiles_widen_and_deepen_where_shared_memory_allows() {
-    let top = WgradShape {
-        m: 64,
-        n: 64 * 27,
-        k: 128 * 128 * 128,
-    };
+    let top = TOP_LEVEL;
     let deep = ConvTuning {
         wgrad_stages: 2,
         wgrad_tn: 16,

@@ -40,8 +40,8 @@ const FRAG: u32 = 16;
 /// plane is done with it.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-// `if comptime!(..) { if step + 1 < steps { .. } }` stays nested: the outer test is decided when the
-// kernel is generated, the inner one at run time.
+// `if comptime!(..) { if step + 1 < steps { .. } }` stays nested: the outer test is decided
+// when the kernel is generated, the inner one at run time.
 #[allow(clippy::collapsible_if)]
 pub(super) fn conv_gemm_mma<
     X: Float,
@@ -240,8 +240,8 @@ fn gather_b<W: Float, S: Float, NB: Size>(
 }
 
 /// The registers [`gather_a`] and [`gather_b`] filled into the staged tiles from vectors
-/// `a_at`, `b_at` of the buffers (the stage's): A as `[m, k]` rows [`Tile::a_stride`] apart, B as
-/// `[k, n]` rows [`Tile::b_stride`] apart.
+/// `a_at`, `b_at` of the buffers (the stage's): A as `[m, k]` rows [`Tile::a_stride`] apart,
+/// B as `[k, n]` rows [`Tile::b_stride`] apart.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage<S: Float, NA: Size, NB: Size>(

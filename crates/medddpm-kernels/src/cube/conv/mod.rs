@@ -32,8 +32,8 @@
 //! 8 channels (`launch::vector_widths`; 4 on wgpu). How they pipeline the reduction (shared-
 //! memory stages, channels per step, a register cap on CUDA, the weight gradient's stages and
 //! tile width) is [`ConvTuning`], defaults measured on an H100. Elsewhere the register-tiled
-//! FMA kernel runs. Both accumulate in f32 from the same operands, so they differ only in the order of
-//! the sums.
+//! FMA kernel runs. Both accumulate in f32 from the same operands, so they differ only in the
+//! order of the sums.
 //!
 //! Limits: dilation 1, one group (all the U-Net uses); every tensor under 2^31 elements (the
 //! kernel's offsets are 32-bit).

@@ -34,7 +34,8 @@ pub struct Tile {
     pub stages: u32,
     /// Register cap per unit for the CUDA compiler, 0 for none. Part of the kernel's
     /// compile-time configuration, so a capped kernel is compiled and cached apart; the
-    /// vendored `cubecl-cuda` passes it to NVRTC (see its README.medddpm.md).
+    /// vendored `cubecl-cuda` writes it into the kernel's launch bounds (see its
+    /// README.medddpm.md).
     pub max_registers: u32,
 }
 
@@ -236,14 +237,33 @@ mod tests {
                     assert_eq!(t.a_stride() % 8, 0, "{t:?}");
                     assert_eq!(t.b_stride() % 8, 0, "{t:?}");
                     assert!(t.shared_bytes() <= 48 * 1024, "{t:?}");
-                    let deep = ConvTuning {
-                        stages: 2,
-                        k_step: 64,
-                        ..ConvTuning::default()
-                    };
-                    // Vulkan's 48 KiB: one 32-channel stage is all that fits.
+                }
+            }
+        }
+    }
+
+    /// Two stages and 64-channel steps where a cube's shared memory holds them (an H100's
+    /// 227 KiB), dropped where it does not (48 KiB, what Vulkan drivers commonly offer).
+    #[test]
+    fn pipelines_drop_what_the_shared_memory_cannot_hold() {
+        let deep = ConvTuning {
+            stages: 2,
+            k_step: 64,
+            ..ConvTuning::default()
+        };
+        for c_in in [1, 2, 5, 16, 17, 31, 32, 33, 64, 192, 512] {
+            for c_out in [1, 2, 4, 5, 8, 16, 17, 32, 33, 64, 128, 512] {
+                for (a_last, out_last) in [(false, false), (true, true), (true, false)] {
+                    let t = Tile::choose_tensor_cores(c_in, c_out, a_last, out_last)
+                        .expect("every product with output channels takes tensor cores");
                     let small = t.pipelined(&deep, c_in, 48 * 1024);
                     assert!(small.shared_bytes() <= 48 * 1024, "{small:?}");
+                    // One 64-channel stage fits only beside a 16-channel weight tile.
+                    let narrow = a_last && c_in >= 64 && t.bn() == 16;
+                    assert_eq!(small.bk == 64, narrow, "{small:?}");
+                    if t.bk == 32 {
+                        assert_eq!(small.stages, 1, "{small:?}");
+                    }
                     let big = t.pipelined(&deep, c_in, 227 * 1024);
                     assert_eq!(big.stages, 2, "{big:?}");
                     assert_eq!(big.bk == 64, a_last && c_in >= 64, "{big:?}");

@@ -5,6 +5,7 @@
 //! defaults are what measured fastest on an H100 (docs/benchmarks); a choice the device's
 //! shared memory cannot hold falls back to one stage and 32-channel steps.
 
+use std::fmt;
 use std::sync::RwLock;
 
 /// How the tensor-core convolution kernels pipeline their reduction.
@@ -75,6 +76,17 @@ impl ConvTuning {
     }
 }
 
+/// Every switch as `key=value` pairs, the text [`ConvTuning::parse`] reads back.
+impl fmt::Display for ConvTuning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stages={},k_step={},max_registers={},wgrad_stages={},wgrad_tn={}",
+            self.stages, self.k_step, self.max_registers, self.wgrad_stages, self.wgrad_tn
+        )
+    }
+}
+
 static TUNING: RwLock<Option<ConvTuning>> = RwLock::new(None);
 
 /// The setting in force: the last [`set_conv_tuning`], else `MEDDDPM_CONV_TUNING` (read once;
@@ -109,6 +121,7 @@ mod tests {
         assert_eq!(t.wgrad_tn, 16);
         assert_eq!(t.k_step, ConvTuning::default().k_step);
         assert_eq!(ConvTuning::parse("").expect("empty"), ConvTuning::default());
+        assert_eq!(ConvTuning::parse(&t.to_string()).expect("its own text"), t);
         for bad in ["stages=3", "k_step=48", "wgrad_tn", "speed=2", "stages=x"] {
             assert!(ConvTuning::parse(bad).is_err(), "{bad}");
         }

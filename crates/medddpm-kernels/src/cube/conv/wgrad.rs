@@ -46,7 +46,7 @@ use crate::conv::Conv3dSpec;
 pub use fused::conv3d_weight_grad_fused;
 pub(crate) use fused::{weight_grad_check, weight_grad_checked};
 use kernel::{staged_stride_a, staged_stride_b, wgrad_reduce, BK, SIDE, VEC};
-use launch::launch_partial;
+use launch::{choose_kernel, launch_partial, PartialKernel};
 use mma_vec::BK_VEC;
 
 /// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four
@@ -411,10 +411,10 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
         return Ok(dw);
     }
     let device = WgradDevice::of(&client);
-    let plan = if launch::vector_kernel(&x, &grad_out, shape.m) {
-        plan_tensor_cores(shape, device, slices, &conv_tuning())
-    } else {
-        plan(shape, device, slices)
+    let which = choose_kernel(&x, &grad_out, shape.m);
+    let plan = match which {
+        PartialKernel::Vectors { .. } => plan_tensor_cores(shape, device, slices, &conv_tuning()),
+        _ => plan(shape, device, slices),
     };
     // Channels-last when the channels are the input's innermost axis.
     let channels_last = x.meta.strides()[1] == 1 && c_in > 1;
@@ -424,7 +424,17 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
         Shape::new([plan.slices, shape.m, shape.n]),
         DType::F32,
     );
-    launch_partial(x, grad_out, &ws, shape, plan, kernel, spec, channels_last);
+    launch_partial(
+        x,
+        grad_out,
+        &ws,
+        shape,
+        plan,
+        which,
+        kernel,
+        spec,
+        channels_last,
+    );
     let mn = shape.m * shape.n;
     let dim = CubeDim::new_1d(256);
     let count = calculate_cube_count_elemwise(&client, mn, dim);

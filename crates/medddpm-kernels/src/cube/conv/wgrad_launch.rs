@@ -31,17 +31,33 @@ fn vector_widths<R: CubeRuntime>(
     )
 }
 
-/// Whether [`launch_partial`] takes the tensor-core vector kernel for these operands (both
-/// of one 16-bit dtype the runtime multiplies on tensor cores, `x` loadable as vectors of at
-/// least 4 channels), which [`plan_tensor_cores`](super::plan_tensor_cores) plans for.
-pub(super) fn vector_kernel<R: CubeRuntime>(
+/// Which kernel computes the partial products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PartialKernel {
+    /// FMA units (f32, or operands of two dtypes, or no tensor cores for the dtype).
+    Fma,
+    /// Tensor cores, one element per load.
+    TensorCores,
+    /// Tensor cores, `x` loaded as vectors of `x` channels and `grad_out` of `dy` (planned by
+    /// [`plan_tensor_cores`](super::plan_tensor_cores)).
+    Vectors { x: usize, dy: usize },
+}
+
+/// The kernel for these operands: tensor cores where both are of one 16-bit dtype the runtime
+/// multiplies on them, as vectors where `x` loads as vectors of at least 4 channels
+/// ([`vector_widths`]; `m` is `grad_out`'s channel count).
+pub(super) fn choose_kernel<R: CubeRuntime>(
     x: &CubeTensor<R>,
     grad_out: &CubeTensor<R>,
     m: usize,
-) -> bool {
-    x.dtype == grad_out.dtype
-        && super::super::launch::tensor_cores(x)
-        && vector_widths(x, grad_out, m).0 >= 4
+) -> PartialKernel {
+    if x.dtype != grad_out.dtype || !super::super::launch::tensor_cores(x) {
+        return PartialKernel::Fma;
+    }
+    match vector_widths(x, grad_out, m) {
+        (width, dy) if width >= 4 => PartialKernel::Vectors { x: width, dy },
+        _ => PartialKernel::TensorCores,
+    }
 }
 
 /// The scalar arguments every partial-product kernel takes: the GEMM's sizes and slice, the
@@ -53,7 +69,8 @@ type Scalars = (
     (i32, i32, i32),
 );
 
-/// The partial products' launch: cubes `(N tiles, M tiles, slices)` of 16 x 16 units.
+/// The partial products' launch on `which` kernel ([`choose_kernel`]): cubes `(N tiles, M
+/// tiles, slices)` of 16 x 16 units.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch_partial<R: CubeRuntime>(
     x: CubeTensor<R>,
@@ -61,6 +78,7 @@ pub(super) fn launch_partial<R: CubeRuntime>(
     ws: &CubeTensor<R>,
     shape: WgradShape,
     plan: WgradPlan,
+    which: PartialKernel,
     kernel: [usize; 3],
     spec: &Conv3dSpec,
     channels_last: bool,
@@ -76,16 +94,19 @@ pub(super) fn launch_partial<R: CubeRuntime>(
         (sd, sh, sw),
         (pd, ph, pw),
     );
-    if x.dtype != grad_out.dtype || !super::super::launch::tensor_cores(&x) {
+    if which == PartialKernel::Fma {
         return launch_fma(x, grad_out, ws, count, scalars, plan, channels_last);
     }
-    let (width, width_dy) = vector_widths(&x, &grad_out, shape.m);
     let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
     let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
     let (sizes, taps, stride, pad) = scalars;
-    if vector_kernel(&x, &grad_out, shape.m) {
+    if let PartialKernel::Vectors {
+        x: width,
+        dy: width_dy,
+    } = which
+    {
         // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
-        // `tensor_cores` checked the runtime multiplies on tensor cores, and `vector_widths`
+        // `choose_kernel` checked the runtime multiplies on tensor cores, and `vector_widths`
         // checked that every vector load lies whole inside one position's channels at an
         // offset that is a multiple of its width.
         unsafe {
@@ -111,7 +132,7 @@ pub(super) fn launch_partial<R: CubeRuntime>(
         return;
     }
     // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
-    // `tensor_cores` checked the runtime multiplies on tensor cores.
+    // `choose_kernel` checked the runtime multiplies on tensor cores.
     unsafe {
         mma::wgrad_partial_mma::launch_unchecked::<R>(
             &x.client.clone(),
