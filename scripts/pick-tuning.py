@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
 """The fastest pipeline setting in a kernel-benchmark record (benches/conv.rs --out), as a
 MEDDDPM_CONV_TUNING value: the forward/data-gradient switches (stages, k_step,
-max_registers) with the least forward plus data-gradient time summed over the shapes, and
-the weight-gradient switches (wgrad_stages, wgrad_tn) with the least weight-gradient time.
+max_registers, ldmatrix, rotate) with the least forward plus data-gradient time summed over the shapes, and
+the weight-gradient switches (wgrad_stages, wgrad_tn, wgrad_cubes, wgrad_max_registers) with
+the least weight-gradient time.
 Usage: pick-tuning.py conv.jsonl"""
 import json
 import sys
 from collections import defaultdict
 
-FORWARD = ("stages", "k_step", "max_registers")
-WGRAD = ("wgrad_stages", "wgrad_tn")
+FORWARD = ("stages", "k_step", "max_registers", "ldmatrix", "rotate")
+WGRAD = ("wgrad_stages", "wgrad_tn", "wgrad_cubes", "wgrad_max_registers")
 
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 fwd, wgrad = defaultdict(lambda: defaultdict(list)), defaultdict(lambda: defaultdict(list))
 for r in rows:
     if not r["tuning"]:
         continue
-    t = dict(kv.split("=") for kv in r["tuning"].split(","))
+    # Keys added after a record was made read as their defaults then.
+    t = {"wgrad_cubes": "8", "wgrad_max_registers": "0", "ldmatrix": "0", "rotate": "0"}
+    t.update(kv.split("=") for kv in r["tuning"].split(","))
     fwd[tuple(t[k] for k in FORWARD)][r["shape"]].append(r["forward_ms"] + r["data_grad_ms"])
     wgrad[tuple(t[k] for k in WGRAD)][r["shape"]].append(r["weight_grad_ms"])
 

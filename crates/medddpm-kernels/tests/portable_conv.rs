@@ -62,7 +62,7 @@ const fn case(
 /// The U-Net's convolutions (input, 3x3x3, downsampling, 1x1x1 skip, output) at 4^3 to 8^3,
 /// then odd ones. Together they use every tile the kernels choose (1 to 4, 5 to 16, 17 to 32
 /// and more output channels; 1 to 16 input channels per step).
-const CASES: [Case; 11] = [
+const CASES: [Case; 13] = [
     case(1, 5, 64, [8, 8, 8], 3, 1, 1),
     case(1, 64, 64, [6, 6, 6], 3, 1, 1),
     case(1, 64, 64, [8, 8, 8], 3, 2, 1),
@@ -81,6 +81,18 @@ const CASES: [Case; 11] = [
         kernel: [3, 1, 2],
         stride: [2, 1, 3],
         padding: [1, 0, 1],
+    },
+    // Up to four output channels from a channels-last input (and 64 -> 1 above): the narrow
+    // forward kernel, 40 channels as 5 or 10 vectors a tap, 8 as one or two.
+    case(2, 40, 4, [5, 6, 7], 3, 2, 1),
+    Case {
+        batch: 1,
+        c_in: 8,
+        c_out: 2,
+        size: [6, 5, 7],
+        kernel: [2, 3, 1],
+        stride: [1, 2, 3],
+        padding: [0, 1, 1],
     },
 ];
 
@@ -206,10 +218,12 @@ fn sixteen_bit_convolutions_match_burns_on_the_cpu() {
             continue;
         }
         // Channel counts a multiple of 8 (vector loads and stores on tensor cores), of 4 (20
-        // output channels), odd ones (scalar) and one to three output channels (16-channel
-        // blocks, mostly padding).
+        // output channels), odd ones (scalar), one to three output channels from odd input
+        // channels (16-channel blocks, mostly padding) and one to four from a channels-last
+        // input of 8 or more (the narrow kernel).
         let cases = [
             CASES[0], CASES[1], CASES[2], CASES[4], CASES[6], CASES[7], CASES[9], CASES[10],
+            CASES[11], CASES[12],
         ];
         check_all(dtype, &cases, tolerance);
     }

@@ -26,8 +26,8 @@ use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
 use medddpm_kernels::conv::{channels_last, reference, Conv3dSpec};
 use medddpm_kernels::cube::conv::wgrad::{
-    conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan,
-    plan_tensor_cores, WgradDevice, WgradError, WgradShape, MAX_WORKSPACE_BYTES,
+    conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan, plan_narrow,
+    plan_tensor_cores, WgradDevice, WgradError, WgradShape, CUBES_PER_UNIT, MAX_WORKSPACE_BYTES,
 };
 use medddpm_kernels::cube::conv::ConvTuning;
 use medddpm_kernels::{Compute, Layout};
@@ -77,7 +77,7 @@ const fn case(
 }
 
 /// The U-Net's convolutions at small sizes, then odd ones.
-const CASES: [Case; 11] = [
+const CASES: [Case; 13] = [
     case(1, 16, 16, [8, 8, 8], 3, 1),
     case(1, 16, 32, [8, 8, 8], 3, 2),
     case(1, 32, 16, [6, 6, 6], 1, 1),
@@ -100,6 +100,18 @@ const CASES: [Case; 11] = [
     // The last convolution's shape: one output channel (scalar `dy` loads beside vector
     // loads of `x` on tensor cores).
     case(1, 16, 1, [6, 7, 5], 3, 1),
+    // Up to four output channels from a channels-last input: the narrow FMA kernel, vectors
+    // of channels dealt to 256 units (40 channels: 5 or 10 vectors a tap; 8: one or two).
+    case(2, 40, 4, [5, 6, 7], 3, 2),
+    Case {
+        batch: 1,
+        c_in: 8,
+        c_out: 2,
+        size: [6, 5, 7],
+        kernel: [2, 3, 1],
+        stride: [1, 2, 3],
+        padding: [0, 1, 1],
+    },
 ];
 
 impl Case {
@@ -237,7 +249,7 @@ fn f32_matches_the_twin_in_both_layouts() {
 fn split_k_gives_the_same_gradient_unsplit_and_split_unevenly() {
     let device = GpuDevice::default();
     for layout in Layout::ALL {
-        for i in [0, 8] {
+        for i in [0, 8, 11] {
             for slices in [1, 3, 7] {
                 let e = error(&CASES[i], DType::F32, layout, Some(slices), &device);
                 println!("case {i} {layout} {slices} slices: rel. L2 {e:.2e}");
@@ -260,8 +272,8 @@ fn half_precision_storage_matches_the_twin() {
         }
         for layout in Layout::ALL {
             // 0, 1, 3 and 10 have input channels a multiple of 8: channels-last, the
-            // tensor-core kernel loads them as vectors.
-            for i in [0, 1, 3, 5, 8, 10] {
+            // tensor-core kernel loads them as vectors; 11 and 12 take the narrow kernel.
+            for i in [0, 1, 3, 5, 8, 10, 11, 12] {
                 let e = error(&CASES[i], dtype, layout, None, &device);
                 println!("case {i} {layout} {dtype:?}: rel. L2 {e:.2e}");
                 assert!(
@@ -351,7 +363,7 @@ fn split_k_fills_the_device_at_the_unets_top_level() {
     let p = plan(shape, H100, None);
     let (tiles_n, tiles_m) = p.tiles(shape);
     assert_eq!((p.tm, p.tn, tiles_n * tiles_m), (4, 8, 14));
-    assert_eq!(p.slices, 76, "{p:?}");
+    assert_eq!(p.slices, 75, "{p:?}");
     assert!(p.slices * p.slice_len >= shape.k && (p.slices - 1) * p.slice_len < shape.k);
     assert!(p.slices * shape.m * shape.n * 4 <= MAX_WORKSPACE_BYTES);
     // Without an SM count (wgpu), 128 compute units are assumed.
@@ -365,8 +377,43 @@ fn split_k_fills_the_device_at_the_unets_top_level() {
             None
         )
         .slices,
-        74
+        73
     );
+}
+
+/// The split rounds down: the cubes fill whole waves of the device's SMs, and one slice more
+/// would pass them (the top level's 76 slices of 14 tiles once left 8 cubes a wave of their
+/// own).
+#[test]
+fn split_k_fills_whole_waves() {
+    let places = 132 * CUBES_PER_UNIT;
+    let decoder = WgradShape {
+        n: 128 * 27,
+        ..TOP_LEVEL
+    };
+    let second = WgradShape {
+        k: 64 * 64 * 64,
+        ..TOP_LEVEL
+    };
+    for shape in [TOP_LEVEL, decoder, second] {
+        let p = plan(shape, H100, None);
+        let (tiles_n, tiles_m) = p.tiles(shape);
+        let tiles = tiles_n * tiles_m;
+        assert!(tiles * p.slices <= places, "{shape:?}: {p:?}");
+        assert!(tiles * (p.slices + 1) > places, "{shape:?}: {p:?}");
+    }
+}
+
+/// The last convolution (one output channel): one tile of all 1728 columns, K cut into as
+/// many slices as the device has cube places (1056 asked; 1049 after rounding the slice
+/// length to 16 positions).
+#[test]
+fn the_narrow_kernel_splits_k_over_every_cube_place() {
+    let last = WgradShape { m: 1, ..TOP_LEVEL };
+    let p = plan_narrow(last, H100, None, 8, &ConvTuning::default());
+    assert_eq!(p.tiles(last), (1, 1), "{p:?}");
+    assert_eq!(p.slices, 1049, "{p:?}");
+    assert!(p.slices * p.slice_len >= last.k && (p.slices - 1) * p.slice_len < last.k);
 }
 
 #[test]

@@ -7,6 +7,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
 use super::launch::{choose_tile, launch, Problem};
+use super::narrow::{launch_narrow, narrow_width};
 use super::{check, check_dtypes, empty_in_layout, five, CubeConvError};
 use crate::compute::Layout;
 
@@ -32,9 +33,21 @@ pub fn conv3d_forward<R: CubeRuntime>(
         [b, c_out, out_size[0], out_size[1], out_size[2]],
         layout,
     );
-    // `[kd, kh, kw, c_in, c_out]`: the output channels of a weight-tile row are contiguous.
-    let wt = into_contiguous(permute(weight, &[2, 3, 4, 1, 0]));
+    let narrow = narrow_width(&x, c_in, c_out);
+    // `[kd, kh, kw, c_in, c_out]`: the output channels of a weight-tile row are contiguous;
+    // for the narrow kernel `[kd, kh, kw, c_out, c_in]`, its vectors along the input's.
+    let order = if narrow.is_some() {
+        [2, 3, 4, 0, 1]
+    } else {
+        [2, 3, 4, 1, 0]
+    };
+    let wt = into_contiguous(permute(weight, &order));
     let s = wt.meta.strides();
+    let (w_ci, w_co) = if narrow.is_some() {
+        (s[4], s[3])
+    } else {
+        (s[3], s[4])
+    };
     let p = Problem {
         batch: b,
         c_in,
@@ -48,11 +61,15 @@ pub fn conv3d_forward<R: CubeRuntime>(
         x_base: 0,
         w_base: 0,
         w_taps: [s[0] as i64, s[1] as i64, s[2] as i64],
-        w_ci: s[3],
-        w_co: s[4],
+        w_ci,
+        w_co,
         y_strides: strides5(&y),
         y_base: 0,
     };
+    if let Some(width) = narrow {
+        launch_narrow(&x, &wt, &y, &p, width);
+        return Ok(y);
+    }
     let tile = choose_tile(&x, c_in, c_out, layout == Layout::Ndhwc);
     launch(&x, &wt, &y, &p, tile);
     Ok(y)

@@ -134,10 +134,19 @@ pub(super) fn conv_gemm<X: Float, W: Float, Y: Float>(
 /// neighbouring runs of one row, then the next row: with `a_run = bk` (channels-first input)
 /// neighbouring units stage neighbouring rows (neighbouring addresses), with a short run
 /// (channels-last input) a few units stage one row's contiguous channels.
+///
+/// A tensor-core tile of 32-channel steps in runs of 8 (rows 80 bytes apart) swaps the low
+/// bits of the row so that the eight units of one 16-byte store phase take rows `r` and `r +
+/// 4` (whose 64 bytes fall in disjoint banks) instead of `r` and `r + 1` (which share one: a
+/// two-way conflict on every store, Nsight Compute, eighteenth session).
 #[cube]
 pub(super) fn a_slot(r: u32, #[comptime] tile: Tile) -> (u32, u32) {
     let runs = comptime!(tile.bk / tile.a_run);
-    let row = UNIT_POS / runs + r * comptime!(tile.threads() / runs);
+    let mut u = UNIT_POS / runs;
+    if comptime!(tile.rotate_rows && tile.tensor_cores && tile.bk == 32 && tile.a_run == 8) {
+        u = (u & !7u32) | ((u & 1) << 2) | ((u >> 1) & 3);
+    }
+    let row = u + r * comptime!(tile.threads() / runs);
     let k = (UNIT_POS % runs) * tile.a_run;
     (row, k)
 }

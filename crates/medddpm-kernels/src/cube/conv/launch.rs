@@ -60,9 +60,37 @@ pub(super) fn choose_tile<R: CubeRuntime>(
         return fma();
     }
     let shared = a.client.properties().hardware.max_shared_memory_size;
+    let tuning = conv_tuning();
+    let ldmatrix = tuning.ldmatrix && manual_mma::<R>(a);
     Tile::choose_tensor_cores(c_in, c_out, a_channels_last, out_channels_last)
-        .map(|t| t.pipelined(&conv_tuning(), c_in, shared))
+        .map(|t| Tile {
+            ldmatrix,
+            rotate_rows: tuning.rotate,
+            ..t.pipelined(&tuning, c_in, shared)
+        })
         .unwrap_or_else(fma)
+}
+
+/// Whether `a`'s runtime has `ldmatrix` and `mma.sync` 16 x 8 x 16 products of `a`'s 16-bit
+/// dtype with f32 sums (CUDA from sm_80), which `mma_ldm` uses instead of cooperative
+/// matrices.
+pub(super) fn manual_mma<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
+    let kind = match a.dtype {
+        DType::F16 => FloatKind::F16,
+        DType::BF16 => FloatKind::BF16,
+        _ => return false,
+    };
+    let half: StorageType = ElemType::Float(kind).into();
+    let config = MmaConfig {
+        a_type: half,
+        b_type: half,
+        cd_type: ElemType::Float(FloatKind::F32).into(),
+        m: 16,
+        n: 8,
+        k: 16,
+    };
+    let matmul = &a.client.properties().features.matmul;
+    matmul.mma.contains(&config) && matmul.ldmatrix.contains(&half)
 }
 
 /// Whether `a`'s runtime multiplies `a`'s 16-bit dtype on tensor cores (see [`choose_tile`]).
@@ -95,7 +123,7 @@ pub(super) fn tensor_cores<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
 }
 
 /// The most cubes along one axis of a launch (Vulkan guarantees 65535).
-const MAX_CUBES_PER_AXIS: usize = 65_535;
+pub(super) const MAX_CUBES_PER_AXIS: usize = 65_535;
 
 /// Runs [`conv_gemm`] for `p`, reading `x` and `w` and writing `y` (whose buffer the strides
 /// in `p` address). Nothing runs when the product has no rows.
@@ -234,7 +262,7 @@ pub(super) fn vector_widths(p: &Problem, tile: Tile, widest: usize) -> VectorWid
 }
 
 /// The kernel's arguments: sizes, window, input strides, weight walk, output strides.
-type Arguments<R> = (
+pub(super) type Arguments<R> = (
     DimsLaunch<R>,
     WindowLaunch<R>,
     StridesLaunch<R>,
@@ -243,7 +271,7 @@ type Arguments<R> = (
 );
 
 /// The kernel's [`Arguments`] for `p`.
-fn arguments<R: CubeRuntime>(p: &Problem) -> Arguments<R> {
+pub(super) fn arguments<R: CubeRuntime>(p: &Problem) -> Arguments<R> {
     let u = |v: usize| v as u32;
     let i = |v: i64| v as i32;
     let dims = DimsLaunch::new(

@@ -20,6 +20,7 @@
 use cubecl::prelude::*;
 
 use super::gemm::{a_slot, row_plan, tap_offsets, Dims, Strides, WeightWalk, Window};
+use super::mma_ldm::{accumulator_sets, multiply_ldm, write_out_ldm};
 use super::tile::Tile;
 
 /// Units per plane the kernel is written for (NVIDIA's warp).
@@ -79,7 +80,8 @@ pub(super) fn conv_gemm_mma<
     let mut a_s = SharedMemory::<Vector<S, NA>>::new_aligned(a_size, 32usize);
     let mut b_s = SharedMemory::<Vector<S, NB>>::new_aligned(b_size, 32usize);
     let plane_row = (UNIT_POS / PLANE) * comptime!(tile.plane_rows());
-    let mut acc = zeroed_accumulators(comptime!((tile.plane_rows() * tile.bn() / 256) as usize));
+    let blocks = comptime!((tile.plane_rows() * tile.bn() / 256) as usize);
+    let (mut acc, mut regs) = accumulator_sets(blocks, tile.ldmatrix);
     let steps =
         window.taps_d * window.taps_h * window.taps_w * dims.c_in.div_ceil(comptime!(tile.bk));
     let mut ra = Array::<Vector<S, NA>>::new(comptime!((tile.a_rows() * tile.a_run / na) as usize));
@@ -110,8 +112,8 @@ pub(super) fn conv_gemm_mma<
             gather_a::<X, S, NA>(x, &offsets, ci0, dims.c_in, xs.c, &mut ra, tile);
             gather_b::<W, S, NB>(w, w_tap, ci0, n0, &dims, &ws, &mut rb, tile);
         }
-        let (a_now, b_now) = (now * a_len, now * b_len);
-        multiply::<S, NA, NB>(&a_s, &b_s, &mut acc, plane_row, a_now, b_now, tile);
+        let at = (now * a_len, now * b_len);
+        products::<S, NA, NB>(&a_s, &b_s, &mut acc, &mut regs, plane_row, at, tile);
         if comptime!(tile.stages == 2) {
             if step + 1 < steps {
                 let (a_next, b_next) = ((1 - now) * a_len, (1 - now) * b_len);
@@ -120,7 +122,48 @@ pub(super) fn conv_gemm_mma<
         }
         sync_cube();
     }
-    write_out::<Y, NY>(y, &acc, m0 + plane_row, n0, &dims, &ys, tile);
+    finish::<Y, NY>(y, &acc, &regs, (m0 + plane_row, n0), &dims, &ys, tile);
+}
+
+/// Whichever accumulator set `tile` uses to `y` ([`write_out`] or [`write_out_ldm`]) from
+/// `corner = (row, channel)`.
+#[cube]
+fn finish<Y: Float, NY: Size>(
+    y: &mut Tensor<Vector<Y, NY>>,
+    acc: &Sequence<cmma::Matrix<f32>>,
+    regs: &Array<Vector<f32, Const<2>>>,
+    corner: (u32, u32),
+    dims: &Dims,
+    ys: &Strides,
+    #[comptime] tile: Tile,
+) {
+    let (row0, n0) = corner;
+    if comptime!(tile.ldmatrix) {
+        write_out_ldm::<Y, NY>(y, regs, row0, n0, dims, ys, tile);
+    } else {
+        write_out::<Y, NY>(y, acc, row0, n0, dims, ys, tile);
+    }
+}
+
+/// This step's products into whichever accumulator set `tile` uses ([`multiply`] or
+/// [`multiply_ldm`]), from vectors `at = (a, b)` of the staged buffers.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn products<S: Float, NA: Size, NB: Size>(
+    a_s: &SharedMemory<Vector<S, NA>>,
+    b_s: &SharedMemory<Vector<S, NB>>,
+    matrices: &mut Sequence<cmma::Matrix<f32>>,
+    registers: &mut Array<Vector<f32, Const<2>>>,
+    plane_row: u32,
+    at: (usize, usize),
+    #[comptime] tile: Tile,
+) {
+    let (a_at, b_at) = at;
+    if comptime!(tile.ldmatrix) {
+        multiply_ldm::<S, NA, NB>(a_s, b_s, registers, plane_row, a_at, b_at, tile);
+    } else {
+        multiply::<S, NA, NB>(a_s, b_s, matrices, plane_row, a_at, b_at, tile);
+    }
 }
 
 /// Moves the reduction on to tap `tap`: the planned rows' ([`row_plan`]) input offsets for it
@@ -405,12 +448,7 @@ fn write_out<Y: Float, NY: Size>(
                 let m = row0 + i * FRAG + r;
                 let co = n0 + j * FRAG + c;
                 if m < dims.m && co < dims.c_out {
-                    let ow = m % dims.out_w;
-                    let oh = (m / dims.out_w) % dims.out_h;
-                    let rest = m / (dims.out_w * dims.out_h);
-                    let od = rest % dims.out_d;
-                    let b = rest / dims.out_d;
-                    let out = ys.base + b * ys.n + od * ys.d + oh * ys.h + ow * ys.w + co * ys.c;
+                    let out = out_offset(m, co, dims, ys);
                     y[(out / ny) as usize] =
                         Vector::<Y, NY>::cast_from(scratch[(base + at) as usize]);
                 }
@@ -418,4 +456,15 @@ fn write_out<Y: Float, NY: Size>(
             sync_plane();
         }
     }
+}
+
+/// Where output row `m` (a position), channel `co` lies in `y`.
+#[cube]
+pub(super) fn out_offset(m: u32, co: u32, dims: &Dims, ys: &Strides) -> u32 {
+    let ow = m % dims.out_w;
+    let oh = (m / dims.out_w) % dims.out_h;
+    let rest = m / (dims.out_w * dims.out_h);
+    let od = rest % dims.out_d;
+    let b = rest / dims.out_d;
+    ys.base + b * ys.n + od * ys.d + oh * ys.h + ow * ys.w + co * ys.c
 }

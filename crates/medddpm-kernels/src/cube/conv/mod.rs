@@ -45,6 +45,8 @@ mod fused;
 mod gemm;
 mod launch;
 mod mma;
+pub(crate) mod mma_ldm;
+mod narrow;
 mod tile;
 mod tuning;
 pub mod wgrad;
@@ -52,6 +54,7 @@ pub mod wgrad;
 pub use dgrad::conv3d_data_grad;
 pub use forward::conv3d_forward;
 pub use fused::{conv3d_data_grad_fused, conv3d_forward_fused};
+pub use narrow::MAX_NARROW_CHANNELS;
 pub use tile::Tile;
 pub use tuning::{conv_tuning, set_conv_tuning, ConvTuning, TuningError};
 

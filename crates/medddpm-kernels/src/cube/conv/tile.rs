@@ -37,6 +37,12 @@ pub struct Tile {
     /// vendored `cubecl-cuda` writes it into the kernel's launch bounds (see its
     /// README.medddpm.md).
     pub max_registers: u32,
+    /// The tensor-core products as CUDA's `ldmatrix` loads and `mma.sync` 16 x 8 x 16
+    /// products instead of cooperative matrices (see `mma_ldm`; CUDA only).
+    pub ldmatrix: bool,
+    /// Tensor-core tiles of 32-channel steps in runs of 8: the staged rows' units rotated
+    /// (see `gemm::a_slot`).
+    pub rotate_rows: bool,
 }
 
 impl Tile {
@@ -126,6 +132,8 @@ impl Tile {
             tensor_cores: false,
             stages: 1,
             max_registers: 0,
+            ldmatrix: false,
+            rotate_rows: false,
         }
     }
 
@@ -165,6 +173,8 @@ impl Tile {
             tensor_cores: true,
             stages: 1,
             max_registers: 0,
+            ldmatrix: false,
+            rotate_rows: false,
         })
     }
 

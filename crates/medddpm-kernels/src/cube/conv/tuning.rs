@@ -25,6 +25,17 @@ pub struct ConvTuning {
     /// Columns per unit of the weight gradient's tensor-core tiles where `N` passes 128
     /// (8: 128-column tiles; 16: 256-column tiles, half the re-reads of `dy`).
     pub wgrad_tn: usize,
+    /// Cubes per SM the weight gradient's split of K aims for (whole waves: rounded down).
+    pub wgrad_cubes: u32,
+    /// Registers per unit the CUDA compiler may give the weight gradient's vector kernel (0:
+    /// no cap).
+    pub wgrad_max_registers: u32,
+    /// The forward/data-gradient kernel's products through `ldmatrix` and `mma.sync` where the
+    /// runtime has them (CUDA), instead of cooperative matrices.
+    pub ldmatrix: bool,
+    /// Staged rows of the tensor-core kernels dealt to units so that one store phase's rows
+    /// fall in disjoint shared-memory banks (see `gemm::a_slot`, `wgrad_mma_vec::staged_row`).
+    pub rotate: bool,
 }
 
 /// What measured fastest on an H100 (docs/benchmarks, seventeenth session): the register cap
@@ -38,6 +49,10 @@ impl Default for ConvTuning {
             max_registers: 128,
             wgrad_stages: 2,
             wgrad_tn: 8,
+            wgrad_cubes: 8,
+            wgrad_max_registers: 0,
+            ldmatrix: true,
+            rotate: true,
         }
     }
 }
@@ -69,6 +84,12 @@ impl ConvTuning {
                 "max_registers" => t.max_registers = allowed(n == 0 || (64..=255).contains(&n))?,
                 "wgrad_stages" => t.wgrad_stages = allowed(n == 1 || n == 2)?,
                 "wgrad_tn" => t.wgrad_tn = allowed(n == 8 || n == 16)? as usize,
+                "wgrad_cubes" => t.wgrad_cubes = allowed((1..=64).contains(&n))?,
+                "wgrad_max_registers" => {
+                    t.wgrad_max_registers = allowed(n == 0 || (64..=255).contains(&n))?
+                }
+                "ldmatrix" => t.ldmatrix = allowed(n <= 1)? == 1,
+                "rotate" => t.rotate = allowed(n <= 1)? == 1,
                 other => return Err(TuningError(format!("unknown key `{other}`"))),
             }
         }
@@ -81,8 +102,17 @@ impl fmt::Display for ConvTuning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "stages={},k_step={},max_registers={},wgrad_stages={},wgrad_tn={}",
-            self.stages, self.k_step, self.max_registers, self.wgrad_stages, self.wgrad_tn
+            "stages={},k_step={},max_registers={},wgrad_stages={},wgrad_tn={},wgrad_cubes={},\
+             wgrad_max_registers={},ldmatrix={},rotate={}",
+            self.stages,
+            self.k_step,
+            self.max_registers,
+            self.wgrad_stages,
+            self.wgrad_tn,
+            self.wgrad_cubes,
+            self.wgrad_max_registers,
+            u32::from(self.ldmatrix),
+            u32::from(self.rotate)
         )
     }
 }
@@ -122,7 +152,21 @@ mod tests {
         assert_eq!(t.k_step, ConvTuning::default().k_step);
         assert_eq!(ConvTuning::parse("").expect("empty"), ConvTuning::default());
         assert_eq!(ConvTuning::parse(&t.to_string()).expect("its own text"), t);
-        for bad in ["stages=3", "k_step=48", "wgrad_tn", "speed=2", "stages=x"] {
+        let t = ConvTuning::parse("ldmatrix=0,rotate=0,wgrad_cubes=16,wgrad_max_registers=128")
+            .expect("valid");
+        assert!(!t.ldmatrix && !t.rotate);
+        assert_eq!((t.wgrad_cubes, t.wgrad_max_registers), (16, 128));
+        assert_eq!(ConvTuning::parse(&t.to_string()).expect("its own text"), t);
+        for bad in [
+            "stages=3",
+            "k_step=48",
+            "wgrad_cubes=0",
+            "wgrad_max_registers=32",
+            "ldmatrix=2",
+            "wgrad_tn",
+            "speed=2",
+            "stages=x",
+        ] {
             assert!(ConvTuning::parse(bad).is_err(), "{bad}");
         }
     }

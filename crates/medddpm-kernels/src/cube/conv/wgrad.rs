@@ -16,12 +16,10 @@
 //! pass anyway, and the sum would depend on the cubes' timing; two passes give the same bits
 //! on every run, for a workspace of a few MiB and a pass reading it once.
 //!
-//! Choice of `S` ([`plan`]): enough cubes for [`CUBES_PER_UNIT`] per streaming multiprocessor
-//! (several waves of 256-unit cubes, two to four resident at once per SM), the SM count from
-//! the client's properties (CUDA reports it; wgpu does not, then [`FALLBACK_UNITS`], an
-//! H100-sized guess that costs a small GPU only a slightly bigger workspace), no slice shorter
-//! than [`MIN_SLICE_K`] (the partial write and the reduction stay small beside the slice's
-//! multiply) and a workspace of at most [`MAX_WORKSPACE_BYTES`]. Kernels: see `wgrad_kernel`.
+//! Choice of `S` ([`plan`]): at most [`CUBES_PER_UNIT`] cubes per SM (whole waves), the SM
+//! count from the client (CUDA; wgpu: [`FALLBACK_UNITS`], a guess that costs a small GPU only
+//! a bigger workspace), no slice under [`MIN_SLICE_K`] (the partial write and the reduction
+//! stay small beside the multiply), a workspace of at most [`MAX_WORKSPACE_BYTES`].
 
 #[path = "wgrad_fused.rs"]
 mod fused;
@@ -33,6 +31,8 @@ mod launch;
 mod mma;
 #[path = "wgrad_mma_vec.rs"]
 mod mma_vec;
+#[path = "wgrad_narrow.rs"]
+mod narrow;
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -41,6 +41,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
+use super::launch::manual_mma;
 use super::tuning::{conv_tuning, ConvTuning};
 use crate::conv::Conv3dSpec;
 pub use fused::conv3d_weight_grad_fused;
@@ -49,10 +50,9 @@ use kernel::{staged_stride_a, staged_stride_b, wgrad_reduce, BK, SIDE, VEC};
 use launch::{choose_kernel, launch_partial, PartialKernel};
 use mma_vec::BK_VEC;
 
-/// Cubes aimed for per streaming multiprocessor (compute unit): a few waves of the two to four
-/// cubes an SM holds at once, so the last wave's tail is a small share.
+/// Cubes aimed for per SM: whole waves of the two to four cubes an SM holds at once.
 pub const CUBES_PER_UNIT: usize = 8;
-/// Compute units assumed where the runtime does not say (wgpu): an H100 has 132 SMs.
+/// Compute units assumed where the runtime does not say (wgpu; an H100 has 132).
 pub const FALLBACK_UNITS: usize = 128;
 /// Shortest K slice: its multiply is then at least 256 times its tile's partial write.
 pub const MIN_SLICE_K: usize = 256;
@@ -148,6 +148,14 @@ pub struct WgradPlan {
     /// Shared-memory stages (2 only for the tensor-core vector kernel, see
     /// [`plan_tensor_cores`]).
     pub stages: usize,
+    /// Register cap per unit on CUDA (the tensor-core vector kernel's; 0: none).
+    pub max_registers: u32,
+    /// The tensor-core vector kernel's products through `ldmatrix` and `mma.sync` (set where
+    /// the runtime has them, see `conv3d_weight_grad_split`).
+    pub ldmatrix: bool,
+    /// The tensor-core vector kernel's staged K rows rotated over its units (`ConvTuning`'s
+    /// `rotate`).
+    pub rotate_rows: bool,
 }
 
 impl WgradPlan {
@@ -213,7 +221,7 @@ pub fn plan(shape: WgradShape, device: WgradDevice, slices: Option<usize>) -> Wg
             tn = VEC;
         }
     }
-    split(shape, device, slices, (tm, tn, 1))
+    split(shape, device, slices, (tm, tn, 1), CUBES_PER_UNIT)
 }
 
 /// Shared memory a cube of the tensor-core vector kernel takes: its stages of 16-bit `[k, m]`
@@ -252,25 +260,47 @@ pub fn plan_tensor_cores(
             break;
         }
     }
-    split(shape, device, slices, (tm, tn, stages))
+    let cubes = (tuning.wgrad_cubes as usize).max(1);
+    WgradPlan {
+        max_registers: tuning.wgrad_max_registers,
+        rotate_rows: tuning.rotate,
+        ..split(shape, device, slices, (tm, tn, stages), cubes)
+    }
 }
 
-/// The plan of `tile = (tm, tn, stages)`: K cut into enough slices for the device (see the
-/// module's documentation), or `slices` where given.
+/// [`plan`] for the narrow kernel (at most four output channels, channels-last input in
+/// vectors of `width`): a tile is all rows by `256 width` columns (`tn = 16 width`).
+pub fn plan_narrow(
+    shape: WgradShape,
+    device: WgradDevice,
+    slices: Option<usize>,
+    width: usize,
+    tuning: &ConvTuning,
+) -> WgradPlan {
+    let cubes = (tuning.wgrad_cubes as usize).max(1);
+    split(shape, device, slices, (1, SIDE * width.max(1), 1), cubes)
+}
+
+/// The plan of `tile = (tm, tn, stages)`: K cut into enough slices for `cubes` cubes per
+/// compute unit (see the module's documentation), or `slices` where given. The slices are
+/// rounded down, so that the cubes fill whole waves: one cube past them (76 slices of 14
+/// tiles, 1064 cubes for 1056 places) runs a wave of its own, a fifth of the kernel's time at
+/// the U-Net's top level (Nsight Compute, seventeenth session).
 fn split(
     shape: WgradShape,
     device: WgradDevice,
     slices: Option<usize>,
     tile: (usize, usize, usize),
+    cubes: usize,
 ) -> WgradPlan {
     let (tm, tn, stages) = tile;
     let tiles = shape.n.div_ceil(SIDE * tn) * shape.m.div_ceil(SIDE * tm);
     let steps = shape.k.div_ceil(BK).max(1);
     let wanted = slices.unwrap_or_else(|| {
-        let target = device.units.unwrap_or(FALLBACK_UNITS).max(1) * CUBES_PER_UNIT;
+        let target = device.units.unwrap_or(FALLBACK_UNITS).max(1) * cubes;
         let by_length = (shape.k / MIN_SLICE_K).max(1);
         let by_memory = (MAX_WORKSPACE_BYTES / (4 * shape.m * shape.n).max(1)).max(1);
-        target.div_ceil(tiles.max(1)).min(by_length).min(by_memory)
+        (target / tiles.max(1)).min(by_length).min(by_memory)
     });
     let wanted = wanted.clamp(1, steps.min(u16::MAX as usize));
     let slice_len = steps.div_ceil(wanted) * BK;
@@ -280,6 +310,9 @@ fn split(
         slices: shape.k.div_ceil(slice_len).max(1),
         slice_len,
         stages,
+        max_registers: 0,
+        ldmatrix: false,
+        rotate_rows: false,
     }
 }
 
@@ -413,7 +446,13 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
     let device = WgradDevice::of(&client);
     let which = choose_kernel(&x, &grad_out, shape.m);
     let plan = match which {
-        PartialKernel::Vectors { .. } => plan_tensor_cores(shape, device, slices, &conv_tuning()),
+        PartialKernel::Vectors { .. } => WgradPlan {
+            ldmatrix: conv_tuning().ldmatrix && manual_mma(&x),
+            ..plan_tensor_cores(shape, device, slices, &conv_tuning())
+        },
+        PartialKernel::Narrow { x: width } => {
+            plan_narrow(shape, device, slices, width, &conv_tuning())
+        }
         _ => plan(shape, device, slices),
     };
     // Channels-last when the channels are the input's innermost axis.

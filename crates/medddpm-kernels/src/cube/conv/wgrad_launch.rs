@@ -9,8 +9,9 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::super::launch::{widest_dividing, widest_vector};
 use super::kernel::{wgrad_partial, SIDE};
-use super::{mma, mma_vec, WgradPlan, WgradShape};
+use super::{mma, mma_vec, narrow, WgradPlan, WgradShape};
 use crate::conv::Conv3dSpec;
+use crate::cube::conv::MAX_NARROW_CHANNELS;
 
 /// Elements per vector the tensor-core kernel can load from `x` and from `grad_out`, `(x,
 /// grad_out)` ([`widest_dividing`] of each one's channel count and other strides; `m` is
@@ -41,20 +42,28 @@ pub(super) enum PartialKernel {
     /// Tensor cores, `x` loaded as vectors of `x` channels and `grad_out` of `dy` (planned by
     /// [`plan_tensor_cores`](super::plan_tensor_cores)).
     Vectors { x: usize, dy: usize },
+    /// At most [`MAX_NARROW_CHANNELS`] output channels, `x` loaded as vectors of `x` channels,
+    /// on the FMA units in any dtypes (planned by [`plan_narrow`](super::plan_narrow)).
+    Narrow { x: usize },
 }
 
-/// The kernel for these operands: tensor cores where both are of one 16-bit dtype the runtime
-/// multiplies on them, as vectors where `x` loads as vectors of at least 4 channels
-/// ([`vector_widths`]; `m` is `grad_out`'s channel count).
+/// The kernel for these operands: the narrow kernel for at most [`MAX_NARROW_CHANNELS`]
+/// output channels where `x` loads as vectors of at least 4 channels ([`vector_widths`]; `m`
+/// is `grad_out`'s channel count); tensor cores where both are of one 16-bit dtype the
+/// runtime multiplies on them, as vectors where `x` loads as vectors of at least 4 channels.
 pub(super) fn choose_kernel<R: CubeRuntime>(
     x: &CubeTensor<R>,
     grad_out: &CubeTensor<R>,
     m: usize,
 ) -> PartialKernel {
+    let widths = vector_widths(x, grad_out, m);
+    if m <= MAX_NARROW_CHANNELS && widths.0 >= 4 {
+        return PartialKernel::Narrow { x: widths.0 };
+    }
     if x.dtype != grad_out.dtype || !super::super::launch::tensor_cores(x) {
         return PartialKernel::Fma;
     }
-    match vector_widths(x, grad_out, m) {
+    match widths {
         (width, dy) if width >= 4 => PartialKernel::Vectors { x: width, dy },
         _ => PartialKernel::TensorCores,
     }
@@ -97,40 +106,15 @@ pub(super) fn launch_partial<R: CubeRuntime>(
     if which == PartialKernel::Fma {
         return launch_fma(x, grad_out, ws, count, scalars, plan, channels_last);
     }
+    if let PartialKernel::Narrow { x: width } = which {
+        return launch_narrow(x, grad_out, ws, count, scalars, width);
+    }
+    if let PartialKernel::Vectors { x: width, dy } = which {
+        return launch_vectors(x, grad_out, ws, count, scalars, plan, (width, dy));
+    }
     let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
     let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
     let (sizes, taps, stride, pad) = scalars;
-    if let PartialKernel::Vectors {
-        x: width,
-        dy: width_dy,
-    } = which
-    {
-        // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
-        // `choose_kernel` checked the runtime multiplies on tensor cores, and `vector_widths`
-        // checked that every vector load lies whole inside one position's channels at an
-        // offset that is a multiple of its width.
-        unsafe {
-            mma_vec::wgrad_partial_mma_vec::launch_unchecked::<R>(
-                &x.client.clone(),
-                count,
-                dim,
-                width_dy,
-                width,
-                x.into_tensor_arg(),
-                grad_out.into_tensor_arg(),
-                ws.clone().into_tensor_arg(),
-                sizes,
-                taps,
-                stride,
-                pad,
-                plan.tm,
-                plan.tn,
-                plan.stages,
-                dtypes,
-            );
-        }
-        return;
-    }
     // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
     // `choose_kernel` checked the runtime multiplies on tensor cores.
     unsafe {
@@ -148,6 +132,51 @@ pub(super) fn launch_partial<R: CubeRuntime>(
             plan.tm,
             plan.tn,
             channels_last,
+            dtypes,
+        );
+    }
+}
+
+/// [`launch_partial`] on the tensor-core vector kernel, `x` loaded in vectors of
+/// `widths.0` channels and `grad_out` of `widths.1`.
+fn launch_vectors<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    ws: &CubeTensor<R>,
+    count: CubeCount,
+    scalars: Scalars,
+    plan: WgradPlan,
+    widths: (usize, usize),
+) {
+    let (sizes, taps, stride, pad) = scalars;
+    let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
+    let pipe = mma_vec::VectorPipe {
+        tm: plan.tm,
+        tn: plan.tn,
+        stages: plan.stages,
+        max_registers: plan.max_registers,
+        ldmatrix: plan.ldmatrix,
+        rotate_rows: plan.rotate_rows,
+    };
+    // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
+    // `choose_kernel` checked the runtime multiplies on tensor cores, and `vector_widths`
+    // checked that every vector load lies whole inside one position's channels at an
+    // offset that is a multiple of its width.
+    unsafe {
+        mma_vec::wgrad_partial_mma_vec::launch_unchecked::<R>(
+            &x.client.clone(),
+            count,
+            CubeDim::new_2d(SIDE as u32, SIDE as u32),
+            widths.1,
+            widths.0,
+            x.into_tensor_arg(),
+            grad_out.into_tensor_arg(),
+            ws.clone().into_tensor_arg(),
+            sizes,
+            taps,
+            stride,
+            pad,
+            pipe,
             dtypes,
         );
     }
@@ -183,6 +212,43 @@ fn launch_fma<R: CubeRuntime>(
             plan.tm,
             plan.tn,
             channels_last,
+            dtypes,
+        );
+    }
+}
+
+/// [`launch_partial`] on the narrow kernel ([`narrow::wgrad_partial_narrow`]): `count`'s x
+/// axis over tiles of 256 vectors of `width` columns, its z axis over the slices.
+fn launch_narrow<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    ws: &CubeTensor<R>,
+    count: CubeCount,
+    scalars: Scalars,
+    width: usize,
+) {
+    let (sizes, taps, stride, pad) = scalars;
+    let m = sizes.0;
+    let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
+    // SAFETY: `check` bounded both operands' spans below 2^31 elements; a unit reads `x` only
+    // at a voxel inside the input grid, at a vector `vector_widths` checked lies whole inside
+    // its channels, and `grad_out` at positions of its slice (below K) and channels below
+    // `m`; it writes its own columns (below N) of the `m` rows of slice `z` of the `[slices,
+    // M, N]` workspace.
+    unsafe {
+        narrow::wgrad_partial_narrow::launch_unchecked::<R>(
+            &x.client.clone(),
+            count,
+            CubeDim::new_1d(narrow::UNITS as u32),
+            width,
+            x.into_tensor_arg(),
+            grad_out.into_tensor_arg(),
+            ws.clone().into_tensor_arg(),
+            sizes,
+            taps,
+            stride,
+            pad,
+            m,
             dtypes,
         );
     }

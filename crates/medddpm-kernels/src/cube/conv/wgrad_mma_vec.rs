@@ -7,7 +7,8 @@
 use cubecl::prelude::*;
 
 use super::kernel::{advance, decompose, place, row_offsets, SIDE};
-use super::mma::{multiply, plane_place, plane_share, store_partial, zeroed_accumulators};
+use super::mma::{multiply, plane_place, plane_share, store_partial};
+use crate::cube::conv::mma_ldm::{accumulator_sets, products_ldm, store_partial_ldm};
 
 /// K rows one step of [`wgrad_partial_mma_vec`] stages: four times
 /// [`BK`](super::kernel::BK), so that each barrier pair covers four 16-deep products per
@@ -17,10 +18,24 @@ pub(super) const BK_VEC: usize = 64;
 pub(super) const UNITS_PER_ROW: usize = SIDE * SIDE / BK_VEC;
 
 /// Vectors of `v` elements one unit loads from a step's K row of `width` columns: the row's
-/// `width / v` vectors split over [`UNITS_PER_ROW`] units (the last ones idle where the row
-/// has fewer).
+/// `width / v` vectors dealt out in turn to [`UNITS_PER_ROW`] units (unit `g` takes vectors
+/// `g`, `g + 4`, ...; the last ones idle where the row has fewer).
 pub(super) fn vectors_per_unit(width: usize, v: usize) -> usize {
     (width / v).div_ceil(UNITS_PER_ROW)
+}
+
+/// The K row of a step that the units of group `u` (`tid / UNITS_PER_ROW`) stage: `u` with its
+/// low three bits rotated, so that the eight units of one 16-byte store phase take rows `r`
+/// and `r + 4`, whose vectors fall in disjoint banks (staged rows are an odd number of 16
+/// bytes apart, and each unit of a row takes every fourth vector), where rows `r` and `r + 1`
+/// shared banks (Nsight Compute, eighteenth session: two-way conflicts on every store).
+#[cube]
+pub(super) fn staged_row(u: usize, #[comptime] rotate: bool) -> usize {
+    let mut row = u;
+    if rotate {
+        row = (u & !7usize) | ((u & 1) << 2) | ((u >> 1) & 3);
+    }
+    row
 }
 
 /// What a unit's loads in [`wgrad_partial_mma_vec`] need, worked out once per cube (as the
@@ -38,6 +53,22 @@ pub(super) struct VectorColumns {
     rows: (usize, usize, usize),
     stride: (i32, i32, i32),
     pad: (i32, i32, i32),
+}
+
+/// The compile-time shape of [`wgrad_partial_mma_vec`]: tile `16 tm x 16 tn`, shared-memory
+/// stages, and a register cap per unit for the CUDA compiler (0: none), which the vendored
+/// `cubecl-cuda` reads from the kernel's id (the field's name is the key: README.medddpm.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct VectorPipe {
+    pub tm: usize,
+    pub tn: usize,
+    pub stages: usize,
+    pub max_registers: u32,
+    /// Products through `ldmatrix` and `mma.sync` (CUDA; see `mma_ldm`) instead of
+    /// cooperative matrices.
+    pub ldmatrix: bool,
+    /// K rows dealt to units rotated (see [`staged_row`]).
+    pub rotate_rows: bool,
 }
 
 /// [`wgrad_partial_mma`] for a channels-last input whose channel count and strides are
@@ -60,11 +91,10 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     kernel: (usize, usize),
     stride: (i32, i32, i32),
     pad: (i32, i32, i32),
-    #[comptime] tm: usize,
-    #[comptime] tn: usize,
-    #[comptime] stages: usize,
+    #[comptime] pipe: VectorPipe,
     #[define(FX, FY, S)] _dtypes: [StorageType; 3],
 ) {
+    let (tm, tn, stages) = comptime!((pipe.tm, pipe.tn, pipe.stages));
     let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
     let v = NV::value();
     let u = NA::value();
@@ -77,7 +107,8 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let mut b_s = SharedMemory::<Vector<S, NV>>::new_aligned(comptime!(stages * b_len), 32usize);
     let tid = UNIT_POS_Y as usize * SIDE + UNIT_POS_X as usize;
     let (_kk, _g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, true);
-    let (kk, group) = (tid / UNITS_PER_ROW, tid % UNITS_PER_ROW);
+    let kk = staged_row(tid / UNITS_PER_ROW, pipe.rotate_rows);
+    let group = tid % UNITS_PER_ROW;
     let cols = vector_columns::<FX, NV>(
         x,
         (m0, n0),
@@ -90,7 +121,7 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     let (od_n, oh_n, ow_n) = (dy.shape(2), dy.shape(3), dy.shape(4));
     let (pm, pn) = comptime!(plane_share(tm, tn));
     let (active, row0, col0) = plane_place(tid, tm, tn);
-    let mut acc = zeroed_accumulators(pm * pn);
+    let (mut acc, mut regs) = accumulator_sets(pm * pn, pipe.ldmatrix);
     let mut ra = Array::<Vector<S, NA>>::new(va);
     let mut rb = Array::<Vector<S, NV>>::new(vb);
     let mut pos = decompose(k_begin + kk, od_n, oh_n, ow_n);
@@ -114,7 +145,7 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
             load_vectors::<FX, FY, S, NA, NV>(x, dy, pos, ok, &cols, &mut ra, &mut rb, tm, tn);
         }
         if active {
-            products::<S, NA, NV>(&a_s, &b_s, &mut acc, (row0, col0), now, tm, tn);
+            products::<S, NA, NV>(&a_s, &b_s, &mut acc, &mut regs, (row0, col0), now, pipe);
         }
         if comptime!(stages == 2) {
             if more {
@@ -128,28 +159,72 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     if active {
         let z = CUBE_POS_Z as usize * m_total * n_total;
         let corner = (m0 + row0, n0 + col0, z);
-        store_partial(ws, &acc, corner, tid, m_total, n_total, pm, pn);
+        store(ws, &acc, &regs, corner, tid, (m_total, n_total), pipe);
     }
 }
 
-/// This plane's products over the stage `now` (0 or 1) of the staged tiles ([`multiply`] over
-/// [`BK_VEC`] K rows).
+/// The plane's sums from whichever accumulator set `pipe` uses into `ws[base + m * n_total +
+/// n]` (`corner = (m0, n0, base)` of the plane's block; `sizes = (M, N)`).
 #[cube]
+fn store(
+    ws: &mut Tensor<f32>,
+    acc: &Sequence<cmma::Matrix<f32>>,
+    regs: &Array<Vector<f32, Const<2>>>,
+    corner: (usize, usize, usize),
+    tid: usize,
+    sizes: (usize, usize),
+    #[comptime] pipe: VectorPipe,
+) {
+    let (m_total, n_total) = sizes;
+    let (pm, pn) = comptime!(plane_share(pipe.tm, pipe.tn));
+    if comptime!(pipe.ldmatrix) {
+        store_partial_ldm(ws, regs, corner, m_total, n_total, pm, pn);
+    } else {
+        store_partial(ws, acc, corner, tid, m_total, n_total, pm, pn);
+    }
+}
+
+/// This plane's products over the stage `now` (0 or 1) of the staged tiles, `BK_VEC` K rows,
+/// into whichever accumulator set `pipe` uses: cooperative matrices ([`multiply`]) or the
+/// `mma.sync` registers ([`products_ldm`], A staged `[k, m]`: transposed).
+#[cube]
+#[allow(clippy::too_many_arguments)]
 fn products<S: Float, NA: Size, NV: Size>(
     a_s: &SharedMemory<Vector<S, NA>>,
     b_s: &SharedMemory<Vector<S, NV>>,
     acc: &mut Sequence<cmma::Matrix<f32>>,
+    regs: &mut Array<Vector<f32, Const<2>>>,
     corner: (usize, usize),
     now: usize,
-    #[comptime] tm: usize,
-    #[comptime] tn: usize,
+    #[comptime] pipe: VectorPipe,
 ) {
     let u = NA::value();
     let v = NV::value();
-    let (a_len, b_len) = comptime!((BK_VEC * (SIDE * tm + 8) / u, BK_VEC * (SIDE * tn + 8) / v));
+    let (tm, tn) = comptime!((pipe.tm, pipe.tn));
+    let (sa, sb) = comptime!((SIDE * tm + 8, SIDE * tn + 8));
+    let (a_len, b_len) = comptime!((BK_VEC * sa / u, BK_VEC * sb / v));
     let (pm, pn) = comptime!(plane_share(tm, tn));
     let (a_at, b_at) = (now * a_len, now * b_len);
-    multiply::<S, NA, NV>(a_s, b_s, acc, corner, a_at, b_at, BK_VEC, tm, tn, pm, pn);
+    if comptime!(pipe.ldmatrix) {
+        let (row0, col0) = corner;
+        let strides = comptime!((sa as u32, sb as u32));
+        let (fm, fn_) = comptime!((pm as u32, pn as u32));
+        let at = (a_at, b_at);
+        products_ldm::<S, NA, NV>(
+            a_s,
+            b_s,
+            regs,
+            (row0 as u32, col0 as u32),
+            at,
+            strides,
+            BK_VEC as u32,
+            fm,
+            fn_,
+            true,
+        );
+    } else {
+        multiply::<S, NA, NV>(a_s, b_s, acc, corner, a_at, b_at, BK_VEC, tm, tn, pm, pn);
+    }
 }
 
 /// The unit's loaded vectors into K row `kk` of the staged tiles (A `[k, m]`, B `[k, n]`), at
@@ -178,14 +253,14 @@ fn stage_vectors<S: Float, NA: Size, NV: Size>(
     let vb = comptime!(vectors_per_unit(SIDE * tn, v));
     #[unroll]
     for i in 0..va {
-        let c = group * va + i;
+        let c = i * UNITS_PER_ROW + group;
         if c < comptime!(SIDE * tm / u) {
             a_s[a_at + kk * sa / u + c] = ra[i];
         }
     }
     #[unroll]
     for i in 0..vb {
-        let c = group * vb + i;
+        let c = i * UNITS_PER_ROW + group;
         if c < comptime!(SIDE * tn / v) {
             b_s[b_at + kk * sb / v + c] = rb[i];
         }
@@ -222,7 +297,7 @@ fn vector_columns<FX: Float, NV: Size>(
     };
     #[unroll]
     for i in 0..vb {
-        let c = group * vb + i;
+        let c = i * UNITS_PER_ROW + group;
         let col = n0 + c * v;
         let tap = col / channels_in;
         let kw = tap % kernel_w;
@@ -266,7 +341,7 @@ fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
         row_offsets::<Vector<FX, NV>, Vector<FY, NA>>(x, dy, pos, cols.stride, cols.pad);
     #[unroll]
     for i in 0..va {
-        let c = group * va + i;
+        let c = i * UNITS_PER_ROW + group;
         let m = m0 + c * u;
         let mut value = Vector::<S, NA>::new(S::from_int(0));
         if row_ok && c < comptime!(SIDE * tm / u) && m < m_total {
@@ -293,7 +368,7 @@ mod tests {
     use super::{vectors_per_unit, BK_VEC, UNITS_PER_ROW};
 
     /// Every tile width the plan chooses, loaded as vectors of 4 (wgpu) or 8 (CUDA): the units
-    /// of one K row (vector `group * per_unit + i`, as the kernel numbers them) cover each of
+    /// of one K row (vector `i * UNITS_PER_ROW + group`, as the kernel numbers them) cover each of
     /// its vectors exactly once, and a step's rows take all 256 units.
     #[test]
     fn vector_loads_cover_each_step_once() {
@@ -305,7 +380,7 @@ mod tests {
                 let mut loads = vec![0; width / v];
                 for group in 0..UNITS_PER_ROW {
                     for i in 0..per_unit {
-                        if let Some(n) = loads.get_mut(group * per_unit + i) {
+                        if let Some(n) = loads.get_mut(i * UNITS_PER_ROW + group) {
                             *n += 1;
                         }
                     }
