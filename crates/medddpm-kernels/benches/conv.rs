@@ -129,6 +129,14 @@ fn options() -> Result<Options, String> {
                 },
             ),
             one("wgrad_tn=16", ConvTuning { wgrad_tn: 16, ..d }),
+            one(
+                "ldmatrix=0",
+                ConvTuning {
+                    ldmatrix: false,
+                    ..d
+                },
+            ),
+            one("rotate=0", ConvTuning { rotate: false, ..d }),
         ];
     }
     Ok(o)

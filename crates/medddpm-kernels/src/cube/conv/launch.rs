@@ -75,19 +75,8 @@ pub(super) fn choose_tile<R: CubeRuntime>(
 /// dtype with f32 sums (CUDA from sm_80), which `mma_ldm` uses instead of cooperative
 /// matrices.
 pub(super) fn manual_mma<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
-    let kind = match a.dtype {
-        DType::F16 => FloatKind::F16,
-        DType::BF16 => FloatKind::BF16,
-        _ => return false,
-    };
-    let half: StorageType = ElemType::Float(kind).into();
-    let config = MmaConfig {
-        a_type: half,
-        b_type: half,
-        cd_type: ElemType::Float(FloatKind::F32).into(),
-        m: 16,
-        n: 8,
-        k: 16,
+    let Some((half, config)) = half_products(a.dtype, 8) else {
+        return false;
     };
     let matmul = &a.client.properties().features.matmul;
     matmul.mma.contains(&config) && matmul.ldmatrix.contains(&half)
@@ -95,21 +84,10 @@ pub(super) fn manual_mma<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
 
 /// Whether `a`'s runtime multiplies `a`'s 16-bit dtype on tensor cores (see [`choose_tile`]).
 pub(super) fn tensor_cores<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
-    let kind = match a.dtype {
-        DType::F16 => FloatKind::F16,
-        DType::BF16 => FloatKind::BF16,
-        _ => return false,
+    let Some((_, config)) = half_products(a.dtype, 16) else {
+        return false;
     };
     let props = a.client.properties();
-    let half: StorageType = ElemType::Float(kind).into();
-    let config = MmaConfig {
-        a_type: half,
-        b_type: half,
-        cd_type: ElemType::Float(FloatKind::F32).into(),
-        m: 16,
-        n: 16,
-        k: 16,
-    };
     let planes = props.hardware.plane_size_min == PLANE && props.hardware.plane_size_max == PLANE;
     let yes = planes && props.features.matmul.cmma.contains(&config);
     static NOTED: AtomicBool = AtomicBool::new(false);
@@ -122,8 +100,34 @@ pub(super) fn tensor_cores<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
     yes
 }
 
+/// `dtype`'s 16 x `n` x 16 products with f32 sums (the storage type and the configuration a
+/// runtime lists), or `None` for a dtype other than f16 and bf16.
+fn half_products(dtype: DType, n: u32) -> Option<(StorageType, MmaConfig)> {
+    let kind = match dtype {
+        DType::F16 => FloatKind::F16,
+        DType::BF16 => FloatKind::BF16,
+        _ => return None,
+    };
+    let half: StorageType = ElemType::Float(kind).into();
+    let config = MmaConfig {
+        a_type: half,
+        b_type: half,
+        cd_type: ElemType::Float(FloatKind::F32).into(),
+        m: 16,
+        n,
+        k: 16,
+    };
+    Some((half, config))
+}
+
+/// Cubes for `tiles` tiles (x, then y past [`MAX_CUBES_PER_AXIS`]) and `z` along z.
+pub(super) fn cube_count(tiles: usize, z: usize) -> CubeCount {
+    let cubes_x = tiles.clamp(1, MAX_CUBES_PER_AXIS);
+    CubeCount::Static(cubes_x as u32, tiles.div_ceil(cubes_x) as u32, z as u32)
+}
+
 /// The most cubes along one axis of a launch (Vulkan guarantees 65535).
-pub(super) const MAX_CUBES_PER_AXIS: usize = 65_535;
+const MAX_CUBES_PER_AXIS: usize = 65_535;
 
 /// Runs [`conv_gemm`] for `p`, reading `x` and `w` and writing `y` (whose buffer the strides
 /// in `p` address). Nothing runs when the product has no rows.
@@ -139,13 +143,7 @@ pub(super) fn launch<R: CubeRuntime>(
         return;
     }
     let tiles_m = rows.div_ceil(tile.bm() as usize);
-    let tiles_n = p.c_out.div_ceil(tile.bn() as usize);
-    let cubes_x = tiles_m.min(MAX_CUBES_PER_AXIS);
-    let count = CubeCount::Static(
-        cubes_x as u32,
-        tiles_m.div_ceil(cubes_x) as u32,
-        tiles_n as u32,
-    );
+    let count = cube_count(tiles_m, p.c_out.div_ceil(tile.bn() as usize));
     let (dims, window, xs, ws, ys) = arguments(p);
     let dtypes = [x.dtype.into(), w.dtype.into(), y.dtype.into()];
     if tile.tensor_cores {

@@ -12,10 +12,10 @@
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
-use cubecl::{CubeCount, CubeDim};
+use cubecl::CubeDim;
 
 use super::gemm::{Dims, Strides, Window};
-use super::launch::{arguments, widest_dividing, widest_vector, Problem, MAX_CUBES_PER_AXIS};
+use super::launch::{arguments, cube_count, widest_dividing, widest_vector, Problem};
 
 /// Units that share one output voxel (its input channels' vectors dealt out in turn).
 pub(super) const LANES: usize = 8;
@@ -168,9 +168,7 @@ pub(super) fn launch_narrow<R: CubeRuntime>(
     if rows == 0 {
         return;
     }
-    let cubes = rows.div_ceil(VOXELS);
-    let cubes_x = cubes.min(MAX_CUBES_PER_AXIS);
-    let count = CubeCount::Static(cubes_x as u32, cubes.div_ceil(cubes_x) as u32, 1);
+    let count = cube_count(rows.div_ceil(VOXELS), 1);
     let (dims, window, xs, _, ys) = arguments::<R>(p);
     // SAFETY: a unit reads `x` only at a voxel inside the input grid (its index from the
     // strides in `p`, which the caller sized the buffer to) and channel vectors below

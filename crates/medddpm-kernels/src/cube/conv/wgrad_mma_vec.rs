@@ -76,9 +76,9 @@ pub(super) struct VectorPipe {
 /// `(tap, ci)`), every load of `dy` one of `NA` output channels (`NA = NV` where `dy` is
 /// channels-last with `M` and its strides multiples of it, else 1: the last convolution's
 /// single output channel), staged whole, and a step stages [`BK_VEC`] K rows. Each K row of a
-/// step is loaded by [`UNITS_PER_ROW`] neighbouring units, each taking neighbouring vectors of
-/// A and of B from that one row, so a unit carries one position from step to step (by
-/// additions) for both operands. With two stages buffer `now` multiplies while the other
+/// step is loaded by [`UNITS_PER_ROW`] neighbouring units, which take that row's vectors of A
+/// and of B in turn, so a unit carries one position from step to step (by additions) for both
+/// operands. With two stages buffer `now` multiplies while the other
 /// fills, one barrier a step; with one, the step is staged first and a second barrier guards
 /// the buffer until every plane is done with it.
 #[cube(launch_unchecked)]
