@@ -1,6 +1,6 @@
 # H100 x1 (eighteenth session, call 6). Binaries: portable tests (test-cuda) and medddpm (cuda, vulkan, host-profile), both
-# from commit 3986e25's kernels after the review that split the kernels' accumulator dispatch into helpers (no change to
-# what runs; defaults ldmatrix=1, rotate=1, narrow kernels, whole-wave split-K; no MEDDDPM_CONV_TUNING).
+# from commit 3986e25 plus the review that split the kernels' accumulator dispatch into helpers (no change to what runs; the host-side launch helpers half_products and cube_count of commit a5a6c0e came after this build;
+# defaults ldmatrix=1, rotate=1, narrow kernels, whole-wave split-K; no MEDDDPM_CONV_TUNING).
 # The random-shape kernel tests on CUDA, check-kernels on CUDA bf16, then the whole-head 128^3 bench: our kernels on CUDA
 # bf16, cuDNN bf16, and our kernels on Vulkan f16 where time remains.
 set -u
