@@ -220,6 +220,14 @@ pub(super) fn widest_dividing(widest: usize, channel_stride: usize, values: &[i6
     width
 }
 
+/// The widest vector (at most `widest`) along the channels of an activation with `strides`
+/// (`[b, c, d, h, w]`) and `channels` channels: [`widest_dividing`] of the channel count and
+/// the other strides.
+pub(super) fn channel_width(widest: usize, strides: &[usize], channels: usize) -> usize {
+    let values = [channels, strides[0], strides[2], strides[3], strides[4]];
+    widest_dividing(widest, strides[1], &values.map(|v| v as i64))
+}
+
 /// Elements per vector of the tensor-core kernel's three tensors, along their channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct VectorWidths {

@@ -15,7 +15,7 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use super::gemm::{Dims, Strides, Window};
-use super::launch::{arguments, cube_count, widest_dividing, widest_vector, Problem};
+use super::launch::{arguments, channel_width, cube_count, widest_vector, Problem};
 
 /// Units that share one output voxel (its input channels' vectors dealt out in turn).
 pub(super) const LANES: usize = 8;
@@ -149,9 +149,7 @@ pub(super) fn narrow_width<R: CubeRuntime>(
     if c_out == 0 || c_out > MAX_NARROW_CHANNELS {
         return None;
     }
-    let s = x.meta.strides();
-    let values = [c_in, s[0], s[2], s[3], s[4]].map(|v| v as i64);
-    let width = widest_dividing(widest_vector(x), s[1], &values);
+    let width = channel_width(widest_vector(x), x.meta.strides(), c_in);
     (width >= 4).then_some(width)
 }
 

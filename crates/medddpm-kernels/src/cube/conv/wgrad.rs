@@ -445,14 +445,13 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
     }
     let device = WgradDevice::of(&client);
     let which = choose_kernel(&x, &grad_out, shape.m);
+    let tuning = conv_tuning();
     let plan = match which {
         PartialKernel::Vectors { .. } => WgradPlan {
-            ldmatrix: conv_tuning().ldmatrix && manual_mma(&x),
-            ..plan_tensor_cores(shape, device, slices, &conv_tuning())
+            ldmatrix: tuning.ldmatrix && manual_mma(&x),
+            ..plan_tensor_cores(shape, device, slices, &tuning)
         },
-        PartialKernel::Narrow { x: width } => {
-            plan_narrow(shape, device, slices, width, &conv_tuning())
-        }
+        PartialKernel::Narrow { x: width } => plan_narrow(shape, device, slices, width, &tuning),
         _ => plan(shape, device, slices),
     };
     // Channels-last when the channels are the input's innermost axis.

@@ -7,7 +7,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
-use super::super::launch::{widest_dividing, widest_vector};
+use super::super::launch::{channel_width, widest_vector};
 use super::kernel::{wgrad_partial, SIDE};
 use super::{mma, mma_vec, narrow, WgradPlan, WgradShape};
 use crate::conv::Conv3dSpec;
@@ -22,13 +22,9 @@ fn vector_widths<R: CubeRuntime>(
     m: usize,
 ) -> (usize, usize) {
     let widest = widest_vector(x);
-    let width = |strides: &[usize], channels: usize| {
-        let values = [channels, strides[0], strides[2], strides[3], strides[4]];
-        widest_dividing(widest, strides[1], &values.map(|v| v as i64))
-    };
     (
-        width(x.meta.strides(), x.meta.shape()[1]),
-        width(grad_out.meta.strides(), m),
+        channel_width(widest, x.meta.strides(), x.meta.shape()[1]),
+        channel_width(widest, grad_out.meta.strides(), m),
     )
 }
 
