@@ -8,6 +8,7 @@
 pub mod cell;
 mod child;
 pub mod error;
+pub mod gpu_trace;
 pub mod host_profile;
 pub mod matrix;
 pub mod memory;

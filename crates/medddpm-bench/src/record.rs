@@ -14,6 +14,7 @@ use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, RunEnv};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 use serde::{Deserialize, Serialize};
 
+use crate::gpu_trace::GpuTime;
 use crate::options::Model;
 
 mod wire;
@@ -257,6 +258,11 @@ pub struct BenchRecord {
     /// activations among them, when memory peaks) and `reserved after the forward pass` (what
     /// the pools hold from the device).
     pub burn_memory_mib: BTreeMap<String, f64>,
+    /// The GPU's time in a few traced training micro-steps (CUDA, CUPTI): busy time, kernel
+    /// time by operation class, the costliest kernels.
+    pub train_gpu: Option<GpuTime>,
+    /// The same for sampling steps.
+    pub sample_gpu: Option<GpuTime>,
 }
 
 /// Separates a failed run's message from the tail of its log in the JSON lines and the CSV.
@@ -303,6 +309,8 @@ impl BenchRecord {
             train_threads_ms: BTreeMap::new(),
             tune_cache_warm: None,
             burn_memory_mib: BTreeMap::new(),
+            train_gpu: None,
+            sample_gpu: None,
         }
     }
 

@@ -5,6 +5,7 @@ mod check_kernels;
 mod compute_args;
 mod eval;
 mod experiments;
+mod gpu_trace;
 mod inspect;
 mod oom;
 mod prepare;

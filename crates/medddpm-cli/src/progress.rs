@@ -157,11 +157,17 @@ impl TrainObserver for TrainBar {
     }
 
     fn checkpoint(&mut self, path: &Path) {
-        self.bar.println(format!("checkpoint {}", path.display()));
+        self.message(&format!("checkpoint {}", path.display()));
     }
 
+    /// Above the bar on a terminal; a line of its own otherwise (a hidden bar prints nothing,
+    /// and a log file is where a scheduler's job keeps what the run said).
     fn message(&mut self, text: &str) {
-        self.bar.println(text);
+        if self.plain.is_some() || !std::io::stderr().is_terminal() {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
     }
 }
 

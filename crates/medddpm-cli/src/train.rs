@@ -40,6 +40,11 @@ pub struct TrainArgs {
     /// Override train.seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Trace the GPU's work over this many optimizer steps (after the first five) and report
+    /// its busy time beside the steps' wall time, by operation class (CUDA only; needs
+    /// libcupti.so on the library path or named by MEDDDPM_CUPTI; writes gpu-trace.json).
+    #[arg(long, value_name = "STEPS")]
+    gpu_trace: Option<usize>,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -51,6 +56,8 @@ struct TrainTask {
     max_steps: Option<usize>,
     /// `--tune-cache`, handed on to replica processes.
     tune_cache: Option<PathBuf>,
+    /// `--gpu-trace`: optimizer steps to trace.
+    gpu_trace: Option<usize>,
 }
 
 impl BackendTask for TrainTask {
@@ -93,6 +100,14 @@ impl BackendTask for TrainTask {
             .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
             .collect();
         let mut bar = TrainBar::new();
+        let mut traced;
+        let observer: &mut dyn medddpm_train::TrainObserver = match self.gpu_trace {
+            Some(steps) => {
+                traced = crate::gpu_trace::TracingObserver::new(&mut bar, steps, &self.run.root);
+                &mut traced
+            }
+            None => &mut bar,
+        };
         let summary = match env.launch {
             Launch::Processes => train_processes::<B>(
                 &self.config,
@@ -100,9 +115,9 @@ impl BackendTask for TrainTask {
                 &options,
                 (&env.devices, &devices[0]),
                 &crate::replica::SelfLauncher::new(env, self.tune_cache.clone()),
-                &mut bar,
+                observer,
             )?,
-            _ => train_on::<B>(&self.config, &self.run, &options, &devices, &mut bar)?,
+            _ => train_on::<B>(&self.config, &self.run, &options, &devices, observer)?,
         };
         drop(bar);
         eprintln!(
@@ -168,6 +183,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             resume,
             max_steps: args.max_steps,
             tune_cache: args.compute.tune_cache.clone(),
+            gpu_trace: args.gpu_trace,
         },
     )
 }

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use medddpm_unet::ActivationCheckpointing;
 
+use crate::gpu_trace::GpuTime;
+
 use super::{BenchRecord, RecordBackend, RecordStatus, Source, LOG_LINES, LOG_TAIL};
 
 /// A record as JSON has it.
@@ -49,6 +51,10 @@ pub(super) struct Record {
     burn_memory_mib: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Source::is_measured")]
     source: Source,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    train_gpu: Option<GpuTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sample_gpu: Option<GpuTime>,
 }
 
 impl From<BenchRecord> for Record {
@@ -81,6 +87,8 @@ impl From<BenchRecord> for Record {
             train_threads_ms,
             tune_cache_warm,
             burn_memory_mib,
+            train_gpu,
+            sample_gpu,
             ..
         } = r;
         Record {
@@ -111,6 +119,8 @@ impl From<BenchRecord> for Record {
             tune_cache_warm,
             burn_memory_mib,
             source,
+            train_gpu,
+            sample_gpu,
         }
     }
 }
@@ -165,6 +175,8 @@ impl TryFrom<Record> for BenchRecord {
             train_threads_ms: r.train_threads_ms,
             tune_cache_warm: r.tune_cache_warm,
             burn_memory_mib: r.burn_memory_mib,
+            train_gpu: r.train_gpu,
+            sample_gpu: r.sample_gpu,
         })
     }
 }

@@ -59,13 +59,13 @@ fn opt(v: Option<f64>, f: fn(f64) -> String) -> String {
 }
 
 /// Makes free text safe in a table cell: pipes escaped, line breaks flattened.
-fn md_cell(s: &str) -> String {
+pub(super) fn md_cell(s: &str) -> String {
     s.replace('|', "\\|")
         .replace("\r\n", " ")
         .replace(['\n', '\r'], " ")
 }
 
-fn md_row(cells: &[String]) -> String {
+pub(super) fn md_row(cells: &[String]) -> String {
     format!("| {} |\n", cells.join(" | "))
 }
 
@@ -95,6 +95,7 @@ pub fn to_markdown(records: &[BenchRecord]) -> String {
     let (table, warm_cache) = headline_table(records, uniform);
     out.push_str(&table);
     out.push_str(&notes(records, warm_cache));
+    out.push_str(&super::gpu::gpu_time_table(records));
     let with_breakdown: Vec<&BenchRecord> = records
         .iter()
         .filter(|r| r.timings_verified() && !r.breakdown_ms.is_empty())

@@ -7,6 +7,7 @@
 
 mod chart;
 mod csv;
+mod gpu;
 mod jsonl;
 mod markdown;
 

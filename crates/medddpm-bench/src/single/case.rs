@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::ms_since;
 use crate::error::Result;
+use crate::gpu_trace::{summarise, GpuTime, Tracer};
 
 /// One kind of step, run again and again.
 pub(super) trait Case {
@@ -71,4 +72,26 @@ pub(super) fn timed_steps<C: Case, T>(
         }
     }
     Ok((timed, started))
+}
+
+/// `steps` steps of `case` with the device's activities recorded ([`Tracer`]): the GPU's
+/// time per step, or why it could not be recorded.
+pub(super) fn traced_steps<C: Case>(
+    case: &mut C,
+    steps: usize,
+) -> Result<std::result::Result<GpuTime, String>> {
+    case.sync()?;
+    let tracer = match Tracer::start() {
+        Ok(t) => t,
+        Err(why) => return Ok(Err(why)),
+    };
+    let start = Instant::now();
+    for _ in 0..steps {
+        case.execute()?;
+        case.sync()?;
+    }
+    let wall_ms = ms_since(start) / steps.max(1) as f64;
+    Ok(tracer
+        .finish()
+        .map(|activities| summarise(&activities, steps, wall_ms)))
 }

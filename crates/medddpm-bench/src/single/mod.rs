@@ -226,6 +226,8 @@ fn withhold_timings(record: &mut BenchRecord) {
     record.train_step_median_ms = None;
     record.sample_step_median_ms = None;
     record.breakdown_ms.clear();
+    record.train_gpu = None;
+    record.sample_gpu = None;
 }
 
 /// One configuration being measured: where it runs, what it measures, the record so far, and
@@ -240,7 +242,43 @@ pub(crate) struct Run<'a, B: Backend> {
     partial: &'a mut dyn FnMut(&BenchRecord),
 }
 
+/// Steps traced for the GPU's time per step (CUDA only).
+pub(crate) const TRACED_STEPS: usize = 3;
+
 impl<B: Backend> Run<'_, B> {
+    /// Whether the GPU's time is traced (CUPTI: CUDA backends only).
+    fn traces_gpu(&self) -> bool {
+        self.env.backend == BackendKind::Cuda
+    }
+
+    /// Traces [`TRACED_STEPS`] steps of `case` and says what the GPU did in them; `None` (said
+    /// why) when CUPTI cannot record.
+    fn trace_gpu<C: case::Case>(
+        &mut self,
+        case: &mut C,
+        what: &str,
+    ) -> Result<Option<crate::gpu_trace::GpuTime>> {
+        match case::traced_steps(case, TRACED_STEPS)? {
+            Ok(t) => {
+                let classes = t
+                    .by_class_ms
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.say(&format!(
+                    "GPU per {what}: busy {:.1} of {:.1} ms traced, {:.0} launches; kernels (ms): {classes}",
+                    t.busy_ms, t.wall_ms, t.launches
+                ));
+                Ok(Some(t))
+            }
+            Err(why) => {
+                self.say(&format!("no GPU trace of the {what}: {why}"));
+                Ok(None)
+            }
+        }
+    }
+
     /// Tells the caller what is happening.
     fn say(&mut self, message: &str) {
         (self.progress)(message)

@@ -92,6 +92,10 @@ pub(super) fn measure<A: KernelAutodiffBackend>(
     ));
     let (steps, _) = timed_steps(case, run.config.warmup, run.config.steps, || Ok(()))?;
     let sample_ms: Vec<f64> = steps.iter().map(|s| s.ms).collect();
+    // The chain walks down the schedule: trace only while timesteps remain.
+    if run.traces_gpu() && case.steps_done + super::TRACED_STEPS < TIMESTEPS {
+        run.record.sample_gpu = run.trace_gpu(case, "sampling step")?;
+    }
     let x_t = case.x_t.take().expect("the chain's sample");
     let largest: f32 = x_t.abs().max().into_scalar().elem();
     if !largest.is_finite() {

@@ -137,6 +137,9 @@ pub(super) fn measure<B: KernelAutodiffBackend>(
     if let Some(profile) = profile.flatten() {
         profile.finish()?;
     }
+    if run.traces_gpu() {
+        run.record.train_gpu = run.trace_gpu(case, "training micro-step")?;
+    }
     case.read_loss = true;
     step(case)?;
     run.record.train_issue_median_ms = Some(median(&issue_ms));

@@ -89,6 +89,16 @@ impl AlgoTable {
     }
 }
 
+impl AlgoTable {
+    /// Replaces the choice for `key` (one that cuDNN refused on this machine) and saves the
+    /// table.
+    pub fn replace(&self, key: &str, choice: Choice) {
+        let mut choices = self.lock();
+        choices.insert(key.to_string(), choice);
+        save_cache(self.file.as_deref(), &choices);
+    }
+}
+
 /// The algorithm cache in `file` (empty when there is none or it does not parse).
 fn load_cache(file: Option<&Path>) -> BTreeMap<String, Choice> {
     file.and_then(|f| std::fs::read_to_string(f).ok())

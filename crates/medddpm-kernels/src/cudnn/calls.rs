@@ -48,6 +48,55 @@ pub(super) fn vp(p: u64) -> *mut std::ffi::c_void {
     p as usize as *mut std::ffi::c_void
 }
 
+/// The workspace `op` needs with algorithm `algo` on these descriptors, as this cuDNN and GPU
+/// see it (a choice read from the cache was timed by another run, perhaps on another GPU, and
+/// cuDNN refuses a call given less than it needs with `CUDNN_STATUS_BAD_PARAM`).
+pub(super) fn workspace_size(
+    op: ConvOp,
+    handle: sys::cudnnHandle_t,
+    d: &Descriptors,
+    algo: u32,
+) -> Result<usize, String> {
+    if algo >= op.algo_count() {
+        return Err(format!("cached algorithm {algo} out of range"));
+    }
+    let mut bytes = 0usize;
+    // SAFETY: plain queries on live descriptors; the algorithm is in range (checked above).
+    let status = unsafe {
+        match op {
+            ConvOp::Forward => sys::cudnnGetConvolutionForwardWorkspaceSize(
+                handle,
+                d.x,
+                d.w,
+                d.conv,
+                d.y,
+                std::mem::transmute::<u32, sys::cudnnConvolutionFwdAlgo_t>(algo),
+                &mut bytes,
+            ),
+            ConvOp::DataGrad => sys::cudnnGetConvolutionBackwardDataWorkspaceSize(
+                handle,
+                d.w,
+                d.y,
+                d.conv,
+                d.x,
+                std::mem::transmute::<u32, sys::cudnnConvolutionBwdDataAlgo_t>(algo),
+                &mut bytes,
+            ),
+            ConvOp::WeightGrad => sys::cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                handle,
+                d.x,
+                d.y,
+                d.conv,
+                d.w,
+                std::mem::transmute::<u32, sys::cudnnConvolutionBwdFilterAlgo_t>(algo),
+                &mut bytes,
+            ),
+        }
+    };
+    check(status, "workspace size")?;
+    Ok(bytes)
+}
+
 /// Enqueues `op` with algorithm `algo` on `handle`'s stream.
 pub(super) fn launch(
     op: ConvOp,

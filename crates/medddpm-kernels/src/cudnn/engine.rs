@@ -8,8 +8,8 @@ use burn::tensor::DType;
 use cubecl_cuda::CudaRuntime;
 use cudarc::cudnn::sys;
 
-use super::algorithms::find;
-use super::calls::{launch, ConvOp, Ptrs};
+use super::algorithms::{find, Choice};
+use super::calls::{launch, workspace_size, ConvOp, Ptrs};
 use super::descriptors::{data_type, Descriptors};
 use super::device_thread::{enqueue, sync_requested, OperandHandles};
 use super::devices::{engine, DeviceState};
@@ -79,8 +79,9 @@ impl DeviceState {
 /// The waiting path, for the first calls of a shape on a device (and every call with
 /// `MEDDDPM_CUDNN_SYNC=1`): the buffers resolved through the device thread, the algorithm
 /// searched (and shared with the devices of the same model) when none is known, and cuDNN
-/// called from this thread, so that a refusal can still fall back. A success marks the shape
-/// proven on this device.
+/// called from this thread, so that a refusal can still fall back. A choice from the cache
+/// that cuDNN refuses here (timed by another run, perhaps another GPU or cuDNN build) is
+/// searched again once before giving up. A success marks the shape proven on this device.
 fn run_waiting(
     ctx: cudarc::driver::sys::CUcontext,
     s: &mut DeviceState,
@@ -90,27 +91,55 @@ fn run_waiting(
 ) -> Result<(), String> {
     // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
     unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
-    let handle = s.handle;
-    let known = s.proven.get(key).copied().or_else(|| s.algos.get(key));
-    let choice = match known {
+    let cached = s.proven.get(key).copied().or_else(|| s.algos.get(key));
+    let choice = match cached {
         Some(c) => c,
         None => {
-            let (ptrs, _, stream) = call.resolve(None)?;
-            set_stream(handle, stream)?;
-            let c =
-                find(call.op, handle, desc, &ptrs, &call.x).map_err(|e| format!("{key}: {e}"))?;
+            let c = search(s, call, desc, key)?;
             s.algos.insert(key, c)
         }
+    };
+    let result = match (attempt(s, (call, desc, key), choice), cached) {
+        (Err(refused), Some(_)) => {
+            let fresh = search(s, call, desc, key)
+                .map_err(|e| format!("{refused}; searched again: {e}"))?;
+            s.algos.replace(key, fresh);
+            attempt(s, (call, desc, key), fresh)
+                .map_err(|e| format!("{refused}; searched again, algorithm {}: {e}", fresh.algo))
+        }
+        (result, _) => result,
+    };
+    result.map_err(|e| format!("{key}: {e}"))
+}
+
+/// Times the candidate algorithms for `call` on its own buffers.
+fn search(s: &DeviceState, call: &Call, desc: &Descriptors, key: &str) -> Result<Choice, String> {
+    let (ptrs, _, stream) = call.resolve(None)?;
+    set_stream(s.handle, stream)?;
+    find(call.op, s.handle, desc, &ptrs, &call.x).map_err(|e| format!("{key}: {e}"))
+}
+
+/// Calls cuDNN with `choice`, its workspace at least what this cuDNN asks for it; on success
+/// the shape is proven on this device with that workspace.
+fn attempt(
+    s: &mut DeviceState,
+    (call, desc, key): (&Call, &Descriptors, &str),
+    choice: Choice,
+) -> Result<(), String> {
+    let needed = workspace_size(call.op, s.handle, desc, choice.algo)?;
+    let choice = Choice {
+        workspace: choice.workspace.max(needed),
+        ..choice
     };
     let workspace = match choice.workspace {
         0 => None,
         bytes => Some(call.x.client.empty(bytes)),
     };
     let (ptrs, ws_ptr, stream) = call.resolve(workspace.as_ref())?;
-    set_stream(handle, stream)?;
+    set_stream(s.handle, stream)?;
     let result = launch(
         call.op,
-        handle,
+        s.handle,
         desc,
         &ptrs,
         choice.algo,
@@ -121,7 +150,7 @@ fn run_waiting(
     if result.is_ok() {
         s.proven.insert(key.to_string(), choice);
     }
-    result.map_err(|e| format!("{key}: {e}"))
+    result
 }
 
 /// Points `handle` at `stream`.

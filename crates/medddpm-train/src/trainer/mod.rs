@@ -8,6 +8,7 @@
 
 mod exchange;
 mod link;
+mod loader;
 mod log;
 mod parallel;
 mod periodic;
@@ -34,10 +35,11 @@ use crate::checkpoint::{LossScale, RunDir, TrainState};
 use crate::data::NiftiDataset;
 use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::{ExperimentConfig, FusedAdamOptimizer, TrainError};
+use loader::Loader;
 use log::{mean, LossWindows, MetricsLog};
 use session::Session;
 use shard::Shard;
-use step::{accumulate, DataOrder, Replica};
+use step::{accumulate, Replica};
 use team::Team;
 use update::{update, Update};
 
@@ -174,7 +176,7 @@ fn lead<B: KernelAutodiffBackend>(
         every: settings.ema_every,
         start: settings.ema_start,
     };
-    let mut order = DataOrder::new(settings.seed, s.dataset.len());
+    let mut order = Loader::new(settings.seed, std::sync::Arc::clone(&s.dataset));
     let mut progress = Progress::start(run, &s.state)?;
     let mut skipped_in_a_row = 0usize;
     observer.started(progress.start_step, end_step);
@@ -182,7 +184,6 @@ fn lead<B: KernelAutodiffBackend>(
     while s.state.step < end_step {
         // 1-3. The micro-batches, the team's average, Adam.
         let replica = Replica {
-            dataset: &s.dataset,
             schedule: &s.schedule,
             device,
         };
@@ -283,7 +284,7 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     model: UNet<B>,
     optim: &mut FusedAdamOptimizer<UNet<B>, B>,
     (micro_batches, loss_scale): (&mut usize, Option<&mut LossScale>),
-    (order, skipped_in_a_row): (&mut DataOrder, &mut usize),
+    (order, skipped_in_a_row): (&mut Loader, &mut usize),
     (config, team, lr, compute_dtype): (&ExperimentConfig, &Team<'_>, f64, DType),
 ) -> Result<(UNet<B>, Update, Vec<usize>), TrainError> {
     // Every replica starts the step together: the first may have been sampling with the

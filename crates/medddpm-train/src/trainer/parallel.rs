@@ -10,9 +10,10 @@ use medddpm_kernels::Collective;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
 use super::exchange::{AbortOnDrop, Exchange};
+use super::loader::Loader;
 use super::session::Session;
 use super::shard::{Shard, Split};
-use super::step::{DataOrder, Replica};
+use super::step::Replica;
 use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{
     end_step, lead, optimizer_step, scaled, SessionOptions, TrainObserver, TrainSummary, Update,
@@ -27,7 +28,7 @@ use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
 pub(super) struct Worker<B: KernelAutodiffBackend> {
     pub rank: usize,
     pub device: B::Device,
-    pub dataset: NiftiDataset,
+    pub dataset: std::sync::Arc<NiftiDataset>,
     pub schedule: CosineSchedule,
     pub model: UNet<B>,
     pub optim: FusedAdamOptimizer<UNet<B>, B>,
@@ -74,7 +75,7 @@ impl<B: KernelAutodiffBackend> Worker<B> {
         Ok(Self {
             rank,
             device: device.clone(),
-            dataset: NiftiDataset::open(&config.data)?,
+            dataset: std::sync::Arc::new(NiftiDataset::open(&config.data)?),
             schedule: CosineSchedule::new(config.diffusion.timesteps),
             model,
             optim: FusedAdam::from_settings(&config.train)
@@ -95,12 +96,11 @@ impl<B: KernelAutodiffBackend> Worker<B> {
         team: Team<'_>,
         end: usize,
     ) -> Result<(), TrainError> {
-        let mut order = DataOrder::new(config.train.seed, self.dataset.len());
+        let mut order = Loader::new(config.train.seed, std::sync::Arc::clone(&self.dataset));
         let mut skipped_in_a_row = 0usize;
         let compute_dtype = options.compute.precision.compute_dtype();
         while self.step < end {
             let replica = Replica {
-                dataset: &self.dataset,
                 schedule: &self.schedule,
                 device: &self.device,
             };

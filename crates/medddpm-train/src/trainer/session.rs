@@ -19,7 +19,7 @@ use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
 
 /// Everything a running session holds.
 pub(super) struct Session<B: KernelAutodiffBackend> {
-    pub dataset: NiftiDataset,
+    pub dataset: std::sync::Arc<NiftiDataset>,
     pub schedule: CosineSchedule,
     /// The resolved configuration as written into every checkpoint.
     pub config_toml: String,
@@ -55,7 +55,7 @@ impl<B: KernelAutodiffBackend> Session<B> {
         let ema: UNet<B::InnerBackend> = model.valid();
         let optim = FusedAdam::from_settings(settings).init::<B, UNet<B>>();
         let mut session = Self {
-            dataset,
+            dataset: std::sync::Arc::new(dataset),
             schedule: CosineSchedule::new(config.diffusion.timesteps),
             config_toml: config.to_toml(),
             model,

@@ -1,9 +1,9 @@
-//! One optimizer step's worth of micro-batches: the data order, drawing a micro-batch and its
-//! randomness from the micro-batch counter, and the micro-step the bench times as well.
+//! One optimizer step's worth of micro-batches: drawing a micro-batch and its randomness from
+//! the micro-batch counter, and the micro-step the bench times as well.
 
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Distribution, Tensor};
 use std::cell::RefCell;
 use std::sync::Mutex;
 
@@ -12,8 +12,9 @@ use medddpm_unet::{ActivationCheckpointing, CheckpointedForward, KernelAutodiffB
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::loader::{stacked, HostBatch, Loader, READ_AHEAD};
 use super::shard::Shard;
-use crate::data::{Example, NiftiDataset};
+use crate::data::Example;
 use crate::{DiffusionConfig, ExperimentConfig, TrainError};
 
 /// What one micro-step trains on: clean images, their condition, one timestep per example and
@@ -132,54 +133,13 @@ impl<B: KernelAutodiffBackend> Denoiser<B> for Checkpointing<'_, B> {
     }
 }
 
-/// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the
-/// reference's reshuffling `DataLoader`, but reproducible from the micro-batch counter alone.
-pub(super) struct DataOrder {
-    seed: u64,
-    len: usize,
-    epoch: Option<(usize, Vec<usize>)>,
-}
-
-impl DataOrder {
-    pub fn new(seed: u64, len: usize) -> Self {
-        Self {
-            seed,
-            len,
-            epoch: None,
-        }
-    }
-
-    fn index(&mut self, draw: usize) -> usize {
-        let (epoch, pos) = (draw / self.len, draw % self.len);
-        if self.epoch.as_ref().map(|(e, _)| *e) != Some(epoch) {
-            let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed_da7a);
-            rng.set_stream(epoch as u64);
-            let mut perm: Vec<usize> = (0..self.len).collect();
-            for i in (1..perm.len()).rev() {
-                perm.swap(i, rng.random_range(0..=i));
-            }
-            self.epoch = Some((epoch, perm));
-        }
-        self.epoch.as_ref().unwrap().1[pos]
-    }
-}
-
 /// Stacks the images (`image`) or the conditions of `examples` into one batch tensor.
 pub(super) fn batch_tensor<B: Backend>(
     examples: &[Example],
     image: bool,
     device: &B::Device,
 ) -> Tensor<B, 5> {
-    let [d, h, w] = examples[0].shape;
-    let mut data = Vec::new();
-    for e in examples {
-        data.extend_from_slice(if image { &e.image } else { &e.cond });
-    }
-    let channels = data.len() / (examples.len() * d * h * w);
-    Tensor::from_data(
-        TensorData::new(data, [examples.len(), channels, d, h, w]),
-        device,
-    )
+    Tensor::from_data(stacked(examples, image), device)
 }
 
 /// The micro-batches of one optimizer step, queued on the device.
@@ -192,20 +152,20 @@ pub(super) struct AccumulatedStep<B: KernelAutodiffBackend> {
     pub batch_indices: Vec<usize>,
 }
 
-/// What one replica draws its batches with: its data, the schedule and its device.
+/// What one replica draws its batches with: the schedule and its device.
 pub(super) struct Replica<'a, B: KernelAutodiffBackend> {
-    pub dataset: &'a NiftiDataset,
     pub schedule: &'a CosineSchedule,
     pub device: &'a B::Device,
 }
 
 /// Runs this replica's micro-batches of the step whose first micro-batch is `first` with the
-/// working model `work` of the master weights `model`: each example's data index, timestep and noise follow from its
-/// position (see [`Shard`]).
+/// working model `work` of the master weights `model`: each example's data index, timestep and
+/// noise follow from its position (see [`Shard`]). While the device runs a micro-batch, the
+/// loader reads the next one (this step's, or the next step's first).
 pub(super) fn accumulate<B: KernelAutodiffBackend>(
     replica: &Replica<'_, B>,
     (model, work): (&UNet<B>, &UNet<B>),
-    order: &mut DataOrder,
+    loader: &mut Loader,
     config: &ExperimentConfig,
     (shard, first, loss_scale): (&Shard, usize, f64),
 ) -> Result<AccumulatedStep<B>, TrainError> {
@@ -222,17 +182,28 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
     // compute dtype, and the team's average works in f32 (`Team::average`).
     let summed = micro_batches.len() > 1;
-    for (draw, range) in micro_batches {
-        let positions: Vec<usize> = range.map(|i| draw * settings.batch_size + i).collect();
-        let first_index = step.batch_indices.len();
-        step.batch_indices
-            .extend(positions.iter().map(|&p| order.index(p)));
-        let batch = draw_micro_batch(
-            replica,
-            &step.batch_indices[first_index..],
-            &positions,
-            config,
-        )?;
+    let positions_of = |(draw, range): &(usize, std::ops::Range<usize>)| -> Vec<usize> {
+        range
+            .clone()
+            .map(|i| draw * settings.batch_size + i)
+            .collect()
+    };
+    let following: Vec<(usize, std::ops::Range<usize>)> = (1..=READ_AHEAD)
+        .flat_map(|k| shard.micro_batches(first + k * shard.step_micro_batches()))
+        .collect();
+    for (j, micro) in micro_batches.iter().enumerate() {
+        let positions = positions_of(micro);
+        let indices = loader.indices(&positions);
+        let host = loader.take(&indices)?;
+        let upcoming: Vec<Vec<usize>> = micro_batches[j + 1..]
+            .iter()
+            .chain(&following)
+            .take(READ_AHEAD)
+            .map(positions_of)
+            .collect();
+        loader.read_ahead(&upcoming);
+        step.batch_indices.extend_from_slice(&indices);
+        let batch = draw_micro_batch(replica, host, &positions, config);
         let (mut grads, loss) = micro_step(
             work,
             replica.schedule,
@@ -262,21 +233,18 @@ pub(super) fn backend_rng() -> std::sync::MutexGuard<'static, ()> {
     BACKEND_RNG.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The examples at `indices` (global `positions`): each example's timestep and the backend
-/// seed of its noise come from the stream (seed, position + 1).
+/// The micro-batch of the examples read into `host` (global `positions`) on the device: each
+/// example's timestep and the backend seed of its noise come from the stream (seed, position
+/// + 1).
 fn draw_micro_batch<B: KernelAutodiffBackend>(
     replica: &Replica<'_, B>,
-    indices: &[usize],
+    host: HostBatch,
     positions: &[usize],
     config: &ExperimentConfig,
-) -> Result<MicroBatch<B>, TrainError> {
+) -> MicroBatch<B> {
     let device = replica.device;
-    let examples: Vec<Example> = indices
-        .iter()
-        .map(|&i| replica.dataset.get(i))
-        .collect::<Result<_, _>>()?;
-    let x0 = batch_tensor::<B>(&examples, true, device);
-    let cond = batch_tensor::<B>(&examples, false, device);
+    let x0 = Tensor::<B, 5>::from_data(host.image, device);
+    let cond = Tensor::<B, 5>::from_data(host.cond, device);
     let [_, c, d, h, w] = x0.dims();
     let mut timesteps = Vec::with_capacity(positions.len());
     let mut noise = Vec::with_capacity(positions.len());
@@ -297,10 +265,10 @@ fn draw_micro_batch<B: KernelAutodiffBackend>(
     } else {
         Tensor::cat(noise, 0)
     };
-    Ok(MicroBatch {
+    MicroBatch {
         x0,
         cond: Some(cond),
         timesteps,
         noise,
-    })
+    }
 }

@@ -1,0 +1,192 @@
+//! CUPTI's activity API, loaded at run time (`libcupti.so` from the library path, or the file
+//! `MEDDDPM_CUPTI` names): the device's kernels, copies and memsets with their start and end.
+//!
+//! Only the few functions and record fields needed are declared here, not cudarc's bindings:
+//! those pick one CUPTI version's structures at build time, while the fields read here (kind,
+//! start, end, a kernel's name) sit at the same offsets in every kernel record since CUDA 11
+//! (`CUpti_ActivityKernel4` to `13`), memcpy record and memset record.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Mutex;
+
+use libloading::Library;
+
+use super::Activity;
+
+const KIND_MEMCPY: u32 = 1;
+const KIND_MEMSET: u32 = 2;
+const KIND_CONCURRENT_KERNEL: u32 = 10;
+const KINDS: [u32; 3] = [KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET];
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: hand over incomplete buffers too.
+const FLUSH_FORCED: u32 = 1;
+const BUFFER_BYTES: usize = 8 << 20;
+const BUFFER_ALIGN: usize = 8;
+
+/// Byte offsets in the records (see the module's comment).
+const START: usize = 16;
+const END: usize = 24;
+const KERNEL_NAME: usize = 104;
+
+type Requested = extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
+type Completed = extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
+type RegisterCallbacks = unsafe extern "C" fn(Requested, Completed) -> i32;
+type KindCall = unsafe extern "C" fn(u32) -> i32;
+type FlushAll = unsafe extern "C" fn(u32) -> i32;
+type NextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> i32;
+
+/// The activities of the completed buffers, in the order CUPTI handed them over.
+static COLLECTED: Mutex<Vec<Activity>> = Mutex::new(Vec::new());
+/// The library, kept loaded for the process (CUPTI keeps calling back into our buffers).
+static LIBRARY: Mutex<Option<&'static Library>> = Mutex::new(None);
+
+/// A recording in progress.
+pub(super) struct Session {
+    lib: &'static Library,
+}
+
+fn library() -> Result<&'static Library, String> {
+    let mut slot = LIBRARY.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(lib) = *slot {
+        return Ok(lib);
+    }
+    let names: Vec<String> = match std::env::var("MEDDDPM_CUPTI") {
+        Ok(path) => vec![path],
+        Err(_) => ["libcupti.so", "libcupti.so.13", "libcupti.so.12"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let mut errors = Vec::new();
+    for name in &names {
+        // SAFETY: loading CUPTI runs no initialisers that depend on our state.
+        match unsafe { Library::new(name) } {
+            Ok(lib) => {
+                let lib: &'static Library = Box::leak(Box::new(lib));
+                *slot = Some(lib);
+                return Ok(lib);
+            }
+            Err(e) => errors.push(format!("{name}: {e}")),
+        }
+    }
+    Err(format!(
+        "CUPTI could not be loaded (put libcupti.so on LD_LIBRARY_PATH or name it in MEDDDPM_CUPTI): {}",
+        errors.join("; ")
+    ))
+}
+
+fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    // SAFETY: each name is declared above with CUPTI's C signature.
+    unsafe { lib.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("CUPTI lacks {name}: {e}"))
+}
+
+fn check(call: &str, code: i32) -> Result<(), String> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(format!("{call} failed with CUPTI error {code}"))
+    }
+}
+
+extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+    let layout = std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN).expect("layout");
+    // SAFETY: CUPTI passes valid out-pointers; the buffer is freed in `buffer_completed`.
+    unsafe {
+        *buffer = std::alloc::alloc(layout);
+        *size = if (*buffer).is_null() { 0 } else { BUFFER_BYTES };
+        *max_records = 0;
+    }
+}
+
+extern "C" fn buffer_completed(
+    _ctx: *mut c_void,
+    _stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    if buffer.is_null() {
+        return;
+    }
+    let lib = *LIBRARY.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(next) = lib.and_then(|l| symbol::<NextRecord>(l, "cuptiActivityGetNextRecord").ok())
+    {
+        let mut out = COLLECTED.lock().unwrap_or_else(|p| p.into_inner());
+        let mut record: *mut u8 = std::ptr::null_mut();
+        // SAFETY: `buffer` holds `valid` bytes of records; each record starts with its kind and
+        // holds the fields read at the offsets above. The loop ends at the buffer's end
+        // (`CUPTI_ERROR_MAX_LIMIT_REACHED`) or any other error.
+        unsafe {
+            while next(buffer, valid, &mut record) == 0 {
+                if let Some(a) = read_record(record) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    let layout = std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN).expect("layout");
+    // SAFETY: allocated in `buffer_requested` with this layout.
+    unsafe { std::alloc::dealloc(buffer, layout) };
+}
+
+/// # Safety
+/// `record` points at a CUPTI activity record.
+unsafe fn read_record(record: *const u8) -> Option<Activity> {
+    let kind = (record as *const u32).read_unaligned();
+    let at = |offset: usize| (record.add(offset) as *const u64).read_unaligned();
+    let (start_ns, end_ns) = (at(START), at(END));
+    let kernel = match kind {
+        KIND_CONCURRENT_KERNEL => {
+            let name = (record.add(KERNEL_NAME) as *const *const c_char).read_unaligned();
+            Some(if name.is_null() {
+                "?".to_string()
+            } else {
+                CStr::from_ptr(name).to_string_lossy().into_owned()
+            })
+        }
+        KIND_MEMCPY | KIND_MEMSET => None,
+        _ => return None,
+    };
+    Some(Activity {
+        kernel,
+        start_ns,
+        end_ns,
+    })
+}
+
+impl Session {
+    pub(super) fn start() -> Result<Self, String> {
+        let lib = library()?;
+        COLLECTED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let register: RegisterCallbacks = symbol(lib, "cuptiActivityRegisterCallbacks")?;
+        let enable: KindCall = symbol(lib, "cuptiActivityEnable")?;
+        // SAFETY: the callbacks have CUPTI's signatures and live for the process.
+        unsafe {
+            check(
+                "cuptiActivityRegisterCallbacks",
+                register(buffer_requested, buffer_completed),
+            )?;
+            for kind in KINDS {
+                check("cuptiActivityEnable", enable(kind))?;
+            }
+        }
+        Ok(Self { lib })
+    }
+
+    /// Stops recording and hands over what was recorded (the device is synchronised first by
+    /// the caller, so every activity has ended).
+    pub(super) fn finish(self) -> Result<Vec<Activity>, String> {
+        let disable: KindCall = symbol(self.lib, "cuptiActivityDisable")?;
+        let flush: FlushAll = symbol(self.lib, "cuptiActivityFlushAll")?;
+        // SAFETY: plain calls into the loaded library.
+        unsafe {
+            for kind in KINDS {
+                check("cuptiActivityDisable", disable(kind))?;
+            }
+            check("cuptiActivityFlushAll", flush(FLUSH_FORCED))?;
+        }
+        Ok(std::mem::take(
+            &mut *COLLECTED.lock().unwrap_or_else(|p| p.into_inner()),
+        ))
+    }
+}

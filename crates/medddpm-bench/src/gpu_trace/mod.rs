@@ -1,0 +1,263 @@
+//! Where a step's GPU time goes: every kernel, copy and memset the device ran during a few
+//! steps, recorded by NVIDIA's CUPTI activity API (`cupti.rs`, CUDA builds), then summed: the
+//! GPU's busy time (the union of their intervals), kernel time by operation class and the
+//! costliest kernels. Beside the step's wall time this says whether the GPU or the host holds
+//! the step, and which operations to fuse. `scripts/torch-gpu-profile.py` sums PyTorch's
+//! profiler records with the same classes (`gpu_classes.json`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "cuda")]
+mod cupti;
+
+/// Kernels whose names match a rule's pattern (lower case, first match wins) belong to its
+/// class; copies and memsets are `copies`; the rest `other`.
+const CLASSES: &str = include_str!("../../gpu_classes.json");
+
+/// The costliest kernels kept in a summary.
+const TOP_KERNELS: usize = 25;
+
+/// One activity the device ran: a kernel (its name) or a copy or memset (`None`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Activity {
+    /// The kernel's name; `None` for copies and memsets.
+    pub kernel: Option<String>,
+    /// Start and end on the device's clock, in nanoseconds.
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
+}
+
+/// A kernel's share of the traced steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelTime {
+    /// The kernel's name (cut at 120 characters).
+    pub name: String,
+    /// Launches per step.
+    pub calls: f64,
+    /// Milliseconds per step.
+    pub ms: f64,
+}
+
+/// The GPU's time per step, from the activities of `steps` traced steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuTime {
+    /// Steps traced (each synchronised).
+    pub steps: usize,
+    /// Wall time of a traced step, ms (the tracer adds a little to each launch: compare the
+    /// busy time with the untraced median of the same step).
+    pub wall_ms: f64,
+    /// Time the GPU ran anything, ms per step: the union of the activities' intervals.
+    pub busy_ms: f64,
+    /// Kernels, copies and memsets added up, ms per step (above `busy_ms` where they overlap).
+    pub kernel_ms: f64,
+    /// Kernel launches per step.
+    pub launches: f64,
+    /// Kernel time per step by operation class, ms.
+    pub by_class_ms: BTreeMap<String, f64>,
+    /// The costliest kernels, by time per step.
+    pub top: Vec<KernelTime>,
+}
+
+/// A classification rule of `gpu_classes.json`.
+#[derive(Deserialize)]
+struct Rule {
+    pattern: String,
+    class: String,
+}
+
+#[derive(Deserialize)]
+struct Rules {
+    rules: Vec<Rule>,
+}
+
+/// The operation class of a kernel named `name`.
+pub fn classify(name: &str) -> String {
+    let rules: Rules = serde_json::from_str(CLASSES).expect("gpu_classes.json is valid JSON");
+    let low = name.to_lowercase();
+    rules
+        .rules
+        .iter()
+        .find(|r| matches(&r.pattern, &low))
+        .map_or_else(|| "other".to_string(), |r| r.class.clone())
+}
+
+/// The patterns are alternatives of plain substrings (`a|b|c`): the same patterns serve
+/// Python's `re.search`, which the profile script uses.
+fn matches(pattern: &str, name: &str) -> bool {
+    pattern.split('|').any(|part| name.contains(part))
+}
+
+/// The busy time (the union of the intervals) in nanoseconds.
+fn union_ns(activities: &[Activity]) -> u64 {
+    let mut spans: Vec<(u64, u64)> = activities.iter().map(|a| (a.start_ns, a.end_ns)).collect();
+    spans.sort_unstable();
+    let mut total = 0;
+    let mut end = 0;
+    for (s, e) in spans {
+        if s >= end {
+            total += e.saturating_sub(s);
+            end = e;
+        } else if e > end {
+            total += e - end;
+            end = e;
+        }
+    }
+    total
+}
+
+/// Sums the activities of `steps` steps that took `wall_ms` each.
+pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime {
+    let per_step = |ns: u64| ns as f64 / 1e6 / steps.max(1) as f64;
+    let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    let mut launches = 0usize;
+    let mut total = 0u64;
+    for a in activities {
+        let ns = a.end_ns.saturating_sub(a.start_ns);
+        total += ns;
+        let class = match &a.kernel {
+            Some(name) => {
+                launches += 1;
+                let short: String = name.chars().take(120).collect();
+                let entry = by_name.entry(short).or_default();
+                entry.0 += 1;
+                entry.1 += ns;
+                classify(name)
+            }
+            None => "copies".to_string(),
+        };
+        *by_class.entry(class).or_default() += ns;
+    }
+    let mut top: Vec<KernelTime> = by_name
+        .into_iter()
+        .map(|(name, (calls, ns))| KernelTime {
+            name,
+            calls: calls as f64 / steps.max(1) as f64,
+            ms: per_step(ns),
+        })
+        .collect();
+    top.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    top.truncate(TOP_KERNELS);
+    GpuTime {
+        steps,
+        wall_ms,
+        busy_ms: per_step(union_ns(activities)),
+        kernel_ms: per_step(total),
+        launches: launches as f64 / steps.max(1) as f64,
+        by_class_ms: by_class
+            .into_iter()
+            .map(|(k, v)| (k, per_step(v)))
+            .collect(),
+        top,
+    }
+}
+
+/// Records the device's activities from [`Tracer::start`] to [`Tracer::finish`].
+pub struct Tracer {
+    #[cfg(feature = "cuda")]
+    inner: cupti::Session,
+}
+
+impl Tracer {
+    /// Starts recording, or says why it cannot (no CUDA in this build, CUPTI not found).
+    pub fn start() -> Result<Self, String> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Self {
+                inner: cupti::Session::start()?,
+            })
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err("this build has no CUDA backend (feature `cuda`)".into())
+        }
+    }
+
+    /// Stops recording (the caller has synchronised the device) and returns the activities.
+    pub fn finish(self) -> Result<Vec<Activity>, String> {
+        #[cfg(feature = "cuda")]
+        {
+            self.inner.finish()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Ok(Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(name: &str, start: u64, end: u64) -> Activity {
+        Activity {
+            kernel: Some(name.into()),
+            start_ns: start,
+            end_ns: end,
+        }
+    }
+
+    #[test]
+    fn busy_time_is_the_union_of_overlapping_intervals() {
+        let acts = [
+            kernel("a", 0, 10),
+            kernel("b", 5, 15),
+            kernel("c", 20, 30),
+            Activity {
+                kernel: None,
+                start_ns: 25,
+                end_ns: 40,
+            },
+        ];
+        assert_eq!(union_ns(&acts), 15 + 20);
+        let t = summarise(&acts, 1, 1.0);
+        assert_eq!(t.kernel_ms, 50.0 / 1e6);
+        assert_eq!(t.launches, 3.0);
+        assert_eq!(t.by_class_ms["copies"], 15.0 / 1e6);
+    }
+
+    #[test]
+    fn kernels_are_sorted_into_the_classes_of_both_frameworks() {
+        for (name, class) in [
+            (
+                "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_ndhwc",
+                "convolution",
+            ),
+            (
+                "cudnn::engines_precompiled::nhwcToNchwKernel",
+                "convolution",
+            ),
+            (
+                "triton_red_fused_native_group_norm_backward_12",
+                "normalisation",
+            ),
+            ("group_norm_forward_f32", "normalisation"),
+            ("multi_tensor_apply_kernel<FusedAdam>", "optimizer"),
+            ("fused_adam_step", "optimizer"),
+            ("triton_poi_fused_add_silu_3", "elementwise"),
+            ("elemwise_fuse", "elementwise"),
+            ("reduce_kernel<512, 1>", "reduction"),
+        ] {
+            assert_eq!(classify(name), class, "{name}");
+        }
+        assert_eq!(classify("something_new"), "other");
+    }
+
+    #[test]
+    fn costliest_kernels_come_first_per_step() {
+        let acts = [
+            kernel("cheap", 0, 1_000_000),
+            kernel("dear", 0, 3_000_000),
+            kernel("dear", 0, 3_000_000),
+        ];
+        let t = summarise(&acts, 2, 5.0);
+        assert_eq!(t.top[0].name, "dear");
+        assert_eq!(t.top[0].calls, 1.0);
+        assert_eq!(t.top[0].ms, 3.0);
+        assert_eq!(t.top[1].ms, 0.5);
+    }
+}

@@ -1,0 +1,121 @@
+//! `medddpm train --gpu-trace N`: the GPU's time over N optimizer steps of a real run (CUPTI,
+//! CUDA only), beside their wall time: whether the GPU or the host holds the trainer's step.
+//! Tracing starts after the first few steps (compilation, tuning, the first reads of the data)
+//! and ends N steps later; the result goes to `gpu-trace.json` in the run folder.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use medddpm_bench::gpu_trace::{summarise, GpuTime, Tracer};
+use medddpm_train::{StepMetrics, TrainObserver};
+
+/// Optimizer steps run before tracing starts.
+const SETTLE_STEPS: usize = 5;
+
+/// Wraps the progress observer; traces `steps` optimizer steps.
+pub struct TracingObserver<'a> {
+    inner: &'a mut dyn TrainObserver,
+    steps: usize,
+    out: PathBuf,
+    start_at: Option<usize>,
+    running: Option<(Tracer, Instant, usize)>,
+    done: bool,
+}
+
+impl<'a> TracingObserver<'a> {
+    pub fn new(inner: &'a mut dyn TrainObserver, steps: usize, run_dir: &Path) -> Self {
+        Self {
+            inner,
+            steps,
+            out: run_dir.join("gpu-trace.json"),
+            start_at: None,
+            running: None,
+            done: steps == 0,
+        }
+    }
+
+    /// Called after each optimizer step, when its work has finished on the device (the
+    /// trainer has read its loss).
+    fn after_step(&mut self, step: usize) {
+        if self.done {
+            return;
+        }
+        match self.running.take() {
+            None if Some(step) >= self.start_at => match Tracer::start() {
+                Ok(t) => self.running = Some((t, Instant::now(), step)),
+                Err(why) => self.finish_with(format!("no GPU trace: {why}")),
+            },
+            None => {}
+            Some((tracer, start, from)) if step >= from + self.steps => {
+                let wall_ms = start.elapsed().as_secs_f64() * 1e3 / self.steps as f64;
+                let text = match tracer.finish() {
+                    Ok(acts) => self.report(summarise(&acts, self.steps, wall_ms), from),
+                    Err(why) => format!("no GPU trace: {why}"),
+                };
+                self.finish_with(text);
+            }
+            Some(running) => self.running = Some(running),
+        }
+    }
+
+    fn report(&self, t: GpuTime, from: usize) -> String {
+        let written = serde_json::to_vec_pretty(&t)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| medddpm_atomic::write(&self.out, &bytes).map_err(|e| e.to_string()));
+        let classes: Vec<String> = t
+            .by_class_ms
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect();
+        format!(
+            "GPU trace of optimizer steps {}..{}: {:.1} ms a step, the GPU busy {:.1} ms ({:.0}%), {:.0} launches; kernels (ms): {}; {}",
+            from + 1,
+            from + self.steps,
+            t.wall_ms,
+            t.busy_ms,
+            100.0 * t.busy_ms / t.wall_ms,
+            t.launches,
+            classes.join(", "),
+            match written {
+                Ok(()) => format!("written to {}", self.out.display()),
+                Err(e) => format!("cannot write {}: {e}", self.out.display()),
+            }
+        )
+    }
+
+    fn finish_with(&mut self, text: String) {
+        self.done = true;
+        self.inner.message(&text);
+    }
+}
+
+impl TrainObserver for TracingObserver<'_> {
+    fn started(&mut self, start_step: usize, end_step: usize) {
+        self.start_at = Some(start_step + SETTLE_STEPS);
+        if start_step + SETTLE_STEPS + self.steps > end_step {
+            self.finish_with(format!(
+                "no GPU trace: the session runs {} steps, fewer than the {SETTLE_STEPS} before tracing and the {} traced",
+                end_step.saturating_sub(start_step),
+                self.steps
+            ));
+        }
+        self.inner.started(start_step, end_step);
+    }
+
+    fn step(&mut self, metrics: &StepMetrics) {
+        self.inner.step(metrics);
+        self.after_step(metrics.step);
+    }
+
+    fn sampling(&mut self, done: usize, total: usize) {
+        self.inner.sampling(done, total);
+    }
+
+    fn checkpoint(&mut self, path: &Path) {
+        self.inner.checkpoint(path);
+    }
+
+    fn message(&mut self, text: &str) {
+        self.inner.message(text);
+    }
+}

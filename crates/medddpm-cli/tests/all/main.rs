@@ -1,0 +1,8 @@
+//! The integration tests of `medddpm-cli`, one binary (each module was a test binary of its own;
+//! one link instead of 5 keeps CI's build short).
+
+mod cli;
+mod crash;
+mod eval_render;
+mod prepare;
+mod processes;

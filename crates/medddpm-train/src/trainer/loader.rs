@@ -1,0 +1,236 @@
+//! The data order and the loader: which examples each micro-batch trains on, and their voxels
+//! read, normalised and stacked on threads of their own while the device runs the micro-batches
+//! before (reading a gzipped 128^3 volume and its mask takes the host longer than a GPU's
+//! micro-step, which the GPU would otherwise wait for at every step).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use burn::tensor::TensorData;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::data::{DataError, Example, NiftiDataset};
+
+/// The data order: epoch e visits the examples in a permutation drawn from (seed, e), like the
+/// reference's reshuffling `DataLoader`, but reproducible from the micro-batch counter alone.
+pub(super) struct DataOrder {
+    seed: u64,
+    len: usize,
+    epoch: Option<(usize, Vec<usize>)>,
+}
+
+impl DataOrder {
+    pub fn new(seed: u64, len: usize) -> Self {
+        Self {
+            seed,
+            len,
+            epoch: None,
+        }
+    }
+
+    /// The example at global position `draw` (micro-batch x batch size + index in it).
+    pub fn index(&mut self, draw: usize) -> usize {
+        let (epoch, pos) = (draw / self.len, draw % self.len);
+        if self.epoch.as_ref().map(|(e, _)| *e) != Some(epoch) {
+            let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed_da7a);
+            rng.set_stream(epoch as u64);
+            let mut perm: Vec<usize> = (0..self.len).collect();
+            for i in (1..perm.len()).rev() {
+                perm.swap(i, rng.random_range(0..=i));
+            }
+            self.epoch = Some((epoch, perm));
+        }
+        self.epoch.as_ref().unwrap().1[pos]
+    }
+}
+
+/// A micro-batch's voxels on the host, stacked as the network's input expects them.
+pub(super) struct HostBatch {
+    /// Images, `[n, c_img, d, h, w]`.
+    pub image: TensorData,
+    /// Conditions, `[n, c_cond, d, h, w]`.
+    pub cond: TensorData,
+}
+
+/// Micro-batches read ahead at most, each on a thread of its own: enough that reads slower
+/// than a micro-step keep up (two or three micro-steps' time each), few enough that their
+/// voxels stay small beside a data set's cache.
+pub(super) const READ_AHEAD: usize = 3;
+
+/// A micro-batch being read ahead.
+struct Ahead {
+    positions: Vec<usize>,
+    indices: Vec<usize>,
+    handle: JoinHandle<Result<HostBatch, DataError>>,
+}
+
+/// The data order with the next micro-batches read ahead.
+pub(super) struct Loader {
+    pub order: DataOrder,
+    dataset: Arc<NiftiDataset>,
+    ahead: VecDeque<Ahead>,
+}
+
+impl Loader {
+    pub fn new(seed: u64, dataset: Arc<NiftiDataset>) -> Self {
+        Self {
+            order: DataOrder::new(seed, dataset.len()),
+            dataset,
+            ahead: VecDeque::new(),
+        }
+    }
+
+    /// The examples at global `positions`.
+    pub fn indices(&mut self, positions: &[usize]) -> Vec<usize> {
+        positions.iter().map(|&p| self.order.index(p)).collect()
+    }
+
+    /// The voxels of the examples at `indices`: read ahead when they are the first batch
+    /// [`Loader::read_ahead`] was asked for, else read now (and the reads ahead, which were for
+    /// another order, dropped).
+    pub fn take(&mut self, indices: &[usize]) -> Result<HostBatch, DataError> {
+        match self.ahead.pop_front() {
+            Some(ahead) if ahead.indices == indices => ahead
+                .handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Some(_) => {
+                self.ahead.clear();
+                host_batch(&self.dataset, indices)
+            }
+            None => host_batch(&self.dataset, indices),
+        }
+    }
+
+    /// Starts reading the micro-batches at `upcoming` global positions, in the order they
+    /// will be taken, each on a thread of its own: those not yet being read, up to
+    /// [`READ_AHEAD`] in all.
+    pub fn read_ahead(&mut self, upcoming: &[Vec<usize>]) {
+        for positions in upcoming.iter().take(READ_AHEAD) {
+            if self.ahead.iter().any(|a| &a.positions == positions) {
+                continue;
+            }
+            let indices = self.indices(positions);
+            let dataset = Arc::clone(&self.dataset);
+            let wanted = indices.clone();
+            let handle = std::thread::Builder::new()
+                .name("medddpm-loader".into())
+                .spawn(move || host_batch(&dataset, &wanted));
+            // Without a thread (the system refused one) the batch is read when it is taken.
+            let Ok(handle) = handle else { return };
+            self.ahead.push_back(Ahead {
+                positions: positions.clone(),
+                indices,
+                handle,
+            });
+        }
+    }
+}
+
+/// Reads the examples at `indices` and stacks them.
+fn host_batch(dataset: &NiftiDataset, indices: &[usize]) -> Result<HostBatch, DataError> {
+    let examples: Vec<Example> = indices
+        .iter()
+        .map(|&i| dataset.get(i))
+        .collect::<Result<_, _>>()?;
+    Ok(HostBatch {
+        image: stacked(&examples, true),
+        cond: stacked(&examples, false),
+    })
+}
+
+/// The images (`image`) or the conditions of `examples`, stacked along a batch axis.
+pub(super) fn stacked(examples: &[Example], image: bool) -> TensorData {
+    let [d, h, w] = examples[0].shape;
+    let mut data = Vec::new();
+    for e in examples {
+        data.extend_from_slice(if image { &e.image } else { &e.cond });
+    }
+    let channels = data.len() / (examples.len() * d * h * w);
+    TensorData::new(data, [examples.len(), channels, d, h, w])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{DataConfig, DataSource};
+
+    fn phantoms(dir: &std::path::Path, cache: bool) -> Arc<NiftiDataset> {
+        let mut config = DataConfig::new(DataSource::Phantom {
+            dir: dir.to_path_buf(),
+            count: 3,
+            size: [8, 8, 8],
+            seed: 1,
+        });
+        config.cache = cache;
+        Arc::new(NiftiDataset::open(&config).unwrap())
+    }
+
+    #[test]
+    fn a_batch_read_ahead_equals_one_read_when_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        for cache in [true, false] {
+            let dataset = phantoms(dir.path(), cache);
+            let mut loader = Loader::new(7, Arc::clone(&dataset));
+            let positions = [4, 5];
+            let indices = loader.indices(&positions);
+            loader.read_ahead(&[positions.to_vec(), vec![6, 7]]);
+            assert_eq!(loader.ahead.len(), 2);
+            loader.read_ahead(&[positions.to_vec()]);
+            assert_eq!(
+                loader.ahead.len(),
+                2,
+                "a batch being read is not read twice"
+            );
+            let ahead = loader.take(&indices).unwrap();
+            assert_eq!(loader.ahead.len(), 1, "taken");
+            let now = host_batch(&dataset, &indices).unwrap();
+            assert_eq!(ahead.image, now.image);
+            assert_eq!(ahead.cond, now.cond);
+            assert_eq!(ahead.image.shape.to_vec(), vec![2, 1, 8, 8, 8]);
+            assert_eq!(ahead.cond.shape.to_vec(), vec![2, 2, 8, 8, 8]);
+        }
+    }
+
+    #[test]
+    fn a_batch_read_ahead_for_other_examples_is_not_handed_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let dataset = phantoms(dir.path(), true);
+        let mut loader = Loader::new(0, Arc::clone(&dataset));
+        loader.read_ahead(&[vec![0], vec![1]]);
+        let wanted = loader.indices(&[1]);
+        assert_ne!(wanted, loader.indices(&[0]));
+        let got = loader.take(&wanted).unwrap();
+        assert_eq!(got.image, host_batch(&dataset, &wanted).unwrap().image);
+        assert!(
+            loader.ahead.is_empty(),
+            "reads for another order are dropped"
+        );
+    }
+
+    #[test]
+    fn a_read_error_reaches_the_step_that_takes_the_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let dataset = phantoms(dir.path(), false);
+        let (_, images) = dataset.files(0).unwrap();
+        std::fs::write(images[0], b"not a NIfTI file").unwrap();
+        let mut loader = Loader::new(0, Arc::clone(&dataset));
+        let all: Vec<usize> = (0..3).collect();
+        let position = all
+            .iter()
+            .copied()
+            .find(|&p| loader.indices(&[p]) == [0])
+            .unwrap();
+        loader.read_ahead(&[vec![position]]);
+        let err = loader
+            .take(&[0])
+            .err()
+            .expect("the broken file is an error");
+        assert!(
+            err.to_string().contains(&images[0].display().to_string()),
+            "{err}"
+        );
+    }
+}

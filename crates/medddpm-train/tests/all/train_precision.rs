@@ -1,0 +1,137 @@
+//! Training under the run-time switches: bf16 mixed precision keeps f32 master weights (the
+//! checkpoint is f32 and loads like any other), channels-last trains to the channels-first
+//! result, and both resume like a plain run.
+
+use crate::common;
+use burn::tensor::DType;
+use medddpm_train::{RunDir, SessionOptions};
+use medddpm_unet::{Compute, Layout, Precision};
+
+fn options(compute_dtype: DType, layout: Layout) -> SessionOptions {
+    let precision = if compute_dtype == DType::BF16 {
+        Precision::Bf16
+    } else {
+        Precision::Fp32
+    };
+    SessionOptions {
+        compute: Compute {
+            precision,
+            layout,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// ||a - b|| / ||b|| over all weights. (Not the largest difference: Adam turns a rounding
+/// difference in a near-zero gradient into a full learning-rate step, so single weights can
+/// move by ~lr while the network as a whole stays put.)
+fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
+        num += ((x - y) as f64).powi(2);
+        den += (*y as f64).powi(2);
+    }
+    (num / den).sqrt()
+}
+
+#[test]
+fn channels_last_and_bf16_sessions_train_like_the_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let run = |name: &str, dtype, layout| {
+        let dir = RunDir::new(tmp.path().join(name));
+        let summary = common::session_with(&config, &dir, &options(dtype, layout)).unwrap();
+        let weights = common::saved_weights(&config, &summary.checkpoint.join("model.mpk"));
+        (summary, weights)
+    };
+    let (base, w_base) = run("f32-ncdhw", DType::F32, Layout::Ncdhw);
+    let (last, w_last) = run("f32-ndhwc", DType::F32, Layout::Ndhwc);
+    let (bf16, w_bf16) = run("bf16-ndhwc", DType::BF16, Layout::Ndhwc);
+
+    // Same data, noise and steps: channels-last differs only by f32 summation order.
+    let d_last = rel_diff(&w_last, &w_base);
+    println!("weights rel. difference: ndhwc {d_last:.2e}");
+    assert!(d_last < 1e-4, "{d_last}");
+    assert!((last.last_loss - base.last_loss).abs() < 1e-4);
+
+    // bf16 computes differently but trains the same f32 weights to nearby values.
+    let d_bf16 = rel_diff(&w_bf16, &w_base);
+    println!(
+        "weights rel. difference: bf16 {d_bf16:.2e}; losses {} vs {}",
+        bf16.last_loss, base.last_loss
+    );
+    assert!(
+        d_bf16 > d_last,
+        "bf16 must differ from f32 by more than summation order"
+    );
+    assert!(d_bf16 < 2e-2, "{d_bf16}");
+    assert!((bf16.last_loss - base.last_loss).abs() < 0.05 * base.last_loss.abs().max(0.1));
+    assert_eq!(w_bf16.len(), w_base.len());
+}
+
+fn f16_options() -> SessionOptions {
+    SessionOptions {
+        compute: Compute {
+            precision: Precision::F16,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// f16 with loss scaling trains the f32 master weights to near the f32 run's, and keeps its
+/// scale in the checkpoint.
+#[test]
+fn f16_sessions_with_loss_scaling_train_like_the_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let base_dir = RunDir::new(tmp.path().join("f32"));
+    let base =
+        common::session_with(&config, &base_dir, &options(DType::F32, Layout::Ncdhw)).unwrap();
+    let w_base = common::saved_weights(&config, &base.checkpoint.join("model.mpk"));
+    let dir = RunDir::new(tmp.path().join("f16"));
+    let f16 = common::session_with(&config, &dir, &f16_options()).unwrap();
+    let w_f16 = common::saved_weights(&config, &f16.checkpoint.join("model.mpk"));
+    let d = rel_diff(&w_f16, &w_base);
+    println!(
+        "weights rel. difference: f16 {d:.2e}; losses {} vs {}",
+        f16.last_loss, base.last_loss
+    );
+    assert!(d > 0.0 && d < 2e-2, "{d}");
+    assert!((f16.last_loss - base.last_loss).abs() < 0.05 * base.last_loss.abs().max(0.1));
+    let state = medddpm_train::checkpoint::read_state(&f16.checkpoint).unwrap();
+    assert_eq!(state.step, config.train.steps);
+    assert_eq!(
+        state.loss_scale,
+        Some(medddpm_train::checkpoint::LossScale {
+            scale: config.train.loss_scale,
+            good_steps: config.train.steps,
+        })
+    );
+    // The other precisions keep no scale.
+    let base_state = medddpm_train::checkpoint::read_state(&base.checkpoint).unwrap();
+    assert_eq!(base_state.loss_scale, None);
+}
+
+/// A scale so large that f16's gradients overflow: those steps are skipped and the scale
+/// halves until they fit, then the run trains its steps to the end.
+#[test]
+fn f16_overflow_skips_the_step_and_halves_the_scale() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    config.train.loss_scale = 2f64.powi(40);
+    let dir = RunDir::new(tmp.path().join("f16"));
+    let summary = common::session_with(&config, &dir, &f16_options()).unwrap();
+    assert!(summary.last_loss.is_finite());
+    let state = medddpm_train::checkpoint::read_state(&summary.checkpoint).unwrap();
+    assert_eq!(state.step, config.train.steps);
+    let scale = state.loss_scale.unwrap().scale;
+    assert!(scale < 2f64.powi(40) && scale >= 1.0, "{scale}");
+    // Each skipped step drew its micro-batches: more were drawn than the steps' own.
+    let halvings = (40.0 - scale.log2()) as usize;
+    assert_eq!(
+        state.micro_batches,
+        (config.train.steps + halvings) * config.train.grad_accum
+    );
+}
