@@ -4,7 +4,8 @@
 # torch.compile profiled the same way, in one call (the GPUs differ from call to call).
 #
 #   scripts/gpu-engine-call.sh OUTDIR [PARTS]
-# PARTS (default "bench train torch"): any of bench, tf32, train, torch, torch2.
+# PARTS (default "bench train torch"): any of bench, tf32, train, sample (after train), check,
+# torch, torch2.
 # Needs: .device-bin/medddpm.xz (release build, feature cuda), and for the torch parts the
 # reference's diffusion_model/ in .device-peer/medddpm (../shared/peer/README.md).
 # Writes OUTDIR/logs.tgz (every log, JSON and report) and the tuning cache to carry back.
@@ -58,6 +59,19 @@ print(f"  optimizer step: median {1e3 * statistics.median(dt):.1f} ms, mean {1e3
 EOF
     grep -iE "fall|refus|cudnn|GPU trace" "$work/logs/train-$cache.log" | cut -c1-600 | head -6
   done
+fi
+if has sample && [ -d "$work/run-true" ]; then
+  # `medddpm sample` as a user runs it: one mask, the whole-head sampler's defaults (250 DDPM
+  # steps), from the run trained above.
+  mkdir -p "$work/masks" && cp "$(ls /tmp/phantoms128/mask/* | head -1)" "$work/masks/"
+  t0=$(date +%s.%N)
+  /tmp/medddpm sample --checkpoint "$work/run-true" --masks "$work/masks" --out "$work/samples" \
+    --backend cuda --precision bf16 --layout ndhwc --conv-engine cudnn > "$work/logs/sample.log" 2>&1
+  echo "sample rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; tail -3 "$work/logs/sample.log" | cut -c1-300
+fi
+if has check; then
+  /tmp/medddpm check-kernels --backend cuda --conv-engine cudnn --precision bf16 > "$work/logs/check-kernels-bf16.log" 2>&1
+  echo "check-kernels rc=$?"; tail -3 "$work/logs/check-kernels-bf16.log" | cut -c1-300
 fi
 for mode in 1 2; do
   part=torch; [ $mode = 2 ] && part=torch2

@@ -71,6 +71,28 @@ fn record(backend: &str, precision: &str, status: RecordStatus) -> BenchRecord {
         agreement_reference: None,
         tune_cache_warm: ok.then_some(false),
         burn_memory_mib: BTreeMap::new(),
+        train_gpu: None,
+        sample_gpu: None,
+    }
+}
+
+/// What a CUPTI trace of `wall_ms` steps reports.
+fn gpu_time(wall_ms: f64, busy_ms: f64) -> crate::gpu_trace::GpuTime {
+    crate::gpu_trace::GpuTime {
+        steps: 3,
+        wall_ms,
+        busy_ms,
+        kernel_ms: busy_ms + 1.0,
+        launches: 1236.0,
+        by_class_ms: BTreeMap::from([
+            ("convolution".to_string(), 35.8),
+            ("normalisation".to_string(), 15.1),
+        ]),
+        top: vec![crate::gpu_trace::KernelTime {
+            name: "sm90_xmma_fprop".to_string(),
+            calls: 18.0,
+            ms: 10.8,
+        }],
     }
 }
 
@@ -84,6 +106,7 @@ fn matrix() -> Vec<BenchRecord> {
         ("elementwise".to_string(), 20.0),
         ("normalisation".to_string(), 25.0),
     ]);
+    cuda.train_gpu = Some(gpu_time(104.3, 82.1));
     cuda.burn_memory_mib = BTreeMap::from([
         (crate::single::MEMORY_IN_USE.to_string(), 12000.0),
         (crate::single::MEMORY_RESERVED.to_string(), 20480.0),
@@ -409,4 +432,21 @@ fn jsonl_round_trip_and_bad_line_names_the_line() {
     nan.breakdown_ms.insert("attention".to_string(), f64::NAN);
     assert!(append_jsonl(&path, &nan).is_err());
     assert!(read_jsonl(&dir.0.join("missing.jsonl")).is_err());
+}
+
+#[test]
+fn markdown_has_the_gpu_time_beside_the_median_step() {
+    let md = to_markdown(&matrix());
+    assert!(md.contains("The GPU's time per step"), "{md}");
+    let row = md
+        .lines()
+        .find(|l| l.contains("training micro-step") && l.contains("82.1"))
+        .expect("a row for the traced training step");
+    // The busy share is of the untraced median step (812.3 ms), not of the traced one.
+    assert!(row.contains("812.3"), "{row}");
+    assert!(row.contains("10%"), "{row}");
+    assert!(row.contains("35.8") && row.contains("1236"), "{row}");
+    // Records without a trace add no table.
+    let plain = vec![record("cuda", "tf32", RecordStatus::Ok)];
+    assert!(!to_markdown(&plain).contains("The GPU's time per step"));
 }

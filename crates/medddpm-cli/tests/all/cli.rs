@@ -3,17 +3,7 @@
 
 use std::process::Command;
 
-fn medddpm(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use crate::common::medddpm;
 
 use medddpm_testdata::shared_dir;
 

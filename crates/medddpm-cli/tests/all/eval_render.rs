@@ -2,21 +2,10 @@
 //! rank a close sample above a far one, the pictures are written, and bad input names the file.
 
 use std::path::Path;
-use std::process::Command;
 
 use medddpm_nifti::Volume;
 
-fn medddpm(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use crate::common::medddpm;
 
 const N: usize = 24;
 

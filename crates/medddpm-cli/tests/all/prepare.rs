@@ -2,21 +2,10 @@
 //! skipped case with its reason, the overwrite guard, and errors that name the file.
 
 use std::path::Path;
-use std::process::Command;
 
 use medddpm_nifti::{Affine, DataType, Volume, WriteOptions};
 
-fn medddpm(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use crate::common::medddpm;
 
 const RAW_AFFINE: Affine = [
     [-1.0, 0.0, 0.0, 0.0],

@@ -3,17 +3,10 @@
 //! accumulating the same micro-batches (`bench --devices --launch processes`: `cli.rs`).
 
 use std::path::Path;
-use std::process::Command;
 
 fn medddpm(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    let (ok, _, stderr) = crate::common::medddpm(args);
+    (ok, stderr)
 }
 
 fn experiment(dir: &Path) -> String {

@@ -1,0 +1,1 @@
+bash scripts/gpu-engine-call.sh $OUT "bench train sample check torch"   # binary: call 2 (commit 15b88af less the message fix in progress.rs); carry .device-bin .device-peer .device-data (call 2 cache)
