@@ -8,7 +8,6 @@
 //! lets loading find a checkpoint damaged afterwards ([`crate::integrity`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
 use burn::tensor::backend::Backend;
@@ -91,13 +90,25 @@ pub struct RunDir {
     pub root: PathBuf,
 }
 
-static FAIL_NEXT_RENAME: AtomicBool = AtomicBool::new(false);
+/// The run folder whose next checkpoint rename fails (see [`inject_rename_failure`]).
+static FAIL_NEXT_RENAME: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
-/// Makes the next checkpoint rename fail, as a crash between writing and publishing would.
-/// For tests of crash safety only.
+/// Makes the next checkpoint rename in the run folder `root` fail, as a crash between writing
+/// and publishing would. For tests of crash safety only; other runs of the process (tests
+/// running beside it) are not touched.
 #[doc(hidden)]
-pub fn inject_rename_failure() {
-    FAIL_NEXT_RENAME.store(true, Ordering::SeqCst);
+pub fn inject_rename_failure(root: &Path) {
+    *FAIL_NEXT_RENAME.lock().unwrap_or_else(|p| p.into_inner()) = Some(root.to_path_buf());
+}
+
+/// Whether a failure was injected for the checkpoint folder `dir` (taking it).
+fn injected_failure(dir: &Path) -> bool {
+    let mut slot = FAIL_NEXT_RENAME.lock().unwrap_or_else(|p| p.into_inner());
+    let hit = slot.as_ref().is_some_and(|root| dir.starts_with(root));
+    if hit {
+        *slot = None;
+    }
+    hit
 }
 
 impl RunDir {
@@ -202,7 +213,7 @@ impl RunDir {
         medddpm_atomic::sync_dir(&tmp);
 
         let final_path = dir.join(&name);
-        if FAIL_NEXT_RENAME.swap(false, Ordering::SeqCst) {
+        if injected_failure(&dir) {
             return Err(TrainError::io(
                 &final_path,
                 std::io::Error::other("injected failure before publishing the checkpoint"),

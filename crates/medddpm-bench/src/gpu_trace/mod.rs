@@ -215,7 +215,7 @@ mod tests {
         ];
         assert_eq!(union_ns(&acts), 15 + 20);
         let t = summarise(&acts, 1, 1.0);
-        assert_eq!(t.kernel_ms, 50.0 / 1e6);
+        assert_eq!(t.kernel_ms, 45.0 / 1e6);
         assert_eq!(t.launches, 3.0);
         assert_eq!(t.by_class_ms["copies"], 15.0 / 1e6);
     }

@@ -1,6 +1,6 @@
 //! A crash while a checkpoint is being written (simulated by failing the rename that publishes
-//! it) leaves the previous checkpoint as the latest, loadable and resumable. Its own test binary,
-//! because the failure switch is process-wide.
+//! it) leaves the previous checkpoint as the latest, loadable and resumable. The failure is
+//! injected for this test's run folder only.
 
 use crate::common;
 use burn::backend::Flex;
@@ -19,7 +19,7 @@ fn failed_checkpoint_publication_keeps_the_previous_one() {
     assert!(before.ends_with("step-000002"));
     let weights_before = common::saved_weights(&config, &before.join("model.mpk"));
 
-    inject_rename_failure();
+    inject_rename_failure(&run.root);
     let err = common::session(&config, &run, true, None).unwrap_err();
     assert!(err.to_string().contains("step-000004"), "{err}");
 
