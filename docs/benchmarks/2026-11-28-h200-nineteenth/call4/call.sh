@@ -1,0 +1,1 @@
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; TOTAL=260 bash scripts/gpu-scaling.sh $OUT/x2 "wh-bf16:whole-head:128:bf16:230:0,1"   # kind nvidia-h200-x2; binary of call 2; carry .device-bin .device-data

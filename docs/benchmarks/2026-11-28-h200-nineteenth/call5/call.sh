@@ -1,0 +1,1 @@
+bash -c "... medddpm bench --backends cuda --precisions bf16 --layouts ndhwc --conv-engine cubecl --warmup 2 --steps 5 --no-breakdown"   # same nvidia-h200-x2 machine as call 4 (GPU 0); binary of call 2
