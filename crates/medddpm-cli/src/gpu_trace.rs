@@ -17,7 +17,8 @@ pub struct TracingObserver<'a> {
     inner: &'a mut dyn TrainObserver,
     steps: usize,
     out: PathBuf,
-    start_at: Option<usize>,
+    /// The step after which tracing starts (set when training starts).
+    start_at: usize,
     running: Option<(Tracer, Instant, usize)>,
     done: bool,
 }
@@ -28,7 +29,7 @@ impl<'a> TracingObserver<'a> {
             inner,
             steps,
             out: run_dir.join("gpu-trace.json"),
-            start_at: None,
+            start_at: usize::MAX,
             running: None,
             done: steps == 0,
         }
@@ -41,7 +42,7 @@ impl<'a> TracingObserver<'a> {
             return;
         }
         match self.running.take() {
-            None if Some(step) >= self.start_at => match Tracer::start() {
+            None if step >= self.start_at => match Tracer::start() {
                 Ok(t) => self.running = Some((t, Instant::now(), step)),
                 Err(why) => self.finish_with(format!("no GPU trace: {why}")),
             },
@@ -62,11 +63,6 @@ impl<'a> TracingObserver<'a> {
         let written = serde_json::to_vec_pretty(&t)
             .map_err(|e| e.to_string())
             .and_then(|bytes| medddpm_atomic::write(&self.out, &bytes).map_err(|e| e.to_string()));
-        let classes: Vec<String> = t
-            .by_class_ms
-            .iter()
-            .map(|(k, v)| format!("{k} {v:.1}"))
-            .collect();
         format!(
             "GPU trace of optimizer steps {}..{}: {:.1} ms a step, the GPU busy {:.1} ms ({:.0}%), {:.0} launches; kernels (ms): {}; {}",
             from + 1,
@@ -75,7 +71,7 @@ impl<'a> TracingObserver<'a> {
             t.busy_ms,
             100.0 * t.busy_ms / t.wall_ms,
             t.launches,
-            classes.join(", "),
+            t.classes_text(),
             match written {
                 Ok(()) => format!("written to {}", self.out.display()),
                 Err(e) => format!("cannot write {}: {e}", self.out.display()),
@@ -91,7 +87,7 @@ impl<'a> TracingObserver<'a> {
 
 impl TrainObserver for TracingObserver<'_> {
     fn started(&mut self, start_step: usize, end_step: usize) {
-        self.start_at = Some(start_step + SETTLE_STEPS);
+        self.start_at = start_step + SETTLE_STEPS;
         if start_step + SETTLE_STEPS + self.steps > end_step {
             self.finish_with(format!(
                 "no GPU trace: the session runs {} steps, fewer than the {SETTLE_STEPS} before tracing and the {} traced",
@@ -117,5 +113,74 @@ impl TrainObserver for TracingObserver<'_> {
 
     fn message(&mut self, text: &str) {
         self.inner.message(text);
+    }
+}
+
+#[cfg(all(test, not(feature = "cuda")))]
+mod tests {
+    use super::*;
+
+    /// What the wrapped observer heard.
+    #[derive(Default)]
+    struct Heard {
+        steps: Vec<usize>,
+        messages: Vec<String>,
+    }
+
+    impl TrainObserver for Heard {
+        fn step(&mut self, m: &StepMetrics) {
+            self.steps.push(m.step);
+        }
+        fn message(&mut self, text: &str) {
+            self.messages.push(text.to_string());
+        }
+    }
+
+    fn metrics(step: usize) -> StepMetrics {
+        StepMetrics {
+            step,
+            loss: 0.5,
+            lr: 1e-5,
+            steps_per_s: 1.0,
+            elapsed_s: step as f64,
+        }
+    }
+
+    #[test]
+    fn the_wrapped_observer_hears_every_step_and_why_no_trace_was_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut heard = Heard::default();
+        let mut traced = TracingObserver::new(&mut heard, 3, dir.path());
+        traced.started(0, 20);
+        for step in 1..=20 {
+            traced.step(&metrics(step));
+        }
+        drop(traced);
+        assert_eq!(heard.steps, (1..=20).collect::<Vec<_>>());
+        // Without CUDA the tracer cannot start: said once, when tracing was due.
+        assert_eq!(heard.messages.len(), 1, "{:?}", heard.messages);
+        assert!(
+            heard.messages[0].starts_with("no GPU trace: "),
+            "{:?}",
+            heard.messages
+        );
+        assert!(!dir.path().join("gpu-trace.json").exists());
+    }
+
+    #[test]
+    fn a_session_too_short_to_trace_says_so_at_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut heard = Heard::default();
+        let mut traced = TracingObserver::new(&mut heard, 10, dir.path());
+        traced.started(100, 110);
+        traced.step(&metrics(101));
+        drop(traced);
+        assert_eq!(heard.messages.len(), 1, "{:?}", heard.messages);
+        assert!(
+            heard.messages[0]
+                .contains("runs 10 steps, fewer than the 5 before tracing and the 10 traced"),
+            "{:?}",
+            heard.messages
+        );
     }
 }

@@ -163,7 +163,7 @@ impl TrainObserver for TrainBar {
     /// Above the bar on a terminal; a line of its own otherwise (a hidden bar prints nothing,
     /// and a log file is where a scheduler's job keeps what the run said).
     fn message(&mut self, text: &str) {
-        if self.plain.is_some() || !std::io::stderr().is_terminal() {
+        if !std::io::stderr().is_terminal() {
             eprintln!("{text}");
         } else {
             self.bar.println(text);

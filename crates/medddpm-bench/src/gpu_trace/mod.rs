@@ -61,6 +61,17 @@ pub struct GpuTime {
     pub top: Vec<KernelTime>,
 }
 
+impl GpuTime {
+    /// Kernel time per step by class, as one line (`convolution 35.8, matmul 10.4, ...`, ms).
+    pub fn classes_text(&self) -> String {
+        self.by_class_ms
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// A classification rule of `gpu_classes.json`.
 #[derive(Deserialize)]
 struct Rule {
@@ -75,7 +86,9 @@ struct Rules {
 
 /// The operation class of a kernel named `name`.
 pub fn classify(name: &str) -> String {
-    let rules: Rules = serde_json::from_str(CLASSES).expect("gpu_classes.json is valid JSON");
+    static RULES: std::sync::OnceLock<Rules> = std::sync::OnceLock::new();
+    let rules = RULES
+        .get_or_init(|| serde_json::from_str(CLASSES).expect("gpu_classes.json is valid JSON"));
     let low = name.to_lowercase();
     rules
         .rules
@@ -218,6 +231,11 @@ mod tests {
         assert_eq!(t.kernel_ms, 45.0 / 1e6);
         assert_eq!(t.launches, 3.0);
         assert_eq!(t.by_class_ms["copies"], 15.0 / 1e6);
+        assert!(
+            t.classes_text().starts_with("copies 0.0, other 0.0"),
+            "{}",
+            t.classes_text()
+        );
     }
 
     #[test]

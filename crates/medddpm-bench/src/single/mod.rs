@@ -260,15 +260,12 @@ impl<B: Backend> Run<'_, B> {
     ) -> Result<Option<crate::gpu_trace::GpuTime>> {
         match case::traced_steps(case, TRACED_STEPS)? {
             Ok(t) => {
-                let classes = t
-                    .by_class_ms
-                    .iter()
-                    .map(|(k, v)| format!("{k} {v:.1}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
                 self.say(&format!(
-                    "GPU per {what}: busy {:.1} of {:.1} ms traced, {:.0} launches; kernels (ms): {classes}",
-                    t.busy_ms, t.wall_ms, t.launches
+                    "GPU per {what}: busy {:.1} of {:.1} ms traced, {:.0} launches; kernels (ms): {}",
+                    t.busy_ms,
+                    t.wall_ms,
+                    t.launches,
+                    t.classes_text()
                 ));
                 Ok(Some(t))
             }

@@ -1,5 +1,6 @@
 //! What the command tests share.
 
+use std::path::Path;
 use std::process::Command;
 
 /// Runs the `medddpm` binary: whether it succeeded, its stdout and its stderr.
@@ -12,5 +13,31 @@ pub fn medddpm(args: &[&str]) -> (bool, String, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into(),
         String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// A tiny experiment on `phantoms` 16^3 phantoms in `dir/phantoms`, with `train` as its
+/// `[train]` section.
+pub fn tiny_experiment(dir: &Path, phantoms: usize, train: &str) -> String {
+    format!(
+        r#"
+[model]
+in_channels = 3
+out_channels = 1
+model_channels = 8
+channel_mult = [1, 2]
+attention_resolutions = []
+image_size = 16
+num_groups = 8
+
+[diffusion]
+timesteps = 50
+
+[data]
+source = {{ layout = "phantom", dir = {:?}, count = {phantoms}, size = [16, 16, 16], seed = 3 }}
+
+[train]
+{train}"#,
+        dir.join("phantoms")
     )
 }

@@ -17,32 +17,12 @@ const SAVE_EVERY: usize = 3;
 const STEPS: usize = 100_000; // never reached: every session is killed, then one finishes
 
 fn experiment(dir: &Path, steps: usize) -> String {
-    format!(
-        r#"
-[model]
-in_channels = 3
-out_channels = 1
-model_channels = 8
-channel_mult = [1, 2]
-attention_resolutions = []
-image_size = 16
-num_groups = 8
-
-[diffusion]
-timesteps = 50
-
-[data]
-source = {{ layout = "phantom", dir = {:?}, count = 2, size = [16, 16, 16], seed = 3 }}
-
-[train]
-steps = {steps}
-lr = 1e-3
-save_every = {SAVE_EVERY}
-samples_per_checkpoint = 0
-keep_checkpoints = 3
-ema_start = 2
-"#,
-        dir.join("phantoms")
+    crate::common::tiny_experiment(
+        dir,
+        2,
+        &format!(
+            "steps = {steps}\nlr = 1e-3\nsave_every = {SAVE_EVERY}\nsamples_per_checkpoint = 0\nkeep_checkpoints = 3\nema_start = 2\n"
+        ),
     )
 }
 

@@ -10,33 +10,10 @@ fn medddpm(args: &[&str]) -> (bool, String) {
 }
 
 fn experiment(dir: &Path) -> String {
-    format!(
-        r#"
-[model]
-in_channels = 3
-out_channels = 1
-model_channels = 8
-channel_mult = [1, 2]
-attention_resolutions = []
-image_size = 16
-num_groups = 8
-
-[diffusion]
-timesteps = 50
-
-[data]
-source = {{ layout = "phantom", dir = {:?}, count = 4, size = [16, 16, 16], seed = 3 }}
-
-[train]
-steps = 3
-lr = 1e-3
-batch_size = 1
-grad_accum = 2
-save_every = 3
-samples_per_checkpoint = 0
-ema_start = 1
-"#,
-        dir.join("phantoms")
+    crate::common::tiny_experiment(
+        dir,
+        4,
+        "steps = 3\nlr = 1e-3\nbatch_size = 1\ngrad_accum = 2\nsave_every = 3\nsamples_per_checkpoint = 0\nema_start = 1\n",
     )
 }
 

@@ -87,9 +87,7 @@ impl AlgoTable {
         save_cache(self.file.as_deref(), &choices);
         choice
     }
-}
 
-impl AlgoTable {
     /// Replaces the choice for `key` (one that cuDNN refused on this machine) and saves the
     /// table.
     pub fn replace(&self, key: &str, choice: Choice) {

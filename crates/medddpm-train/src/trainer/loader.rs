@@ -59,16 +59,15 @@ pub(super) struct HostBatch {
 /// voxels stay small beside a data set's cache.
 pub(super) const READ_AHEAD: usize = 3;
 
-/// A micro-batch being read ahead.
+/// A micro-batch being read ahead: its global positions and the read.
 struct Ahead {
     positions: Vec<usize>,
-    indices: Vec<usize>,
     handle: JoinHandle<Result<HostBatch, DataError>>,
 }
 
 /// The data order with the next micro-batches read ahead.
 pub(super) struct Loader {
-    pub order: DataOrder,
+    order: DataOrder,
     dataset: Arc<NiftiDataset>,
     ahead: VecDeque<Ahead>,
 }
@@ -87,20 +86,22 @@ impl Loader {
         positions.iter().map(|&p| self.order.index(p)).collect()
     }
 
-    /// The voxels of the examples at `indices`: read ahead when they are the first batch
-    /// [`Loader::read_ahead`] was asked for, else read now (and the reads ahead, which were for
-    /// another order, dropped).
-    pub fn take(&mut self, indices: &[usize]) -> Result<HostBatch, DataError> {
+    /// The voxels of the examples at global `positions`: read ahead when they are the first
+    /// batch [`Loader::read_ahead`] was asked for, else read now (and the reads ahead, which
+    /// were for another order, dropped).
+    pub fn take(&mut self, positions: &[usize]) -> Result<HostBatch, DataError> {
         match self.ahead.pop_front() {
-            Some(ahead) if ahead.indices == indices => ahead
+            Some(ahead) if ahead.positions == positions => ahead
                 .handle
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Some(_) => {
-                self.ahead.clear();
-                host_batch(&self.dataset, indices)
+            other => {
+                if other.is_some() {
+                    self.ahead.clear();
+                }
+                let indices = self.indices(positions);
+                host_batch(&self.dataset, &indices)
             }
-            None => host_batch(&self.dataset, indices),
         }
     }
 
@@ -114,15 +115,13 @@ impl Loader {
             }
             let indices = self.indices(positions);
             let dataset = Arc::clone(&self.dataset);
-            let wanted = indices.clone();
             let handle = std::thread::Builder::new()
                 .name("medddpm-loader".into())
-                .spawn(move || host_batch(&dataset, &wanted));
+                .spawn(move || host_batch(&dataset, &indices));
             // Without a thread (the system refused one) the batch is read when it is taken.
             let Ok(handle) = handle else { return };
             self.ahead.push_back(Ahead {
                 positions: positions.clone(),
-                indices,
                 handle,
             });
         }
@@ -184,7 +183,7 @@ mod tests {
                 2,
                 "a batch being read is not read twice"
             );
-            let ahead = loader.take(&indices).unwrap();
+            let ahead = loader.take(&positions).unwrap();
             assert_eq!(loader.ahead.len(), 1, "taken");
             let now = host_batch(&dataset, &indices).unwrap();
             assert_eq!(ahead.image, now.image);
@@ -202,7 +201,7 @@ mod tests {
         loader.read_ahead(&[vec![0], vec![1]]);
         let wanted = loader.indices(&[1]);
         assert_ne!(wanted, loader.indices(&[0]));
-        let got = loader.take(&wanted).unwrap();
+        let got = loader.take(&[1]).unwrap();
         assert_eq!(got.image, host_batch(&dataset, &wanted).unwrap().image);
         assert!(
             loader.ahead.is_empty(),
@@ -225,7 +224,7 @@ mod tests {
             .unwrap();
         loader.read_ahead(&[vec![position]]);
         let err = loader
-            .take(&[0])
+            .take(&[position])
             .err()
             .expect("the broken file is an error");
         assert!(

@@ -176,7 +176,7 @@ fn lead<B: KernelAutodiffBackend>(
         every: settings.ema_every,
         start: settings.ema_start,
     };
-    let mut order = Loader::new(settings.seed, std::sync::Arc::clone(&s.dataset));
+    let mut loader = Loader::new(settings.seed, std::sync::Arc::clone(&s.dataset));
     let mut progress = Progress::start(run, &s.state)?;
     let mut skipped_in_a_row = 0usize;
     observer.started(progress.start_step, end_step);
@@ -197,7 +197,7 @@ fn lead<B: KernelAutodiffBackend>(
                 &mut s.state.micro_batches,
                 scaled(&mut s.state.loss_scale, options),
             ),
-            (&mut order, &mut skipped_in_a_row),
+            (&mut loader, &mut skipped_in_a_row),
             (config, &team, lr, compute_dtype),
         )?;
         s.model = model;
@@ -284,7 +284,7 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     model: UNet<B>,
     optim: &mut FusedAdamOptimizer<UNet<B>, B>,
     (micro_batches, loss_scale): (&mut usize, Option<&mut LossScale>),
-    (order, skipped_in_a_row): (&mut Loader, &mut usize),
+    (loader, skipped_in_a_row): (&mut Loader, &mut usize),
     (config, team, lr, compute_dtype): (&ExperimentConfig, &Team<'_>, f64, DType),
 ) -> Result<(UNet<B>, Update, Vec<usize>), TrainError> {
     // Every replica starts the step together: the first may have been sampling with the
@@ -300,7 +300,7 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     let step = accumulate(
         replica,
         (&model, &work),
-        order,
+        loader,
         config,
         (&team.shard, first, scale),
     );

@@ -96,7 +96,7 @@ impl<B: KernelAutodiffBackend> Worker<B> {
         team: Team<'_>,
         end: usize,
     ) -> Result<(), TrainError> {
-        let mut order = Loader::new(config.train.seed, std::sync::Arc::clone(&self.dataset));
+        let mut loader = Loader::new(config.train.seed, std::sync::Arc::clone(&self.dataset));
         let mut skipped_in_a_row = 0usize;
         let compute_dtype = options.compute.precision.compute_dtype();
         while self.step < end {
@@ -113,7 +113,7 @@ impl<B: KernelAutodiffBackend> Worker<B> {
                     &mut self.micro_batches,
                     scaled(&mut self.loss_scale, options),
                 ),
-                (&mut order, &mut skipped_in_a_row),
+                (&mut loader, &mut skipped_in_a_row),
                 (config, &team, lr, compute_dtype),
             )?;
             self.model = model;

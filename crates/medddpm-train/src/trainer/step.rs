@@ -194,7 +194,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     for (j, micro) in micro_batches.iter().enumerate() {
         let positions = positions_of(micro);
         let indices = loader.indices(&positions);
-        let host = loader.take(&indices)?;
+        let host = loader.take(&positions)?;
         let upcoming: Vec<Vec<usize>> = micro_batches[j + 1..]
             .iter()
             .chain(&following)
