@@ -1,10 +1,23 @@
 # Set-up shared by the GPU-machine scripts (sourced, from the repository root): the carried
 # binary, the Vulkan loader, the tuning cache, and packing the cache back up.
 
-# The release binary carried as .device-bin/medddpm.xz, unpacked to /tmp/medddpm.
+# The release binary carried as .device-bin/medddpm.xz, unpacked to /tmp/medddpm, and the
+# cuBLAS it loads.
 unpack_binary() {
   xz -t .device-bin/medddpm.xz || { echo "carried binary is damaged"; exit 3; }
   xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm
+  cublas_library
+}
+
+# cuBLAS for the products (medddpm-kernels' `cublas`): the system's if the loader knows one,
+# else the copy PyTorch's wheels bring, named in MEDDDPM_CUBLAS.
+cublas_library() {
+  ldconfig -p | grep -qE 'libcublas\.so(\.1[23])? ' && return
+  local site lib
+  site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null) || return
+  lib=$(find "$site/nvidia" -name 'libcublas.so.1*' 2>/dev/null | sort | tail -1)
+  [ -n "$lib" ] && export MEDDDPM_CUBLAS=$lib
+  echo "cuBLAS: ${MEDDDPM_CUBLAS:-not found}"
 }
 
 # The Vulkan loader and glvnd, carried as .gl/*.deb (the device README says how to fetch them).

@@ -19,7 +19,7 @@ export NCCL_NVLS_ENABLE=0
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 cupti=$(find "$site/nvidia" -name 'libcupti.so*' 2>/dev/null | sort | head -1)
 [ -n "$cupti" ] && export MEDDDPM_CUPTI=$cupti
-{ nvidia-smi; echo "CUPTI: ${cupti:-none}"; python3 -c 'import torch; print(torch.__version__, torch.backends.cudnn.version())'; } > "$work/logs/machine.txt" 2>&1
+{ nvidia-smi; echo "CUPTI: ${cupti:-none}"; echo "cuBLAS: ${MEDDDPM_CUBLAS:-system}"; python3 -c 'import torch; print(torch.__version__, torch.backends.cudnn.version())'; } > "$work/logs/machine.txt" 2>&1
 head -12 "$work/logs/machine.txt"
 
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }

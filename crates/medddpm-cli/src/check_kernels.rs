@@ -1,5 +1,5 @@
-//! `medddpm check-kernels`: the backend's convolution engine, GroupNorm, upsampling and Adam
-//! kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
+//! `medddpm check-kernels`: the backend's convolution engine, matrix products, GroupNorm,
+//! upsampling and Adam kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
 //! rounded operands) on the U-Net's geometries and odd ones, forward and gradients, per
 //! precision and layout; or, with `--collective-devices`, the all-reduce of data-parallel
 //! training across devices.
@@ -61,6 +61,20 @@ struct Row {
     pass: bool,
 }
 
+/// One matrix-product case's result.
+#[derive(Debug, Serialize)]
+struct ProductRow {
+    a: [usize; 3],
+    b: [usize; 3],
+    trans_a: bool,
+    trans_b: bool,
+    product: f64,
+    a_grad: f64,
+    b_grad: f64,
+    tolerance: f64,
+    pass: bool,
+}
+
 /// One GroupNorm case's result.
 #[derive(Debug, Serialize)]
 struct NormRow {
@@ -113,6 +127,7 @@ struct Report {
     precision: String,
     conv_engine: String,
     rows: Vec<Row>,
+    product_rows: Vec<ProductRow>,
     norm_engine: String,
     norm_rows: Vec<NormRow>,
     upsample_rows: Vec<UpsampleRow>,
@@ -122,13 +137,18 @@ struct Report {
 impl Report {
     fn failed(&self) -> usize {
         self.rows.iter().filter(|r| !r.pass).count()
+            + self.product_rows.iter().filter(|r| !r.pass).count()
             + self.norm_rows.iter().filter(|r| !r.pass).count()
             + self.upsample_rows.iter().filter(|r| !r.pass).count()
             + self.adam_rows.iter().filter(|r| !r.pass).count()
     }
 
     fn cases(&self) -> usize {
-        self.rows.len() + self.norm_rows.len() + self.upsample_rows.len() + self.adam_rows.len()
+        self.rows.len()
+            + self.product_rows.len()
+            + self.norm_rows.len()
+            + self.upsample_rows.len()
+            + self.adam_rows.len()
     }
 }
 
@@ -172,6 +192,7 @@ impl BackendTask for Task {
             precision: env.precision.to_string(),
             conv_engine: env.conv_engine.to_string(),
             rows: conv_rows::<B>(&device, env, self.scale),
+            product_rows: product_rows::<B>(&device, env, self.scale),
             norm_engine: env.norm_engine.to_string(),
             norm_rows: norm_rows::<B>(&device, env, self.scale),
             upsample_rows: upsample_rows::<B>(&device, env, self.scale),
@@ -258,6 +279,52 @@ fn norm_rows<B: KernelAutodiffBackend>(
         }
     }
     norm_rows
+}
+
+/// The matrix products (cuBLAS on CUDA with cuDNN) and their gradients against burn's f32
+/// `matmul` on the CPU, with the convolutions' tolerance (the same arithmetic: 16-bit or TF32
+/// operands, f32 sums).
+fn product_rows<B: KernelAutodiffBackend>(
+    device: &B::Device,
+    env: &RunEnv,
+    scale: usize,
+) -> Vec<ProductRow> {
+    let tol = tolerance(env.precision);
+    let mut rows = Vec::new();
+    for (i, (a, b, trans_a, trans_b)) in medddpm_kernels::product::cases(scale)
+        .into_iter()
+        .enumerate()
+    {
+        let spec = medddpm_kernels::ProductSpec::plain(env.compute()).with(trans_a, trans_b);
+        let errs = medddpm_kernels::product::engine_vs_reference::<B::InnerBackend>(
+            device,
+            a,
+            b,
+            spec,
+            env.compute_dtype(),
+            400 + i as u64,
+        );
+        let [p, da, db] = errs;
+        let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
+        eprintln!(
+            "product {a:?}{} x {b:?}{}: product {p:.2e}, gradients {da:.2e} / {db:.2e} {}",
+            if trans_a { "ᵀ" } else { "" },
+            if trans_b { "ᵀ" } else { "" },
+            if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+        );
+        rows.push(ProductRow {
+            a,
+            b,
+            trans_a,
+            trans_b,
+            product: p,
+            a_grad: da,
+            b_grad: db,
+            tolerance: tol,
+            pass,
+        });
+    }
+    rows
 }
 
 /// Trilinear x2 upsampling against its plain-op twin, both layouts.

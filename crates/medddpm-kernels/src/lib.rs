@@ -38,11 +38,14 @@ pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
 #[cfg(feature = "cuda")]
+mod cublas;
+#[cfg(feature = "cuda")]
 pub mod cudnn;
 mod dtype;
 pub mod norm;
 pub mod panics;
 mod primitive;
+pub mod product;
 pub mod seeded;
 pub mod upsample;
 
@@ -57,6 +60,7 @@ pub use conv::{
 };
 pub use dtype::{cast_to, to_stats};
 pub use norm::{group_norm, GroupNormSpec};
+pub use product::{pointwise, product, ProductSpec};
 pub use seeded::{backward_seeded, SeededBackward};
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,

@@ -9,7 +9,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::exec::{cast_to, to_stats, Ctx, Layout, OpClass};
-use medddpm_kernels::KernelBackend;
+use medddpm_kernels::{product, Compute, KernelBackend, ProductSpec};
 
 /// GroupNorm epsilon of PyTorch's `nn.GroupNorm`, which the reference uses.
 pub const GROUP_NORM_EPS: f64 = 1e-5;
@@ -205,16 +205,17 @@ impl<B: Backend> AttentionBlock<B> {
                 ctx.op(OpClass::Attention, || {
                     // The k=1 Conv1d projections as products with the transposed kernels, so
                     // the tokens stay channels-last.
-                    let qkv = pointwise(&self.qkv, normed);
+                    let qkv = pointwise(&self.qkv, normed, ctx.compute);
                     let scale = (c as f64).powf(-0.25);
                     let q = qkv.clone().narrow(2, 0, c).mul_scalar(scale);
                     let k = qkv.clone().narrow(2, c, c).mul_scalar(scale);
                     let v = qkv.narrow(2, 2 * c, c);
-                    let logits = q.matmul(k.swap_dims(1, 2));
+                    let products = ProductSpec::plain(ctx.compute);
+                    let logits = product(q, k, products.with(false, true));
                     let dtype = logits.dtype();
                     let weights = cast_to(softmax(to_stats(logits), 2), dtype);
-                    let a = weights.matmul(v);
-                    (x + pointwise(&self.proj_out, a)).reshape(dims)
+                    let a = product(weights, v, products);
+                    (x + pointwise(&self.proj_out, a, ctx.compute)).reshape(dims)
                 })
             }
         }
@@ -222,12 +223,17 @@ impl<B: Backend> AttentionBlock<B> {
 }
 
 /// A kernel-size-1 Conv1d applied to channels-last tokens `[batch, n, c_in]`.
-fn pointwise<B: Backend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn pointwise<B: KernelBackend>(
+    conv: &Conv1d<B>,
+    x: Tensor<B, 3>,
+    compute: Compute,
+) -> Tensor<B, 3> {
     let [c_out, c_in, _] = conv.weight.dims();
     crate::exec::pointwise_tokens(
         x,
         conv.weight.val().reshape([c_out, c_in]),
         conv.bias.as_ref().map(|bias| bias.val()),
+        compute,
     )
 }
 

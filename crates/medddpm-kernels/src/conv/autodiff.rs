@@ -15,6 +15,8 @@ use super::backward_profile;
 use super::spec::Conv3dSpec;
 use crate::compute::Layout;
 use crate::norm::reference::GroupNormSpec;
+use crate::product::reference::backward_plan;
+use crate::product::ProductSpec;
 
 impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
@@ -177,6 +179,51 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
                 prep.finish(layout, B::upsample_trilinear_x2(x.primitive, layout))
             }
             OpsKind::UnTracked(prep) => prep.finish(B::upsample_trilinear_x2(x.primitive, layout)),
+        }
+    }
+
+    fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct ProductBackward;
+
+        impl<B: KernelBackend> Backward<B, 2> for ProductBackward {
+            type State = (NodeId, NodeId, ProductSpec);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let [node_a, node_b] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (a_state, b_state, spec) = ops.state;
+                let a = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(a_state);
+                let b = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(b_state);
+                let (da, db) = backward_plan(spec);
+                if let Some(node) = node_a {
+                    let (first, second) = da.operands(grad.clone(), b);
+                    grads.register::<B>(node.id, B::product(first, second, da.spec));
+                }
+                if let Some(node) = node_b {
+                    let (first, second) = db.operands(grad, a);
+                    grads.register::<B>(node.id, B::product(first, second, db.spec));
+                }
+            }
+        }
+
+        match ProductBackward
+            .prepare::<C>([a.node.clone(), b.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let a_state = prep.checkpoint(&a);
+                let b_state = prep.checkpoint(&b);
+                let out = B::product(a.primitive, b.primitive, spec);
+                prep.finish((a_state, b_state, spec), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::product(a.primitive, b.primitive, spec)),
         }
     }
 

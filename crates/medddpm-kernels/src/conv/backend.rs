@@ -13,6 +13,8 @@ use crate::norm::reference::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
 use crate::primitive::{float, tensor};
+use crate::product::reference::product_primitive;
+use crate::product::ProductSpec;
 use crate::seeded::SeededBackward;
 use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
@@ -115,6 +117,14 @@ pub trait KernelBackend: CollectiveBackend {
             tensor(grad),
             layout,
         ))
+    }
+
+    /// `op(a) · op(b)` of `[batch, rows, cols]` operands, `op` transposing where `spec` says
+    /// (the U-Net's 1x1x1 convolutions and attention). Provided body: burn's `matmul`, the
+    /// reference twin ([`crate::product::reference::product`]); burn's CUDA backend calls
+    /// cuBLAS when the convolutions go to cuDNN.
+    fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
+        product_primitive::<Self>(a, b, spec)
     }
 
     /// One Adam update of each item's parameter tensor, all with `step`: per item, in order,

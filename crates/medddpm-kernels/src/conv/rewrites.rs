@@ -1,11 +1,12 @@
-//! The same gradients computed another way where that is much faster: the data gradient of a
-//! "same"-padded convolution as a forward convolution, and the weight gradient with zero output
+//! The same convolutions and gradients computed another way where that is much faster: the
+//! data gradient of a "same"-padded convolution as a forward convolution, the weight gradient
+//! with zero output channels added, and a convolution of few input channels with zero input
 //! channels added.
 
 use burn::tensor::Tensor;
 
 use super::backend::KernelBackend;
-use super::ops::conv3d_weight_grad;
+use super::ops::{conv3d, conv3d_weight_grad};
 use super::spec::Conv3dSpec;
 use crate::compute::Layout;
 use crate::primitive::{float, tensor};
@@ -43,6 +44,54 @@ pub fn weight_grad_padded<B: KernelBackend>(
     };
     let weight = Tensor::<B, 5>::zeros([padded, c_in, kd, kh, kw], (&device, weight.dtype()));
     conv3d_weight_grad(x, weight, grad_out, spec).narrow(0, 0, c_out)
+}
+
+/// `x` `[b, c, d, h, w]` with zero channels added up to `padded`, written in `layout`'s memory
+/// order (channels-last stays channels-last).
+fn pad_channels<B: KernelBackend>(x: Tensor<B, 5>, padded: usize, layout: Layout) -> Tensor<B, 5> {
+    let [b, c, d, h, w] = x.dims();
+    let options = (&x.device(), x.dtype());
+    match layout {
+        Layout::Ncdhw => {
+            let zeros = Tensor::<B, 5>::zeros([b, padded - c, d, h, w], options);
+            Tensor::cat(vec![x, zeros], 1)
+        }
+        Layout::Ndhwc => {
+            let zeros = Tensor::<B, 5>::zeros([b, d, h, w, padded - c], options);
+            Tensor::cat(vec![x.permute([0, 2, 3, 4, 1]), zeros], 4).permute([0, 4, 1, 2, 3])
+        }
+    }
+}
+
+/// The convolution with `x` and the kernel padded by zero input channels up to `padded` (the
+/// products with the zeros add nothing).
+pub fn forward_in_padded<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    spec: Conv3dSpec,
+    padded: usize,
+) -> Tensor<B, 5> {
+    let x = pad_channels(x, padded, spec.compute.layout);
+    let weight = pad_channels(weight, padded, Layout::Ncdhw);
+    conv3d(x, weight, None, spec)
+}
+
+/// The weight gradient with `x` padded by zero input channels up to `padded` (the extra
+/// columns of the result are dropped).
+pub fn weight_grad_in_padded<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    grad_out: Tensor<B, 5>,
+    spec: Conv3dSpec,
+    padded: usize,
+) -> Tensor<B, 5> {
+    let [c_out, c_in, kd, kh, kw] = weight.dims();
+    let x = pad_channels(x, padded, spec.compute.layout);
+    let weight = Tensor::<B, 5>::zeros(
+        [c_out, padded, kd, kh, kw],
+        (&weight.device(), weight.dtype()),
+    );
+    conv3d_weight_grad(x, weight, grad_out, spec).narrow(1, 0, c_in)
 }
 
 /// Whether [`data_grad_via_forward`] applies: a strided convolution whose padding is half its

@@ -64,7 +64,16 @@ impl<B: KernelBackend> Ctx<'_, B> {
     /// ([`KernelBackend`]).
     pub fn conv(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Convolution, || match self.layout {
-            Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x),
+            Layout::Ndhwc if is_pointwise(conv) => {
+                let y = pointwise_channels_last(conv, x, self.compute);
+                match conv.bias.as_ref() {
+                    Some(bias) => {
+                        let c = bias.dims()[0];
+                        add_per_channel(y, bias.val().reshape([1, c]))
+                    }
+                    None => y,
+                }
+            }
             layout => conv3d(x, conv, None, self.compute, layout),
         })
     }
@@ -74,11 +83,14 @@ impl<B: KernelBackend> Ctx<'_, B> {
     /// whose backward is two reductions instead of two sets of three.
     pub fn conv_add(&self, conv: &Conv3d<B>, x: Tensor<B, 5>, extra: Tensor<B, 2>) -> Tensor<B, 5> {
         match self.layout {
-            Layout::Ndhwc if is_pointwise(conv) => {
-                let y = self.conv(conv, x);
-                let [b, c] = extra.dims();
-                self.op(OpClass::Elementwise, || y + extra.reshape([b, 1, 1, 1, c]))
-            }
+            Layout::Ndhwc if is_pointwise(conv) => self.op(OpClass::Convolution, || {
+                let y = pointwise_channels_last(conv, x, self.compute);
+                let add = match conv.bias.as_ref() {
+                    Some(bias) => extra + bias.val().unsqueeze_dim(0),
+                    None => extra,
+                };
+                add_per_channel(y, add)
+            }),
             layout => self.op(OpClass::Convolution, || {
                 conv3d(x, conv, Some(extra), self.compute, layout)
             }),
@@ -185,53 +197,34 @@ fn is_pointwise<B: Backend>(conv: &Conv3d<B>) -> bool {
         && !matches!(conv.padding, PaddingConfig3d::Explicit(a, b, c) if a + b + c > 0)
 }
 
-/// A 1x1x1 convolution of channels-last activations `[b, d, h, w, c_in]` as a product of the
-/// voxels-by-channels matrix with the transposed kernel: channels-last is exactly the layout
-/// that makes it a plain matrix product (on the H100 it trained faster than burn's 1x1x1
-/// convolution in this layout: docs/benchmarks/README.md; and faster than cuDNN's, whose bf16
-/// weight gradient took about 145 ms more per training step, call 4 of 2026-11-23).
-///
-/// The voxels go in [`token_chunks`] batches of one product each, so that autodiff computes the
-/// weight gradient, a sum over every voxel, as one product per chunk and a sum over the chunks:
-/// as a single product over the 2M voxels of a 128^3 volume burn ran it in one or two thread
-/// blocks, 35 ms each in bf16 on an H100 (ncu, 2026-11-23).
-fn pointwise_channels_last<B: Backend>(conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+/// A 1x1x1 convolution (without its bias) of channels-last activations `[b, d, h, w, c_in]`:
+/// channels-last is exactly the layout that makes it a product of the voxels-by-channels
+/// matrix with the transposed kernel ([`medddpm_kernels::pointwise`]: cuBLAS on CUDA with
+/// cuDNN, burn's `matmul` elsewhere). On the H100 burn's product trained faster than burn's
+/// 1x1x1 convolution in this layout and than cuDNN's, whose bf16 weight gradient took about
+/// 145 ms more per training step (call 4 of 2026-11-23).
+fn pointwise_channels_last<B: KernelBackend>(
+    conv: &Conv3d<B>,
+    x: Tensor<B, 5>,
+    compute: Compute,
+) -> Tensor<B, 5> {
     let [b, d, h, w, c_in] = x.dims();
     let c_out = conv.weight.dims()[0];
-    let n = d * h * w;
-    let chunks = token_chunks(n);
-    let weight = conv
-        .weight
-        .val()
-        .reshape([1, 1, c_out, c_in])
-        .swap_dims(2, 3);
-    let y = x.reshape([b, chunks, n / chunks, c_in]).matmul(weight);
-    let y = match conv.bias.as_ref() {
-        Some(bias) => y + bias.val().reshape([1, 1, 1, c_out]),
-        None => y,
-    };
-    y.reshape([b, d, h, w, c_out])
-}
-
-/// Batches of voxels for [`pointwise_channels_last`]: the largest power of two dividing `n`
-/// that leaves at least 4096 voxels per batch (one batch for small volumes).
-fn token_chunks(n: usize) -> usize {
-    let mut k = 1;
-    while n.is_multiple_of(2 * k) && n / (2 * k) >= 4096 {
-        k *= 2;
-    }
-    k
+    let weight = conv.weight.val().reshape([c_out, c_in]);
+    medddpm_kernels::pointwise(x.reshape([b, d * h * w, c_in]), weight, compute)
+        .reshape([b, d, h, w, c_out])
 }
 
 /// `x · weightᵀ + bias` for channels-last tokens `x` `[batch, n, c_in]` and a kernel-size-1
 /// weight `[c_out, c_in]`: a pointwise convolution in channels-last memory.
-pub(crate) fn pointwise_tokens<B: Backend>(
+pub(crate) fn pointwise_tokens<B: KernelBackend>(
     x: Tensor<B, 3>,
     weight: Tensor<B, 2>,
     bias: Option<Tensor<B, 1>>,
+    compute: Compute,
 ) -> Tensor<B, 3> {
-    let [c_out, c_in] = weight.dims();
-    let y = x.matmul(weight.reshape([1, c_out, c_in]).swap_dims(1, 2));
+    let c_out = weight.dims()[0];
+    let y = medddpm_kernels::pointwise(x, weight, compute);
     match bias {
         Some(bias) => y + bias.reshape([1, 1, c_out]),
         None => y,
@@ -314,36 +307,52 @@ mod tests {
     }
 
     #[test]
-    fn chunked_pointwise_convolution_has_the_convolutions_gradients() {
+    fn pointwise_convolution_has_the_convolutions_gradients() {
         use burn::backend::Autodiff;
         type A = Autodiff<Flex>;
         let device = Default::default();
-        // 16 x 32 x 32 voxels: four chunks of 4096.
-        assert_eq!(token_chunks(16 * 32 * 32), 4);
-        assert_eq!(token_chunks(4096), 1);
-        assert_eq!(token_chunks(3 * 4096), 2);
+        let ctx = Ctx::<A> {
+            layout: Layout::Ndhwc,
+            compute: Compute {
+                layout: Layout::Ndhwc,
+                ..Default::default()
+            },
+            profile: None,
+            device,
+        };
         let conv = Conv3dConfig::new([6, 5], [1, 1, 1]).init::<A>(&device);
-        let x = Tensor::<A, 5>::random([1, 6, 16, 32, 32], Distribution::Default, &device)
-            .require_grad();
-        let probe = Tensor::<A, 5>::random([1, 5, 16, 32, 32], Distribution::Default, &device);
-        let want = conv.forward(x.clone());
+        let x =
+            Tensor::<A, 5>::random([2, 6, 4, 8, 8], Distribution::Default, &device).require_grad();
+        let extra = Tensor::<A, 2>::random([2, 5], Distribution::Default, &device).require_grad();
+        let probe = Tensor::<A, 5>::random([2, 5, 4, 8, 8], Distribution::Default, &device);
+        let want = conv.forward(x.clone()) + extra.clone().reshape([2, 5, 1, 1, 1]);
         let grads_want = want.clone().mul(probe.clone()).sum().backward();
-        let got = pointwise_channels_last(&conv, x.clone().permute([0, 2, 3, 4, 1]))
+        let got = ctx
+            .conv_add(&conv, x.clone().permute([0, 2, 3, 4, 1]), extra.clone())
             .permute([0, 4, 1, 2, 3]);
         let grads_got = got.clone().mul(probe).sum().backward();
-        let max_diff = |a: Tensor<Flex, 5>, b: Tensor<Flex, 5>| {
-            (a - b).abs().max().into_scalar().elem::<f32>()
+        let rel = |a: Tensor<Flex, 5>, b: Tensor<Flex, 5>| {
+            (a - b.clone()).abs().max().into_scalar().elem::<f32>()
+                / b.abs().max().into_scalar().elem::<f32>()
         };
-        assert!(max_diff(got.inner(), want.inner()) < 1e-5);
-        assert!(max_diff(x.grad(&grads_got).unwrap(), x.grad(&grads_want).unwrap()) < 1e-5);
-        let dw_got = conv.weight.grad(&grads_got).unwrap();
-        let dw_want = conv.weight.grad(&grads_want).unwrap();
-        let rel = (dw_got - dw_want.clone())
-            .abs()
-            .max()
-            .into_scalar()
-            .elem::<f32>()
-            / dw_want.abs().max().into_scalar().elem::<f32>();
-        assert!(rel < 1e-5, "weight gradient: relative difference {rel}");
+        let rel2 = |a: Tensor<Flex, 2>, b: Tensor<Flex, 2>| rel(a.unsqueeze(), b.unsqueeze());
+        assert!(rel(got.inner(), want.inner()) < 1e-5);
+        assert!(rel(x.grad(&grads_got).unwrap(), x.grad(&grads_want).unwrap()) < 1e-5);
+        let dw = |g| conv.weight.grad(g).unwrap();
+        assert!(
+            rel(dw(&grads_got), dw(&grads_want)) < 1e-5,
+            "weight gradient"
+        );
+        let db = |g| conv.bias.as_ref().unwrap().grad(g).unwrap();
+        assert!(
+            rel2(db(&grads_got).unsqueeze(), db(&grads_want).unsqueeze()) < 1e-5,
+            "bias gradient"
+        );
+        assert!(
+            rel2(
+                extra.grad(&grads_got).unwrap(),
+                extra.grad(&grads_want).unwrap()
+            ) < 1e-5
+        );
     }
 }

@@ -1,0 +1,221 @@
+//! cuBLAS loaded at run time: the library (once per process), a handle per device, and the
+//! strided batched product.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_longlong, c_void};
+use std::sync::{Mutex, OnceLock};
+
+use libloading::Library;
+
+type Handle = *mut c_void;
+type Create = unsafe extern "C" fn(*mut Handle) -> c_int;
+type SetStream = unsafe extern "C" fn(Handle, *mut c_void) -> c_int;
+#[allow(clippy::type_complexity)]
+type GemmStridedBatchedEx = unsafe extern "C" fn(
+    Handle,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const c_void,
+    *const c_void,
+    c_int,
+    c_int,
+    c_longlong,
+    *const c_void,
+    c_int,
+    c_int,
+    c_longlong,
+    *const c_void,
+    *mut c_void,
+    c_int,
+    c_int,
+    c_longlong,
+    c_int,
+    c_int,
+    c_int,
+) -> c_int;
+
+/// `cudaDataType_t` values.
+pub(super) mod data_type {
+    pub const R_32F: i32 = 0;
+    pub const R_64F: i32 = 1;
+    pub const R_16F: i32 = 2;
+    pub const R_16BF: i32 = 14;
+}
+
+/// `cublasComputeType_t` values.
+pub(super) mod compute_type {
+    pub const F32: i32 = 68;
+    pub const F32_FAST_TF32: i32 = 77;
+    pub const F64: i32 = 70;
+}
+
+/// `CUBLAS_GEMM_DEFAULT`: cuBLAS's heuristics pick the kernel (tensor cores where the types
+/// allow).
+const GEMM_DEFAULT: c_int = -1;
+
+/// The functions used, from the loaded library.
+pub(super) struct Cublas {
+    create: Create,
+    set_stream: SetStream,
+    gemm: GemmStridedBatchedEx,
+    /// Kept loaded for the process.
+    _lib: Library,
+}
+
+/// The library, or why it could not be loaded (tried once).
+pub(super) fn library() -> Result<&'static Cublas, String> {
+    static LIBRARY: OnceLock<Result<Cublas, String>> = OnceLock::new();
+    LIBRARY.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+fn load() -> Result<Cublas, String> {
+    let names: Vec<String> = match std::env::var("MEDDDPM_CUBLAS") {
+        Ok(path) => vec![path],
+        Err(_) => ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let mut errors = Vec::new();
+    for name in &names {
+        // SAFETY: loading cuBLAS runs no initialisers that depend on our state.
+        match unsafe { Library::new(name) } {
+            Ok(lib) => return resolve(lib).map_err(|e| format!("{name}: {e}")),
+            Err(e) => errors.push(format!("{name}: {e}")),
+        }
+    }
+    Err(format!(
+        "cuBLAS could not be loaded (put libcublas.so on LD_LIBRARY_PATH or name the file in MEDDDPM_CUBLAS): {}",
+        errors.join("; ")
+    ))
+}
+
+fn resolve(lib: Library) -> Result<Cublas, String> {
+    fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+        // SAFETY: each name is declared above with cuBLAS's C signature.
+        unsafe { lib.get::<T>(name.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|e| format!("lacks {name}: {e}"))
+    }
+    Ok(Cublas {
+        create: symbol(&lib, "cublasCreate_v2")?,
+        set_stream: symbol(&lib, "cublasSetStream_v2")?,
+        gemm: symbol(&lib, "cublasGemmStridedBatchedEx")?,
+        _lib: lib,
+    })
+}
+
+fn check(call: &str, status: c_int) -> Result<(), String> {
+    match status {
+        0 => Ok(()),
+        s => Err(format!("{call} failed with cuBLAS status {s}")),
+    }
+}
+
+/// One product as cuBLAS takes it (column-major): `C = op(A) · op(B)`, `C` `[m, n]` with
+/// leading dimension `ldc`, batched with the given strides (in elements).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Gemm {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: u64,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: u64,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub c: u64,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
+    pub data_type: i32,
+    pub compute_type: i32,
+}
+
+impl Cublas {
+    /// The handle of CUDA device `device` (made on its first call, with the device's primary
+    /// context current), for cubecl's device thread of that device only.
+    pub fn handle(&self, device: usize) -> Result<usize, String> {
+        static HANDLES: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+        let mut handles = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+        let handles = handles.get_or_insert_with(HashMap::new);
+        if let Some(h) = handles.get(&device) {
+            return Ok(*h);
+        }
+        use cudarc::driver::result;
+        let on = |e: String| format!("cuBLAS on CUDA device {device}: {e}");
+        let dev = result::device::get(device as c_int).map_err(|e| on(e.to_string()))?;
+        // SAFETY: the device's primary context (the one cubecl uses), made current on this
+        // thread before the handle is created on it.
+        unsafe {
+            let ctx = result::primary_ctx::retain(dev).map_err(|e| on(e.to_string()))?;
+            result::ctx::set_current(ctx).map_err(|e| on(e.to_string()))?;
+        }
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: plain handle creation with the context current.
+        check("cublasCreate", unsafe { (self.create)(&mut handle) }).map_err(on)?;
+        handles.insert(device, handle as usize);
+        Ok(handle as usize)
+    }
+
+    /// Enqueues `g` on `stream` through `handle`.
+    ///
+    /// # Safety
+    /// The pointers are live device buffers holding what `g`'s sizes, leading dimensions and
+    /// strides describe, and `stream` is a live stream of their context.
+    pub unsafe fn gemm(&self, handle: usize, stream: u64, g: &Gemm) -> Result<(), String> {
+        let handle = handle as Handle;
+        check(
+            "cublasSetStream",
+            (self.set_stream)(handle, stream as usize as *mut c_void),
+        )?;
+        let (one_f32, zero_f32) = (1.0f32, 0.0f32);
+        let (one_f64, zero_f64) = (1.0f64, 0.0f64);
+        // alpha and beta in the compute type's scalar type.
+        let (alpha, beta) = match g.compute_type {
+            compute_type::F64 => (
+                &one_f64 as *const f64 as *const c_void,
+                &zero_f64 as *const f64 as *const c_void,
+            ),
+            _ => (
+                &one_f32 as *const f32 as *const c_void,
+                &zero_f32 as *const f32 as *const c_void,
+            ),
+        };
+        let op = |t: bool| c_int::from(t);
+        let p = |ptr: u64| ptr as usize as *const c_void;
+        check(
+            "cublasGemmStridedBatchedEx",
+            (self.gemm)(
+                handle,
+                op(g.trans_a),
+                op(g.trans_b),
+                g.m,
+                g.n,
+                g.k,
+                alpha,
+                p(g.a),
+                g.data_type,
+                g.lda,
+                g.stride_a,
+                p(g.b),
+                g.data_type,
+                g.ldb,
+                g.stride_b,
+                beta,
+                g.c as usize as *mut c_void,
+                g.data_type,
+                g.ldc,
+                g.stride_c,
+                g.batch,
+                g.compute_type,
+                GEMM_DEFAULT,
+            ),
+        )
+    }
+}

@@ -1,0 +1,235 @@
+//! The product as one operation of burn-fusion's stream, and its hand-over to cubecl's device
+//! thread.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use cubecl_cuda::CudaRuntime;
+
+use super::library::{compute_type, data_type, library, Gemm};
+use crate::compute::Precision;
+use crate::product::plan::{column_major, Operand};
+use crate::product::reference::product_primitive;
+use crate::product::ProductSpec;
+
+type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
+type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+type Tensor = CubeTensor<CudaRuntime>;
+
+#[derive(Debug, Clone)]
+struct CublasProduct<B> {
+    desc: CustomOpIr,
+    spec: ProductSpec,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for CublasProduct<Cube<F, I, BT>>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<
+            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+        >,
+    ) {
+        let ([a, b], [c]) = self.desc.as_fixed();
+        let a = handles.get_float_tensor::<Cube<F, I, BT>>(a);
+        let b = handles.get_float_tensor::<Cube<F, I, BT>>(b);
+        let out = run(a.clone(), b.clone(), self.spec).unwrap_or_else(|e| {
+            warn_fallback(&e);
+            product_primitive::<Cube<F, I, BT>>(a, b, self.spec)
+        });
+        handles.register_float_tensor::<Cube<F, I, BT>>(&c.id, out);
+    }
+}
+
+/// `op(a) · op(b)` as a custom operation of burn-fusion's stream, computed by cuBLAS (burn's
+/// `matmul` where cuBLAS cannot).
+pub(crate) fn register_product<F: FloatElement, I: IntElement, BT: BoolElement>(
+    a: FloatTensor<Fused<F, I, BT>>,
+    b: FloatTensor<Fused<F, I, BT>>,
+    spec: ProductSpec,
+) -> FloatTensor<Fused<F, I, BT>> {
+    let dims = |s: &Shape| [s[0], s[1], s[2]];
+    let (m, _, n) = spec
+        .sizes(dims(&a.shape), dims(&b.shape))
+        .unwrap_or_else(|e| panic!("product: {e}"));
+    let client = a.client.clone();
+    let dtype = a.dtype;
+    let out_shape = Shape::new([a.shape[0], m, n]);
+    let inputs = [a, b];
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let out = TensorIr::uninit(client.create_empty_handle(), out_shape, dtype);
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new("medddpm_cublas_product", &irs, &[out]);
+    client
+        .register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            CublasProduct::<Cube<F, I, BT>> {
+                desc,
+                spec,
+                _b: core::marker::PhantomData,
+            },
+        )
+        .output()
+}
+
+/// An operand as cuBLAS reads it: in place where [`Operand::in_place`] allows, else made
+/// contiguous first.
+fn operand(t: Tensor) -> (Tensor, Operand) {
+    let layout = |t: &Tensor| {
+        let (s, st) = (t.meta.shape(), t.meta.strides());
+        Operand {
+            dims: [s[0], s[1], s[2]],
+            strides: [st[0], st[1], st[2]],
+        }
+    };
+    let op = layout(&t);
+    if op.in_place() {
+        (t, op)
+    } else {
+        let t = into_contiguous(t);
+        let op = layout(&t);
+        (t, op)
+    }
+}
+
+/// The product on cuBLAS, handed to the device thread; `Err` says why cuBLAS is not used for
+/// it (the caller computes it with burn's `matmul`).
+fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, String> {
+    let cublas = library()?;
+    let dtype = a.dtype;
+    if b.dtype != dtype {
+        return Err(format!("mixed dtypes ({dtype:?} and {:?})", b.dtype));
+    }
+    let (data, compute) = match (dtype, spec.compute.precision) {
+        (DType::BF16, _) => (data_type::R_16BF, compute_type::F32),
+        (DType::F16, _) => (data_type::R_16F, compute_type::F32),
+        (DType::F32, Precision::Tf32) => (data_type::R_32F, compute_type::F32_FAST_TF32),
+        (DType::F32, _) => (data_type::R_32F, compute_type::F32),
+        (DType::F64, _) => (data_type::R_64F, compute_type::F64),
+        (other, _) => return Err(format!("dtype {other:?}")),
+    };
+    let (a, a_layout) = operand(a);
+    let (b, b_layout) = operand(b);
+    let g = column_major(a_layout, b_layout, spec)?;
+    let out = empty_device_contiguous_dtype(
+        a.client.clone(),
+        a.device.clone(),
+        Shape::new([a_layout.dims[0], g.n as usize, g.m as usize]),
+        dtype,
+    );
+    let gemm = Gemm {
+        trans_a: g.trans_first,
+        trans_b: g.trans_second,
+        m: g.m,
+        n: g.n,
+        k: g.k,
+        a: 0,
+        lda: g.ld_first,
+        stride_a: g.stride_first,
+        b: 0,
+        ldb: g.ld_second,
+        stride_b: g.stride_second,
+        c: 0,
+        ldc: g.ldc,
+        stride_c: g.stride_c,
+        batch: g.batch,
+        data_type: data,
+        compute_type: compute,
+    };
+    // cuBLAS's A is `b`'s buffer, its B `a`'s (see `column_major`).
+    enqueue(
+        cublas,
+        gemm,
+        [b.handle.clone(), a.handle.clone(), out.handle.clone()],
+        &a.device,
+    );
+    Ok(out)
+}
+
+/// Hands the product to cubecl's device thread of `device`: it runs after the kernels queued
+/// before it, resolves the three buffers (cuBLAS's A, B, C) there and enqueues cuBLAS on their
+/// stream. A failure is kept for [`crate::device_error`].
+fn enqueue(
+    cublas: &'static super::library::Cublas,
+    gemm: Gemm,
+    buffers: [cubecl::server::Handle; 3],
+    device: &cubecl_cuda::CudaDevice,
+) {
+    use cubecl::server::ComputeServer as _;
+    let index = device.index;
+    let stream_id = cubecl::stream_id::StreamId::current();
+    device_thread(device).submit(move |server: &mut CudaServer| {
+        let result = (|| {
+            let mut ptrs = [0u64; 3];
+            let mut stream = 0u64;
+            for (i, h) in buffers.iter().enumerate() {
+                let managed = server
+                    .get_resource(h.clone().binding(), stream_id)
+                    .map_err(|e| format!("buffer: {e:?}"))?;
+                let r = managed.resource();
+                ptrs[i] = r.ptr;
+                if i == 0 {
+                    stream = r.stream as usize as u64;
+                }
+            }
+            let handle = cublas.handle(index)?;
+            let g = Gemm {
+                a: ptrs[0],
+                b: ptrs[1],
+                c: ptrs[2],
+                ..gemm
+            };
+            // SAFETY: the buffers are held (moved into this task) until cuBLAS is enqueued on
+            // the stream cubecl orders their work on; `g` describes them (built from their
+            // shapes and strides).
+            unsafe { cublas.gemm(handle, stream, &g) }
+        })();
+        drop(buffers);
+        if let Err(e) = result {
+            crate::cudnn::record_device_error(format!(
+                "cuBLAS product (m {}, n {}, k {}, batch {}) failed on CUDA device {index}'s device thread: {e}",
+                gemm.n, gemm.m, gemm.k, gemm.batch
+            ));
+        }
+    });
+}
+
+/// cubecl's device thread of `device` (a handle kept per device).
+fn device_thread(
+    device: &cubecl_cuda::CudaDevice,
+) -> cubecl::device_handle::DeviceHandle<CudaServer> {
+    use cubecl::device::Device as _;
+    static THREADS: Mutex<Option<HashMap<usize, cubecl::device_handle::DeviceHandle<CudaServer>>>> =
+        Mutex::new(None);
+    let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    threads
+        .get_or_insert_with(HashMap::new)
+        .entry(device.index)
+        .or_insert_with(|| cubecl::device_handle::DeviceHandle::new(device.to_id()))
+        .clone()
+}
+
+/// Says once per reason that cuBLAS was not used.
+fn warn_fallback(why: &str) {
+    static WARNED: Mutex<Option<std::collections::HashSet<String>>> = Mutex::new(None);
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned
+        .get_or_insert_with(Default::default)
+        .insert(why.to_string())
+    {
+        eprintln!("cuBLAS not used for a product ({why}); burn's matmul computes it instead");
+    }
+}

@@ -1,0 +1,78 @@
+//! The plain-op twin of [`KernelBackend::product`](crate::KernelBackend::product): burn's
+//! `matmul` on the transposed views, and the products of its backward pass.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::Tensor;
+
+use super::ProductSpec;
+use crate::primitive::{float, tensor};
+
+/// `op(a) · op(b)` with burn's `matmul`.
+pub fn product<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>, spec: ProductSpec) -> Tensor<B, 3> {
+    let a = if spec.trans_a { a.swap_dims(1, 2) } else { a };
+    let b = if spec.trans_b { b.swap_dims(1, 2) } else { b };
+    a.matmul(b)
+}
+
+/// [`product`] on primitives (the trait's provided body).
+pub(crate) fn product_primitive<B: Backend>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+    spec: ProductSpec,
+) -> FloatTensor<B> {
+    float(product::<B>(tensor(a), tensor(b), spec))
+}
+
+/// The gradients of `c = op(a) · op(b)` given `dL/dc`, as the products (specs and operand
+/// order) that compute them: `(dL/da, dL/db)`, each `(first, second, spec)`, where `true` in
+/// the operand slots means `grad` and `false` the other operand. Every case is again one
+/// product of the stored operands, so no transposed copy is made.
+pub(crate) fn backward_plan(spec: ProductSpec) -> (GradProduct, GradProduct) {
+    let (ta, tb) = (spec.trans_a, spec.trans_b);
+    let da = match ta {
+        // dA = G · op(B)ᵀ
+        false => GradProduct {
+            grad_first: true,
+            spec: spec.with(false, !tb),
+        },
+        // A is [k, m]: dA = op(B) · Gᵀ
+        true => GradProduct {
+            grad_first: false,
+            spec: spec.with(tb, true),
+        },
+    };
+    let db = match tb {
+        // dB = op(A)ᵀ · G
+        false => GradProduct {
+            grad_first: false,
+            spec: spec.with(!ta, false),
+        },
+        // B is [n, k]: dB = Gᵀ · op(A)
+        true => GradProduct {
+            grad_first: true,
+            spec: spec.with(true, ta),
+        },
+    };
+    (da, db)
+}
+
+/// One gradient of a product, as a product of the incoming gradient and the other operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GradProduct {
+    /// The incoming gradient is the first operand (else the second).
+    pub grad_first: bool,
+    /// The product's transpositions.
+    pub spec: ProductSpec,
+}
+
+impl GradProduct {
+    /// Orders `(grad, other)` as this product takes them.
+    pub fn operands<T>(&self, grad: T, other: T) -> (T, T) {
+        if self.grad_first {
+            (grad, other)
+        } else {
+            (other, grad)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+bash scripts/gpu-engine-call.sh $OUT "check bench train torch"   # binary: the cuBLAS products and the padded first convolution (uncommitted, then c1a0a1f-); carry .device-bin .device-peer .device-data
