@@ -228,3 +228,27 @@ fn weight_gradient_with_padded_output_channels_matches_the_reference() {
         }
     }
 }
+
+#[test]
+fn forward_with_padded_input_channels_matches_the_reference() {
+    use medddpm_kernels::conv::{forward_in_padded, Conv3dSpec};
+    let device = Default::default();
+    // (c_in, padded, stride): the U-Net's first convolution (3 input channels) padded to 32,
+    // odd ones, a strided one.
+    for layout in Layout::ALL {
+        for (i, &(ci, padded, s)) in [(3, 32, 1), (1, 8, 1), (5, 16, 2)].iter().enumerate() {
+            let spec = Conv3dSpec {
+                stride: [s, s, s],
+                padding: [1, 1, 1],
+                compute: compute(layout),
+            };
+            let x = Tensor::<Flex, 5>::random([2, ci, 6, 5, 7], Distribution::Default, &device);
+            let w = Tensor::<Flex, 5>::random([4, ci, 3, 3, 3], Distribution::Default, &device);
+            let want = reference::forward(x.clone(), w.clone(), spec);
+            let got = forward_in_padded(in_layout(x, layout), w, spec, padded);
+            assert_eq!(got.dims(), want.dims(), "case {i} {layout}");
+            let e = rel_l2(got, want);
+            assert!(e < 1e-6, "case {i} {layout}: {e:e}");
+        }
+    }
+}

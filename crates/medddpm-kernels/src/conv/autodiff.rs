@@ -16,7 +16,7 @@ use super::spec::Conv3dSpec;
 use crate::compute::Layout;
 use crate::norm::reference::GroupNormSpec;
 use crate::product::reference::backward_plan;
-use crate::product::ProductSpec;
+use crate::product::spec::ProductSpec;
 
 impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {

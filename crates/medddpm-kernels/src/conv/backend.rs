@@ -14,7 +14,7 @@ use crate::norm::reference::{
 };
 use crate::primitive::{float, tensor};
 use crate::product::reference::product_primitive;
-use crate::product::ProductSpec;
+use crate::product::spec::ProductSpec;
 use crate::seeded::SeededBackward;
 use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 

@@ -31,8 +31,5 @@ pub(crate) use check::worse;
 pub use check::{engine_vs_reference, rel_l2, ConvCase};
 pub use layout::{channels_last, in_layout};
 pub use ops::{conv3d, conv3d_data_grad, conv3d_weight_grad, upsample_x2};
-pub use rewrites::{
-    data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_in_padded,
-    weight_grad_padded,
-};
+pub use rewrites::{data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_padded};
 pub use spec::Conv3dSpec;

@@ -1,7 +1,7 @@
 //! The same convolutions and gradients computed another way where that is much faster: the
 //! data gradient of a "same"-padded convolution as a forward convolution, the weight gradient
-//! with zero output channels added, and a convolution of few input channels with zero input
-//! channels added.
+//! with zero output channels added, and a forward convolution of few input channels with zero
+//! input channels added.
 
 use burn::tensor::Tensor;
 
@@ -74,24 +74,6 @@ pub fn forward_in_padded<B: KernelBackend>(
     let x = pad_channels(x, padded, spec.compute.layout);
     let weight = pad_channels(weight, padded, Layout::Ncdhw);
     conv3d(x, weight, None, spec)
-}
-
-/// The weight gradient with `x` padded by zero input channels up to `padded` (the extra
-/// columns of the result are dropped).
-pub fn weight_grad_in_padded<B: KernelBackend>(
-    x: Tensor<B, 5>,
-    weight: Tensor<B, 5>,
-    grad_out: Tensor<B, 5>,
-    spec: Conv3dSpec,
-    padded: usize,
-) -> Tensor<B, 5> {
-    let [c_out, c_in, kd, kh, kw] = weight.dims();
-    let x = pad_channels(x, padded, spec.compute.layout);
-    let weight = Tensor::<B, 5>::zeros(
-        [c_out, padded, kd, kh, kw],
-        (&weight.device(), weight.dtype()),
-    );
-    conv3d_weight_grad(x, weight, grad_out, spec).narrow(1, 0, c_in)
 }
 
 /// Whether [`data_grad_via_forward`] applies: a strided convolution whose padding is half its

@@ -2,7 +2,7 @@
 //! stream (as burn-vision registers its CubeCL kernels), executed on the CubeCL tensors.
 
 use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
-use burn::tensor::Shape;
+use burn::tensor::{DType, Shape};
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
@@ -14,8 +14,7 @@ use super::engine::{run, warn_fallback, Operands};
 use crate::adam::reference::{AdamOutput, AdamStep, AdamTensors};
 use crate::compute::Layout;
 use crate::conv::{
-    data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_in_padded, Conv3dSpec,
-    KernelBackend,
+    data_grad_via_forward, forward_in_padded, is_strided_same, Conv3dSpec, KernelBackend,
 };
 use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 use crate::primitive::{float, tensor};
@@ -181,7 +180,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         if !spec.compute.uses_cudnn() {
             return crate::cube::conv::engine::forward::<CudaRuntime, F, I, BT>(x, weight, spec);
         }
-        if let Some(padded) = padded_in_channels(x.shape[1], &spec) {
+        if let Some(padded) = padded_in_channels(x.shape[1], x.dtype, &spec) {
             return float(forward_in_padded::<Self>(
                 tensor(x),
                 tensor(weight),
@@ -230,15 +229,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
                 x, weight, grad_out, spec,
             );
         }
-        if let Some(padded) = padded_in_channels(x.shape[1], &spec) {
-            return float(weight_grad_in_padded::<Self>(
-                tensor(x),
-                tensor(weight),
-                tensor(grad_out),
-                spec,
-                padded,
-            ));
-        }
         let c_out = weight.shape[0];
         if c_out < PADDED_OUT_CHANNELS {
             let padded = PADDED_OUT_CHANNELS;
@@ -263,24 +253,21 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
 /// H100, 2026-11-23.
 const PADDED_OUT_CHANNELS: usize = 64;
 
-/// Channels-last input channels that are not a multiple of 8 (what cuDNN's NHWC tensor-core
-/// kernels need) are padded with zeros: to 8's next multiple, and to [`SMALL_IN_CHANNELS`]
-/// below it. The U-Net's first convolution (3 -> 64 channels, 3x3x3, 128^3, bf16) ran in
-/// `implicit_convolveNd_sgemm` (no tensor cores) for 1.8 ms a step; padded to 8 channels, in a
-/// tensor-core kernel for 1.5 ms (H200, 2026-11-28). PyTorch's cuDNN 9.19 on the same GPU took
-/// 0.80 / 0.76 / 0.66 / 0.54 ms with 3 / 8 / 16 / 32 input channels (the weight gradient 0.19 ms
-/// in each): eight channels a tap make 16-byte reads, 32 make 64-byte ones.
-const IN_CHANNEL_MULTIPLE: usize = 8;
-
-/// See [`IN_CHANNEL_MULTIPLE`].
+/// 16-bit channels-last forward convolutions with fewer than this many input channels, not a
+/// multiple of 8, run with zero channels added up to it. The U-Net's first convolution (3 -> 64
+/// channels, 3x3x3, 128^3) in bf16, as cuDNN 9.14 timed its algorithms on an H200 (2026-11-28):
+/// forward 1.86 ms with 3 input channels (`implicit_convolveNd_sgemm`, no tensor cores), 1.85 ms
+/// with 8, 0.80 ms with 32; but the weight gradient 0.87 ms with 3, 2.16 ms with 8 and 1.32 ms
+/// with 32, and in TF32 both were slower padded (forward 0.93 -> 1.30 ms, weight gradient
+/// 1.49 -> 3.59 ms). So only the 16-bit forward pass is padded.
 const SMALL_IN_CHANNELS: usize = 32;
 
-/// The padded input-channel count for `c_in` where it is not a multiple of
-/// [`IN_CHANNEL_MULTIPLE`] (channels-last only: channels-first convolutions are not cuDNN's
-/// tensor-core path anyway).
-fn padded_in_channels(c_in: usize, spec: &Conv3dSpec) -> Option<usize> {
-    (spec.compute.layout == Layout::Ndhwc && !c_in.is_multiple_of(IN_CHANNEL_MULTIPLE)).then(|| {
-        c_in.next_multiple_of(IN_CHANNEL_MULTIPLE)
-            .max(SMALL_IN_CHANNELS)
-    })
+/// The padded input-channel count of a forward convolution, where [`SMALL_IN_CHANNELS`] says.
+fn padded_in_channels(c_in: usize, dtype: DType, spec: &Conv3dSpec) -> Option<usize> {
+    let half = matches!(dtype, DType::BF16 | DType::F16);
+    (half
+        && spec.compute.layout == Layout::Ndhwc
+        && c_in < SMALL_IN_CHANNELS
+        && !c_in.is_multiple_of(8))
+    .then_some(SMALL_IN_CHANNELS)
 }

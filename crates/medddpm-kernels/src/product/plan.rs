@@ -2,7 +2,7 @@
 //! that the CPU tests check it: which operand goes first, their transpositions, leading
 //! dimensions and batch strides.
 
-use super::ProductSpec;
+use super::spec::ProductSpec;
 
 /// How one `[batch, rows, cols]` operand lies in memory, in elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
 
-use super::ProductSpec;
+use super::spec::ProductSpec;
 use crate::primitive::{float, tensor};
 
 /// `op(a) · op(b)` with burn's `matmul`.

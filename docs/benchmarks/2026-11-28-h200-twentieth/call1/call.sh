@@ -1,1 +1,1 @@
-bash scripts/gpu-engine-call.sh $OUT "check bench train torch"   # binary: the cuBLAS products and the padded first convolution (uncommitted, then c1a0a1f-); carry .device-bin .device-peer .device-data
+bash scripts/gpu-engine-call.sh $OUT "check bench train torch"   # binary: the cuBLAS products and the padded first convolution (working tree before commit c2749b8: the same products with the plan inlined, first convolution padded to 8 channels); carry .device-bin .device-peer .device-data

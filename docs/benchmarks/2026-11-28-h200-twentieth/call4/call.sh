@@ -1,0 +1,1 @@
+bash scripts/gpu-engine-call.sh $OUT "check bench tf32 train sample torch torch2"   # binary: commit c2749b8 plus the first convolution padded to 32 channels (commit of this note); carry .device-bin .device-peer .device-data
