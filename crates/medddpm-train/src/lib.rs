@@ -15,6 +15,7 @@ pub mod optim;
 pub mod phantom;
 pub mod pictures;
 pub mod sample;
+mod seeding;
 pub mod trainer;
 
 pub use checkpoint::RunDir;

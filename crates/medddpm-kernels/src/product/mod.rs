@@ -15,6 +15,8 @@
 //! ([`engine_vs_reference`]) above it.
 
 mod check;
+// Only the cuBLAS engine (feature `cuda`) and the tests use the plan.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) mod plan;
 pub mod reference;
 pub(crate) mod spec;

@@ -210,6 +210,8 @@ pub fn sample_masks<B: KernelBackend>(
         );
         for n in 0..options.samples_per_mask {
             let stem = sample_stem(&ids[m], options.seed, n);
+            // The whole reverse process draws from the generator this seeds.
+            let serial = crate::seeding::backend_rng();
             B::seed(
                 device,
                 options
@@ -224,6 +226,7 @@ pub fn sample_masks<B: KernelBackend>(
                 trajectory: options.trajectory,
             };
             let (values, trajectory) = draw.run(cond.clone(), |done| progress(m, n, done))?;
+            drop(serial);
             if let Some(message) = medddpm_kernels::device_error() {
                 return Err(TrainError::Device {
                     during: format!("sample {n} of {} not written", ids[m]),

@@ -97,12 +97,14 @@ fn periodic_samples<B: KernelBackend>(
     let mut written = Vec::new();
     for i in 0..config.train.samples_per_checkpoint.min(dataset.len()) {
         let example = dataset.get(i)?;
+        let serial = crate::seeding::backend_rng();
         B::seed(device, config.train.seed ^ (i as u64) << 32);
         let cond = batch_tensor::<B>(std::slice::from_ref(&example), false, device);
         let total = sampler.num_steps();
         let x = sampler.sample(ema, cond, dataset.image_channels(), |done| {
             observer.sampling(done, total)
         });
+        drop(serial);
         let values = x
             .into_data()
             .convert::<f32>()

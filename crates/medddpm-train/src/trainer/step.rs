@@ -5,7 +5,6 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use std::cell::RefCell;
-use std::sync::Mutex;
 
 use medddpm_diffusion::{training_loss, CosineSchedule, Denoiser, TrainingBatch};
 use medddpm_unet::{ActivationCheckpointing, CheckpointedForward, KernelAutodiffBackend, UNet};
@@ -223,16 +222,6 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     Ok(step)
 }
 
-/// One process-wide lock around seeding the backend and drawing from it (the noise, a model's
-/// initial weights): the backends keep one random generator, which replicas (or sessions) in
-/// other threads would otherwise reseed in between.
-static BACKEND_RNG: Mutex<()> = Mutex::new(());
-
-/// Holds [`BACKEND_RNG`] until dropped.
-pub(super) fn backend_rng() -> std::sync::MutexGuard<'static, ()> {
-    BACKEND_RNG.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The micro-batch of the examples read into `host` (global `positions`) on the device: each
 /// example's timestep and the backend seed of its noise come from the stream (seed, position
 /// + 1).
@@ -252,7 +241,7 @@ fn draw_micro_batch<B: KernelAutodiffBackend>(
         let mut rng = ChaCha8Rng::seed_from_u64(config.train.seed);
         rng.set_stream(p as u64 + 1);
         timesteps.push(rng.random_range(0..config.diffusion.timesteps));
-        let _serial = backend_rng();
+        let _serial = crate::seeding::backend_rng();
         B::seed(device, rng.next_u64());
         noise.push(Tensor::<B, 5>::random(
             [1, c, d, h, w],

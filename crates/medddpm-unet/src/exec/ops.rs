@@ -268,18 +268,23 @@ mod tests {
     use burn::nn::conv::Conv3dConfig;
     use burn::tensor::Distribution;
 
-    #[test]
-    fn channels_last_pointwise_convolution_is_the_1x1x1_convolution() {
-        let device = Default::default();
-        let ctx = Ctx::<Flex> {
+    /// A channels-last context on the default device, without profiling.
+    fn channels_last<B: Backend>() -> Ctx<'static, B> {
+        Ctx {
             layout: Layout::Ndhwc,
             compute: Compute {
                 layout: Layout::Ndhwc,
                 ..Default::default()
             },
             profile: None,
-            device,
-        };
+            device: Default::default(),
+        }
+    }
+
+    #[test]
+    fn channels_last_pointwise_convolution_is_the_1x1x1_convolution() {
+        let device = Default::default();
+        let ctx = channels_last::<Flex>();
         // 24 input channels: a depth burn's wgpu matmul got wrong before the double-buffering
         // patch in vendor/cubek-matmul.
         for c_in in [8, 24] {
@@ -311,15 +316,7 @@ mod tests {
         use burn::backend::Autodiff;
         type A = Autodiff<Flex>;
         let device = Default::default();
-        let ctx = Ctx::<A> {
-            layout: Layout::Ndhwc,
-            compute: Compute {
-                layout: Layout::Ndhwc,
-                ..Default::default()
-            },
-            profile: None,
-            device,
-        };
+        let ctx = channels_last::<A>();
         let conv = Conv3dConfig::new([6, 5], [1, 1, 1]).init::<A>(&device);
         let x =
             Tensor::<A, 5>::random([2, 6, 4, 8, 8], Distribution::Default, &device).require_grad();
