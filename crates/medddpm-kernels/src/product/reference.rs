@@ -15,13 +15,39 @@ pub fn product<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>, spec: ProductSpec) 
     a.matmul(b)
 }
 
-/// [`product`] on primitives (the trait's provided body).
+/// [`product`] on primitives (the trait's provided body), with a long inner size over few
+/// outputs (a 1x1x1 convolution's weight gradient, a sum over every voxel) split into batches
+/// of at least [`MIN_CHUNK`] and summed: burn ran such a product over the 2M voxels of a
+/// 128^3 volume in one or two thread blocks, 35 ms each in bf16 on an H100 (ncu, 2026-11-23).
 pub(crate) fn product_primitive<B: Backend>(
     a: FloatTensor<B>,
     b: FloatTensor<B>,
     spec: ProductSpec,
 ) -> FloatTensor<B> {
-    float(product::<B>(tensor(a), tensor(b), spec))
+    let (a, b): (Tensor<B, 3>, Tensor<B, 3>) = (tensor(a), tensor(b));
+    let [batch, k, m] = a.dims();
+    let n = b.dims()[2];
+    let chunks = chunks_of(k);
+    if batch == 1 && spec.trans_a && !spec.trans_b && chunks > 1 {
+        // a is stored [k, m] and b [k, n]: both split along their rows without a copy.
+        let a = a.reshape([chunks, k / chunks, m]).swap_dims(1, 2);
+        let b = b.reshape([chunks, k / chunks, n]);
+        return float(a.matmul(b).sum_dim(0));
+    }
+    float(product::<B>(a, b, spec))
+}
+
+/// Fewest rows of a batch in [`product_primitive`]'s split.
+pub(crate) const MIN_CHUNK: usize = 4096;
+
+/// Batches for an inner size `k`: the largest power of two dividing `k` that leaves at least
+/// [`MIN_CHUNK`] per batch (one for small sizes).
+pub(crate) fn chunks_of(k: usize) -> usize {
+    let mut c = 1;
+    while k.is_multiple_of(2 * c) && k / (2 * c) >= MIN_CHUNK {
+        c *= 2;
+    }
+    c
 }
 
 /// The gradients of `c = op(a) · op(b)` given `dL/dc`, as the products (specs and operand

@@ -82,3 +82,26 @@ fn pointwise_is_the_kernel_size_one_convolution_over_every_token() {
         want.into_data().to_vec::<f32>().unwrap()
     );
 }
+
+#[test]
+fn a_long_weight_gradient_product_is_split_and_summed() {
+    use crate::product::reference::{chunks_of, product_primitive};
+    assert_eq!(chunks_of(16 * 32 * 32), 4);
+    assert_eq!(chunks_of(4096), 1);
+    assert_eq!(chunks_of(3 * 4096), 2);
+    assert_eq!(chunks_of(100), 1);
+    let device = Default::default();
+    // dW = Gᵀ · X over 16384 tokens: four batches of 4096.
+    let g = Tensor::<Flex, 3>::random([1, 16384, 5], burn::tensor::Distribution::Default, &device);
+    let x = Tensor::<Flex, 3>::random([1, 16384, 6], burn::tensor::Distribution::Default, &device);
+    let spec = ProductSpec::plain(Compute::default()).with(true, false);
+    let want = reference::product(g.clone(), x.clone(), spec);
+    let got: Tensor<Flex, 3> = crate::primitive::tensor(product_primitive::<Flex>(
+        crate::primitive::float(g),
+        crate::primitive::float(x),
+        spec,
+    ));
+    assert_eq!(got.dims(), [1, 5, 6]);
+    let rel = (got - want.clone()).abs().max().into_scalar() / want.abs().max().into_scalar();
+    assert!(rel < 1e-5, "relative difference {rel}");
+}
