@@ -7,6 +7,8 @@ use std::sync::{Mutex, OnceLock};
 
 use libloading::Library;
 
+use crate::product::plan::ColumnMajor;
+
 type Handle = *mut c_void;
 type Create = unsafe extern "C" fn(*mut Handle) -> c_int;
 type SetStream = unsafe extern "C" fn(Handle, *mut c_void) -> c_int;
@@ -114,27 +116,12 @@ fn check(call: &str, status: c_int) -> Result<(), String> {
     }
 }
 
-/// One product as cuBLAS takes it (column-major): `C = op(A) · op(B)`, `C` `[m, n]` with
-/// leading dimension `ldc`, batched with the given strides (in elements).
+/// The element and accumulation types of one product (`cudaDataType_t`,
+/// `cublasComputeType_t`).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Gemm {
-    pub trans_a: bool,
-    pub trans_b: bool,
-    pub m: i32,
-    pub n: i32,
-    pub k: i32,
-    pub a: u64,
-    pub lda: i32,
-    pub stride_a: i64,
-    pub b: u64,
-    pub ldb: i32,
-    pub stride_b: i64,
-    pub c: u64,
-    pub ldc: i32,
-    pub stride_c: i64,
-    pub batch: i32,
-    pub data_type: i32,
-    pub compute_type: i32,
+pub(super) struct Types {
+    pub data: i32,
+    pub compute: i32,
 }
 
 impl Cublas {
@@ -163,12 +150,19 @@ impl Cublas {
         Ok(handle as usize)
     }
 
-    /// Enqueues `g` on `stream` through `handle`.
+    /// Enqueues `plan` on `stream` through `handle`, on the buffers `[first, second, c]`.
     ///
     /// # Safety
-    /// The pointers are live device buffers holding what `g`'s sizes, leading dimensions and
-    /// strides describe, and `stream` is a live stream of their context.
-    pub unsafe fn gemm(&self, handle: usize, stream: u64, g: &Gemm) -> Result<(), String> {
+    /// The pointers are live device buffers holding what `plan`'s sizes, leading dimensions and
+    /// strides describe in `types.data`, and `stream` is a live stream of their context.
+    pub unsafe fn gemm(
+        &self,
+        handle: usize,
+        stream: u64,
+        plan: &ColumnMajor,
+        [first, second, c]: [u64; 3],
+        types: Types,
+    ) -> Result<(), String> {
         let handle = handle as Handle;
         check(
             "cublasSetStream",
@@ -177,7 +171,7 @@ impl Cublas {
         let (one_f32, zero_f32) = (1.0f32, 0.0f32);
         let (one_f64, zero_f64) = (1.0f64, 0.0f64);
         // alpha and beta in the compute type's scalar type.
-        let (alpha, beta) = match g.compute_type {
+        let (alpha, beta) = match types.compute {
             compute_type::F64 => (
                 &one_f64 as *const f64 as *const c_void,
                 &zero_f64 as *const f64 as *const c_void,
@@ -193,27 +187,27 @@ impl Cublas {
             "cublasGemmStridedBatchedEx",
             (self.gemm)(
                 handle,
-                op(g.trans_a),
-                op(g.trans_b),
-                g.m,
-                g.n,
-                g.k,
+                op(plan.trans_first),
+                op(plan.trans_second),
+                plan.m,
+                plan.n,
+                plan.k,
                 alpha,
-                p(g.a),
-                g.data_type,
-                g.lda,
-                g.stride_a,
-                p(g.b),
-                g.data_type,
-                g.ldb,
-                g.stride_b,
+                p(first),
+                types.data,
+                plan.ld_first,
+                plan.stride_first,
+                p(second),
+                types.data,
+                plan.ld_second,
+                plan.stride_second,
                 beta,
-                g.c as usize as *mut c_void,
-                g.data_type,
-                g.ldc,
-                g.stride_c,
-                g.batch,
-                g.compute_type,
+                c as usize as *mut c_void,
+                types.data,
+                plan.ldc,
+                plan.stride_c,
+                plan.batch,
+                types.compute,
                 GEMM_DEFAULT,
             ),
         )

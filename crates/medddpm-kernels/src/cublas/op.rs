@@ -15,9 +15,9 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl_cuda::CudaRuntime;
 
-use super::library::{compute_type, data_type, library, Gemm};
+use super::library::{compute_type, data_type, library, Types};
 use crate::compute::Precision;
-use crate::product::plan::{column_major, Operand};
+use crate::product::plan::{column_major, ColumnMajor, Operand};
 use crate::product::reference::product_primitive;
 use crate::product::ProductSpec;
 
@@ -130,29 +130,11 @@ fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, String> {
         Shape::new([a_layout.dims[0], g.n as usize, g.m as usize]),
         dtype,
     );
-    let gemm = Gemm {
-        trans_a: g.trans_first,
-        trans_b: g.trans_second,
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        a: 0,
-        lda: g.ld_first,
-        stride_a: g.stride_first,
-        b: 0,
-        ldb: g.ld_second,
-        stride_b: g.stride_second,
-        c: 0,
-        ldc: g.ldc,
-        stride_c: g.stride_c,
-        batch: g.batch,
-        data_type: data,
-        compute_type: compute,
-    };
+    let types = Types { data, compute };
     // cuBLAS's A is `b`'s buffer, its B `a`'s (see `column_major`).
     enqueue(
         cublas,
-        gemm,
+        (g, types),
         [b.handle.clone(), a.handle.clone(), out.handle.clone()],
         &a.device,
     );
@@ -164,7 +146,7 @@ fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, String> {
 /// stream. A failure is kept for [`crate::device_error`].
 fn enqueue(
     cublas: &'static super::library::Cublas,
-    gemm: Gemm,
+    (plan, types): (ColumnMajor, Types),
     buffers: [cubecl::server::Handle; 3],
     device: &cubecl_cuda::CudaDevice,
 ) {
@@ -186,22 +168,16 @@ fn enqueue(
                 }
             }
             let handle = cublas.handle(index)?;
-            let g = Gemm {
-                a: ptrs[0],
-                b: ptrs[1],
-                c: ptrs[2],
-                ..gemm
-            };
             // SAFETY: the buffers are held (moved into this task) until cuBLAS is enqueued on
-            // the stream cubecl orders their work on; `g` describes them (built from their
+            // the stream cubecl orders their work on; `plan` describes them (built from their
             // shapes and strides).
-            unsafe { cublas.gemm(handle, stream, &g) }
+            unsafe { cublas.gemm(handle, stream, &plan, ptrs, types) }
         })();
         drop(buffers);
         if let Err(e) = result {
             crate::cudnn::record_device_error(format!(
                 "cuBLAS product (m {}, n {}, k {}, batch {}) failed on CUDA device {index}'s device thread: {e}",
-                gemm.n, gemm.m, gemm.k, gemm.batch
+                plan.n, plan.m, plan.k, plan.batch
             ));
         }
     });

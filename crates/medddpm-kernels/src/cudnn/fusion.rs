@@ -254,12 +254,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
 const PADDED_OUT_CHANNELS: usize = 64;
 
 /// 16-bit channels-last forward convolutions with fewer than this many input channels, not a
-/// multiple of 8, run with zero channels added up to it. The U-Net's first convolution (3 -> 64
-/// channels, 3x3x3, 128^3) in bf16, as cuDNN 9.14 timed its algorithms on an H200 (2026-11-28):
-/// forward 1.86 ms with 3 input channels (`implicit_convolveNd_sgemm`, no tensor cores), 1.85 ms
-/// with 8, 0.80 ms with 32; but the weight gradient 0.87 ms with 3, 2.16 ms with 8 and 1.32 ms
-/// with 32, and in TF32 both were slower padded (forward 0.93 -> 1.30 ms, weight gradient
-/// 1.49 -> 3.59 ms). So only the 16-bit forward pass is padded.
+/// multiple of 8, run with zero channels added up to it: with 3 input channels (the U-Net's
+/// first convolution) cuDNN has only a kernel without tensor cores, and with 32 its tensor-core
+/// forward kernels read whole 64-byte rows per tap, less than half the time. Its padded weight
+/// gradient and its TF32 kernels were slower than the unpadded ones in its own timings, so only
+/// the 16-bit forward pass is padded (figures in the optimisation log).
 const SMALL_IN_CHANNELS: usize = 32;
 
 /// The padded input-channel count of a forward convolution, where [`SMALL_IN_CHANNELS`] says.
