@@ -4,8 +4,8 @@
 # torch.compile profiled the same way, in one call (the GPUs differ from call to call).
 #
 #   scripts/gpu-engine-call.sh OUTDIR [PARTS]
-# PARTS (default "bench train torch"): any of bench, tf32, train, sample (after train), check,
-# torch, torch2.
+# PARTS (default "bench train torch"): any of bench, legacy, bench2, tf32, train, sample (after
+# train), check, torch, torch2.
 # Needs: .device-bin/medddpm.xz (release build, feature cuda), and for the torch parts the
 # reference's diffusion_model/ in .device-peer/medddpm (../shared/peer/README.md).
 # Writes OUTDIR/logs.tgz (every log, JSON and report) and the tuning cache to carry back.
@@ -24,11 +24,23 @@ head -12 "$work/logs/machine.txt"
 
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 
-if has bench; then
-  /tmp/medddpm bench --backends cuda --precisions bf16 --layouts ndhwc --conv-engine cudnn \
-    --warmup 3 --steps 10 --out "$work/bench" --timeout 300 > "$work/logs/bench-bf16.log" 2>&1
-  echo "bench bf16 rc=$?"; grep -E "median|GPU per|breakdown|fall|refus" "$work/logs/bench-bf16.log" | cut -c1-400
-fi
+# bench: our bf16 steps; legacy: the same with cuDNN's legacy functions instead of the graph
+# API's plans (MEDDDPM_CUDNN_LEGACY=1); bench2: the first again (its plans cached by then).
+for part in bench legacy bench2; do
+  has $part || continue
+  env=""; [ $part = legacy ] && env="MEDDDPM_CUDNN_LEGACY=1"
+  env $env /tmp/medddpm bench --backends cuda --precisions bf16 --layouts ndhwc --conv-engine cudnn \
+    --warmup 3 --steps 10 --out "$work/$part" --timeout 300 > "$work/logs/$part-bf16.log" 2>&1
+  echo "$part bf16 rc=$?"; grep -E "median|GPU per|breakdown|fall|refus|graph API" "$work/logs/$part-bf16.log" | cut -c1-400
+  python3 - "$work/$part/results.jsonl" <<'EOF2'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print("  train %.1f ms (issue %.1f), sample %.1f ms, peak %s MiB" % (r.get('train_step_median_ms') or 0, r.get('train_issue_median_ms') or 0, r.get('sample_step_median_ms') or 0, r.get('peak_memory_mib')))
+    for k, v in (r.get('train_threads_ms') or {}).items():
+        print("   %-50s %8.1f" % (k, v))
+EOF2
+done
 if has tf32; then
   /tmp/medddpm bench --backends cuda --precisions tf32 --layouts ndhwc --conv-engine cudnn \
     --warmup 3 --steps 10 --out "$work/bench" --timeout 300 > "$work/logs/bench-tf32.log" 2>&1
@@ -91,7 +103,7 @@ for line in open(sys.argv[1]):
     if 'error' in r: print('  error', r['error'])
 EOF
 done
-cp -r "$work/bench" "$work/logs/" 2>/dev/null
+for d in bench legacy bench2; do cp -r "$work/$d" "$work/logs/" 2>/dev/null; done
 tar czf "$out/logs.tgz" -C "$work" logs
 pack_tune_cache "$out"
 ls -la "$out"

@@ -14,15 +14,16 @@ pub fn reset() {
     cubecl_common::busy::reset();
 }
 
-/// Milliseconds per step since [`reset`], by thread and state; empty where nothing was counted
-/// (the CPU backend runs no such threads).
+/// Milliseconds per step since [`reset`], by thread and state, and what the device thread's
+/// time went to (milliseconds and calls per step); empty where nothing was counted (the CPU
+/// backend runs no such threads).
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(unused_variables))]
 pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
     #[allow(unused_mut)]
     let mut out = BTreeMap::new();
     #[cfg(any(feature = "cuda", feature = "wgpu"))]
     {
-        use cubecl_common::busy::{RUNNING, WAITING};
+        use cubecl_common::busy::{self, IN_CALL, RUNNING, WAITING};
         let ms = |s: f64| s * 1e3 / steps.max(1) as f64;
         let rows = [
             ("fusion thread running", RUNNING[1].read()),
@@ -32,10 +33,51 @@ pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
                 "fusion thread waiting for the device thread",
                 WAITING[1].read(),
             ),
+            (
+                "device thread: kernel launch tasks",
+                IN_CALL[busy::LAUNCH_TASK].read(),
+            ),
+            (
+                "device thread: in cuLaunchKernel",
+                IN_CALL[busy::DRIVER_LAUNCH].read(),
+            ),
+            (
+                "device thread: reserving memory",
+                IN_CALL[busy::RESERVE].read(),
+            ),
+            ("device thread: in cuDNN", IN_CALL[busy::CUDNN].read()),
+            ("device thread: in cuBLAS", IN_CALL[busy::CUBLAS].read()),
+            (
+                "device thread: launch, kernel id",
+                IN_CALL[busy::LAUNCH_ID].read(),
+            ),
+            (
+                "device thread: launch, command",
+                IN_CALL[busy::LAUNCH_COMMAND].read(),
+            ),
+            (
+                "device thread: launch, metadata",
+                IN_CALL[busy::LAUNCH_METADATA].read(),
+            ),
+            (
+                "device thread: launch, resources",
+                IN_CALL[busy::LAUNCH_RESOURCES].read(),
+            ),
+            (
+                "device thread: launch, kernel",
+                IN_CALL[busy::LAUNCH_KERNEL].read(),
+            ),
+            (
+                "device thread: launch, releasing staging buffers",
+                IN_CALL[busy::LAUNCH_FLUSH].read(),
+            ),
         ];
         if rows.iter().any(|(_, (n, _))| *n > 0) {
-            for (name, (_, s)) in rows {
+            for (name, (n, s)) in rows {
                 out.insert(name.to_string(), ms(s));
+                if name.starts_with("device thread:") {
+                    out.insert(format!("{name}: calls"), n as f64 / steps.max(1) as f64);
+                }
             }
         }
     }

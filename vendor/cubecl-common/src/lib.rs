@@ -137,9 +137,50 @@ pub mod busy {
     /// for the result of a blocking call.
     pub static WAITING: [Counter; THREAD_KINDS] = [Counter::new(), Counter::new(), Counter::new()];
 
+    /// What the compute server's runner spends its time on: [`IN_CALL`]'s rows.
+    pub const CALL_KINDS: usize = 11;
+    /// A kernel launch task as a whole (cubecl's bookkeeping and the driver call).
+    pub const LAUNCH_TASK: usize = 0;
+    /// The driver's `cuLaunchKernel` alone (blocks while the GPU's launch queue is full).
+    pub const DRIVER_LAUNCH: usize = 1;
+    /// Memory reservations for new tensors (the pools' search).
+    pub const RESERVE: usize = 2;
+    /// cuDNN calls that enqueue a convolution.
+    pub const CUDNN: usize = 3;
+    /// cuBLAS calls that enqueue a product.
+    pub const CUBLAS: usize = 4;
+    /// Parts of a launch task: the kernel's id (its compile-time configuration) ...
+    pub const LAUNCH_ID: usize = 5;
+    /// ... the command (the stream resolved against the buffers' streams) ...
+    pub const LAUNCH_COMMAND: usize = 6;
+    /// ... the metadata that does not fit the launch parameters, uploaded ...
+    pub const LAUNCH_METADATA: usize = 7;
+    /// ... the buffers' device pointers ...
+    pub const LAUNCH_RESOURCES: usize = 8;
+    /// ... and the launch itself (the compiled kernel found, the driver called) ...
+    pub const LAUNCH_KERNEL: usize = 9;
+    /// ... of which the release of uploaded metadata's staging buffers (a wait for the GPU to
+    /// pass an earlier fence).
+    pub const LAUNCH_FLUSH: usize = 10;
+
+    /// Time inside the calls named by [`LAUNCH_TASK`] ... [`LAUNCH_FLUSH`].
+    pub static IN_CALL: [Counter; CALL_KINDS] = [
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+        Counter::new(),
+    ];
+
     /// Zeroes every counter.
     pub fn reset() {
-        for c in RUNNING.iter().chain(WAITING.iter()) {
+        for c in RUNNING.iter().chain(WAITING.iter()).chain(IN_CALL.iter()) {
             c.reset();
         }
     }

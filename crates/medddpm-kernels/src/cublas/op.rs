@@ -171,7 +171,10 @@ fn enqueue(
             // SAFETY: the buffers are held (moved into this task) until cuBLAS is enqueued on
             // the stream cubecl orders their work on; `plan` describes them (built from their
             // shapes and strides).
-            unsafe { cublas.gemm(handle, stream, &plan, ptrs, types) }
+            let since = std::time::Instant::now();
+            let enqueued = unsafe { cublas.gemm(handle, stream, &plan, ptrs, types) };
+            cubecl_common::busy::IN_CALL[cubecl_common::busy::CUBLAS].add(since);
+            enqueued
         })();
         drop(buffers);
         if let Err(e) = result {

@@ -48,16 +48,22 @@ pub(super) struct AlgoTable {
     /// Where the choices are kept across runs, if anywhere.
     pub file: Option<PathBuf>,
     choices: Mutex<BTreeMap<String, Choice>>,
+    /// The graph API's plans for the same shapes (`cudnn-plans.json` beside `file`).
+    pub plans: super::graph::PlanTable,
 }
 
 impl AlgoTable {
     /// The table of `model`, its choices read from `file`.
     pub fn open(model: GpuModel, file: Option<PathBuf>) -> Self {
         let choices = Mutex::new(load_cache(file.as_deref()));
+        let plans = super::graph::PlanTable::open(
+            file.as_ref().map(|f| f.with_file_name("cudnn-plans.json")),
+        );
         AlgoTable {
             model,
             file,
             choices,
+            plans,
         }
     }
 

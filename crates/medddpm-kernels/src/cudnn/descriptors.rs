@@ -35,6 +35,8 @@ pub(super) struct Descriptors {
     pub y: sys::cudnnTensorDescriptor_t,
     pub w: sys::cudnnFilterDescriptor_t,
     pub conv: sys::cudnnConvolutionDescriptor_t,
+    /// The same shape for the graph API's plans (16-bit precisions only).
+    pub geometry: Option<super::graph::Geometry>,
 }
 
 // Never changed after `Descriptors::new`; cuDNN only reads them.
@@ -67,6 +69,7 @@ impl Descriptors {
             y: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
+            geometry: None,
         };
         let i32s = |a: [usize; 5]| a.map(|v| v as i32);
         let i3 = |a: [usize; 3]| a.map(|v| v as i32);

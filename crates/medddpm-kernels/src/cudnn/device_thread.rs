@@ -1,14 +1,16 @@
 //! Convolutions of already searched shapes handed to cubecl's device thread without waiting,
 //! and the record of the first one that failed there.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cubecl_cuda::CudaRuntime;
 use cudarc::cudnn::sys;
 
-use super::algorithms::Choice;
+use super::algorithms::{AlgoTable, Choice};
 use super::calls::{launch, ConvOp, Ptrs};
 use super::descriptors::Descriptors;
+use super::graph::{self, Plan, PlanChoice};
 use super::library::check;
 
 type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
@@ -21,6 +23,9 @@ pub(super) struct DeviceSide {
     handle: sys::cudnnHandle_t,
     ctx: cudarc::driver::sys::CUcontext,
     thread: cubecl::device_handle::DeviceHandle<CudaServer>,
+    /// The graph API's plans built on this handle, per shape (`None`: that shape's plan did
+    /// not build here, it stays on the legacy calls). Only the device thread touches it.
+    plans: Mutex<HashMap<String, Option<Arc<Plan>>>>,
 }
 
 // The cuDNN handle is only used on cubecl's device thread.
@@ -52,6 +57,22 @@ pub(crate) fn record_device_error(message: String) {
         .get_or_insert(message);
 }
 
+/// Whether `MEDDDPM_CUDNN_LEGACY=1` keeps every call on cuDNN's legacy functions (no graph API
+/// plans): for comparisons, and a way out should a cuDNN build misbehave with the plans.
+pub(super) fn legacy_requested() -> bool {
+    static LEGACY: OnceLock<bool> = OnceLock::new();
+    *LEGACY.get_or_init(|| std::env::var("MEDDDPM_CUDNN_LEGACY").is_ok_and(|v| v == "1"))
+}
+
+/// How a device-thread call runs: cuDNN's legacy function, a graph API plan already chosen, or
+/// the legacy function after timing the plans for this shape (its first call here; the
+/// outcome goes into the table).
+pub(super) enum Graph {
+    Legacy,
+    Plan(PlanChoice),
+    Search(Arc<AlgoTable>),
+}
+
 /// Whether `MEDDDPM_CUDNN_SYNC=1` keeps every call on the waiting path.
 pub(super) fn sync_requested() -> bool {
     static SYNC: OnceLock<bool> = OnceLock::new();
@@ -79,6 +100,7 @@ impl DeviceSide {
             ctx,
             // The device thread of the client that burn already made for this device.
             thread: cubecl::device_handle::DeviceHandle::new(device.to_id()),
+            plans: Mutex::new(HashMap::new()),
         })
     }
 }
@@ -97,11 +119,10 @@ pub(super) struct OperandHandles {
 /// enqueues cuDNN on the buffers' stream. A failure is kept for [`device_error`].
 pub(super) fn enqueue(
     side: &'static DeviceSide,
-    op: ConvOp,
-    desc: Arc<Descriptors>,
-    choice: Choice,
+    (op, desc, choice, ws_bytes): (ConvOp, Arc<Descriptors>, Choice, usize),
     handles: OperandHandles,
     key: String,
+    graph: Graph,
 ) {
     use cubecl::server::ComputeServer as _;
     let stream_id = cubecl::stream_id::StreamId::current();
@@ -133,7 +154,12 @@ pub(super) fn enqueue(
                 unsafe { sys::cudnnSetStream(side.handle, stream) },
                 "set stream",
             )?;
-            launch(
+            let since = std::time::Instant::now();
+            if side.run_graph(graph, (op, &desc, &key), &ptrs, (ws, ws_bytes), stream) {
+                cubecl_common::busy::IN_CALL[cubecl_common::busy::CUDNN].add(since);
+                return Ok(());
+            }
+            let launched = launch(
                 op,
                 side.handle,
                 &desc,
@@ -141,7 +167,9 @@ pub(super) fn enqueue(
                 choice.algo,
                 ws,
                 choice.workspace,
-            )
+            );
+            cubecl_common::busy::IN_CALL[cubecl_common::busy::CUDNN].add(since);
+            launched
         })();
         drop(handles);
         if let Err(e) = result {
@@ -156,4 +184,70 @@ pub(super) fn enqueue(
                 .get_or_insert(message);
         }
     });
+}
+
+impl DeviceSide {
+    /// Runs the call with a graph API plan if `graph` says so and it can (its plan builds, the
+    /// buffers are aligned as plans promise, the workspace is large enough); `false` leaves it
+    /// to the legacy function. A `Graph::Search` times the shape's plans first (on these
+    /// buffers, which the legacy call then overwrites) and records the outcome.
+    fn run_graph(
+        &self,
+        graph: Graph,
+        (op, desc, key): (ConvOp, &Descriptors, &str),
+        ptrs: &Ptrs,
+        (ws, ws_bytes): (u64, usize),
+        stream: sys::cudaStream_t,
+    ) -> bool {
+        let Some(geometry) = desc.geometry.as_ref() else {
+            return false;
+        };
+        if !graph::aligned(op, ptrs) {
+            return false;
+        }
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        match graph {
+            Graph::Legacy => false,
+            Graph::Search(table) => {
+                let stream = stream as cudarc::driver::sys::CUstream;
+                match graph::search(self.handle, geometry, ptrs, stream) {
+                    Ok((plan, choice)) => {
+                        plans.insert(key.to_string(), Some(Arc::new(plan)));
+                        table.plans.settle(key, Some(choice));
+                    }
+                    Err(e) => {
+                        note_once(format!("cuDNN graph API, {key}: {e}; legacy calls used"));
+                        table.plans.settle(key, None);
+                    }
+                }
+                false
+            }
+            Graph::Plan(choice) => {
+                let plan = plans.entry(key.to_string()).or_insert_with(|| {
+                    match Plan::rebuild(self.handle, geometry, &choice) {
+                        Ok(plan) => Some(Arc::new(plan)),
+                        Err(e) => {
+                            note_once(format!("cuDNN graph API, {key}: {e}; legacy calls used"));
+                            None
+                        }
+                    }
+                });
+                match plan {
+                    Some(plan) if plan.workspace <= ws_bytes => {
+                        plan.execute(self.handle, op, ptrs, ws).is_ok()
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
+/// Prints the first graph API failure of the process (the calls concerned fall back to the
+/// legacy functions, which compute the same convolution).
+fn note_once(message: String) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("{message}");
+    }
 }

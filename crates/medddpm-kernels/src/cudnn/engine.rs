@@ -11,12 +11,14 @@ use cudarc::cudnn::sys;
 use super::algorithms::{find, Choice};
 use super::calls::{launch, workspace_size, ConvOp, Ptrs};
 use super::descriptors::{data_type, Descriptors};
-use super::device_thread::{enqueue, sync_requested, OperandHandles};
+use super::device_thread::{enqueue, legacy_requested, sync_requested, Graph, OperandHandles};
 use super::devices::{engine, DeviceState};
 // Where burn-fusion's operations (`fusion.rs`) find it.
 pub(crate) use super::devices::warn_fallback;
-use super::layout::{dims5, empty_like_layout, packed, Tensor};
+use super::graph::Geometry;
+use super::layout::{dims5, empty_like_layout, packed, strides5, Tensor};
 use super::library::check;
+use crate::compute::Precision;
 use crate::conv::Conv3dSpec;
 
 /// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
@@ -40,10 +42,23 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
         true => None,
     };
     if let Some(choice) = proven {
+        let graph = match desc.geometry.is_some() && !legacy_requested() {
+            true => match s.algos.plans.claim(&key) {
+                Some(Some(plan)) => Graph::Plan(plan),
+                Some(None) => Graph::Legacy,
+                None => Graph::Search(s.algos.clone()),
+            },
+            false => Graph::Legacy,
+        };
         drop(s);
-        let workspace = (choice.workspace > 0).then(|| call.x.client.empty(choice.workspace));
+        let bytes = match &graph {
+            Graph::Plan(plan) => plan.workspace.max(choice.workspace),
+            _ => choice.workspace,
+        };
+        let workspace = (bytes > 0).then(|| call.x.client.empty(bytes));
         let handles = call.handles(workspace);
-        enqueue(engine.side(&call.x.device)?, op, desc, choice, handles, key);
+        let side = engine.side(&call.x.device)?;
+        enqueue(side, (op, desc, choice, bytes), handles, key, graph);
         return Ok(call.out);
     }
     let result = run_waiting(engine.ctx, &mut s, &call, &desc, &key);
@@ -64,13 +79,11 @@ impl DeviceState {
             return Ok(d.clone());
         }
         let y_like = call.y_like()?;
-        let d = Arc::new(Descriptors::new(
-            &call.x,
-            y_like,
-            call.w_dims,
-            spec,
-            call.cudnn_dtype,
-        )?);
+        let mut d = Descriptors::new(&call.x, y_like, call.w_dims, spec, call.cudnn_dtype)?;
+        if matches!(spec.compute.precision, Precision::Bf16 | Precision::F16) {
+            d.geometry = Some(call.geometry(spec)?);
+        }
+        let d = Arc::new(d);
         self.descriptors.insert(key.to_string(), d.clone());
         Ok(d)
     }
@@ -257,6 +270,27 @@ impl Call {
             spec.stride,
             spec.padding
         )
+    }
+
+    /// The shape as the graph API's plans describe it: `(x, w, y)` in its terms (for the data
+    /// gradient `x` is the output, for the weight gradient `w` is).
+    fn geometry(&self, spec: &Conv3dSpec) -> Result<Geometry, String> {
+        let of = |t: &Tensor| (dims5(t).map(|v| v as i64), strides5(t).map(|v| v as i64));
+        let y_like = of(self.y_like()?);
+        let (x, w) = match self.op {
+            ConvOp::Forward => (of(&self.x), of(&self.w)),
+            ConvOp::DataGrad => (of(&self.out), of(&self.w)),
+            ConvOp::WeightGrad => (of(&self.x), of(&self.out)),
+        };
+        Ok(Geometry {
+            op: self.op,
+            dtype: self.cudnn_dtype,
+            x,
+            w,
+            y: y_like,
+            padding: spec.padding.map(|v| v as i64),
+            stride: spec.stride.map(|v| v as i64),
+        })
     }
 
     /// The buffers the device thread needs, the weight only where the operation reads it.

@@ -319,7 +319,8 @@ impl CudaContext {
                 reason: format!("{err:?}"),
                 backtrace: BackTrace::capture(),
             })?;
-            cudarc::driver::result::launch_kernel(
+            let since = std::time::Instant::now();
+            let launched = cudarc::driver::result::launch_kernel(
                 kernel.func,
                 dispatch_count,
                 (cube_dim.x, cube_dim.y, cube_dim.z),
@@ -328,8 +329,10 @@ impl CudaContext {
                 kernel.shared_mem_bytes as u32,
                 stream.sys,
                 &mut bindings,
-            )
-            .map_err(|err| LaunchError::Unknown {
+            );
+            // medddpm patch: the driver's share of a launch (vendor/cubecl-common's counters).
+            cubecl_common::busy::IN_CALL[cubecl_common::busy::DRIVER_LAUNCH].add(since);
+            launched.map_err(|err| LaunchError::Unknown {
                 reason: format!("{err:?}"),
                 backtrace: BackTrace::capture(),
             })?;

@@ -1,0 +1,173 @@
+//! Convolutions through cuDNN's graph ("backend") API with execution plans built once per shape
+//! and kept, for the device thread's calls.
+//!
+//! cuDNN 9's legacy calls (`cudnnConvolutionForward` and the two gradients) build and finalize an
+//! execution plan inside every call: about 80 us of host time a call on an H200, with one shape
+//! repeated or several alternating, where PyTorch's `conv3d` through the graph API and its plan
+//! cache takes 16 us (`scripts/cudnn-legacy-overhead.py`; the figures are in the optimisation
+//! log). cubecl's device thread makes about a hundred such calls a training step. Here a shape's
+//! plan is finalized once and each call only fills a variant pack (the buffers) and executes it.
+//!
+//! Which plan: the engine configurations cuDNN's heuristics (mode A) propose, each timed on the
+//! call's own buffers the first time a shape reaches the device thread (what `cudnnFind*`
+//! does for the legacy algorithms), the fastest kept (the smallest workspace among those within
+//! 5 % of it). Choices are shared by the devices of one GPU model and kept in
+//! `cudnn-plans.json` beside the algorithm cache, as the engine's global index and knob values,
+//! from which a later run rebuilds the plan without timing again.
+
+mod ffi;
+mod op_graph;
+mod search;
+mod table;
+
+use std::ffi::c_void;
+
+use cudarc::cudnn::sys;
+use serde::{Deserialize, Serialize};
+
+use super::calls::{ConvOp, Ptrs};
+use super::library::check;
+use ffi::{finalize, set, set_i64, Desc, Owned, A, D, T};
+use op_graph::OpGraph;
+pub(super) use search::search;
+pub(super) use table::PlanTable;
+
+/// Byte alignment promised for every operand: a call whose buffers are not aligned so runs on
+/// the legacy path instead.
+pub(super) const ALIGNMENT: u64 = 16;
+
+/// Largest workspace a plan may use (the legacy search's cap).
+const MAX_WORKSPACE: i64 = 3 << 30;
+
+/// Engine configurations asked of the heuristics.
+const CANDIDATES: usize = 16;
+
+/// Among plans within this factor of the fastest, the smallest workspace wins.
+const NEAR_FASTEST: f32 = 1.05;
+
+/// Operand ids in the graph: the input, the filter, the output-side tensor (`y` or `dy`).
+const X: i64 = 1;
+const W: i64 = 2;
+const Y: i64 = 3;
+
+/// One shape as the graph API describes it: every tensor's dimensions and strides in elements
+/// (logical order `[n, c, d, h, w]`, the filter `[k, c, kd, kh, kw]`), the convolution's
+/// padding and stride, the data type.
+#[derive(Debug, Clone)]
+pub(super) struct Geometry {
+    pub op: ConvOp,
+    pub dtype: sys::cudnnDataType_t,
+    pub x: ([i64; 5], [i64; 5]),
+    pub w: ([i64; 5], [i64; 5]),
+    pub y: ([i64; 5], [i64; 5]),
+    pub padding: [i64; 3],
+    pub stride: [i64; 3],
+}
+
+/// A plan chosen for a shape: enough to rebuild it (engine and knobs) and its workspace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(super) struct PlanChoice {
+    pub engine: i64,
+    /// `(knob type, value)` pairs.
+    pub knobs: Vec<(u32, i64)>,
+    pub workspace: usize,
+    /// Milliseconds it took when timed.
+    pub ms: f32,
+}
+
+/// A finalized plan for one shape on one handle.
+pub(super) struct Plan {
+    _graph: OpGraph,
+    plan: Desc,
+    pub workspace: usize,
+}
+
+// Used by cubecl's device thread only (the engine keeps plans per device side).
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+impl Plan {
+    /// Rebuilds the plan `choice` names for `geometry`.
+    pub(super) fn rebuild(
+        handle: sys::cudnnHandle_t,
+        geometry: &Geometry,
+        choice: &PlanChoice,
+    ) -> Result<Self, String> {
+        let mut graph = OpGraph::new(handle, geometry)?;
+        let cfg = graph.config(choice.engine, &choice.knobs)?;
+        let (plan, ws) = graph.plan(handle, cfg)?;
+        Ok(Plan {
+            _graph: graph,
+            plan,
+            workspace: ws.max(0) as usize,
+        })
+    }
+
+    /// Enqueues the convolution on `handle`'s stream with `p`'s buffers and a workspace of at
+    /// least [`Plan::workspace`] bytes.
+    pub(super) fn execute(
+        &self,
+        handle: sys::cudnnHandle_t,
+        op: ConvOp,
+        p: &Ptrs,
+        ws: u64,
+    ) -> Result<(), String> {
+        execute(handle, self.plan, op, p, ws)
+    }
+}
+
+/// Whether every operand of `p` (and the workspace) is aligned as the plans promise.
+pub(super) fn aligned(op: ConvOp, p: &Ptrs) -> bool {
+    let (x, w, y) = operands(op, p);
+    [x, w, y].iter().all(|v| v % ALIGNMENT == 0)
+}
+
+/// `(x, w, y)` in the graph's terms: for the data gradient `x` is the output, for the weight
+/// gradient `w` is.
+fn operands(op: ConvOp, p: &Ptrs) -> (u64, u64, u64) {
+    match op {
+        ConvOp::Forward => (p.x, p.w, p.out),
+        ConvOp::DataGrad => (p.out, p.w, p.dy),
+        ConvOp::WeightGrad => (p.x, p.out, p.dy),
+    }
+}
+
+/// Enqueues `plan` on `handle`'s stream with one variant pack: `p`'s buffers and workspace `ws`.
+fn execute(
+    handle: sys::cudnnHandle_t,
+    plan: Desc,
+    op: ConvOp,
+    p: &Ptrs,
+    ws: u64,
+) -> Result<(), String> {
+    let mut owned = Owned::new();
+    let pack = owned.make(D::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+    let (x, w, y) = operands(op, p);
+    let ptrs: [*mut c_void; 3] = [x, w, y].map(|v| v as usize as *mut c_void);
+    let ws_ptr = ws as usize as *mut c_void;
+    set_i64(pack, A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &[X, W, Y])?;
+    // SAFETY: three device pointers, then one.
+    unsafe {
+        set(
+            pack,
+            A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+            T::CUDNN_TYPE_VOID_PTR,
+            3,
+            ptrs.as_ptr(),
+        )?;
+        set(
+            pack,
+            A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+            T::CUDNN_TYPE_VOID_PTR,
+            1,
+            &ws_ptr,
+        )?;
+    }
+    finalize(pack, "variant pack")?;
+    // SAFETY: a finalized plan of this handle; the buffers are live and as the plan's tensors
+    // describe them (built from the same shapes).
+    check(
+        unsafe { sys::cudnnBackendExecute(handle, plan, pack) },
+        "execute plan",
+    )
+}
