@@ -58,6 +58,13 @@ pub(super) unsafe fn set<V>(
     )
 }
 
+/// Sets attribute `name` of `d` to one value of a C enum of type `ty` (4 bytes, as cuDNN's
+/// enums are laid out).
+pub(super) fn set_enum(d: Desc, name: A, ty: T, value: u32) -> Result<(), String> {
+    // SAFETY: one u32.
+    unsafe { set(d, name, ty, 1, &value) }
+}
+
 pub(super) fn set_i64(d: Desc, name: A, values: &[i64]) -> Result<(), String> {
     // SAFETY: `values` is a live slice of i64.
     unsafe { set(d, name, T::CUDNN_TYPE_INT64, values.len(), values.as_ptr()) }

@@ -7,7 +7,7 @@ use cudarc::cudnn::sys;
 use super::super::calls::ConvOp;
 use super::super::library::check;
 use super::ffi::{
-    finalize, get_i64, set, set_desc, set_float, set_handle, set_i64, Desc, Owned, A, D, T,
+    finalize, get_i64, set_desc, set_enum, set_float, set_handle, set_i64, Desc, Owned, A, D, T,
 };
 use super::{Geometry, ALIGNMENT, CANDIDATES, W, X, Y};
 
@@ -50,16 +50,12 @@ impl OpGraph {
             &[self.graph],
         )?;
         let mode = sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A as u32;
-        // SAFETY: one C enum value.
-        unsafe {
-            set(
-                heur,
-                A::CUDNN_ATTR_ENGINEHEUR_MODE,
-                T::CUDNN_TYPE_HEUR_MODE,
-                1,
-                &mode,
-            )
-        }?;
+        set_enum(
+            heur,
+            A::CUDNN_ATTR_ENGINEHEUR_MODE,
+            T::CUDNN_TYPE_HEUR_MODE,
+            mode,
+        )?;
         finalize(heur, "heuristics")?;
         let mut cfgs = Vec::with_capacity(CANDIDATES);
         for _ in 0..CANDIDATES {
@@ -154,16 +150,12 @@ impl OpGraph {
         let mut choices = Vec::with_capacity(knobs.len());
         for &(ty, value) in knobs {
             let c = self.owned.make(D::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)?;
-            // SAFETY: one C enum value (a knob type read back from cuDNN).
-            unsafe {
-                set(
-                    c,
-                    A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
-                    T::CUDNN_TYPE_KNOB_TYPE,
-                    1,
-                    &ty,
-                )
-            }?;
+            set_enum(
+                c,
+                A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                T::CUDNN_TYPE_KNOB_TYPE,
+                ty,
+            )?;
             set_i64(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, &[value])?;
             finalize(c, "knob choice")?;
             choices.push(c);
@@ -203,16 +195,12 @@ fn tensor(
 ) -> Result<Desc, String> {
     let t = owned.make(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     let dtype = g.dtype as u32;
-    // SAFETY: one data-type value (a C enum, 4 bytes).
-    unsafe {
-        set(
-            t,
-            A::CUDNN_ATTR_TENSOR_DATA_TYPE,
-            T::CUDNN_TYPE_DATA_TYPE,
-            1,
-            &dtype,
-        )
-    }?;
+    set_enum(
+        t,
+        A::CUDNN_ATTR_TENSOR_DATA_TYPE,
+        T::CUDNN_TYPE_DATA_TYPE,
+        dtype,
+    )?;
     set_i64(t, A::CUDNN_ATTR_TENSOR_DIMENSIONS, dims)?;
     set_i64(t, A::CUDNN_ATTR_TENSOR_STRIDES, strides)?;
     set_i64(t, A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[id])?;
@@ -226,23 +214,18 @@ fn convolution(owned: &mut Owned, g: &Geometry) -> Result<Desc, String> {
     let conv = owned.make(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
     let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT as u32;
     let mode = sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION as u32;
-    // SAFETY: one C enum value each.
-    unsafe {
-        set(
-            conv,
-            A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
-            T::CUDNN_TYPE_DATA_TYPE,
-            1,
-            &float,
-        )?;
-        set(
-            conv,
-            A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
-            T::CUDNN_TYPE_CONVOLUTION_MODE,
-            1,
-            &mode,
-        )?;
-    }
+    set_enum(
+        conv,
+        A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+        T::CUDNN_TYPE_DATA_TYPE,
+        float,
+    )?;
+    set_enum(
+        conv,
+        A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+        T::CUDNN_TYPE_CONVOLUTION_MODE,
+        mode,
+    )?;
     set_i64(conv, A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[3])?;
     set_i64(conv, A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &[1, 1, 1])?;
     set_i64(conv, A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, &g.stride)?;
