@@ -211,7 +211,7 @@ impl BackendTask for Convolutions {
                     .enumerate()
                 {
                     let errs = medddpm_kernels::conv::engine_vs_reference::<B::InnerBackend>(
-                        &device, case, compute, i as u64,
+                        &device, case, compute, i as u64, 2,
                     );
                     if errs.iter().any(|e| e.is_nan() || *e >= 1e-4) {
                         bad.push(format!("{conv_engine} {layout} {case:?}: {errs:?}"));

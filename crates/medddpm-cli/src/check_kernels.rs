@@ -211,7 +211,8 @@ fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: 
             ..env.compute()
         };
         for (i, case) in ConvCase::standard(scale).into_iter().enumerate() {
-            let [f, d, w] = engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64);
+            let [f, d, w] =
+                engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64, 3);
             let pass = [f, d, w].iter().all(|e| e.is_finite() && *e <= tol);
             eprintln!(
                     "{layout} {:>3}->{:<3} k{} s{} {:?} b{}: forward {f:.2e}, data grad {d:.2e}, weight grad {w:.2e} {}",

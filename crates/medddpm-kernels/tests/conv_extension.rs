@@ -27,7 +27,7 @@ fn inner_ops_match_the_reference_twin_in_both_layouts() {
                 ..compute(layout)
             };
             for (i, case) in ConvCase::standard(1).into_iter().enumerate() {
-                let errs = engine_vs_reference::<Flex>(&device, case, compute, i as u64);
+                let errs = engine_vs_reference::<Flex>(&device, case, compute, i as u64, 2);
                 for (what, e) in ["forward", "data gradient", "weight gradient"]
                     .iter()
                     .zip(errs)

@@ -1,4 +1,4 @@
-//! The parts of the engine that need no GPU: how devices share algorithm choices.
+//! The parts of the engine that need no GPU: how devices share algorithm choices and plans.
 
 use std::sync::Arc;
 
@@ -56,5 +56,37 @@ fn devices_of_one_model_share_a_table_and_the_file_stays_with_the_first_model() 
     assert_eq!(a100.file, None);
     h100.insert("fwd", choice(2));
     assert_eq!((second_h100.len(), a100.len()), (1, 0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_shape_is_searched_once_and_its_plan_kept_beside_the_algorithms() {
+    use super::graph::PlanChoice;
+    let dir = scratch("plans");
+    let table = AlgoTable::open(
+        model("NVIDIA H100"),
+        Some(dir.join("cudnn-algorithms.json")),
+    );
+    assert_eq!(table.plans.file, Some(dir.join("cudnn-plans.json")));
+    // The first call of a shape is told to search it; the calls meanwhile stay legacy.
+    assert_eq!(table.plans.claim("fwd"), None);
+    assert_eq!(table.plans.claim("fwd"), Some(None));
+    let plan = PlanChoice {
+        engine: 22,
+        knobs: vec![(1, 4), (3, 0)],
+        workspace: 4096,
+        ms: 0.25,
+    };
+    table.plans.settle("fwd", Some(plan.clone()));
+    assert_eq!(table.plans.claim("fwd"), Some(Some(plan.clone())));
+    // A shape without a usable plan is not written: a later run searches it again.
+    assert_eq!(table.plans.claim("bwd-data"), None);
+    table.plans.settle("bwd-data", None);
+    let reopened = AlgoTable::open(
+        model("NVIDIA H100"),
+        Some(dir.join("cudnn-algorithms.json")),
+    );
+    assert_eq!(reopened.plans.claim("fwd"), Some(Some(plan)));
+    assert_eq!(reopened.plans.claim("bwd-data"), None);
     let _ = std::fs::remove_dir_all(dir);
 }

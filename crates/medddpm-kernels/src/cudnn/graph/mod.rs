@@ -5,7 +5,7 @@
 //! execution plan inside every call: about 80 us of host time a call on an H200, with one shape
 //! repeated or several alternating, where PyTorch's `conv3d` through the graph API and its plan
 //! cache takes 16 us (`scripts/cudnn-legacy-overhead.py`; the figures are in the optimisation
-//! log). cubecl's device thread makes about a hundred such calls a training step. Here a shape's
+//! log). cubecl's device thread makes about 130 such calls a training step. Here a shape's
 //! plan is finalized once and each call only fills a variant pack (the buffers) and executes it.
 //!
 //! Which plan: the engine configurations cuDNN's heuristics (mode A) propose, each timed on the
