@@ -69,7 +69,7 @@ pub(super) fn legacy_requested() -> bool {
 /// outcome goes into the table).
 pub(super) enum Graph {
     Legacy,
-    Plan(PlanChoice),
+    Plan(Arc<PlanChoice>),
     Search(Arc<AlgoTable>),
 }
 
@@ -155,21 +155,21 @@ pub(super) fn enqueue(
                 "set stream",
             )?;
             let since = std::time::Instant::now();
-            if side.run_graph(graph, (op, &desc, &key), &ptrs, (ws, ws_bytes), stream) {
-                cubecl_common::busy::IN_CALL[cubecl_common::busy::CUDNN].add(since);
-                return Ok(());
-            }
-            let launched = launch(
-                op,
-                side.handle,
-                &desc,
-                &ptrs,
-                choice.algo,
-                ws,
-                choice.workspace,
-            );
+            let ran = match side.run_graph(graph, (op, &desc, &key), &ptrs, (ws, ws_bytes), stream)
+            {
+                true => Ok(()),
+                false => launch(
+                    op,
+                    side.handle,
+                    &desc,
+                    &ptrs,
+                    choice.algo,
+                    ws,
+                    choice.workspace,
+                ),
+            };
             cubecl_common::busy::IN_CALL[cubecl_common::busy::CUDNN].add(since);
-            launched
+            ran
         })();
         drop(handles);
         if let Err(e) = result {

@@ -16,6 +16,7 @@ use cudarc::cudnn::sys;
 use super::algorithms::{AlgoTable, Choice};
 use super::descriptors::Descriptors;
 use super::device_thread::DeviceSide;
+use super::graph::PlanChoice;
 use super::library::{self, CudnnInfo, CudnnUnavailable, GpuModel};
 
 /// cuDNN on one CUDA device.
@@ -47,6 +48,9 @@ pub(super) struct DeviceState {
     /// can fall back from). Kept here rather than read from `algos` so that the hot path takes
     /// no lock but the device's.
     pub proven: HashMap<String, Choice>,
+    /// Graph-API plans known for this device's shapes, copied from the model's plan table on
+    /// first sight so that later calls take no lock but the device's.
+    pub planned: HashMap<String, Arc<PlanChoice>>,
 }
 
 // The handle is only used under the device's mutex.
@@ -98,6 +102,7 @@ pub fn init(device_index: usize, cache_dir: Option<&Path>) -> Result<CudnnInfo, 
             algos: table_for(opened.model, cache_dir),
             descriptors: HashMap::new(),
             proven: HashMap::new(),
+            planned: HashMap::new(),
         }),
         side: OnceLock::new(),
     };

@@ -43,11 +43,7 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     };
     if let Some(choice) = proven {
         let graph = match desc.geometry.is_some() && !legacy_requested() {
-            true => match s.algos.plans.claim(&key) {
-                Some(Some(plan)) => Graph::Plan(plan),
-                Some(None) => Graph::Legacy,
-                None => Graph::Search(s.algos.clone()),
-            },
+            true => s.graph_for(&key),
             false => Graph::Legacy,
         };
         drop(s);
@@ -68,6 +64,23 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
 }
 
 impl DeviceState {
+    /// How a device-thread call of `key` runs: the device's own copy of a known plan, else
+    /// what the model's plan table says (a search for a shape not seen yet).
+    fn graph_for(&mut self, key: &str) -> Graph {
+        if let Some(plan) = self.planned.get(key) {
+            return Graph::Plan(plan.clone());
+        }
+        match self.algos.plans.claim(key) {
+            Some(Some(plan)) => {
+                let plan = Arc::new(plan);
+                self.planned.insert(key.to_string(), plan.clone());
+                Graph::Plan(plan)
+            }
+            Some(None) => Graph::Legacy,
+            None => Graph::Search(self.algos.clone()),
+        }
+    }
+
     /// The descriptors of `key`'s shape, made on its first call on this device.
     fn descriptors_for(
         &mut self,
