@@ -446,6 +446,50 @@ fn upsampling_kernels_agree_with_their_reference_twins() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
+/// The CubeCL join of two activations along the last axis and its split, against burn's `cat`
+/// and slices: channel counts that allow vectors of 8, 4 and only 1, f32 and (where the device
+/// stores it) f16; exact copies.
+struct ChannelKernels;
+
+impl BackendTask for ChannelKernels {
+    type Output = Vec<String>;
+    type Error = anyhow::Error;
+
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        _: &RunEnv,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut dtypes = vec![DType::F32];
+        if B::InnerBackend::supports_dtype(&device, DType::F16) {
+            dtypes.push(DType::F16);
+        }
+        let mut bad = Vec::new();
+        for dtype in dtypes {
+            for (i, (rows, a, b)) in [(5, 8, 8), (7, 3, 5), (3, 16, 24), (999, 64, 12)]
+                .into_iter()
+                .enumerate()
+            {
+                let errs = medddpm_kernels::channels::engine_vs_reference::<B::InnerBackend>(
+                    &device, rows, a, b, dtype, i as u64,
+                );
+                if errs != [0.0, 0.0] {
+                    bad.push(format!(
+                        "{dtype:?} {rows} rows, {a} + {b} channels: {errs:?}"
+                    ));
+                }
+            }
+        }
+        Ok(bad)
+    }
+}
+
+#[test]
+fn channel_join_and_split_kernels_copy_exactly() {
+    let bad = on_wgpu(ChannelKernels);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
 /// The CubeCL Adam update against its plain-op twin on the CPU: four steps with the learning
 /// rate and step count changing (each launch must use its own scalars), 70 tensors of uneven
 /// sizes per call (more than one launch's worth), f32 and f16 gradients.

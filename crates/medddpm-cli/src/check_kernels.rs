@@ -1,10 +1,13 @@
 //! `medddpm check-kernels`: the backend's convolution engine, matrix products, GroupNorm,
-//! upsampling and Adam kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
+//! upsampling, channel join and split, and Adam kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
 //! rounded operands) on the U-Net's geometries and odd ones, forward and gradients, per
 //! precision and layout; or, with `--collective-devices`, the all-reduce of data-parallel
 //! training across devices.
 
 mod collective;
+mod copies;
+
+use copies::{channel_rows, upsample_rows, ChannelRow, UpsampleRow};
 
 use std::path::PathBuf;
 
@@ -88,17 +91,6 @@ struct NormRow {
     pass: bool,
 }
 
-/// One upsampling case's result.
-#[derive(Debug, Serialize)]
-struct UpsampleRow {
-    size: [usize; 5],
-    layout: String,
-    forward: f64,
-    backward: f64,
-    tolerance: f64,
-    pass: bool,
-}
-
 /// One Adam-update case's result (parameters, moments).
 #[derive(Debug, Serialize)]
 struct AdamRow {
@@ -131,6 +123,7 @@ struct Report {
     norm_engine: String,
     norm_rows: Vec<NormRow>,
     upsample_rows: Vec<UpsampleRow>,
+    channel_rows: Vec<ChannelRow>,
     adam_rows: Vec<AdamRow>,
 }
 
@@ -140,6 +133,7 @@ impl Report {
             + self.product_rows.iter().filter(|r| !r.pass).count()
             + self.norm_rows.iter().filter(|r| !r.pass).count()
             + self.upsample_rows.iter().filter(|r| !r.pass).count()
+            + self.channel_rows.iter().filter(|r| !r.pass).count()
             + self.adam_rows.iter().filter(|r| !r.pass).count()
     }
 
@@ -148,6 +142,7 @@ impl Report {
             + self.product_rows.len()
             + self.norm_rows.len()
             + self.upsample_rows.len()
+            + self.channel_rows.len()
             + self.adam_rows.len()
     }
 }
@@ -196,6 +191,7 @@ impl BackendTask for Task {
             norm_engine: env.norm_engine.to_string(),
             norm_rows: norm_rows::<B>(&device, env, self.scale),
             upsample_rows: upsample_rows::<B>(&device, env, self.scale),
+            channel_rows: channel_rows::<B>(&device, env),
             adam_rows: adam_rows::<B>(&device, env, self.scale),
         })
     }
@@ -326,52 +322,6 @@ fn product_rows<B: KernelAutodiffBackend>(
         });
     }
     rows
-}
-
-/// Trilinear x2 upsampling against its plain-op twin, both layouts.
-fn upsample_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-    scale: usize,
-) -> Vec<UpsampleRow> {
-    // Upsampling: the same tolerance as GroupNorm (f32 arithmetic; bf16 output rounding).
-    let tol = norm_tolerance(env.precision);
-    let mut upsample_rows = Vec::new();
-    for layout in Layout::ALL {
-        for (i, size) in [[1, 64, 4, 4, 4], [2, 3, 5, 1, 3], [1, 8, 7, 6, 5]]
-            .into_iter()
-            .enumerate()
-        {
-            let size = [
-                size[0],
-                size[1],
-                size[2] * scale,
-                size[3] * scale,
-                size[4] * scale,
-            ];
-            let [f, b] = medddpm_kernels::upsample::engine_vs_reference::<B::InnerBackend>(
-                device,
-                size,
-                layout,
-                env.compute_dtype(),
-                200 + i as u64,
-            );
-            let pass = [f, b].iter().all(|e| e.is_finite() && *e <= tol);
-            eprintln!(
-                "{layout} upsample x2 {size:?}: forward {f:.2e}, backward {b:.2e} {}",
-                if pass { "ok" } else { "OUTSIDE TOLERANCE" }
-            );
-            upsample_rows.push(UpsampleRow {
-                size,
-                layout: layout.to_string(),
-                forward: f,
-                backward: b,
-                tolerance: tol,
-                pass,
-            });
-        }
-    }
-    upsample_rows
 }
 
 /// The Adam update against its plain-op twin: f32 gradients, and the precision's own.

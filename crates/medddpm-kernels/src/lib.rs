@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod adam;
+pub mod channels;
 pub mod collective;
 mod compute;
 pub mod conv;
@@ -50,6 +51,7 @@ pub mod seeded;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
+pub use channels::{cat_last, split_last};
 pub use collective::{
     nccl_unique_id, Collective, CollectiveBackend, CollectiveUnavailable, Launch, NcclId,
     ProcessGroup,

@@ -448,8 +448,12 @@ pub(crate) fn decode<B: KernelBackend>(
     emb_act: Tensor<B, 2>,
     ctx: &Ctx<B>,
 ) -> Tensor<B, 5> {
-    let cat_dim = ctx.layout.channel_dim();
-    let joined = ctx.op(OpClass::Elementwise, || Tensor::cat(vec![h, skip], cat_dim));
+    let joined = ctx.op(OpClass::Elementwise, || match ctx.layout {
+        Layout::Ncdhw => Tensor::cat(vec![h, skip], 1),
+        // One copy each way (the backend's join and, in the backward, its split) instead of
+        // burn's cat and the strided slices of its backward.
+        Layout::Ndhwc => medddpm_kernels::cat_last(h, skip),
+    });
     block.forward(joined, emb_act, ctx)
 }
 

@@ -182,6 +182,49 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         }
     }
 
+    fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct CatLastBackward;
+
+        impl<B: KernelBackend> Backward<B, 2> for CatLastBackward {
+            type State = usize;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let [node_a, node_b] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let [ga, gb] = B::split_last(grad, ops.state);
+                if let Some(node) = node_a {
+                    grads.register::<B>(node.id, ga);
+                }
+                if let Some(node) = node_b {
+                    grads.register::<B>(node.id, gb);
+                }
+            }
+        }
+
+        use burn::tensor::TensorMetadata;
+        let shape = a.primitive.shape();
+        let first = shape[shape.num_dims() - 1];
+        match CatLastBackward
+            .prepare::<C>([a.node.clone(), b.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(first, B::cat_last(a.primitive, b.primitive)),
+            OpsKind::UnTracked(prep) => prep.finish(B::cat_last(a.primitive, b.primitive)),
+        }
+    }
+
+    fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
+        // Only the join's backward splits; a split under autodiff is two plain slices.
+        crate::channels::split_last_primitive::<Self>(x, first)
+    }
+
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct ProductBackward;

@@ -7,6 +7,7 @@ use burn::tensor::DType;
 
 use super::spec::Conv3dSpec;
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
+use crate::channels::{cat_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
 use crate::norm::reference::{
@@ -117,6 +118,20 @@ pub trait KernelBackend: CollectiveBackend {
             tensor(grad),
             layout,
         ))
+    }
+
+    /// `[.., ca]` and `[.., cb]` joined into `[.., ca + cb]` (the decoder's skip
+    /// concatenation, channels-last). Provided body: burn's `cat`, the reference twin
+    /// ([`crate::channels::reference`]); the CubeCL backends copy vectors of channels in one
+    /// launch.
+    fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        cat_last_primitive::<Self>(a, b)
+    }
+
+    /// The backward of [`KernelBackend::cat_last`]: `x` `[.., c]` split into its first `first`
+    /// channels and the rest, both contiguous. Provided body: burn's slices.
+    fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
+        split_last_primitive::<Self>(x, first)
     }
 
     /// `op(a) · op(b)` of `[batch, rows, cols]` operands, `op` transposing where `spec` says

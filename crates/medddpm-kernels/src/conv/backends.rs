@@ -89,6 +89,14 @@ impl KernelBackend for burn::backend::Wgpu {
         cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
     }
 
+    fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        crate::cube::channels::cat_last::<WgpuRuntime, f32, i32, u32>(a, b)
+    }
+
+    fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
+        crate::cube::channels::split_last::<WgpuRuntime, f32, i32, u32>(x, first)
+    }
+
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
         crate::cube::upsample_trilinear_x2::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
             x, layout,

@@ -4,6 +4,7 @@
 //! the same name at the crate root, which the tests compare it to.
 
 pub mod adam;
+pub mod channels;
 pub mod conv;
 pub mod norm;
 pub mod upsample;

@@ -3,8 +3,9 @@
 //! a stack and a copy per axis (and autodiff keeps their intermediates for the backward).
 //!
 //! Both view the activation as `[n, d, h, w, q]`: `[b, d, h, w, c]` channels-last (q = c) and
-//! `[b * c, d, h, w, 1]` channels-first, so neighbouring threads read neighbouring channels in
-//! channels-last memory.
+//! `[b * c, d, h, w, 1]` channels-first; a thread handles a vector of up to 8 neighbouring
+//! channels (the largest the device loads at once that divides q), so channels-last loads and
+//! stores are 16 bytes wide in bf16.
 //!
 //! Per axis, output 2k takes 0.75 of input k and 0.25 of input k - 1 (all of input 0 when
 //! k = 0); output 2k + 1 takes 0.75 of input k and 0.25 of input min(k + 1, n - 1). The
@@ -76,11 +77,12 @@ fn gather(i: usize, n: usize, t: usize) -> (usize, f32) {
     (o, w)
 }
 
-/// Bilinear interpolation in the `(h, w)` plane that starts at `base`.
+/// Bilinear interpolation in the `(h, w)` plane that starts at `base` (all offsets in vectors
+/// of `N` channels).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn plane<F: Float>(
-    x: &Tensor<F>,
+fn plane<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
     base: usize,
     w: usize,
     q: usize,
@@ -92,19 +94,24 @@ fn plane<F: Float>(
     wh1: f32,
     ww0: f32,
     ww1: f32,
-) -> f32 {
+) -> Vector<f32, N> {
     let r0 = base + h0 * w * q;
     let r1 = base + h1 * w * q;
-    wh0 * (ww0 * f32::cast_from(x[r0 + w0 * q]) + ww1 * f32::cast_from(x[r0 + w1 * q]))
-        + wh1 * (ww0 * f32::cast_from(x[r1 + w0 * q]) + ww1 * f32::cast_from(x[r1 + w1 * q]))
+    let (vw0, vw1) = (Vector::<f32, N>::new(ww0), Vector::<f32, N>::new(ww1));
+    let row0 = vw0 * Vector::<f32, N>::cast_from(x[r0 + w0 * q])
+        + vw1 * Vector::<f32, N>::cast_from(x[r0 + w1 * q]);
+    let row1 = vw0 * Vector::<f32, N>::cast_from(x[r1 + w0 * q])
+        + vw1 * Vector::<f32, N>::cast_from(x[r1 + w1 * q]);
+    Vector::<f32, N>::new(wh0) * row0 + Vector::<f32, N>::new(wh1) * row1
 }
 
-/// `y[n, od, oh, ow, q]` from `x[n, d, h, w, q]`.
+/// `y[n, od, oh, ow, q]` from `x[n, d, h, w, q]`, a vector of `N` neighbouring channels per
+/// thread (`q` counts vectors).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn upsample_forward<F: Float>(
-    x: &Tensor<F>,
-    y: &mut Tensor<F>,
+fn upsample_forward<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    y: &mut Tensor<Vector<F, N>>,
     d: usize,
     h: usize,
     w: usize,
@@ -127,7 +134,7 @@ fn upsample_forward<F: Float>(
     let (h0, h1, wh0, wh1) = taps(oh, h);
     let (w0, w1, ww0, ww1) = taps(ow, w);
     let base = n * d * h * w * q + c;
-    let p0 = plane::<F>(
+    let p0 = plane::<F, N>(
         x,
         base + d0 * h * w * q,
         w,
@@ -141,7 +148,7 @@ fn upsample_forward<F: Float>(
         ww0,
         ww1,
     );
-    let p1 = plane::<F>(
+    let p1 = plane::<F, N>(
         x,
         base + d1 * h * w * q,
         w,
@@ -155,15 +162,17 @@ fn upsample_forward<F: Float>(
         ww0,
         ww1,
     );
-    y[pos] = F::cast_from(wd0 * p0 + wd1 * p1);
+    y[pos] = Vector::<F, N>::cast_from(
+        Vector::<f32, N>::new(wd0) * p0 + Vector::<f32, N>::new(wd1) * p1,
+    );
 }
 
-/// `dx[n, d, h, w, q]` from `dy[n, 2d, 2h, 2w, q]`.
+/// `dx[n, d, h, w, q]` from `dy[n, 2d, 2h, 2w, q]`, a vector of `N` channels per thread.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn upsample_backward<F: Float>(
-    dy: &Tensor<F>,
-    dx: &mut Tensor<F>,
+fn upsample_backward<F: Float, N: Size>(
+    dy: &Tensor<Vector<F, N>>,
+    dx: &mut Tensor<Vector<F, N>>,
     d: usize,
     h: usize,
     w: usize,
@@ -183,27 +192,27 @@ fn upsample_backward<F: Float>(
     let id = rest % d;
     let n = rest / d;
     let base = n * 8 * d * h * w * q + c;
-    let mut acc = 0.0f32;
+    let mut acc = Vector::<f32, N>::new(0.0);
     for td in 0..4usize {
         let (od, wd) = gather(id, d, td);
         if wd != 0.0 {
             for th in 0..4usize {
                 let (oh, wh) = gather(ih, h, th);
                 if wh != 0.0 {
-                    let mut row = 0.0f32;
+                    let mut row = Vector::<f32, N>::new(0.0);
                     for tw in 0..4usize {
                         let (ow, ww) = gather(iw, w, tw);
                         if ww != 0.0 {
                             let idx = base + ((od * 2 * h + oh) * 2 * w + ow) * q;
-                            row += ww * f32::cast_from(dy[idx]);
+                            row += Vector::<f32, N>::new(ww) * Vector::<f32, N>::cast_from(dy[idx]);
                         }
                     }
-                    acc += wd * wh * row;
+                    acc += Vector::<f32, N>::new(wd * wh) * row;
                 }
             }
         }
     }
-    dx[pos] = F::cast_from(acc);
+    dx[pos] = Vector::<F, N>::cast_from(acc);
 }
 
 /// `[n, d, h, w, q]` of a tensor in `layout`'s logical shape.
@@ -247,15 +256,27 @@ pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool)
         out_shape,
         input.dtype,
     );
+    // Neighbouring channels in one vector load: the scalar kernels ran at a tenth of the H200's
+    // bandwidth (1.6 ms forward, 1.1 ms backward per bf16 training step, twenty-first session).
+    let vector = input
+        .client
+        .io_optimized_vector_sizes(input.dtype.size())
+        .find(|v| q.is_multiple_of(*v))
+        .unwrap_or(1);
+    let q = q / vector;
     let dim = CubeDim::new_1d(256);
-    let count = calculate_cube_count_elemwise(&input.client, out.meta.num_elements(), dim);
+    let count = calculate_cube_count_elemwise(&input.client, out.meta.num_elements() / vector, dim);
     let client = input.client.clone();
     let dtype: StorageType = input.dtype.into();
     let (input, output) = (input.into_tensor_arg(), out.clone().into_tensor_arg());
     if backward {
-        upsample_backward::launch::<R>(&client, count, dim, input, output, d, h, w, q, dtype);
+        upsample_backward::launch::<R>(
+            &client, count, dim, vector, input, output, d, h, w, q, dtype,
+        );
     } else {
-        upsample_forward::launch::<R>(&client, count, dim, input, output, d, h, w, q, dtype);
+        upsample_forward::launch::<R>(
+            &client, count, dim, vector, input, output, d, h, w, q, dtype,
+        );
     }
     out
 }

@@ -129,6 +129,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cube::upsample_trilinear_x2::<CudaRuntime, F, I, BT>(x, layout)
     }
 
+    fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        crate::cube::channels::cat_last::<CudaRuntime, F, I, BT>(a, b)
+    }
+
+    fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
+        crate::cube::channels::split_last::<CudaRuntime, F, I, BT>(x, first)
+    }
+
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
         match spec.compute.uses_cudnn() {
             true => crate::cublas::register_product::<F, I, BT>(a, b, spec),

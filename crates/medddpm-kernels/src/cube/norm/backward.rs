@@ -19,12 +19,12 @@ pub const BACKWARD_ROWS: usize = 64;
 
 /// The first level of the backward reduction: block sums of `dL/da` and of `dL/da * x_hat`
 /// over the same `[p, r, q]` view as [`block_moments`]; the channel of column `col` of row block
-/// `p` is `col` (channels-last) or `p % c`.
+/// `p` is `col` (channels-last) or `p % c`. A thread takes a vector of neighbouring columns.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn backward_sums<F: Float, P: Float>(
-    x: &Tensor<F>,
-    dy: &Tensor<F>,
+fn backward_sums<F: Float, P: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
@@ -41,34 +41,92 @@ fn backward_sums<F: Float, P: Float>(
     #[comptime] silu: bool,
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
+    let n = x.vector_size();
+    let qv = q / n;
     let pos = ABSOLUTE_POS;
-    if pos >= half {
+    if pos >= half / n {
         terminate!();
     }
-    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
-    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
-    let m = mean[g];
-    let rs = rstd[g];
-    let ga = f32::cast_from(gamma[ch]);
-    let be = f32::cast_from(beta[ch]);
-    let mut acc_da = 0.0f32;
-    let mut acc_da_xhat = 0.0f32;
+    let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
+    let (m, rs, ga, be) = lane_params::<P, N>(
+        gamma,
+        beta,
+        mean,
+        rstd,
+        p,
+        q,
+        col,
+        group_div,
+        c,
+        channels_last,
+        n,
+    );
+    let mut acc_da = Vector::<f32, N>::new(0.0);
+    let mut acc_da_xhat = Vector::<f32, N>::new(0.0);
     for row in start..end {
-        let idx = base + row * q;
-        let (x_hat, da) = xhat_and_da(
-            f32::cast_from(x[idx]),
-            f32::cast_from(dy[idx]),
-            ga,
-            be,
-            m,
-            rs,
-            silu,
-        );
-        acc_da += da;
-        acc_da_xhat += da * x_hat;
+        let idx = base + row * qv;
+        let (xv, dyv) = (x[idx], dy[idx]);
+        let mut da_v = Vector::<f32, N>::empty();
+        let mut da_xhat_v = Vector::<f32, N>::empty();
+        #[unroll]
+        for i in 0..n {
+            let (x_hat, da) = xhat_and_da(
+                f32::cast_from(xv[i]),
+                f32::cast_from(dyv[i]),
+                ga[i],
+                be[i],
+                m[i],
+                rs[i],
+                silu,
+            );
+            da_v[i] = da;
+            da_xhat_v[i] = da * x_hat;
+        }
+        acc_da += da_v;
+        acc_da_xhat += da_xhat_v;
     }
-    sums[pos] = acc_da;
-    sums[half + pos] = acc_da_xhat;
+    #[unroll]
+    for i in 0..n {
+        sums[pos * n + i] = acc_da[i];
+        sums[half + pos * n + i] = acc_da_xhat[i];
+    }
+}
+
+/// Per lane of a thread's vector of columns (columns `col * n + i` of row block `p`): the
+/// group's mean and 1 / std, the channel's gamma and beta.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn lane_params<P: Float, N: Size>(
+    gamma: &Tensor<P>,
+    beta: &Tensor<P>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+    p: usize,
+    q: usize,
+    col: usize,
+    group_div: usize,
+    c: usize,
+    #[comptime] channels_last: bool,
+    #[comptime] n: usize,
+) -> (
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+) {
+    let mut m = Vector::<f32, N>::empty();
+    let mut rs = Vector::<f32, N>::empty();
+    let mut ga = Vector::<f32, N>::empty();
+    let mut be = Vector::<f32, N>::empty();
+    #[unroll]
+    for i in 0..n {
+        let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        m[i] = mean[g];
+        rs[i] = rstd[g];
+        ga[i] = f32::cast_from(gamma[ch]);
+        be[i] = f32::cast_from(beta[ch]);
+    }
+    (m, rs, ga, be)
 }
 
 /// What the backward pass needs from the per-(batch, channel) sums `sums` (`[2, b, c]`: of
@@ -118,19 +176,20 @@ fn param_grads<P: Float>(
 }
 
 /// `dL/dx = rstd (gamma dL/da - m1 - x_hat m2)`, `m1`, `m2` the per-group means of
-/// `gamma dL/da` and `gamma dL/da x_hat`; blocks of rows as in [`normalise`].
+/// `gamma dL/da` and `gamma dL/da x_hat`; blocks of rows and vectors of columns as in
+/// [`normalise`].
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn input_grad<F: Float, P: Float>(
-    x: &Tensor<F>,
-    dy: &Tensor<F>,
+fn input_grad<F: Float, P: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
     m1: &Tensor<f32>,
     m2: &Tensor<f32>,
-    dx: &mut Tensor<F>,
+    dx: &mut Tensor<Vector<F, N>>,
     r: usize,
     q: usize,
     rows: usize,
@@ -141,30 +200,52 @@ fn input_grad<F: Float, P: Float>(
     #[comptime] silu: bool,
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
+    let n = x.vector_size();
+    let qv = q / n;
     let pos = ABSOLUTE_POS;
-    if pos >= blocks * q * (dx.len() / (r * q)) {
+    if pos >= blocks * qv * (dx.len() / (r * qv)) {
         terminate!();
     }
-    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
-    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
-    let ga = f32::cast_from(gamma[ch]);
-    let be = f32::cast_from(beta[ch]);
-    let mu = mean[g];
-    let rs = rstd[g];
-    let g1 = m1[g];
-    let g2 = m2[g];
+    let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
+    let (mu, rs, ga, be) = lane_params::<P, N>(
+        gamma,
+        beta,
+        mean,
+        rstd,
+        p,
+        q,
+        col,
+        group_div,
+        c,
+        channels_last,
+        n,
+    );
+    let mut g1 = Vector::<f32, N>::empty();
+    let mut g2 = Vector::<f32, N>::empty();
+    #[unroll]
+    for i in 0..n {
+        let (g, _ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        g1[i] = m1[g];
+        g2[i] = m2[g];
+    }
     for row in start..end {
-        let idx = base + row * q;
-        let (x_hat, da) = xhat_and_da(
-            f32::cast_from(x[idx]),
-            f32::cast_from(dy[idx]),
-            ga,
-            be,
-            mu,
-            rs,
-            silu,
-        );
-        dx[idx] = F::cast_from(rs * (ga * da - g1 - x_hat * g2));
+        let idx = base + row * qv;
+        let (xv, dyv) = (x[idx], dy[idx]);
+        let mut out = Vector::<F, N>::empty();
+        #[unroll]
+        for i in 0..n {
+            let (x_hat, da) = xhat_and_da(
+                f32::cast_from(xv[i]),
+                f32::cast_from(dyv[i]),
+                ga[i],
+                be[i],
+                mu[i],
+                rs[i],
+                silu,
+            );
+            out[i] = F::cast_from(rs[i] * (ga[i] * da - g1[i] - x_hat * g2[i]));
+        }
+        dx[idx] = out;
     }
 }
 
@@ -189,11 +270,13 @@ pub fn backward_channel_sums<R: CubeRuntime>(
     let v = View::new(&x.meta.shape().clone(), spec);
     let blocks = View::blocks(v.r, BACKWARD_ROWS);
     let partial = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let (count, dim) = elementwise(x, v.p * blocks * v.q);
+    let vector = v.vector_size(x);
+    let (count, dim) = elementwise(x, v.p * blocks * v.q / vector);
     backward_sums::launch::<R>(
         &x.client,
         count,
         dim,
+        vector,
         x.clone().into_tensor_arg(),
         dy.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),
@@ -279,12 +362,14 @@ pub fn backward_input_grad<R: CubeRuntime>(
         x.dtype,
     );
     let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
-    let (count, dim) = elementwise(&x, v.p * blocks * v.q);
+    let vector = v.vector_size(&x);
+    let (count, dim) = elementwise(&x, v.p * blocks * v.q / vector);
     let dtypes = [x.dtype.into(), gamma.dtype.into()];
     input_grad::launch::<R>(
         &x.client.clone(),
         count,
         dim,
+        vector,
         x.into_tensor_arg(),
         dy.into_tensor_arg(),
         gamma.into_tensor_arg(),

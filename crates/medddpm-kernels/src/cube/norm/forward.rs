@@ -21,11 +21,12 @@ pub const FORWARD_ROWS: usize = 256;
 
 /// The forward's first level: per block of `rows` rows of each column of a contiguous
 /// `[p, r, q]` array, the sum and the sum of squares about the block's own mean (two passes
-/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`.
+/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`. A thread
+/// takes a vector of neighbouring columns (`q` counts single columns).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn block_moments<F: Float>(
-    input: &Tensor<F>,
+fn block_moments<F: Float, N: Size>(
+    input: &Tensor<Vector<F, N>>,
     moments: &mut Tensor<f32>,
     half: usize,
     r: usize,
@@ -34,23 +35,28 @@ fn block_moments<F: Float>(
     blocks: usize,
     #[define(F)] _dtype: StorageType,
 ) {
+    let n = input.vector_size();
+    let qv = q / n;
     let pos = ABSOLUTE_POS;
-    if pos >= half {
+    if pos >= half / n {
         terminate!();
     }
-    let (base, start, end, _p, _col) = row_block(pos, r, q, rows, blocks);
-    let mut acc = 0.0f32;
+    let (base, start, end, _p, _col) = row_block(pos, r, qv, rows, blocks);
+    let mut acc = Vector::<f32, N>::new(0.0);
     for row in start..end {
-        acc += f32::cast_from(input[base + row * q]);
+        acc += Vector::<f32, N>::cast_from(input[base + row * qv]);
     }
-    let m = acc / f32::cast_from(end - start);
-    let mut m2 = 0.0f32;
+    let m = acc / Vector::<f32, N>::new(f32::cast_from(end - start));
+    let mut m2 = Vector::<f32, N>::new(0.0);
     for row in start..end {
-        let d = f32::cast_from(input[base + row * q]) - m;
+        let d = Vector::<f32, N>::cast_from(input[base + row * qv]) - m;
         m2 += d * d;
     }
-    moments[pos] = acc;
-    moments[half + pos] = m2;
+    #[unroll]
+    for i in 0..n {
+        moments[pos * n + i] = acc[i];
+        moments[half + pos * n + i] = m2[i];
+    }
 }
 
 /// The forward's second level: one cube per (batch, group) combines the [`block_moments`] of its
@@ -120,17 +126,18 @@ fn group_moments(
 }
 
 /// `y = silu?(gamma * (x - mean) * rstd + beta)`, over the same `[p, r, q]` view and blocks of
-/// rows as the reductions: a thread's elements share one channel and group, so it reads the
-/// statistics and parameters once and does no index division per element.
+/// rows as the reductions: a thread's rows share their channels and groups, so it reads the
+/// statistics and parameters once and does no index division per element; it takes a vector
+/// of neighbouring columns (`q` counts single columns).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn normalise<F: Float, P: Float>(
-    x: &Tensor<F>,
+fn normalise<F: Float, P: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
-    y: &mut Tensor<F>,
+    y: &mut Tensor<Vector<F, N>>,
     r: usize,
     q: usize,
     rows: usize,
@@ -141,22 +148,35 @@ fn normalise<F: Float, P: Float>(
     #[comptime] silu: bool,
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
+    let n = x.vector_size();
+    let qv = q / n;
     let pos = ABSOLUTE_POS;
-    if pos >= blocks * q * (y.len() / (r * q)) {
+    if pos >= blocks * qv * (y.len() / (r * qv)) {
         terminate!();
     }
-    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
-    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
-    let scale = rstd[g] * f32::cast_from(gamma[ch]);
-    let shift = f32::cast_from(beta[ch]) - mean[g] * scale;
+    let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
+    let mut scale = Vector::<f32, N>::empty();
+    let mut shift = Vector::<f32, N>::empty();
+    #[unroll]
+    for i in 0..n {
+        let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        let s = rstd[g] * f32::cast_from(gamma[ch]);
+        scale[i] = s;
+        shift[i] = f32::cast_from(beta[ch]) - mean[g] * s;
+    }
     for row in start..end {
-        let idx = base + row * q;
-        let a = f32::cast_from(x[idx]) * scale + shift;
-        if silu {
-            y[idx] = F::cast_from(a * sigmoid(a));
-        } else {
-            y[idx] = F::cast_from(a);
+        let idx = base + row * qv;
+        let a = Vector::<f32, N>::cast_from(x[idx]) * scale + shift;
+        let mut out = Vector::<F, N>::empty();
+        #[unroll]
+        for i in 0..n {
+            if silu {
+                out[i] = F::cast_from(a[i] * sigmoid(a[i]));
+            } else {
+                out[i] = F::cast_from(a[i]);
+            }
         }
+        y[idx] = out;
     }
 }
 
@@ -189,11 +209,13 @@ fn statistics<R: CubeRuntime>(
     let blocks = View::blocks(v.r, FORWARD_ROWS);
     let half = v.p * blocks * v.q;
     let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let (count, dim) = elementwise(x, half);
+    let vector = v.vector_size(x);
+    let (count, dim) = elementwise(x, half / vector);
     block_moments::launch::<R>(
         client,
         count,
         dim,
+        vector,
         x.clone().into_tensor_arg(),
         moments.clone().into_tensor_arg(),
         half,
@@ -254,12 +276,14 @@ fn normalised<R: CubeRuntime>(
         x.dtype,
     );
     let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
-    let (count, dim) = elementwise(&x, v.p * blocks * v.q);
+    let vector = v.vector_size(&x);
+    let (count, dim) = elementwise(&x, v.p * blocks * v.q / vector);
     let p_dtype: StorageType = gamma.dtype.into();
     normalise::launch::<R>(
         &client,
         count,
         dim,
+        vector,
         x.into_tensor_arg(),
         gamma.into_tensor_arg(),
         beta.into_tensor_arg(),

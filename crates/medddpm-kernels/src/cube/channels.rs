@@ -1,0 +1,231 @@
+//! The join of two activations along the last axis and the split of a gradient back (see
+//! [`crate::channels`]), one launch each: a thread copies a vector of up to 8 channels (the
+//! largest the device loads at once that divides both parts' channel counts).
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::{CustomOpIr, OperationOutput};
+use cubecl::prelude::*;
+use cubecl::{calculate_cube_count_elemwise, CubeDim};
+
+use super::{register, Cube, Fused, Handles};
+use crate::channels::{cat_last_primitive, split_last_primitive};
+
+/// `out[r, 0..qa] = a[r]`, `out[r, qa..] = b[r]` (sizes in vectors).
+#[cube(launch)]
+fn join_last<F: Float, N: Size>(
+    a: &Tensor<Vector<F, N>>,
+    b: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<Vector<F, N>>,
+    qa: usize,
+    qb: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= out.len() {
+        terminate!();
+    }
+    let q = qa + qb;
+    let row = pos / q;
+    let col = pos % q;
+    if col < qa {
+        out[pos] = a[row * qa + col];
+    } else {
+        out[pos] = b[row * qb + col - qa];
+    }
+}
+
+/// The adjoint of [`join_last`]: `a[r] = x[r, 0..qa]`, `b[r] = x[r, qa..]`.
+#[cube(launch)]
+fn split_last_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    a: &mut Tensor<Vector<F, N>>,
+    b: &mut Tensor<Vector<F, N>>,
+    qa: usize,
+    qb: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= x.len() {
+        terminate!();
+    }
+    let q = qa + qb;
+    let row = pos / q;
+    let col = pos % q;
+    if col < qa {
+        a[row * qa + col] = x[pos];
+    } else {
+        b[row * qb + col - qa] = x[pos];
+    }
+}
+
+/// The widest vector the device loads at once that divides both channel counts.
+fn vector_size<R: CubeRuntime>(t: &CubeTensor<R>, ca: usize, cb: usize) -> usize {
+    t.client
+        .io_optimized_vector_sizes(t.dtype.size())
+        .find(|v| ca.is_multiple_of(*v) && cb.is_multiple_of(*v))
+        .unwrap_or(1)
+}
+
+fn last(shape: &Shape) -> usize {
+    shape[shape.num_dims() - 1]
+}
+
+fn with_last(shape: &Shape, c: usize) -> Shape {
+    let mut dims: Vec<usize> = shape.iter().copied().collect();
+    *dims.last_mut().expect("rank >= 1") = c;
+    Shape::from(dims)
+}
+
+/// The join on CubeCL tensors.
+pub fn join<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
+    let (a, b) = (into_contiguous(a), into_contiguous(b));
+    let (ca, cb) = (last(a.meta.shape()), last(b.meta.shape()));
+    let out = empty_device_contiguous_dtype::<R>(
+        a.client.clone(),
+        a.device.clone(),
+        with_last(a.meta.shape(), ca + cb),
+        a.dtype,
+    );
+    let vector = vector_size(&a, ca, cb);
+    let dim = CubeDim::new_1d(256);
+    let count = calculate_cube_count_elemwise(&a.client, out.meta.num_elements() / vector, dim);
+    let client = a.client.clone();
+    let dtype: StorageType = a.dtype.into();
+    join_last::launch::<R>(
+        &client,
+        count,
+        dim,
+        vector,
+        a.into_tensor_arg(),
+        b.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        ca / vector,
+        cb / vector,
+        dtype,
+    );
+    out
+}
+
+/// The split on CubeCL tensors.
+pub fn split<R: CubeRuntime>(x: CubeTensor<R>, first: usize) -> [CubeTensor<R>; 2] {
+    let x = into_contiguous(x);
+    let c = last(x.meta.shape());
+    let (ca, cb) = (first, c - first);
+    let part = |c| {
+        empty_device_contiguous_dtype::<R>(
+            x.client.clone(),
+            x.device.clone(),
+            with_last(x.meta.shape(), c),
+            x.dtype,
+        )
+    };
+    let (a, b) = (part(ca), part(cb));
+    let vector = vector_size(&x, ca, cb);
+    let dim = CubeDim::new_1d(256);
+    let count = calculate_cube_count_elemwise(&x.client, x.meta.num_elements() / vector, dim);
+    let client = x.client.clone();
+    let dtype: StorageType = x.dtype.into();
+    split_last_kernel::launch::<R>(
+        &client,
+        count,
+        dim,
+        vector,
+        x.into_tensor_arg(),
+        a.clone().into_tensor_arg(),
+        b.clone().into_tensor_arg(),
+        ca / vector,
+        cb / vector,
+        dtype,
+    );
+    [a, b]
+}
+
+/// Whether the kernels copy `dtype` (f64 stays on the plain ops) and both parts are non-empty.
+fn runs(dtype: DType, ca: usize, cb: usize) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && ca > 0 && cb > 0
+}
+
+#[derive(Debug, Clone)]
+struct Channels<B> {
+    desc: CustomOpIr,
+    /// `Some(first)`: the split; `None`: the join.
+    split: Option<usize>,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for Channels<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let get = |h: &mut Handles<R, F, I, BT>, t| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
+        match self.split {
+            None => {
+                let ([a, b], [out]) = self.desc.as_fixed();
+                let (a, b) = (get(handles, a), get(handles, b));
+                handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, join(a, b));
+            }
+            Some(first) => {
+                let ([x], [a_ir, b_ir]) = self.desc.as_fixed();
+                let [a, b] = split(get(handles, x), first);
+                handles.register_float_tensor::<Cube<R, F, I, BT>>(&a_ir.id, a);
+                handles.register_float_tensor::<Cube<R, F, I, BT>>(&b_ir.id, b);
+            }
+        }
+    }
+}
+
+/// [`crate::KernelBackend::cat_last`] on burn's fused CubeCL backends.
+pub fn cat_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    a: FloatTensor<Fused<R, F, I, BT>>,
+    b: FloatTensor<Fused<R, F, I, BT>>,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let (ca, cb) = (last(&a.shape), last(&b.shape));
+    if !runs(a.dtype, ca, cb) || a.dtype != b.dtype {
+        return cat_last_primitive::<Fused<R, F, I, BT>>(a, b);
+    }
+    let shape = with_last(&a.shape, ca + cb);
+    let dtype = a.dtype;
+    let [out] = register::<R, F, I, BT, _>(
+        "medddpm_cat_last",
+        vec![a, b],
+        vec![(shape, dtype)],
+        |desc| Channels::<Cube<R, F, I, BT>> {
+            desc,
+            split: None,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .outputs();
+    out
+}
+
+/// [`crate::KernelBackend::split_last`] on burn's fused CubeCL backends.
+pub fn split_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    first: usize,
+) -> [FloatTensor<Fused<R, F, I, BT>>; 2] {
+    let c = last(&x.shape);
+    if !runs(x.dtype, first, c.saturating_sub(first)) {
+        return split_last_primitive::<Fused<R, F, I, BT>>(x, first);
+    }
+    let dtype = x.dtype;
+    let shapes = vec![
+        (with_last(&x.shape, first), dtype),
+        (with_last(&x.shape, c - first), dtype),
+    ];
+    register::<R, F, I, BT, _>("medddpm_split_last", vec![x], shapes, |desc| Channels::<
+        Cube<R, F, I, BT>,
+    > {
+        desc,
+        split: Some(first),
+        _b: core::marker::PhantomData,
+    })
+    .outputs()
+}
