@@ -4,7 +4,9 @@
 //! takes each part's gradient with a slice that cannot be a view (a channel offset is not a
 //! multiple of the CUDA pool's 512-byte alignment), so it copies with a one-element-per-thread
 //! kernel: 2.9 ms of a bf16 whole-head training step on an H200 (twenty-first session). The
-//! CubeCL kernels copy vectors of channels, one launch each way.
+//! CubeCL kernels copy vectors of channels, one launch each way. Zero-padding channels (a
+//! small convolution widened for cuDNN) is one more such copy: burn's `cat` with a tensor of
+//! zeros took three launches, two of them one element per thread, 1.5 ms a training step.
 
 pub mod reference;
 
@@ -31,9 +33,20 @@ pub fn split_last<B: KernelBackend, const D: usize>(
     B::split_last(float(x), first).map(tensor)
 }
 
+/// `x` `[.., c]` with zero channels added up to `channels` (a small convolution's input or
+/// gradient widened for cuDNN's tensor-core kernels), through the backend extension
+/// ([`KernelBackend::pad_last`]).
+pub fn pad_last<B: KernelBackend, const D: usize>(
+    x: Tensor<B, D>,
+    channels: usize,
+) -> Tensor<B, D> {
+    tensor(B::pad_last(float(x), channels))
+}
+
 /// Relative L2 differences of backend `B`'s join and split against the plain-op twins, for
 /// parts of `first` and `second` channels over `rows` rows, in `dtype`: `[join, split]`
-/// (exact copies, so 0 when right).
+/// (exact copies, so 0 when right; the split's figure includes padding `first` channels with
+/// zeros to `first + second`).
 pub fn engine_vs_reference<B: KernelBackend>(
     device: &B::Device,
     rows: usize,
@@ -67,9 +80,12 @@ pub fn engine_vs_reference<B: KernelBackend>(
     let [ga, gb] = split_last(on(&joined), first).map(back);
     let split = Tensor::cat(vec![ga, gb], 1);
     let want_split = Tensor::cat(want_split.to_vec(), 1);
+    let padded = first + second;
+    let got_pad = back(pad_last(on(&a), padded));
+    let want_pad = reference::cat_last(a, Tensor::zeros([rows, second], &cpu));
     [
         crate::conv::rel_l2(got_cat, want_cat),
-        crate::conv::rel_l2(split, want_split),
+        crate::conv::rel_l2(split, want_split) + crate::conv::rel_l2(got_pad, want_pad),
     ]
 }
 
@@ -81,6 +97,19 @@ pub(crate) fn cat_last_primitive<B: Backend>(
     use burn::tensor::TensorMetadata;
     let dim = a.shape().num_dims() - 1;
     B::float_cat(vec![a, b], dim)
+}
+
+/// `x` `[.., c]` with zero channels added up to `channels` (plain ops).
+pub(crate) fn pad_last_primitive<B: Backend>(
+    x: burn::tensor::ops::FloatTensor<B>,
+    channels: usize,
+) -> burn::tensor::ops::FloatTensor<B> {
+    use burn::tensor::TensorMetadata;
+    let mut shape = x.shape();
+    let last = shape.num_dims() - 1;
+    shape[last] = channels - shape[last];
+    let zeros = B::float_zeros(shape, &B::float_device(&x), x.dtype().into());
+    B::float_cat(vec![x, zeros], last)
 }
 
 /// See [`cat_last_primitive`].

@@ -7,7 +7,7 @@ use burn::tensor::DType;
 
 use super::spec::Conv3dSpec;
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
-use crate::channels::{cat_last_primitive, split_last_primitive};
+use crate::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
 use crate::norm::reference::{
@@ -132,6 +132,12 @@ pub trait KernelBackend: CollectiveBackend {
     /// channels and the rest, both contiguous. Provided body: burn's slices.
     fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
         split_last_primitive::<Self>(x, first)
+    }
+
+    /// `x` `[.., c]` with zero channels added up to `channels`, contiguous (not differentiated:
+    /// the engines widen small convolutions with it). Provided body: burn's `cat` with zeros.
+    fn pad_last(x: FloatTensor<Self>, channels: usize) -> FloatTensor<Self> {
+        pad_last_primitive::<Self>(x, channels)
     }
 
     /// `op(a) · op(b)` of `[batch, rows, cols]` operands, `op` transposing where `spec` says

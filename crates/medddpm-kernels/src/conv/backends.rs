@@ -97,6 +97,10 @@ impl KernelBackend for burn::backend::Wgpu {
         crate::cube::channels::split_last::<WgpuRuntime, f32, i32, u32>(x, first)
     }
 
+    fn pad_last(x: FloatTensor<Self>, channels: usize) -> FloatTensor<Self> {
+        crate::cube::channels::pad_last::<WgpuRuntime, f32, i32, u32>(x, channels)
+    }
+
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
         crate::cube::upsample_trilinear_x2::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
             x, layout,

@@ -37,10 +37,8 @@ pub fn weight_grad_padded<B: KernelBackend>(
             let zeros = Tensor::<B, 5>::zeros([b, extra, d, h, w], (&device, dtype));
             Tensor::cat(vec![grad_out, zeros], 1)
         }
-        Layout::Ndhwc => {
-            let zeros = Tensor::<B, 5>::zeros([b, d, h, w, extra], (&device, dtype));
-            Tensor::cat(vec![grad_out.permute([0, 2, 3, 4, 1]), zeros], 4).permute([0, 4, 1, 2, 3])
-        }
+        Layout::Ndhwc => crate::channels::pad_last(grad_out.permute([0, 2, 3, 4, 1]), padded)
+            .permute([0, 4, 1, 2, 3]),
     };
     let weight = Tensor::<B, 5>::zeros([padded, c_in, kd, kh, kw], (&device, weight.dtype()));
     conv3d_weight_grad(x, weight, grad_out, spec).narrow(0, 0, c_out)
@@ -57,8 +55,7 @@ fn pad_channels<B: KernelBackend>(x: Tensor<B, 5>, padded: usize, layout: Layout
             Tensor::cat(vec![x, zeros], 1)
         }
         Layout::Ndhwc => {
-            let zeros = Tensor::<B, 5>::zeros([b, d, h, w, padded - c], options);
-            Tensor::cat(vec![x.permute([0, 2, 3, 4, 1]), zeros], 4).permute([0, 4, 1, 2, 3])
+            crate::channels::pad_last(x.permute([0, 2, 3, 4, 1]), padded).permute([0, 4, 1, 2, 3])
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The join of two activations along the last axis and the split of a gradient back (see
-//! [`crate::channels`]), one launch each: a thread copies a vector of up to 8 channels (the
+//! The join of two activations along the last axis, the split of a gradient back and the
+//! zero-padding of channels (see [`crate::channels`]), one launch each: a thread copies a vector of up to 8 channels (the
 //! largest the device loads at once that divides both parts' channel counts).
 
 use burn::tensor::ops::FloatTensor;
@@ -15,7 +15,7 @@ use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use super::{register, Cube, Fused, Handles};
-use crate::channels::{cat_last_primitive, split_last_primitive};
+use crate::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 
 /// `out[r, 0..qa] = a[r]`, `out[r, qa..] = b[r]` (sizes in vectors).
 #[cube(launch)]
@@ -63,6 +63,64 @@ fn split_last_kernel<F: Float, N: Size>(
     } else {
         b[row * qb + col - qa] = x[pos];
     }
+}
+
+/// `out[r, 0..c] = x[r]`, the other `q * N - c` channels zero (`q` in vectors of `N`).
+#[cube(launch)]
+fn pad_last_kernel<F: Float, N: Size>(
+    x: &Tensor<F>,
+    out: &mut Tensor<Vector<F, N>>,
+    c: usize,
+    q: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let n = out.vector_size();
+    let pos = ABSOLUTE_POS;
+    if pos >= out.len() {
+        terminate!();
+    }
+    let row = pos / q;
+    let first = (pos % q) * n;
+    let mut v = Vector::<F, N>::empty();
+    #[unroll]
+    for i in 0..n {
+        let ch = first + i;
+        let mut value = F::from_int(0);
+        if ch < c {
+            value = x[row * c + ch];
+        }
+        v[i] = value;
+    }
+    out[pos] = v;
+}
+
+/// The zero-padding on CubeCL tensors: `x` `[.., c]` to `[.., channels]`.
+pub fn pad<R: CubeRuntime>(x: CubeTensor<R>, channels: usize) -> CubeTensor<R> {
+    let x = into_contiguous(x);
+    let c = last(x.meta.shape());
+    let out = empty_device_contiguous_dtype::<R>(
+        x.client.clone(),
+        x.device.clone(),
+        with_last(x.meta.shape(), channels),
+        x.dtype,
+    );
+    let vector = vector_size(&x, channels, channels);
+    let dim = CubeDim::new_1d(256);
+    let count = calculate_cube_count_elemwise(&x.client, out.meta.num_elements() / vector, dim);
+    let client = x.client.clone();
+    let dtype: StorageType = x.dtype.into();
+    pad_last_kernel::launch::<R>(
+        &client,
+        count,
+        dim,
+        vector,
+        x.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        c,
+        channels / vector,
+        dtype,
+    );
+    out
 }
 
 /// The widest vector the device loads at once that divides both channel counts.
@@ -152,11 +210,20 @@ fn runs(dtype: DType, ca: usize, cb: usize) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && ca > 0 && cb > 0
 }
 
+/// Which copy a [`Channels`] operation makes.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Join,
+    /// The split after this many channels.
+    Split(usize),
+    /// Zeros up to this many channels.
+    Pad(usize),
+}
+
 #[derive(Debug, Clone)]
 struct Channels<B> {
     desc: CustomOpIr,
-    /// `Some(first)`: the split; `None`: the join.
-    split: Option<usize>,
+    what: Kind,
     _b: core::marker::PhantomData<B>,
 }
 
@@ -165,17 +232,22 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
         let get = |h: &mut Handles<R, F, I, BT>, t| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
-        match self.split {
-            None => {
+        match self.what {
+            Kind::Join => {
                 let ([a, b], [out]) = self.desc.as_fixed();
                 let (a, b) = (get(handles, a), get(handles, b));
                 handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, join(a, b));
             }
-            Some(first) => {
+            Kind::Split(first) => {
                 let ([x], [a_ir, b_ir]) = self.desc.as_fixed();
                 let [a, b] = split(get(handles, x), first);
                 handles.register_float_tensor::<Cube<R, F, I, BT>>(&a_ir.id, a);
                 handles.register_float_tensor::<Cube<R, F, I, BT>>(&b_ir.id, b);
+            }
+            Kind::Pad(channels) => {
+                let ([x], [out]) = self.desc.as_fixed();
+                let out_t = pad(get(handles, x), channels);
+                handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, out_t);
             }
         }
     }
@@ -198,7 +270,7 @@ pub fn cat_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         vec![(shape, dtype)],
         |desc| Channels::<Cube<R, F, I, BT>> {
             desc,
-            split: None,
+            what: Kind::Join,
             _b: core::marker::PhantomData,
         },
     )
@@ -224,8 +296,31 @@ pub fn split_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         Cube<R, F, I, BT>,
     > {
         desc,
-        split: Some(first),
+        what: Kind::Split(first),
         _b: core::marker::PhantomData,
     })
     .outputs()
+}
+
+/// [`crate::KernelBackend::pad_last`] on burn's fused CubeCL backends.
+pub fn pad_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: FloatTensor<Fused<R, F, I, BT>>,
+    channels: usize,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let c = last(&x.shape);
+    if !runs(x.dtype, c, channels.saturating_sub(c)) {
+        return pad_last_primitive::<Fused<R, F, I, BT>>(x, channels);
+    }
+    let dtype = x.dtype;
+    let shape = with_last(&x.shape, channels);
+    let [out] =
+        register::<R, F, I, BT, _>("medddpm_pad_last", vec![x], vec![(shape, dtype)], |desc| {
+            Channels::<Cube<R, F, I, BT>> {
+                desc,
+                what: Kind::Pad(channels),
+                _b: core::marker::PhantomData,
+            }
+        })
+        .outputs();
+    out
 }

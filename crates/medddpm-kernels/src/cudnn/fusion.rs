@@ -137,6 +137,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cube::channels::split_last::<CudaRuntime, F, I, BT>(x, first)
     }
 
+    fn pad_last(x: FloatTensor<Self>, channels: usize) -> FloatTensor<Self> {
+        crate::cube::channels::pad_last::<CudaRuntime, F, I, BT>(x, channels)
+    }
+
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
         match spec.compute.uses_cudnn() {
             true => crate::cublas::register_product::<F, I, BT>(a, b, spec),

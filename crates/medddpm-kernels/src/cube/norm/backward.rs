@@ -9,6 +9,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
+use super::forward::REDUCTION_VECTOR;
 use super::parts::{group_and_channel, row_block, xhat_and_da};
 use super::view::{elementwise, f32_buffer, View, ELEMENTWISE_ROWS};
 use crate::norm::reference::GroupNormSpec;
@@ -95,7 +96,7 @@ fn backward_sums<F: Float, P: Float, N: Size>(
 /// Per lane of a thread's vector of columns (columns `col * n + i` of row block `p`): the
 /// group's mean and 1 / std, the channel's gamma and beta.
 #[cube]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn lane_params<P: Float, N: Size>(
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
@@ -270,7 +271,7 @@ pub fn backward_channel_sums<R: CubeRuntime>(
     let v = View::new(&x.meta.shape().clone(), spec);
     let blocks = View::blocks(v.r, BACKWARD_ROWS);
     let partial = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let vector = v.vector_size(x);
+    let vector = REDUCTION_VECTOR;
     let (count, dim) = elementwise(x, v.p * blocks * v.q / vector);
     backward_sums::launch::<R>(
         &x.client,

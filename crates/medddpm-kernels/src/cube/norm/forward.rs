@@ -19,6 +19,13 @@ use crate::norm::reference::GroupNormSpec;
 /// the forward's sums and their finishing launches 5.7 ms with 64, 4.2 ms with 256).
 pub const FORWARD_ROWS: usize = 256;
 
+/// Columns a thread of the reductions ([`block_moments`], and the backward's sums) takes side
+/// by side. 1: with vectors of 8 (the H200, bf16, twenty-second session's call 1) a block of
+/// rows left 8x fewer threads in flight, and the reductions took longer (block moments 2.17 ->
+/// 3.03 ms, backward sums 3.84 -> 4.43 ms a training step) while the elementwise passes gained
+/// (normalise 3.40 -> 2.16 ms, input gradient 4.06 -> 3.46 ms).
+pub(super) const REDUCTION_VECTOR: usize = 1;
+
 /// The forward's first level: per block of `rows` rows of each column of a contiguous
 /// `[p, r, q]` array, the sum and the sum of squares about the block's own mean (two passes
 /// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`. A thread
@@ -209,7 +216,7 @@ fn statistics<R: CubeRuntime>(
     let blocks = View::blocks(v.r, FORWARD_ROWS);
     let half = v.p * blocks * v.q;
     let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let vector = v.vector_size(x);
+    let vector = REDUCTION_VECTOR;
     let (count, dim) = elementwise(x, half / vector);
     block_moments::launch::<R>(
         client,
