@@ -107,6 +107,11 @@ pub(crate) fn pad_last_primitive<B: Backend>(
     use burn::tensor::TensorMetadata;
     let mut shape = x.shape();
     let last = shape.num_dims() - 1;
+    assert!(
+        channels >= shape[last],
+        "padding {} channels to {channels}",
+        shape[last]
+    );
     shape[last] = channels - shape[last];
     let zeros = B::float_zeros(shape, &B::float_device(&x), x.dtype().into());
     B::float_cat(vec![x, zeros], last)

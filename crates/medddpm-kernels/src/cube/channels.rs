@@ -259,7 +259,9 @@ pub fn cat_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     b: FloatTensor<Fused<R, F, I, BT>>,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
     let (ca, cb) = (last(&a.shape), last(&b.shape));
-    if !runs(a.dtype, ca, cb) || a.dtype != b.dtype {
+    let leading = |s: &Shape| s.iter().take(s.num_dims() - 1).copied().collect::<Vec<_>>();
+    // Parts that do not line up go to burn's `cat`, which says what is wrong with them.
+    if !runs(a.dtype, ca, cb) || a.dtype != b.dtype || leading(&a.shape) != leading(&b.shape) {
         return cat_last_primitive::<Fused<R, F, I, BT>>(a, b);
     }
     let shape = with_last(&a.shape, ca + cb);
