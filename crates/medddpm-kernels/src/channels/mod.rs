@@ -10,7 +10,6 @@
 
 pub mod reference;
 
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use crate::conv::KernelBackend;
@@ -43,10 +42,9 @@ pub fn pad_last<B: KernelBackend, const D: usize>(
     tensor(B::pad_last(float(x), channels))
 }
 
-/// Relative L2 differences of backend `B`'s join and split against the plain-op twins, for
-/// parts of `first` and `second` channels over `rows` rows, in `dtype`: `[join, split]`
-/// (exact copies, so 0 when right; the split's figure includes padding `first` channels with
-/// zeros to `first + second`).
+/// Relative L2 differences of backend `B`'s join, split and padding against the plain-op
+/// twins, for parts of `first` and `second` channels over `rows` rows (padding `first` channels
+/// to `first + second`), in `dtype`: `[join, split, pad]` (exact copies, so 0 when right).
 pub fn engine_vs_reference<B: KernelBackend>(
     device: &B::Device,
     rows: usize,
@@ -54,8 +52,9 @@ pub fn engine_vs_reference<B: KernelBackend>(
     second: usize,
     dtype: burn::tensor::DType,
     seed: u64,
-) -> [f64; 2] {
+) -> [f64; 3] {
     use burn::backend::Flex;
+    use burn::tensor::backend::Backend;
     use burn::tensor::{DType, Distribution};
     let cpu = Default::default();
     Flex::seed(&cpu, seed);
@@ -80,63 +79,12 @@ pub fn engine_vs_reference<B: KernelBackend>(
     let [ga, gb] = split_last(on(&joined), first).map(back);
     let split = Tensor::cat(vec![ga, gb], 1);
     let want_split = Tensor::cat(want_split.to_vec(), 1);
-    let padded = first + second;
-    let got_pad = back(pad_last(on(&a), padded));
-    let want_pad = reference::cat_last(a, Tensor::zeros([rows, second], &cpu));
+    let got_pad = back(pad_last(on(&a), first + second));
+    let want_pad = reference::pad_last(a, first + second);
     [
         crate::conv::rel_l2(got_cat, want_cat),
-        crate::conv::rel_l2(split, want_split) + crate::conv::rel_l2(got_pad, want_pad),
-    ]
-}
-
-/// The plain-op bodies for backends without kernels (rank-free, on primitives).
-pub(crate) fn cat_last_primitive<B: Backend>(
-    a: burn::tensor::ops::FloatTensor<B>,
-    b: burn::tensor::ops::FloatTensor<B>,
-) -> burn::tensor::ops::FloatTensor<B> {
-    use burn::tensor::TensorMetadata;
-    let dim = a.shape().num_dims() - 1;
-    B::float_cat(vec![a, b], dim)
-}
-
-/// `x` `[.., c]` with zero channels added up to `channels` (plain ops).
-pub(crate) fn pad_last_primitive<B: Backend>(
-    x: burn::tensor::ops::FloatTensor<B>,
-    channels: usize,
-) -> burn::tensor::ops::FloatTensor<B> {
-    use burn::tensor::TensorMetadata;
-    let mut shape = x.shape();
-    let last = shape.num_dims() - 1;
-    assert!(
-        channels >= shape[last],
-        "padding {} channels to {channels}",
-        shape[last]
-    );
-    shape[last] = channels - shape[last];
-    let zeros = B::float_zeros(shape, &B::float_device(&x), x.dtype().into());
-    B::float_cat(vec![x, zeros], last)
-}
-
-/// See [`cat_last_primitive`].
-pub(crate) fn split_last_primitive<B: Backend>(
-    x: burn::tensor::ops::FloatTensor<B>,
-    first: usize,
-) -> [burn::tensor::ops::FloatTensor<B>; 2] {
-    use burn::tensor::{Slice, TensorMetadata};
-    let shape = x.shape();
-    let last = shape.num_dims() - 1;
-    let c = shape[last];
-    let part = |range: std::ops::Range<usize>| -> Vec<Slice> {
-        (0..=last)
-            .map(|i| match i == last {
-                true => Slice::new(range.start as isize, Some(range.end as isize), 1),
-                false => Slice::new(0, None, 1),
-            })
-            .collect()
-    };
-    [
-        B::float_slice(x.clone(), &part(0..first)),
-        B::float_slice(x, &part(first..c)),
+        crate::conv::rel_l2(split, want_split),
+        crate::conv::rel_l2(got_pad, want_pad),
     ]
 }
 

@@ -222,7 +222,7 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
 
     fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
         // Only the join's backward splits; a split under autodiff is two plain slices.
-        crate::channels::split_last_primitive::<Self>(x, first)
+        crate::channels::reference::split_last_primitive::<Self>(x, first)
     }
 
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {

@@ -7,7 +7,7 @@ use burn::tensor::DType;
 
 use super::spec::Conv3dSpec;
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
-use crate::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
+use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
 use crate::norm::reference::{

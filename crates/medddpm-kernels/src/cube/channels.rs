@@ -14,8 +14,8 @@ use burn_ir::{CustomOpIr, OperationOutput};
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
-use super::{register, Cube, Fused, Handles};
-use crate::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
+use super::{register, widest_vector, Cube, Fused, Handles};
+use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 
 /// `out[r, 0..qa] = a[r]`, `out[r, qa..] = b[r]` (sizes in vectors).
 #[cube(launch)]
@@ -104,7 +104,7 @@ pub fn pad<R: CubeRuntime>(x: CubeTensor<R>, channels: usize) -> CubeTensor<R> {
         with_last(x.meta.shape(), channels),
         x.dtype,
     );
-    let vector = vector_size(&x, channels, channels);
+    let vector = widest_vector(&x, &[channels]);
     let dim = CubeDim::new_1d(256);
     let count = calculate_cube_count_elemwise(&x.client, out.meta.num_elements() / vector, dim);
     let client = x.client.clone();
@@ -121,14 +121,6 @@ pub fn pad<R: CubeRuntime>(x: CubeTensor<R>, channels: usize) -> CubeTensor<R> {
         dtype,
     );
     out
-}
-
-/// The widest vector the device loads at once that divides both channel counts.
-fn vector_size<R: CubeRuntime>(t: &CubeTensor<R>, ca: usize, cb: usize) -> usize {
-    t.client
-        .io_optimized_vector_sizes(t.dtype.size())
-        .find(|v| ca.is_multiple_of(*v) && cb.is_multiple_of(*v))
-        .unwrap_or(1)
 }
 
 fn last(shape: &Shape) -> usize {
@@ -151,7 +143,7 @@ pub fn join<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R>
         with_last(a.meta.shape(), ca + cb),
         a.dtype,
     );
-    let vector = vector_size(&a, ca, cb);
+    let vector = widest_vector(&a, &[ca, cb]);
     let dim = CubeDim::new_1d(256);
     let count = calculate_cube_count_elemwise(&a.client, out.meta.num_elements() / vector, dim);
     let client = a.client.clone();
@@ -185,7 +177,7 @@ pub fn split<R: CubeRuntime>(x: CubeTensor<R>, first: usize) -> [CubeTensor<R>; 
         )
     };
     let (a, b) = (part(ca), part(cb));
-    let vector = vector_size(&x, ca, cb);
+    let vector = widest_vector(&x, &[ca, cb]);
     let dim = CubeDim::new_1d(256);
     let count = calculate_cube_count_elemwise(&x.client, x.meta.num_elements() / vector, dim);
     let client = x.client.clone();

@@ -117,6 +117,16 @@ fn group_norm_backward_cube<R: CubeRuntime>(
     (dx, d_gamma, d_beta)
 }
 
+/// The widest vector of neighbouring elements the device loads at once (16 bytes on CUDA) that
+/// divides every count in `counts`: what the copy-like kernels give a thread along the last
+/// axis.
+pub(crate) fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>, counts: &[usize]) -> usize {
+    t.client
+        .io_optimized_vector_sizes(t.dtype.size())
+        .find(|v| counts.iter().all(|c| c.is_multiple_of(*v)))
+        .unwrap_or(1)
+}
+
 fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, O>(
     name: &'static str,
     inputs: Vec<FloatTensor<Fused<R, F, I, BT>>>,

@@ -258,11 +258,7 @@ pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool)
     );
     // Neighbouring channels in one vector load: the scalar kernels ran at a tenth of the H200's
     // bandwidth (1.6 ms forward, 1.1 ms backward per bf16 training step, twenty-first session).
-    let vector = input
-        .client
-        .io_optimized_vector_sizes(input.dtype.size())
-        .find(|v| q.is_multiple_of(*v))
-        .unwrap_or(1);
+    let vector = super::widest_vector(&input, &[q]);
     let q = q / vector;
     let dim = CubeDim::new_1d(256);
     let count = calculate_cube_count_elemwise(&input.client, out.meta.num_elements() / vector, dim);

@@ -9,7 +9,6 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
-use super::forward::REDUCTION_VECTOR;
 use super::parts::{group_and_channel, row_block, xhat_and_da};
 use super::view::{elementwise, f32_buffer, View, ELEMENTWISE_ROWS};
 use crate::norm::reference::GroupNormSpec;
@@ -20,12 +19,12 @@ pub const BACKWARD_ROWS: usize = 64;
 
 /// The first level of the backward reduction: block sums of `dL/da` and of `dL/da * x_hat`
 /// over the same `[p, r, q]` view as [`block_moments`]; the channel of column `col` of row block
-/// `p` is `col` (channels-last) or `p % c`. A thread takes a vector of neighbouring columns.
+/// `p` is `col` (channels-last) or `p % c`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn backward_sums<F: Float, P: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
-    dy: &Tensor<Vector<F, N>>,
+fn backward_sums<F: Float, P: Float>(
+    x: &Tensor<F>,
+    dy: &Tensor<F>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
@@ -42,92 +41,34 @@ fn backward_sums<F: Float, P: Float, N: Size>(
     #[comptime] silu: bool,
     #[define(F, P)] _dtypes: [StorageType; 2],
 ) {
-    let n = x.vector_size();
-    let qv = q / n;
     let pos = ABSOLUTE_POS;
-    if pos >= half / n {
+    if pos >= half {
         terminate!();
     }
-    let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
-    let (m, rs, ga, be) = lane_params::<P, N>(
-        gamma,
-        beta,
-        mean,
-        rstd,
-        p,
-        q,
-        col,
-        group_div,
-        c,
-        channels_last,
-        n,
-    );
-    let mut acc_da = Vector::<f32, N>::new(0.0);
-    let mut acc_da_xhat = Vector::<f32, N>::new(0.0);
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
+    let m = mean[g];
+    let rs = rstd[g];
+    let ga = f32::cast_from(gamma[ch]);
+    let be = f32::cast_from(beta[ch]);
+    let mut acc_da = 0.0f32;
+    let mut acc_da_xhat = 0.0f32;
     for row in start..end {
-        let idx = base + row * qv;
-        let (xv, dyv) = (x[idx], dy[idx]);
-        let mut da_v = Vector::<f32, N>::empty();
-        let mut da_xhat_v = Vector::<f32, N>::empty();
-        #[unroll]
-        for i in 0..n {
-            let (x_hat, da) = xhat_and_da(
-                f32::cast_from(xv[i]),
-                f32::cast_from(dyv[i]),
-                ga[i],
-                be[i],
-                m[i],
-                rs[i],
-                silu,
-            );
-            da_v[i] = da;
-            da_xhat_v[i] = da * x_hat;
-        }
-        acc_da += da_v;
-        acc_da_xhat += da_xhat_v;
+        let idx = base + row * q;
+        let (x_hat, da) = xhat_and_da(
+            f32::cast_from(x[idx]),
+            f32::cast_from(dy[idx]),
+            ga,
+            be,
+            m,
+            rs,
+            silu,
+        );
+        acc_da += da;
+        acc_da_xhat += da * x_hat;
     }
-    #[unroll]
-    for i in 0..n {
-        sums[pos * n + i] = acc_da[i];
-        sums[half + pos * n + i] = acc_da_xhat[i];
-    }
-}
-
-/// Per lane of a thread's vector of columns (columns `col * n + i` of row block `p`): the
-/// group's mean and 1 / std, the channel's gamma and beta.
-#[cube]
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
-fn lane_params<P: Float, N: Size>(
-    gamma: &Tensor<P>,
-    beta: &Tensor<P>,
-    mean: &Tensor<f32>,
-    rstd: &Tensor<f32>,
-    p: usize,
-    q: usize,
-    col: usize,
-    group_div: usize,
-    c: usize,
-    #[comptime] channels_last: bool,
-    #[comptime] n: usize,
-) -> (
-    Vector<f32, N>,
-    Vector<f32, N>,
-    Vector<f32, N>,
-    Vector<f32, N>,
-) {
-    let mut m = Vector::<f32, N>::empty();
-    let mut rs = Vector::<f32, N>::empty();
-    let mut ga = Vector::<f32, N>::empty();
-    let mut be = Vector::<f32, N>::empty();
-    #[unroll]
-    for i in 0..n {
-        let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
-        m[i] = mean[g];
-        rs[i] = rstd[g];
-        ga[i] = f32::cast_from(gamma[ch]);
-        be[i] = f32::cast_from(beta[ch]);
-    }
-    (m, rs, ga, be)
+    sums[pos] = acc_da;
+    sums[half + pos] = acc_da_xhat;
 }
 
 /// What the backward pass needs from the per-(batch, channel) sums `sums` (`[2, b, c]`: of
@@ -208,26 +149,23 @@ fn input_grad<F: Float, P: Float, N: Size>(
         terminate!();
     }
     let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
-    let (mu, rs, ga, be) = lane_params::<P, N>(
-        gamma,
-        beta,
-        mean,
-        rstd,
-        p,
-        q,
-        col,
-        group_div,
-        c,
-        channels_last,
-        n,
-    );
+    // Per lane (column `col * n + i`): the group's statistics and means, the channel's
+    // parameters, read once for the thread's rows.
+    let mut mu = Vector::<f32, N>::empty();
+    let mut rs = Vector::<f32, N>::empty();
+    let mut ga = Vector::<f32, N>::empty();
+    let mut be = Vector::<f32, N>::empty();
     let mut g1 = Vector::<f32, N>::empty();
     let mut g2 = Vector::<f32, N>::empty();
     #[unroll]
     for i in 0..n {
-        let (g, _ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        mu[i] = mean[g];
+        rs[i] = rstd[g];
         g1[i] = m1[g];
         g2[i] = m2[g];
+        ga[i] = f32::cast_from(gamma[ch]);
+        be[i] = f32::cast_from(beta[ch]);
     }
     for row in start..end {
         let idx = base + row * qv;
@@ -271,13 +209,11 @@ pub fn backward_channel_sums<R: CubeRuntime>(
     let v = View::new(&x.meta.shape().clone(), spec);
     let blocks = View::blocks(v.r, BACKWARD_ROWS);
     let partial = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let vector = REDUCTION_VECTOR;
-    let (count, dim) = elementwise(x, v.p * blocks * v.q / vector);
+    let (count, dim) = elementwise(x, v.p * blocks * v.q);
     backward_sums::launch::<R>(
         &x.client,
         count,
         dim,
-        vector,
         x.clone().into_tensor_arg(),
         dy.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),

@@ -19,21 +19,18 @@ use crate::norm::reference::GroupNormSpec;
 /// the forward's sums and their finishing launches 5.7 ms with 64, 4.2 ms with 256).
 pub const FORWARD_ROWS: usize = 256;
 
-/// Columns a thread of the reductions ([`block_moments`], and the backward's sums) takes side
-/// by side. 1: with vectors of 8 (the H200, bf16, twenty-second session's call 1) a block of
-/// rows left 8x fewer threads in flight, and the reductions took longer (block moments 2.17 ->
-/// 3.03 ms, backward sums 3.84 -> 4.43 ms a training step) while the elementwise passes gained
-/// (normalise 3.40 -> 2.16 ms, input gradient 4.06 -> 3.46 ms).
-pub(super) const REDUCTION_VECTOR: usize = 1;
+// The reductions ([`block_moments`], and the backward's sums) take one column per thread,
+// unlike the elementwise passes: with vectors of 8 channels (H200, bf16, twenty-second
+// session's call 1) a block of rows left 8x fewer threads in flight and they took longer
+// (block moments 2.17 -> 3.03 ms, backward sums 3.84 -> 4.43 ms a training step).
 
 /// The forward's first level: per block of `rows` rows of each column of a contiguous
 /// `[p, r, q]` array, the sum and the sum of squares about the block's own mean (two passes
-/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`. A thread
-/// takes a vector of neighbouring columns (`q` counts single columns).
+/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn block_moments<F: Float, N: Size>(
-    input: &Tensor<Vector<F, N>>,
+fn block_moments<F: Float>(
+    input: &Tensor<F>,
     moments: &mut Tensor<f32>,
     half: usize,
     r: usize,
@@ -42,28 +39,23 @@ fn block_moments<F: Float, N: Size>(
     blocks: usize,
     #[define(F)] _dtype: StorageType,
 ) {
-    let n = input.vector_size();
-    let qv = q / n;
     let pos = ABSOLUTE_POS;
-    if pos >= half / n {
+    if pos >= half {
         terminate!();
     }
-    let (base, start, end, _p, _col) = row_block(pos, r, qv, rows, blocks);
-    let mut acc = Vector::<f32, N>::new(0.0);
+    let (base, start, end, _p, _col) = row_block(pos, r, q, rows, blocks);
+    let mut acc = 0.0f32;
     for row in start..end {
-        acc += Vector::<f32, N>::cast_from(input[base + row * qv]);
+        acc += f32::cast_from(input[base + row * q]);
     }
-    let m = acc / Vector::<f32, N>::new(f32::cast_from(end - start));
-    let mut m2 = Vector::<f32, N>::new(0.0);
+    let m = acc / f32::cast_from(end - start);
+    let mut m2 = 0.0f32;
     for row in start..end {
-        let d = Vector::<f32, N>::cast_from(input[base + row * qv]) - m;
+        let d = f32::cast_from(input[base + row * q]) - m;
         m2 += d * d;
     }
-    #[unroll]
-    for i in 0..n {
-        moments[pos * n + i] = acc[i];
-        moments[half + pos * n + i] = m2[i];
-    }
+    moments[pos] = acc;
+    moments[half + pos] = m2;
 }
 
 /// The forward's second level: one cube per (batch, group) combines the [`block_moments`] of its
@@ -216,13 +208,11 @@ fn statistics<R: CubeRuntime>(
     let blocks = View::blocks(v.r, FORWARD_ROWS);
     let half = v.p * blocks * v.q;
     let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let vector = REDUCTION_VECTOR;
-    let (count, dim) = elementwise(x, half / vector);
+    let (count, dim) = elementwise(x, half);
     block_moments::launch::<R>(
         client,
         count,
         dim,
-        vector,
         x.clone().into_tensor_arg(),
         moments.clone().into_tensor_arg(),
         half,

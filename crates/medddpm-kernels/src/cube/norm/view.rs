@@ -79,18 +79,15 @@ impl View {
         r.div_ceil(rows)
     }
 
-    /// Channels one thread handles side by side (one vector load per row): channels-last, the
-    /// widest vector the device loads at once that divides the channel count; channels-first,
-    /// 1 (a column is one channel's slice there). The scalar kernels ran at 30-50 % of the
-    /// H200's bandwidth (twenty-first session's trace).
+    /// Channels one thread of the elementwise passes handles side by side (one vector load per
+    /// row): channels-last, the widest vector that divides the channel count; channels-first, 1
+    /// (a column is one channel's slice there). The scalar passes ran at 30-50 % of the H200's
+    /// bandwidth (twenty-first session's trace).
     pub(super) fn vector_size<R: CubeRuntime>(&self, t: &CubeTensor<R>) -> usize {
         if !self.channels_last {
             return 1;
         }
-        t.client
-            .io_optimized_vector_sizes(t.dtype.size())
-            .find(|v| self.q.is_multiple_of(*v))
-            .unwrap_or(1)
+        crate::cube::widest_vector(t, &[self.q])
     }
 
     /// Values one group's statistics are taken over (per batch item).
