@@ -492,7 +492,8 @@ fn channel_join_split_and_pad_kernels_copy_exactly() {
 
 /// The CubeCL Adam update against its plain-op twin on the CPU: four steps with the learning
 /// rate and step count changing (each launch must use its own scalars), 70 tensors of uneven
-/// sizes per call (more than one launch's worth), f32 and f16 gradients.
+/// sizes per call (more than one launch's worth), f32 and f16 gradients; and the gradient sum
+/// of micro-batches (`sum_f32`) over the same tensors.
 struct AdamKernel;
 
 impl BackendTask for AdamKernel {
@@ -521,6 +522,23 @@ impl BackendTask for AdamKernel {
                 if ![p, m, v].iter().all(|e| *e <= 1e-6) || copy != 0.0 {
                     bad.push(format!("{len} values, working copy {work:?}: {errs:?}"));
                 }
+                // The micro-batches' gradient sums, exact: both in the gradients' dtype, then
+                // the running f32 sum and that dtype.
+                let dtype = work.unwrap_or(DType::F32);
+                for acc in [dtype, DType::F32] {
+                    let err = medddpm_kernels::adam::sum::engine_vs_reference::<B::InnerBackend>(
+                        &device,
+                        len,
+                        20 + i as u64,
+                        acc,
+                        dtype,
+                    );
+                    if err != 0.0 {
+                        bad.push(format!(
+                            "{len} values, sum of {acc:?} and {dtype:?}: {err:e}"
+                        ));
+                    }
+                }
             }
         }
         Ok(bad)
@@ -528,7 +546,7 @@ impl BackendTask for AdamKernel {
 }
 
 #[test]
-fn adam_kernel_agrees_with_its_reference_twin() {
+fn adam_and_gradient_sum_kernels_agree_with_their_reference_twins() {
     let bad = on_wgpu(AdamKernel);
     assert!(bad.is_empty(), "{bad:#?}");
 }

@@ -105,6 +105,10 @@ struct AdamRow {
     moment_2: f64,
     /// Relative L2 of the working copy from the cast of the updated parameter (must be 0).
     working_copy: f64,
+    /// Relative L2 of two micro-batches' gradients summed in f32 (`KernelBackend::sum_f32`,
+    /// the same tensors: both in the gradients' dtype, then f32 and that dtype) from the twin's
+    /// sum (must be 0).
+    gradient_sum: f64,
     tolerance: f64,
     pass: bool,
 }
@@ -351,14 +355,29 @@ fn adam_rows<B: KernelAutodiffBackend>(
                 work,
             );
             let [p, m, v, c] = errs;
-            // The working copy must be exactly the cast of the master parameter.
+            let dtype = work.unwrap_or(burn::tensor::DType::F32);
+            let sum = [dtype, burn::tensor::DType::F32]
+                .into_iter()
+                .map(|acc| {
+                    medddpm_kernels::adam::sum::engine_vs_reference::<B::InnerBackend>(
+                        device,
+                        len,
+                        310 + i as u64,
+                        acc,
+                        dtype,
+                    )
+                })
+                .fold(0.0, f64::max);
+            // The working copy must be exactly the cast of the master parameter, the sums
+            // exactly the twin's.
             let pass = [p, m, v]
                 .iter()
                 .all(|e| e.is_finite() && *e <= ADAM_TOLERANCE)
-                && c == 0.0;
+                && c == 0.0
+                && sum == 0.0;
             let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
             eprintln!(
-                    "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e} {}",
+                    "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e}, gradient sum {sum:.2e} {}",
                     medddpm_kernels::adam::case_lengths(len).len(),
                     if pass { "ok" } else { "OUTSIDE TOLERANCE" }
                 );
@@ -370,6 +389,7 @@ fn adam_rows<B: KernelAutodiffBackend>(
                 moment_1: m,
                 moment_2: v,
                 working_copy: c,
+                gradient_sum: sum,
                 tolerance: ADAM_TOLERANCE,
                 pass,
             });

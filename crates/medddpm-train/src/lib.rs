@@ -8,6 +8,7 @@ mod config;
 pub mod data;
 pub mod ema;
 mod error;
+pub mod gradient_sum;
 pub mod integrity;
 pub mod layout;
 pub mod lock;
@@ -21,7 +22,8 @@ pub mod trainer;
 pub use checkpoint::RunDir;
 pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, NonFiniteLoss, TrainSettings};
 pub use error::{DataError, TrainError};
-pub use optim::{gradients_to_f32, FusedAdam, FusedAdamOptimizer};
+pub use gradient_sum::GradientSum;
+pub use optim::{FusedAdam, FusedAdamOptimizer};
 pub use sample::{
     load_sampling_model, sample_masks, sample_stem, SampleOptions, SamplingModel, WeightsSource,
 };

@@ -395,28 +395,6 @@ where
     }
 }
 
-/// Casts gradients that came in a lower dtype than f32 to f32 (before they are summed over
-/// micro-batches: a bf16 sum would round at every addition).
-pub fn gradients_to_f32<B, M>(module: &M, mut grads: GradientsParams) -> GradientsParams
-where
-    B: AutodiffBackend,
-    M: AutodiffModule<B>,
-{
-    struct Visitor<'a> {
-        grads: &'a mut GradientsParams,
-    }
-    impl<B: AutodiffBackend> burn::module::ModuleVisitor<B> for Visitor<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                self.grads
-                    .register(param.id, medddpm_kernels::cast_to(g, DType::F32));
-            }
-        }
-    }
-    module.visit(&mut Visitor { grads: &mut grads });
-    grads
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

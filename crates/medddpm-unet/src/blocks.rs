@@ -8,7 +8,7 @@ use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, Pa
 use burn::tensor::activation::softmax;
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::exec::{cast_to, to_stats, Ctx, Layout, OpClass};
+use crate::exec::{cast_to, residual_sum, to_stats, Ctx, Layout, OpClass};
 use medddpm_kernels::{product, Compute, KernelBackend, ProductSpec};
 
 /// GroupNorm epsilon of PyTorch's `nn.GroupNorm`, which the reference uses.
@@ -137,6 +137,20 @@ impl<B: Backend> ResBlock<B> {
     {
         let emb = self.emb_layers.linear.forward(emb_act);
         let h = self.in_layers.forward_add(x.clone(), emb, ctx);
+        if ctx.defers_bias() {
+            // The biases of the last convolution and of the skip join the residual sum.
+            let out = &self.out_layers;
+            let h = ctx.conv_unbiased(&out.conv, ctx.norm_silu(&out.norm, h));
+            let mut biases: Vec<_> = out.conv.bias.iter().map(|b| b.val()).collect();
+            let skip = match &self.skip_connection {
+                Some(skip) => {
+                    biases.extend(skip.bias.iter().map(|b| b.val()));
+                    ctx.conv_unbiased(skip, x)
+                }
+                None => x,
+            };
+            return ctx.op(OpClass::Elementwise, || residual_sum(skip, h, biases));
+        }
         let h = self.out_layers.forward(h, ctx);
         let skip = match &self.skip_connection {
             Some(skip) => ctx.conv(skip, x),

@@ -10,11 +10,13 @@
 //!
 //! Its parts: [`reference`](mod@reference) (the operands, [`AdamStep`] and the plain-op twin,
 //! below the trait), `ops` ([`adam_step`] on one tensor, through `KernelBackend`) and `check`
-//! ([`engine_vs_reference`]).
+//! ([`engine_vs_reference`]); `sum` ([`sum::engine_vs_reference`] and the twin of
+//! [`crate::KernelBackend::sum_f32`], the micro-batches' gradients summed before the update).
 
 mod check;
 mod ops;
 pub mod reference;
+pub mod sum;
 
 pub use check::{case_lengths, engine_vs_reference};
 pub use ops::adam_step;

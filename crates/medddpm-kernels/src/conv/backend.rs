@@ -160,6 +160,14 @@ pub trait KernelBackend: CollectiveBackend {
     ) -> Vec<AdamOutput<Self>> {
         adam_steps_primitive::<Self>(items, step, copy)
     }
+
+    /// Per pair `[a, b]` (one shape, any float dtypes), `a + b` computed and returned in f32:
+    /// the gradients of an optimizer step's micro-batches summed. Provided body: the plain-op
+    /// twin (a cast and an addition per tensor); the CubeCL backends sum a few dozen pairs per
+    /// kernel launch, one operation for the whole list.
+    fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
+        crate::adam::sum::sum_f32_primitive::<Self>(pairs)
+    }
 }
 
 /// An autodiff backend whose inner backend has the kernels too, and that can backpropagate

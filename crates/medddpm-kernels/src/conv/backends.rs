@@ -135,6 +135,10 @@ impl KernelBackend for burn::backend::Wgpu {
         )
     }
 
+    fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
+        crate::cube::sum::sum_f32::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(pairs)
+    }
+
     fn group_norm_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

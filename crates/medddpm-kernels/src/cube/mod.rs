@@ -7,6 +7,7 @@ pub mod adam;
 pub mod channels;
 pub mod conv;
 pub mod norm;
+pub mod sum;
 pub mod upsample;
 
 use burn::tensor::ops::FloatTensor;

@@ -156,6 +156,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cube::adam_steps::<CudaRuntime, F, I, BT>(items, step, copy)
     }
 
+    fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
+        crate::cube::sum::sum_f32::<CudaRuntime, F, I, BT>(pairs)
+    }
+
     fn upsample_trilinear_x2_backward(
         grad: FloatTensor<Self>,
         layout: Layout,

@@ -1,7 +1,7 @@
 //! One optimizer step's worth of micro-batches: drawing a micro-batch and its randomness from
 //! the micro-batch counter, and the micro-step the bench times as well.
 
-use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use std::cell::RefCell;
@@ -14,6 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use super::loader::{stacked, HostBatch, Loader, READ_AHEAD};
 use super::shard::Shard;
 use crate::data::Example;
+use crate::gradient_sum::GradientSum;
 use crate::{DiffusionConfig, ExperimentConfig, TrainError};
 
 /// What one micro-step trains on: clean images, their condition, one timestep per example and
@@ -143,8 +144,8 @@ pub(super) fn batch_tensor<B: Backend>(
 
 /// The micro-batches of one optimizer step, queued on the device.
 pub(super) struct AccumulatedStep<B: KernelAutodiffBackend> {
-    /// Their gradients, summed.
-    pub accumulator: GradientsAccumulator<UNet<B>>,
+    /// Their gradients, summed (in f32 from the second micro-batch on).
+    pub accumulator: GradientSum,
     /// Each micro-batch's loss, not yet read back (reading waits for the device).
     pub losses: Vec<Tensor<B, 1>>,
     /// The examples trained on, named only if the loss is not finite.
@@ -171,7 +172,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     let settings = &config.train;
     let micro_batches = shard.micro_batches(first);
     let mut step = AccumulatedStep {
-        accumulator: GradientsAccumulator::new(),
+        accumulator: GradientSum::new(),
         losses: Vec::with_capacity(micro_batches.len()),
         batch_indices: Vec::new(),
     };
@@ -180,7 +181,6 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     let divisor = shard.divisor(settings.reference_batch_scaling) / loss_scale;
     // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
     // compute dtype, and the team's average works in f32 (`Team::average`).
-    let summed = micro_batches.len() > 1;
     let positions_of = |(draw, range): &(usize, std::ops::Range<usize>)| -> Vec<usize> {
         range
             .clone()
@@ -203,7 +203,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
         loader.read_ahead(&upcoming);
         step.batch_indices.extend_from_slice(&indices);
         let batch = draw_micro_batch(replica, host, &positions, config);
-        let (mut grads, loss) = micro_step(
+        let (grads, loss) = micro_step(
             work,
             replica.schedule,
             batch,
@@ -211,12 +211,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
             divisor,
             settings.activation_checkpointing,
         );
-        if summed {
-            // Summed over micro-batches and averaged over replicas in f32, not in the compute
-            // dtype.
-            grads = crate::optim::gradients_to_f32(model, grads);
-        }
-        step.accumulator.accumulate(model, grads);
+        step.accumulator.add(model, grads);
         step.losses.push(loss);
     }
     Ok(step)

@@ -13,7 +13,7 @@ mod profile;
 
 pub use medddpm_kernels::{cast_to, to_stats, Layout};
 pub use ops::group_norm;
-pub(crate) use ops::{pointwise_tokens, Ctx};
+pub(crate) use ops::{pointwise_tokens, residual_sum, Ctx};
 pub use params::{
     cast_compute_params, load_weight_values, randomize_weights, weight_values, working_params,
 };

@@ -74,7 +74,23 @@ impl<B: KernelBackend> Ctx<'_, B> {
                     None => y,
                 }
             }
-            layout => conv3d(x, conv, None, self.compute, layout),
+            layout => conv3d(x, conv, bias_of(conv), None, self.compute, layout),
+        })
+    }
+
+    /// Whether a convolution's bias may be added in the pass after it (channels-last), not while
+    /// every operation's output is recorded to be compared with another layout's operations
+    /// (`medddpm check`'s search for the first deviating one), which must see the same outputs.
+    pub fn defers_bias(&self) -> bool {
+        self.layout == Layout::Ndhwc && !self.profile.is_some_and(|p| p.borrow().record_stats)
+    }
+
+    /// [`Ctx::conv`] without its bias, for a caller that adds it in the pass that follows (a
+    /// ResBlock's residual sum: one pass over the volume fewer).
+    pub fn conv_unbiased(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
+        self.op(OpClass::Convolution, || match self.layout {
+            Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x, self.compute),
+            layout => conv3d(x, conv, None, None, self.compute, layout),
         })
     }
 
@@ -92,7 +108,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
                 add_per_channel(y, add)
             }),
             layout => self.op(OpClass::Convolution, || {
-                conv3d(x, conv, Some(extra), self.compute, layout)
+                conv3d(x, conv, bias_of(conv), Some(extra), self.compute, layout)
             }),
         }
     }
@@ -127,6 +143,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
 fn conv3d<B: KernelBackend>(
     x: Tensor<B, 5>,
     conv: &Conv3d<B>,
+    bias: Option<Tensor<B, 1>>,
     extra: Option<Tensor<B, 2>>,
     compute: Compute,
     layout: Layout,
@@ -144,7 +161,6 @@ fn conv3d<B: KernelBackend>(
     };
     debug_assert!(conv.groups == 1 && conv.dilation == [1, 1, 1]);
     let weight = conv.weight.val();
-    let bias = conv.bias.as_ref().map(|b| b.val());
     match layout {
         Layout::Ncdhw => {
             let y = medddpm_kernels::conv3d(x, weight, bias, spec);
@@ -176,6 +192,30 @@ fn conv3d<B: KernelBackend>(
             }
         }
     }
+}
+
+/// The convolution's bias, if it has one.
+fn bias_of<B: Backend>(conv: &Conv3d<B>) -> Option<Tensor<B, 1>> {
+    conv.bias.as_ref().map(|b| b.val())
+}
+
+/// `a + b + biases` for channels-last `a` and `b` `[batch, d, h, w, c]` and per-channel
+/// `biases` `[c]`, as one expression that burn's fusion compiles into one kernel (the bias
+/// added alone between two custom operations was a pass of its own). Viewed as
+/// `[b, d, h * w, c]` as in [`add_per_channel`].
+pub(crate) fn residual_sum<B: Backend>(
+    a: Tensor<B, 5>,
+    b: Tensor<B, 5>,
+    biases: Vec<Tensor<B, 1>>,
+) -> Tensor<B, 5> {
+    let dims = a.dims();
+    let [n, d, h, w, c] = dims;
+    let view = [n, d, h * w, c];
+    let mut sum = a.reshape(view) + b.reshape(view);
+    for bias in biases {
+        sum = sum + bias.reshape([1, 1, 1, c]);
+    }
+    sum.reshape(dims)
 }
 
 /// `y + add` for a channels-last `y` `[b, d, h, w, c]` and `add` `[b or 1, c]`, with `y` viewed

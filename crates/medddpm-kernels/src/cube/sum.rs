@@ -1,0 +1,165 @@
+//! The micro-batches' gradients summed in f32 (see [`crate::adam::sum`]): a launch takes up to
+//! [`PAIRS_PER_LAUNCH`] pairs of tensors, its threads stride through each in turn, as the Adam
+//! kernel does.
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::DType;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::CustomOpIr;
+use cubecl::prelude::*;
+use cubecl::CubeDim;
+
+use super::{register, Cube, Fused, Handles};
+use crate::adam::sum::sum_f32_primitive;
+
+/// The most pairs one launch sums (three bindings each).
+pub const PAIRS_PER_LAUNCH: usize = 32;
+
+/// Threads per cube, and the most cubes a launch uses (its threads then stride).
+const CUBE_SIZE: u32 = 256;
+const MAX_CUBES: usize = 1024;
+
+/// `out[k] = f32(a[k]) + f32(b[k])` for each tensor `k` of the lists.
+#[cube(launch)]
+fn sum_pairs<A: Float, G: Float>(
+    a: &Sequence<Tensor<A>>,
+    b: &Sequence<Tensor<G>>,
+    out: &mut Sequence<Tensor<f32>>,
+    stride: u32,
+    #[define(A, G)] _dtypes: [StorageType; 2],
+) {
+    let count = comptime!(a.len());
+    #[unroll]
+    for k in 0..count {
+        let x = a.index(k);
+        let y = b.index(k);
+        let o = out.index_mut(k);
+        let len = x.len();
+        let mut i = ABSOLUTE_POS;
+        while i < len {
+            o[i] = f32::cast_from(x[i]) + f32::cast_from(y[i]);
+            i += stride as usize;
+        }
+    }
+}
+
+/// Per pair, the f32 sum; a launch takes consecutive pairs of one dtype pair.
+pub fn run<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>> {
+    let Some(first) = pairs.first() else {
+        return Vec::new();
+    };
+    let max_bindings = first[0].client.properties().hardware.max_bindings as usize;
+    let per_launch = (max_bindings.saturating_sub(2) / 3).clamp(1, PAIRS_PER_LAUNCH);
+    let dtypes = |p: &[CubeTensor<R>; 2]| (p[0].dtype, p[1].dtype);
+    let mut results = Vec::with_capacity(pairs.len());
+    let mut group: Vec<[CubeTensor<R>; 2]> = Vec::with_capacity(per_launch);
+    for pair in pairs {
+        let joins =
+            group.len() < per_launch && group.first().is_none_or(|g| dtypes(g) == dtypes(&pair));
+        if !joins {
+            results.extend(launch(std::mem::take(&mut group)));
+        }
+        group.push(pair);
+    }
+    results.extend(launch(group));
+    results
+}
+
+/// One launch over pairs of one dtype pair.
+fn launch<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>> {
+    let client = pairs[0][0].client.clone();
+    let device = pairs[0][0].device.clone();
+    let (a_dtype, b_dtype) = (pairs[0][0].dtype, pairs[0][1].dtype);
+    let pairs: Vec<[CubeTensor<R>; 2]> =
+        pairs.into_iter().map(|p| p.map(into_contiguous)).collect();
+    let outputs: Vec<CubeTensor<R>> = pairs
+        .iter()
+        .map(|[a, _]| {
+            empty_device_contiguous_dtype::<R>(
+                client.clone(),
+                device.clone(),
+                a.meta.shape().clone(),
+                DType::F32,
+            )
+        })
+        .collect();
+    let longest = pairs
+        .iter()
+        .map(|[a, _]| a.meta.num_elements())
+        .max()
+        .unwrap_or(0);
+    let cubes = longest.div_ceil(CUBE_SIZE as usize).clamp(1, MAX_CUBES);
+    let args = |t: &[CubeTensor<R>]| -> Vec<TensorArg<R>> {
+        t.iter().map(|t| t.clone().into_tensor_arg()).collect()
+    };
+    let a: Vec<CubeTensor<R>> = pairs.iter().map(|[a, _]| a.clone()).collect();
+    let b: Vec<CubeTensor<R>> = pairs.iter().map(|[_, b]| b.clone()).collect();
+    sum_pairs::launch::<R>(
+        &client,
+        CubeCount::Static(cubes as u32, 1, 1),
+        CubeDim::new_1d(CUBE_SIZE),
+        args(&a).into_iter().collect(),
+        args(&b).into_iter().collect(),
+        args(&outputs).into_iter().collect(),
+        cubes as u32 * CUBE_SIZE,
+        [a_dtype.into(), b_dtype.into()],
+    );
+    outputs
+}
+
+#[derive(Debug, Clone)]
+struct SumOp<B> {
+    desc: CustomOpIr,
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for SumOp<Cube<R, F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
+        let inputs: Vec<CubeTensor<R>> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
+            .collect();
+        let mut inputs = inputs.into_iter();
+        let mut pairs = Vec::with_capacity(self.desc.outputs.len());
+        while let (Some(a), Some(b)) = (inputs.next(), inputs.next()) {
+            pairs.push([a, b]);
+        }
+        for (ir, t) in self.desc.outputs.iter().zip(run(pairs)) {
+            handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
+        }
+    }
+}
+
+/// [`crate::KernelBackend::sum_f32`] on burn's fused CubeCL backends: one fusion operation for
+/// the whole list when every dtype is f32, f16 or bf16; the plain-op twin otherwise (f64).
+pub fn sum_f32<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    pairs: Vec<[FloatTensor<Fused<R, F, I, BT>>; 2]>,
+) -> Vec<FloatTensor<Fused<R, F, I, BT>>> {
+    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    let runs = |p: &[FloatTensor<Fused<R, F, I, BT>>; 2]| {
+        float(p[0].dtype) && float(p[1].dtype) && p[0].shape == p[1].shape
+    };
+    if pairs.is_empty() || !pairs.iter().all(runs) {
+        return sum_f32_primitive::<Fused<R, F, I, BT>>(pairs);
+    }
+    let outputs = pairs
+        .iter()
+        .map(|[a, _]| (a.shape.clone(), DType::F32))
+        .collect();
+    let inputs = pairs.into_iter().flatten().collect();
+    register::<R, F, I, BT, _>("medddpm_sum_f32", inputs, outputs, |desc| SumOp::<
+        Cube<R, F, I, BT>,
+    > {
+        desc,
+        _b: core::marker::PhantomData,
+    })
+}
