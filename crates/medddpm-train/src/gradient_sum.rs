@@ -44,7 +44,7 @@ impl GradientSum {
 
     /// The sum so far, leaving the sum empty.
     pub fn grads(&mut self) -> GradientsParams {
-        self.grads.take().unwrap_or_else(GradientsParams::new)
+        self.grads.take().unwrap_or_default()
     }
 }
 

@@ -139,15 +139,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     }
 }
 
+/// A pair of tensors to sum, on burn's fused CubeCL backend.
+type Pair<R, F, I, BT> = [FloatTensor<Fused<R, F, I, BT>>; 2];
+
 /// [`crate::KernelBackend::sum_f32`] on burn's fused CubeCL backends: one fusion operation for
 /// the whole list when every dtype is f32, f16 or bf16; the plain-op twin otherwise (f64).
 pub fn sum_f32<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    pairs: Vec<[FloatTensor<Fused<R, F, I, BT>>; 2]>,
+    pairs: Vec<Pair<R, F, I, BT>>,
 ) -> Vec<FloatTensor<Fused<R, F, I, BT>>> {
     let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
-    let runs = |p: &[FloatTensor<Fused<R, F, I, BT>>; 2]| {
-        float(p[0].dtype) && float(p[1].dtype) && p[0].shape == p[1].shape
-    };
+    let runs =
+        |p: &Pair<R, F, I, BT>| float(p[0].dtype) && float(p[1].dtype) && p[0].shape == p[1].shape;
     if pairs.is_empty() || !pairs.iter().all(runs) {
         return sum_f32_primitive::<Fused<R, F, I, BT>>(pairs);
     }
