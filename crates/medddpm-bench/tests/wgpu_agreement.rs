@@ -446,6 +446,15 @@ fn upsampling_kernels_agree_with_their_reference_twins() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
+/// f32, and f16 where the device stores it (lavapipe has no bf16).
+fn float_dtypes<B: Backend>(device: &B::Device) -> Vec<DType> {
+    let mut dtypes = vec![DType::F32];
+    if B::supports_dtype(device, DType::F16) {
+        dtypes.push(DType::F16);
+    }
+    dtypes
+}
+
 /// The CubeCL join of two activations along the last axis, its split and the zero-padding of
 /// channels, against burn's `cat`, slices and zeros: channel counts that allow vectors of 8, 4
 /// and only 1, f32 and (where the device stores it) f16; exact copies.
@@ -460,12 +469,8 @@ impl BackendTask for ChannelKernels {
         device: B::Device,
         _: &RunEnv,
     ) -> anyhow::Result<Vec<String>> {
-        let mut dtypes = vec![DType::F32];
-        if B::InnerBackend::supports_dtype(&device, DType::F16) {
-            dtypes.push(DType::F16);
-        }
         let mut bad = Vec::new();
-        for dtype in dtypes {
+        for dtype in float_dtypes::<B::InnerBackend>(&device) {
             for (i, (rows, a, b)) in [(5, 8, 8), (7, 3, 5), (3, 16, 24), (999, 64, 12)]
                 .into_iter()
                 .enumerate()
@@ -508,10 +513,10 @@ impl BackendTask for AdamKernel {
         let mut bad = Vec::new();
         // f32 gradients; and f16 ones with an f16 working copy (mixed precision; lavapipe
         // has no bf16), where the device stores f16.
-        let mut works = vec![None];
-        if B::InnerBackend::supports_dtype(&device, DType::F16) {
-            works.push(Some(DType::F16));
-        }
+        let works: Vec<Option<DType>> = float_dtypes::<B::InnerBackend>(&device)
+            .into_iter()
+            .map(|d| (d != DType::F32).then_some(d))
+            .collect();
         eprintln!("Adam gradients and working copies: {works:?} (None: f32)");
         for work in works {
             for (i, len) in [1usize, 257, 40_000].into_iter().enumerate() {
@@ -522,22 +527,18 @@ impl BackendTask for AdamKernel {
                 if ![p, m, v].iter().all(|e| *e <= 1e-6) || copy != 0.0 {
                     bad.push(format!("{len} values, working copy {work:?}: {errs:?}"));
                 }
-                // The micro-batches' gradient sums, exact: both in the gradients' dtype, then
-                // the running f32 sum and that dtype.
-                let dtype = work.unwrap_or(DType::F32);
-                for acc in [dtype, DType::F32] {
-                    let err = medddpm_kernels::adam::sum::engine_vs_reference::<B::InnerBackend>(
-                        &device,
-                        len,
-                        20 + i as u64,
-                        acc,
-                        dtype,
-                    );
-                    if err != 0.0 {
-                        bad.push(format!(
-                            "{len} values, sum of {acc:?} and {dtype:?}: {err:e}"
-                        ));
-                    }
+                // The micro-batches' gradient sums, exact.
+                let grads = work.unwrap_or(DType::F32);
+                let err = medddpm_kernels::adam::sum::engine_vs_reference::<B::InnerBackend>(
+                    &device,
+                    len,
+                    20 + i as u64,
+                    grads,
+                );
+                if err != 0.0 {
+                    bad.push(format!(
+                        "{len} values, sums of {grads:?} gradients: {err:e}"
+                    ));
                 }
             }
         }

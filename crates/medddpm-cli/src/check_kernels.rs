@@ -1,6 +1,6 @@
 //! `medddpm check-kernels`: the backend's convolution engine, matrix products, GroupNorm,
-//! upsampling, channel join and split, and Adam kernels against their plain-op reference twins (burn's ops in f32 on the CPU, on the same
-//! rounded operands) on the U-Net's geometries and odd ones, forward and gradients, per
+//! upsampling, channel join, split and padding, Adam and gradient-sum kernels against their
+//! plain-op reference twins (burn's ops in f32 on the CPU, on the same rounded operands) on the U-Net's geometries and odd ones, forward and gradients, per
 //! precision and layout; or, with `--collective-devices`, the all-reduce of data-parallel
 //! training across devices.
 
@@ -105,9 +105,9 @@ struct AdamRow {
     moment_2: f64,
     /// Relative L2 of the working copy from the cast of the updated parameter (must be 0).
     working_copy: f64,
-    /// Relative L2 of two micro-batches' gradients summed in f32 (`KernelBackend::sum_f32`,
-    /// the same tensors: both in the gradients' dtype, then f32 and that dtype) from the twin's
-    /// sum (must be 0).
+    /// Relative L2 of micro-batches' gradients summed in f32 (`KernelBackend::sum_f32` on the
+    /// same tensors: two in the gradients' dtype, then a running f32 sum and one more) from the
+    /// twin's sums (must be 0).
     gradient_sum: f64,
     tolerance: f64,
     pass: bool,
@@ -355,19 +355,12 @@ fn adam_rows<B: KernelAutodiffBackend>(
                 work,
             );
             let [p, m, v, c] = errs;
-            let dtype = work.unwrap_or(burn::tensor::DType::F32);
-            let sum = [dtype, burn::tensor::DType::F32]
-                .into_iter()
-                .map(|acc| {
-                    medddpm_kernels::adam::sum::engine_vs_reference::<B::InnerBackend>(
-                        device,
-                        len,
-                        310 + i as u64,
-                        acc,
-                        dtype,
-                    )
-                })
-                .fold(0.0, f64::max);
+            let sum = medddpm_kernels::adam::sum::engine_vs_reference::<B::InnerBackend>(
+                device,
+                len,
+                310 + i as u64,
+                work.unwrap_or(burn::tensor::DType::F32),
+            );
             // The working copy must be exactly the cast of the master parameter, the sums
             // exactly the twin's.
             let pass = [p, m, v]

@@ -2,10 +2,10 @@
 //!
 //! The sum is one backend operation for the whole model
 //! ([`medddpm_kernels::KernelBackend::sum_f32`]: on the GPU a kernel launch per few dozen
-//! tensors): a cast to f32 and an addition per parameter tensor were about 750 operations an
-//! optimizer step of the whole-head U-Net with two micro-batches. The values are those of
-//! casting each gradient to f32 and adding in f32, bit for bit; a bf16 sum would round at every
-//! addition.
+//! tensors): a cast to f32 per gradient and an addition per parameter tensor were 738
+//! operations an optimizer step of the whole-head U-Net with two micro-batches. The values are
+//! those of casting each gradient to f32 and adding in f32, bit for bit; a bf16 sum would round
+//! at every addition.
 
 use std::collections::HashMap;
 

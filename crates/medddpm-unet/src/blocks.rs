@@ -41,7 +41,7 @@ pub(crate) fn conv3<B: Backend>(
     config.init(device)
 }
 
-/// GroupNorm followed (in `forward`) by SiLU and a 3x3x3 convolution: the reference's
+/// GroupNorm followed (in the forward passes) by SiLU and a 3x3x3 convolution: the reference's
 /// `in_layers` (GN, SiLU, conv) and `out_layers` (GN, SiLU, Dropout(0), conv).
 #[derive(Module, Debug)]
 pub struct NormActConv<B: Backend> {
@@ -52,13 +52,13 @@ pub struct NormActConv<B: Backend> {
 }
 
 impl<B: Backend> NormActConv<B> {
-    /// conv(SiLU(GN(x))).
-    pub(crate) fn forward(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5>
+    /// conv(SiLU(GN(x))) without the convolution's bias, which the caller adds.
+    pub(crate) fn forward_unbiased(&self, x: Tensor<B, 5>, ctx: &Ctx<B>) -> Tensor<B, 5>
     where
         B: KernelBackend,
     {
         let h = ctx.norm_silu(&self.norm, x);
-        ctx.conv(&self.conv, h)
+        ctx.conv_unbiased(&self.conv, h)
     }
 
     /// conv(SiLU(GN(x))) + extra, `extra` `[batch, c_out]` added per channel with the bias.
@@ -137,26 +137,20 @@ impl<B: Backend> ResBlock<B> {
     {
         let emb = self.emb_layers.linear.forward(emb_act);
         let h = self.in_layers.forward_add(x.clone(), emb, ctx);
-        if ctx.defers_bias() {
-            // The biases of the last convolution and of the skip join the residual sum.
-            let out = &self.out_layers;
-            let h = ctx.conv_unbiased(&out.conv, ctx.norm_silu(&out.norm, h));
-            let mut biases: Vec<_> = out.conv.bias.iter().map(|b| b.val()).collect();
-            let skip = match &self.skip_connection {
-                Some(skip) => {
-                    biases.extend(skip.bias.iter().map(|b| b.val()));
-                    ctx.conv_unbiased(skip, x)
-                }
-                None => x,
-            };
-            return ctx.op(OpClass::Elementwise, || residual_sum(skip, h, biases));
-        }
-        let h = self.out_layers.forward(h, ctx);
+        // The biases of the last convolution and of the skip join the residual sum: one pass
+        // over the volume where adding each after its convolution took one more.
+        let h = self.out_layers.forward_unbiased(h, ctx);
+        let mut biases: Vec<_> = self.out_layers.conv.bias.iter().map(|b| b.val()).collect();
         let skip = match &self.skip_connection {
-            Some(skip) => ctx.conv(skip, x),
+            Some(skip) => {
+                biases.extend(skip.bias.iter().map(|b| b.val()));
+                ctx.conv_unbiased(skip, x)
+            }
             None => x,
         };
-        ctx.op(OpClass::Elementwise, || skip + h)
+        ctx.op(OpClass::Elementwise, || {
+            residual_sum(skip, h, biases, ctx.layout)
+        })
     }
 }
 

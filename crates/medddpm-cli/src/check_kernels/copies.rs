@@ -1,5 +1,5 @@
-//! The copy-like kernels' cases of `medddpm check-kernels`: trilinear upsampling and the
-//! channel join and split of the decoder's skip connections.
+//! The copy-like kernels' cases of `medddpm check-kernels`: trilinear upsampling, and the
+//! channel join and split of the decoder's skip connections and the channel padding.
 
 use medddpm_backend::{KernelAutodiffBackend, Layout, RunEnv};
 use serde::Serialize;
@@ -76,8 +76,7 @@ pub(super) fn upsample_rows<B: KernelAutodiffBackend>(
 }
 
 /// The join of two channels-last activations, its split and the padding against burn's `cat`,
-/// slices and zeros,
-/// in the precision's dtype: channel counts that allow vectors of 8 and of 1.
+/// slices and zeros, in the precision's dtype: channel counts that allow vectors of 8 and of 1.
 pub(super) fn channel_rows<B: KernelAutodiffBackend>(
     device: &B::Device,
     env: &RunEnv,

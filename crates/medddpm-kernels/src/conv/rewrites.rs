@@ -28,18 +28,8 @@ pub fn weight_grad_padded<B: KernelBackend>(
     padded: usize,
 ) -> Tensor<B, 5> {
     let [c_out, c_in, kd, kh, kw] = weight.dims();
-    let [b, _, d, h, w] = grad_out.dims();
     let device = grad_out.device();
-    let dtype = grad_out.dtype();
-    let extra = padded - c_out;
-    let grad_out = match spec.compute.layout {
-        Layout::Ncdhw => {
-            let zeros = Tensor::<B, 5>::zeros([b, extra, d, h, w], (&device, dtype));
-            Tensor::cat(vec![grad_out, zeros], 1)
-        }
-        Layout::Ndhwc => crate::channels::pad_last(grad_out.permute([0, 2, 3, 4, 1]), padded)
-            .permute([0, 4, 1, 2, 3]),
-    };
+    let grad_out = pad_channels(grad_out, padded, spec.compute.layout);
     let weight = Tensor::<B, 5>::zeros([padded, c_in, kd, kh, kw], (&device, weight.dtype()));
     conv3d_weight_grad(x, weight, grad_out, spec).narrow(0, 0, c_out)
 }

@@ -13,7 +13,8 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
-use cubecl::CubeDim;
+
+use super::lists;
 
 use crate::adam::reference::{AdamStep, AdamTensors};
 
@@ -22,10 +23,6 @@ type Item<R, F, I, BT> = AdamTensors<CubeBackend<R, F, I, BT>>;
 
 /// The most tensors one launch updates (each brings seven or eight bindings).
 pub const TENSORS_PER_LAUNCH: usize = 32;
-
-/// Threads per cube, and the most cubes a launch uses (its threads then stride).
-const CUBE_SIZE: u32 = 256;
-const MAX_CUBES: usize = 1024;
 
 /// The scalars every element's update uses.
 #[derive(CubeType, CubeLaunch)]
@@ -104,22 +101,13 @@ pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     let Some(first) = items.first() else {
         return Vec::new();
     };
-    // Room for the launch's bindings (and the backend's own) where the device allows fewer.
-    let max_bindings = first.param.client.properties().hardware.max_bindings as usize;
-    let per_launch = (max_bindings.saturating_sub(2) / 8).clamp(1, TENSORS_PER_LAUNCH);
-    let dtypes = |t: &Item<R, F, I, BT>| (t.param.dtype, t.grad.dtype);
-    let mut results = Vec::with_capacity(items.len());
-    let mut group: Vec<Item<R, F, I, BT>> = Vec::with_capacity(per_launch);
-    for item in items {
-        let joins =
-            group.len() < per_launch && group.first().is_none_or(|g| dtypes(g) == dtypes(&item));
-        if !joins {
-            results.extend(launch(std::mem::take(&mut group), step, copy));
-        }
-        group.push(item);
-    }
-    results.extend(launch(group, step, copy));
-    results
+    let per_launch = lists::per_launch(&first.param.client, 8, TENSORS_PER_LAUNCH);
+    lists::in_launches(
+        items,
+        per_launch,
+        |t| (t.param.dtype, t.grad.dtype),
+        |group| launch(group, step, copy),
+    )
 }
 
 /// One launch over items of one parameter and gradient dtype.
@@ -139,7 +127,7 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         .map(|t| t.param.meta.num_elements())
         .max()
         .unwrap_or(0);
-    let cubes = longest.div_ceil(CUBE_SIZE as usize).clamp(1, MAX_CUBES);
+    let (cubes, threads, stride) = lists::grid(longest);
     let (combined, eps_hat) = step.factors();
     let scalars = ScalarsLaunch::new(
         step.beta_1,
@@ -149,7 +137,7 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         combined,
         eps_hat,
         step.lr as f32,
-        cubes as u32 * CUBE_SIZE,
+        stride,
     );
     let args = |f: &dyn Fn(usize) -> CubeTensor<R>| -> Vec<TensorArg<R>> {
         (0..items.len()).map(|k| f(k).into_tensor_arg()).collect()
@@ -168,8 +156,8 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     let copy_dtype = copy.unwrap_or(dtype);
     adam_update::launch::<R>(
         &client,
-        CubeCount::Static(cubes as u32, 1, 1),
-        CubeDim::new_1d(CUBE_SIZE),
+        cubes,
+        threads,
         params.into_iter().collect(),
         grads.into_iter().collect(),
         moments_1.into_iter().collect(),

@@ -12,9 +12,8 @@ use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
 use burn_ir::{CustomOpIr, OperationOutput};
 use cubecl::prelude::*;
-use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
-use super::{register, widest_vector, Cube, Fused, Handles};
+use super::{elementwise, register, widest_vector, Cube, Fused, Handles};
 use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 
 /// `out[r, 0..qa] = a[r]`, `out[r, qa..] = b[r]` (sizes in vectors).
@@ -105,8 +104,7 @@ pub fn pad<R: CubeRuntime>(x: CubeTensor<R>, channels: usize) -> CubeTensor<R> {
         x.dtype,
     );
     let vector = widest_vector(&x, &[channels]);
-    let dim = CubeDim::new_1d(256);
-    let count = calculate_cube_count_elemwise(&x.client, out.meta.num_elements() / vector, dim);
+    let (count, dim) = elementwise(&x, out.meta.num_elements() / vector);
     let client = x.client.clone();
     let dtype: StorageType = x.dtype.into();
     pad_last_kernel::launch::<R>(
@@ -144,8 +142,7 @@ pub fn join<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R>
         a.dtype,
     );
     let vector = widest_vector(&a, &[ca, cb]);
-    let dim = CubeDim::new_1d(256);
-    let count = calculate_cube_count_elemwise(&a.client, out.meta.num_elements() / vector, dim);
+    let (count, dim) = elementwise(&a, out.meta.num_elements() / vector);
     let client = a.client.clone();
     let dtype: StorageType = a.dtype.into();
     join_last::launch::<R>(
@@ -178,8 +175,7 @@ pub fn split<R: CubeRuntime>(x: CubeTensor<R>, first: usize) -> [CubeTensor<R>; 
     };
     let (a, b) = (part(ca), part(cb));
     let vector = widest_vector(&x, &[ca, cb]);
-    let dim = CubeDim::new_1d(256);
-    let count = calculate_cube_count_elemwise(&x.client, x.meta.num_elements() / vector, dim);
+    let (count, dim) = elementwise(&x, x.meta.num_elements() / vector);
     let client = x.client.clone();
     let dtype: StorageType = x.dtype.into();
     split_last_kernel::launch::<R>(

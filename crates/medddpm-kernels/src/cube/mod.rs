@@ -6,6 +6,7 @@
 pub mod adam;
 pub mod channels;
 pub mod conv;
+mod lists;
 pub mod norm;
 pub mod sum;
 pub mod upsample;
@@ -18,6 +19,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use cubecl::{CubeCount, CubeDim};
 
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
 use crate::compute::NormEngine;
@@ -116,6 +118,16 @@ fn group_norm_backward_cube<R: CubeRuntime>(
         norm::backward_param_grads(&sums, &gamma, spec, values_per_group);
     let dx = norm::backward_input_grad(x, gamma, beta, mean, rstd, dy, m1, m2, spec);
     (dx, d_gamma, d_beta)
+}
+
+/// The launch of one thread per each of `n` items, in cubes of 256 threads (the elementwise
+/// passes of GroupNorm, the upsampling and the channel copies).
+pub(crate) fn elementwise<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(256);
+    (
+        cubecl::calculate_cube_count_elemwise(&t.client, n, dim),
+        dim,
+    )
 }
 
 /// The widest vector of neighbouring elements the device loads at once (16 bytes on CUDA) that

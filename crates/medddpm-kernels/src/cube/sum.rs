@@ -1,6 +1,6 @@
 //! The micro-batches' gradients summed in f32 (see [`crate::adam::sum`]): a launch takes up to
-//! [`PAIRS_PER_LAUNCH`] pairs of tensors, its threads stride through each in turn, as the Adam
-//! kernel does.
+//! [`PAIRS_PER_LAUNCH`] pairs of tensors, its threads stride through each in turn (as the
+//! Adam kernel's, through [`super::lists`]).
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::DType;
@@ -12,17 +12,12 @@ use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
 use cubecl::prelude::*;
-use cubecl::CubeDim;
 
-use super::{register, Cube, Fused, Handles};
+use super::{lists, register, Cube, Fused, Handles};
 use crate::adam::sum::sum_f32_primitive;
 
 /// The most pairs one launch sums (three bindings each).
 pub const PAIRS_PER_LAUNCH: usize = 32;
-
-/// Threads per cube, and the most cubes a launch uses (its threads then stride).
-const CUBE_SIZE: u32 = 256;
-const MAX_CUBES: usize = 1024;
 
 /// `out[k] = f32(a[k]) + f32(b[k])` for each tensor `k` of the lists.
 #[cube(launch)]
@@ -53,21 +48,8 @@ pub fn run<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>>
     let Some(first) = pairs.first() else {
         return Vec::new();
     };
-    let max_bindings = first[0].client.properties().hardware.max_bindings as usize;
-    let per_launch = (max_bindings.saturating_sub(2) / 3).clamp(1, PAIRS_PER_LAUNCH);
-    let dtypes = |p: &[CubeTensor<R>; 2]| (p[0].dtype, p[1].dtype);
-    let mut results = Vec::with_capacity(pairs.len());
-    let mut group: Vec<[CubeTensor<R>; 2]> = Vec::with_capacity(per_launch);
-    for pair in pairs {
-        let joins =
-            group.len() < per_launch && group.first().is_none_or(|g| dtypes(g) == dtypes(&pair));
-        if !joins {
-            results.extend(launch(std::mem::take(&mut group)));
-        }
-        group.push(pair);
-    }
-    results.extend(launch(group));
-    results
+    let per_launch = lists::per_launch(&first[0].client, 3, PAIRS_PER_LAUNCH);
+    lists::in_launches(pairs, per_launch, |p| (p[0].dtype, p[1].dtype), launch)
 }
 
 /// One launch over pairs of one dtype pair.
@@ -93,20 +75,25 @@ fn launch<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>> 
         .map(|[a, _]| a.meta.num_elements())
         .max()
         .unwrap_or(0);
-    let cubes = longest.div_ceil(CUBE_SIZE as usize).clamp(1, MAX_CUBES);
-    let args = |t: &[CubeTensor<R>]| -> Vec<TensorArg<R>> {
-        t.iter().map(|t| t.clone().into_tensor_arg()).collect()
+    let (cubes, threads, stride) = lists::grid(longest);
+    let side = |k: usize| -> Vec<TensorArg<R>> {
+        pairs
+            .iter()
+            .map(|p| p[k].clone().into_tensor_arg())
+            .collect()
     };
-    let a: Vec<CubeTensor<R>> = pairs.iter().map(|[a, _]| a.clone()).collect();
-    let b: Vec<CubeTensor<R>> = pairs.iter().map(|[_, b]| b.clone()).collect();
+    let outs: Vec<TensorArg<R>> = outputs
+        .iter()
+        .map(|t| t.clone().into_tensor_arg())
+        .collect();
     sum_pairs::launch::<R>(
         &client,
-        CubeCount::Static(cubes as u32, 1, 1),
-        CubeDim::new_1d(CUBE_SIZE),
-        args(&a).into_iter().collect(),
-        args(&b).into_iter().collect(),
-        args(&outputs).into_iter().collect(),
-        cubes as u32 * CUBE_SIZE,
+        cubes,
+        threads,
+        side(0).into_iter().collect(),
+        side(1).into_iter().collect(),
+        outs.into_iter().collect(),
+        stride,
         [a_dtype.into(), b_dtype.into()],
     );
     outputs

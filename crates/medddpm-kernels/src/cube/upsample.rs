@@ -19,7 +19,6 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
-use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use crate::compute::Layout;
 
@@ -260,8 +259,7 @@ pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool)
     // bandwidth (1.6 ms forward, 1.1 ms backward per bf16 training step, twenty-first session).
     let vector = super::widest_vector(&input, &[q]);
     let q = q / vector;
-    let dim = CubeDim::new_1d(256);
-    let count = calculate_cube_count_elemwise(&input.client, out.meta.num_elements() / vector, dim);
+    let (count, dim) = super::elementwise(&input, out.meta.num_elements() / vector);
     let client = input.client.clone();
     let dtype: StorageType = input.dtype.into();
     let (input, output) = (input.into_tensor_arg(), out.clone().into_tensor_arg());

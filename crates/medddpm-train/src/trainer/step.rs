@@ -179,8 +179,6 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     // f16's loss scale multiplies the loss the backward pass starts from (1 otherwise, which
     // leaves the divisor exact).
     let divisor = shard.divisor(settings.reference_batch_scaling) / loss_scale;
-    // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
-    // compute dtype, and the team's average works in f32 (`Team::average`).
     let positions_of = |(draw, range): &(usize, std::ops::Range<usize>)| -> Vec<usize> {
         range
             .clone()
@@ -211,6 +209,8 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
             divisor,
             settings.activation_checkpointing,
         );
+        // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
+        // compute dtype, and the team's average works in f32 (`Team::average`).
         step.accumulator.add(model, grads);
         step.losses.push(loss);
     }

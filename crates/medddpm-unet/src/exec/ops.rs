@@ -78,13 +78,6 @@ impl<B: KernelBackend> Ctx<'_, B> {
         })
     }
 
-    /// Whether a convolution's bias may be added in the pass after it (channels-last), not while
-    /// every operation's output is recorded to be compared with another layout's operations
-    /// (`medddpm check`'s search for the first deviating one), which must see the same outputs.
-    pub fn defers_bias(&self) -> bool {
-        self.layout == Layout::Ndhwc && !self.profile.is_some_and(|p| p.borrow().record_stats)
-    }
-
     /// [`Ctx::conv`] without its bias, for a caller that adds it in the pass that follows (a
     /// ResBlock's residual sum: one pass over the volume fewer).
     pub fn conv_unbiased(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
@@ -199,23 +192,37 @@ fn bias_of<B: Backend>(conv: &Conv3d<B>) -> Option<Tensor<B, 1>> {
     conv.bias.as_ref().map(|b| b.val())
 }
 
-/// `a + b + biases` for channels-last `a` and `b` `[batch, d, h, w, c]` and per-channel
-/// `biases` `[c]`, as one expression that burn's fusion compiles into one kernel (the bias
-/// added alone between two custom operations was a pass of its own). Viewed as
+/// `a + b + biases` for activations `a` and `b` in `layout`'s logical shape and per-channel
+/// `biases` `[c]`, as one expression that burn's fusion compiles into one kernel (a bias added
+/// alone between two custom operations is a pass of its own). Channels-last is viewed as
 /// `[b, d, h * w, c]` as in [`add_per_channel`].
 pub(crate) fn residual_sum<B: Backend>(
     a: Tensor<B, 5>,
     b: Tensor<B, 5>,
     biases: Vec<Tensor<B, 1>>,
+    layout: Layout,
 ) -> Tensor<B, 5> {
     let dims = a.dims();
-    let [n, d, h, w, c] = dims;
-    let view = [n, d, h * w, c];
-    let mut sum = a.reshape(view) + b.reshape(view);
-    for bias in biases {
-        sum = sum + bias.reshape([1, 1, 1, c]);
+    let c = dims[layout.channel_dim()];
+    match layout {
+        Layout::Ncdhw => add_biases(a + b, biases, [1, c, 1, 1, 1]),
+        Layout::Ndhwc => {
+            let [n, d, h, w, _] = dims;
+            let view = [n, d, h * w, c];
+            add_biases(a.reshape(view) + b.reshape(view), biases, [1, 1, 1, c]).reshape(dims)
+        }
     }
-    sum.reshape(dims)
+}
+
+/// `sum` plus each bias broadcast from `per_channel`.
+fn add_biases<B: Backend, const D: usize>(
+    sum: Tensor<B, D>,
+    biases: Vec<Tensor<B, 1>>,
+    per_channel: [usize; D],
+) -> Tensor<B, D> {
+    biases
+        .into_iter()
+        .fold(sum, |sum, bias| sum + bias.reshape(per_channel))
 }
 
 /// `y + add` for a channels-last `y` `[b, d, h, w, c]` and `add` `[b or 1, c]`, with `y` viewed

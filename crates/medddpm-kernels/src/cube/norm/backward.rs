@@ -10,7 +10,8 @@ use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
 use super::parts::{group_and_channel, row_block, xhat_and_da};
-use super::view::{elementwise, f32_buffer, View, ELEMENTWISE_ROWS};
+use super::view::{f32_buffer, View, ELEMENTWISE_ROWS};
+use crate::cube::elementwise;
 use crate::norm::reference::GroupNormSpec;
 
 /// The same for the backward's reduction, whose threads do more per value (the backward's sums

@@ -11,7 +11,8 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
 use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, sigmoid};
-use super::view::{elementwise, f32_buffer, View, ELEMENTWISE_ROWS};
+use super::view::{f32_buffer, View, ELEMENTWISE_ROWS};
+use crate::cube::elementwise;
 use crate::norm::reference::GroupNormSpec;
 
 /// Values one thread adds before its partial sum is written, in the forward's reductions. 256

@@ -1,20 +1,16 @@
 //! How an activation is viewed for the kernels (the `[p, r, q]` view of the module's
-//! introduction) and the launch geometry of the elementwise passes.
+//! introduction) and what the elementwise passes take per thread.
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
-use cubecl::{calculate_cube_count_elemwise, CubeCount, CubeDim};
 
 use crate::compute::Layout;
 use crate::norm::reference::GroupNormSpec;
 
 /// Values one thread normalises (or differentiates) in the elementwise passes.
 pub(super) const ELEMENTWISE_ROWS: usize = 16;
-
-/// Threads per cube of the elementwise launches.
-const THREADS: u32 = 256;
 
 /// How an activation is viewed for the reductions.
 #[derive(Debug, Clone, Copy)]
@@ -99,10 +95,4 @@ impl View {
 /// A new contiguous f32 buffer of `shape` on `like`'s device.
 pub(super) fn f32_buffer<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
     empty_device_contiguous_dtype::<R>(like.client.clone(), like.device.clone(), shape, DType::F32)
-}
-
-/// The launch of one thread per each of `n` items.
-pub(super) fn elementwise<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (CubeCount, CubeDim) {
-    let dim = CubeDim::new_1d(THREADS);
-    (calculate_cube_count_elemwise(&t.client, n, dim), dim)
 }
