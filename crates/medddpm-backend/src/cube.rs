@@ -58,6 +58,20 @@ fn driver_jit_cache(root: &Path) {
     }
 }
 
+/// CUDA device memory as a buffer per allocation, in size buckets, rather than cubecl's
+/// default slices of pages sized from the device (a quarter of its memory divided by powers of
+/// four: on an H200 every tensor of 70-561 MB, a 128^3 activation of 16-128 bf16 channels, lands
+/// in a 2.2 GiB page, and the pool grows by whole pages). A bf16 training step's peak on an H200
+/// went from 11,132 to 10,236 MiB at the same speed; buckets of our own (a buffer per size class,
+/// 1.125x to 2x apart, never freed) peaked at 10,300-10,364 MiB, probably because cubecl's
+/// buckets free buffers unused for a while into the driver's stream-ordered pool, where other
+/// sizes reuse the memory (docs/benchmarks/README.md, twenty-fourth session). Must run before
+/// the first client opens.
+#[cfg(feature = "cuda")]
+fn exclusive_memory_pages() {
+    cubecl::cuda::set_device_memory_pools(|_| cubecl::MemoryConfiguration::ExclusivePages);
+}
+
 /// The devices a run opens, each with its index (the first is the task's), and how their
 /// replicas average gradients (resolved).
 pub(crate) struct Placement<D> {
@@ -195,6 +209,8 @@ fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<Path
     configure_cache(&root)?;
     if backend == BackendKind::Cuda {
         driver_jit_cache(&root);
+        #[cfg(feature = "cuda")]
+        exclusive_memory_pages();
     }
     Ok(root)
 }

@@ -32,7 +32,22 @@ use cubecl_runtime::{
     allocator::PitchedMemoryLayoutPolicy, client::ComputeClient, logging::ServerLogger,
 };
 use cudarc::driver::sys::{CUDA_VERSION, cuDeviceTotalMem_v2};
-use std::{mem::MaybeUninit, sync::Arc};
+use std::{
+    mem::MaybeUninit,
+    sync::{Arc, OnceLock},
+};
+
+/// medddpm-rs: lays out the memory pools of a device's GPU memory from its properties.
+pub type DeviceMemoryPools = fn(&MemoryDeviceProperties) -> MemoryConfiguration;
+
+static DEVICE_MEMORY_POOLS: OnceLock<DeviceMemoryPools> = OnceLock::new();
+
+/// medddpm-rs: the memory pools of every device whose first client opens after this call (GPU
+/// memory only: pinned host memory keeps cubecl's default). Returns false, changing nothing,
+/// when a layout was set before.
+pub fn set_device_memory_pools(pools: DeviceMemoryPools) -> bool {
+    DEVICE_MEMORY_POOLS.set(pools).is_ok()
+}
 
 /// Options configuring the CUDA runtime.
 #[derive(Default)]
@@ -310,10 +325,14 @@ impl DeviceService for CudaServer {
         let policy = PitchedMemoryLayoutPolicy::new(device_props.memory.alignment as usize);
         let utilities = ServerUtilities::new(device_props, logger, (), policy);
 
+        let gpu_memory_config = match DEVICE_MEMORY_POOLS.get() {
+            Some(pools) => pools(&mem_properties),
+            None => options.memory_config.clone(),
+        };
         CudaServer::new(
             cuda_ctx,
             mem_properties,
-            options.memory_config,
+            (gpu_memory_config, options.memory_config),
             mem_alignment,
             device_id,
             utilities,

@@ -26,6 +26,23 @@ const BUFFER_ALIGN: usize = 8;
 const START: usize = 16;
 const END: usize = 24;
 const KERNEL_NAME: usize = 104;
+/// A memcpy record's direction (`CUpti_ActivityMemcpyKind`) and source memory
+/// (`CUpti_ActivityMemoryKind`), one byte each.
+const COPY_KIND: usize = 4;
+const COPY_SOURCE: usize = 5;
+
+/// A copy's direction, and for one from the host whether its memory was pinned (a copy from
+/// pageable memory is staged by the driver and holds the issuing thread).
+fn memcpy_name(kind: u8, source: u8) -> &'static str {
+    match (kind, source) {
+        (1, 1) => "memcpy HtoD from pageable",
+        (1, _) => "memcpy HtoD from pinned",
+        (2, _) => "memcpy DtoH",
+        (8, _) => "memcpy DtoD",
+        (10, _) => "memcpy peer to peer",
+        _ => "memcpy (other)",
+    }
+}
 
 type Requested = extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 type Completed = extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
@@ -147,8 +164,17 @@ unsafe fn read_record(record: *const u8) -> Option<Activity> {
         KIND_MEMCPY | KIND_MEMSET => None,
         _ => return None,
     };
+    let copy = match kind {
+        KIND_MEMCPY => Some(memcpy_name(
+            *record.add(COPY_KIND),
+            *record.add(COPY_SOURCE),
+        )),
+        KIND_MEMSET => Some("memset"),
+        _ => None,
+    };
     Some(Activity {
         kernel,
+        copy,
         start_ns,
         end_ns,
     })

@@ -24,6 +24,9 @@ const TOP_KERNELS: usize = 25;
 pub struct Activity {
     /// The kernel's name; `None` for copies and memsets.
     pub kernel: Option<String>,
+    /// For a copy or memset, what it is (`memcpy HtoD from pageable`, `memset`): they join
+    /// the kernels in [`GpuTime::top`], without counting as launches.
+    pub copy: Option<&'static str>,
     /// Start and end on the device's clock, in nanoseconds.
     pub start_ns: u64,
     /// See `start_ns`.
@@ -140,7 +143,14 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
                 entry.1 += ns;
                 classify(name)
             }
-            None => "copies".to_string(),
+            None => {
+                let entry = by_name
+                    .entry(a.copy.unwrap_or("copy").to_string())
+                    .or_default();
+                entry.0 += 1;
+                entry.1 += ns;
+                "copies".to_string()
+            }
         };
         *by_class.entry(class).or_default() += ns;
     }
@@ -209,6 +219,7 @@ mod tests {
     fn kernel(name: &str, start: u64, end: u64) -> Activity {
         Activity {
             kernel: Some(name.into()),
+            copy: None,
             start_ns: start,
             end_ns: end,
         }
@@ -222,6 +233,7 @@ mod tests {
             kernel("c", 20, 30),
             Activity {
                 kernel: None,
+                copy: Some("memset"),
                 start_ns: 25,
                 end_ns: 40,
             },
@@ -231,6 +243,7 @@ mod tests {
         assert_eq!(t.kernel_ms, 45.0 / 1e6);
         assert_eq!(t.launches, 3.0);
         assert_eq!(t.by_class_ms["copies"], 15.0 / 1e6);
+        assert!(t.top.iter().any(|k| k.name == "memset" && k.calls == 1.0));
         assert!(
             t.classes_text().starts_with("copies 0.0, other 0.0"),
             "{}",

@@ -374,6 +374,23 @@ impl<'a> Command<'a> {
             _ => data,
         };
         let current = self.streams.current();
+        let stream = current.sys;
+        // medddpm patch: small pageable data goes through the pinned upload ring
+        // (`upload_ring.rs`), so that the stream does not wait for the driver's staging.
+        if size <= SMALL_UPLOAD && !matches!(data.property(), AllocationProperty::Pinned) {
+            let staged = current
+                .upload_ring
+                .stage(&data, stream)
+                .map_err(|e| IoError::Unknown {
+                    description: format!("{e:?}"),
+                    backtrace: BackTrace::capture(),
+                })?;
+            // SAFETY: as below; `staged` is pinned and untouched until the stream has passed
+            // this copy.
+            return unsafe {
+                write_to_gpu(&shape, &strides, elem_size, staged, resource.ptr, stream)
+            };
+        }
 
         // SAFETY: `resource.ptr` is a valid GPU allocation, `data` is a valid host buffer,
         // and `current.sys` is an initialized CUDA stream. The shape/strides have been
@@ -406,18 +423,25 @@ impl<'a> Command<'a> {
     /// * `Err(IoError)` - If the allocation or data copy fails.
     pub fn create_with_data(&mut self, data: &[u8]) -> Result<Handle, IoError> {
         // medddpm patch: small data (a kernel's metadata, uploaded at most launches) is copied
-        // from the caller's memory. The driver copies pageable memory into its own staging
-        // before `cuMemcpyHtoDAsync` returns, so nothing needs to stay alive; through pinned
+        // through the stream's pinned upload ring (`upload_ring.rs`). Through cubecl's pinned
         // staging, each buffer went to the drop queue, whose release every 64 uploads waits
         // for the GPU to pass an earlier fence: the device thread could not run more than
         // about a hundred launches ahead of the GPU (35 ms of waits a bf16 training step).
         if data.len() <= SMALL_UPLOAD {
             let handle = self.empty(data.len() as u64)?;
             let resource = self.resource(handle.clone().binding())?;
-            let stream = self.streams.current().sys;
-            // SAFETY: `resource.ptr` is a live allocation of `data.len()` bytes; the driver
-            // reads `data` (pageable) before returning.
-            unsafe { cudarc::driver::result::memcpy_htod_async(resource.ptr, data, stream) }
+            let current = self.streams.current();
+            let stream = current.sys;
+            let staged = current
+                .upload_ring
+                .stage(data, stream)
+                .map_err(|e| IoError::Unknown {
+                    description: format!("{e:?}"),
+                    backtrace: BackTrace::capture(),
+                })?;
+            // SAFETY: `resource.ptr` is a live allocation of `data.len()` bytes; `staged` is
+            // pinned and stays untouched until the stream has passed this copy.
+            unsafe { cudarc::driver::result::memcpy_htod_async(resource.ptr, staged, stream) }
                 .map_err(|e| IoError::Unknown {
                     description: format!("CUDA memcpy_htod failed: {e}"),
                     backtrace: BackTrace::capture(),
@@ -551,9 +575,12 @@ pub(crate) unsafe fn write_to_gpu(
     })?;
 
     let rank = shape.len();
-    if rank <= 1 {
-        // SAFETY: For rank <= 1 data is contiguous. `dst_ptr` is a valid device pointer
-        // and `data` is a valid host slice.
+    // medddpm patch: a pitched layout whose rows have no padding is one contiguous copy (a
+    // 128^3 f32 volume was copied as 16,384 rows of 512 bytes).
+    let unpadded = rank >= 2 && strides[rank - 2] == shape[rank - 1];
+    if rank <= 1 || unpadded {
+        // SAFETY: For rank <= 1 (or unpadded rows) data is contiguous. `dst_ptr` is a valid
+        // device pointer and `data` is a valid host slice.
         unsafe {
             cudarc::driver::result::memcpy_htod_async(dst_ptr, data, stream).map_err(|e| {
                 IoError::Unknown {

@@ -5,6 +5,7 @@ pub(crate) mod io;
 pub(crate) mod storage;
 pub(crate) mod stream;
 pub(crate) mod sync;
+pub(crate) mod upload_ring;
 
 mod server;
 

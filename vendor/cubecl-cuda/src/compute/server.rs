@@ -541,7 +541,8 @@ impl CudaServer {
     pub(crate) fn new(
         ctx: CudaContext,
         mem_props: MemoryDeviceProperties,
-        mem_config: MemoryConfiguration,
+        // medddpm-rs: (GPU memory, pinned host memory).
+        mem_config: (MemoryConfiguration, MemoryConfiguration),
         mem_alignment: usize,
         device_id: DeviceId,
         utilities: ServerUtilities<Self>,

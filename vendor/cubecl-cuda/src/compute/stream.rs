@@ -26,6 +26,8 @@ pub struct Stream {
     pub memory_management_cpu: MemoryManagement<PinnedMemoryStorage>,
     pub errors: Vec<ServerError>,
     pub drop_queue: drop_queue::PendingDropQueue<Fence>,
+    /// medddpm patch: pinned staging for uploads of at most 64 KiB (`upload_ring.rs`).
+    pub upload_ring: super::upload_ring::UploadRing,
 }
 
 impl drop_queue::Fence for Fence {
@@ -37,7 +39,8 @@ impl drop_queue::Fence for Fence {
 #[derive(new, Debug)]
 pub struct CudaStreamBackend {
     mem_props: MemoryDeviceProperties,
-    mem_config: MemoryConfiguration,
+    // medddpm-rs: (GPU memory, pinned host memory).
+    mem_config: (MemoryConfiguration, MemoryConfiguration),
     mem_alignment: usize,
     logger: Arc<ServerLogger>,
 }
@@ -56,7 +59,7 @@ impl EventStreamBackend for CudaStreamBackend {
         let memory_management_gpu = MemoryManagement::from_configuration(
             storage,
             &self.mem_props,
-            self.mem_config.clone(),
+            self.mem_config.0.clone(),
             self.logger.clone(),
             MemoryManagementOptions::new("Main GPU Memory"),
         );
@@ -68,7 +71,7 @@ impl EventStreamBackend for CudaStreamBackend {
                 max_page_size: self.mem_props.max_page_size,
                 alignment: PINNED_MEMORY_ALIGNMENT as u64,
             },
-            self.mem_config.clone(),
+            self.mem_config.1.clone(),
             self.logger.clone(),
             MemoryManagementOptions::new("Pinned CPU Memory").mode(MemoryAllocationMode::Auto),
         );
@@ -79,6 +82,8 @@ impl EventStreamBackend for CudaStreamBackend {
             memory_management_cpu,
             errors: Vec::new(),
             drop_queue: Default::default(),
+            // 4 MiB of 64 KiB chunks: a chunk holds a few hundred kernels' metadata.
+            upload_ring: super::upload_ring::UploadRing::new(64 << 10, 64),
         }
     }
 
