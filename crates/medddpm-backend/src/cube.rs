@@ -65,8 +65,8 @@ fn driver_jit_cache(root: &Path) {
 /// went from 11,132 to 10,236 MiB at the same speed; buckets of our own (a buffer per size class,
 /// 1.125x to 2x apart, never freed) peaked at 10,300-10,364 MiB, probably because cubecl's
 /// buckets free buffers unused for a while into the driver's stream-ordered pool, where other
-/// sizes reuse the memory (docs/benchmarks/README.md, twenty-fourth session). Must run before
-/// the first client opens.
+/// sizes reuse the memory (docs/benchmarks/README.md, twenty-fourth session). Takes effect for
+/// the devices whose first client opens after it.
 #[cfg(feature = "cuda")]
 fn exclusive_memory_pages() {
     cubecl::cuda::set_device_memory_pools(|_| cubecl::MemoryConfiguration::ExclusivePages);
@@ -99,6 +99,10 @@ where
 {
     let precision = settings.precision;
     let root = tuning_cache(backend, settings)?;
+    #[cfg(feature = "cuda")]
+    if backend == BackendKind::Cuda {
+        exclusive_memory_pages();
+    }
     let several = placement.devices.len() > 1;
     for (index, device) in &placement.devices {
         open_device::<R, B>(backend, precision, device).map_err(|e| match several {
@@ -209,8 +213,6 @@ fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<Path
     configure_cache(&root)?;
     if backend == BackendKind::Cuda {
         driver_jit_cache(&root);
-        #[cfg(feature = "cuda")]
-        exclusive_memory_pages();
     }
     Ok(root)
 }

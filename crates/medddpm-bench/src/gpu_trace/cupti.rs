@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use libloading::Library;
 
-use super::Activity;
+use super::{Activity, Work};
 
 const KIND_MEMCPY: u32 = 1;
 const KIND_MEMSET: u32 = 2;
@@ -152,29 +152,24 @@ unsafe fn read_record(record: *const u8) -> Option<Activity> {
     let kind = (record as *const u32).read_unaligned();
     let at = |offset: usize| (record.add(offset) as *const u64).read_unaligned();
     let (start_ns, end_ns) = (at(START), at(END));
-    let kernel = match kind {
+    let work = match kind {
         KIND_CONCURRENT_KERNEL => {
             let name = (record.add(KERNEL_NAME) as *const *const c_char).read_unaligned();
-            Some(if name.is_null() {
+            Work::Kernel(if name.is_null() {
                 "?".to_string()
             } else {
                 CStr::from_ptr(name).to_string_lossy().into_owned()
             })
         }
-        KIND_MEMCPY | KIND_MEMSET => None,
-        _ => return None,
-    };
-    let copy = match kind {
-        KIND_MEMCPY => Some(memcpy_name(
+        KIND_MEMCPY => Work::Copy(memcpy_name(
             *record.add(COPY_KIND),
             *record.add(COPY_SOURCE),
         )),
-        KIND_MEMSET => Some("memset"),
-        _ => None,
+        KIND_MEMSET => Work::Copy("memset"),
+        _ => return None,
     };
     Some(Activity {
-        kernel,
-        copy,
+        work,
         start_ns,
         end_ns,
     })

@@ -19,14 +19,21 @@ const CLASSES: &str = include_str!("../../gpu_classes.json");
 /// The costliest kernels kept in a summary.
 const TOP_KERNELS: usize = 25;
 
-/// One activity the device ran: a kernel (its name) or a copy or memset (`None`).
+/// What the device ran.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// A kernel, by name.
+    Kernel(String),
+    /// A copy or memset, by what it is (`memcpy HtoD from pageable`, `memset`): listed among
+    /// the kernels in [`GpuTime::top`], not counted as a launch.
+    Copy(&'static str),
+}
+
+/// One activity the device ran.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activity {
-    /// The kernel's name; `None` for copies and memsets.
-    pub kernel: Option<String>,
-    /// For a copy or memset, what it is (`memcpy HtoD from pageable`, `memset`): they join
-    /// the kernels in [`GpuTime::top`], without counting as launches.
-    pub copy: Option<&'static str>,
+    /// A kernel, a copy or a memset.
+    pub work: Work,
     /// Start and end on the device's clock, in nanoseconds.
     pub start_ns: u64,
     /// See `start_ns`.
@@ -134,24 +141,16 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
     for a in activities {
         let ns = a.end_ns.saturating_sub(a.start_ns);
         total += ns;
-        let class = match &a.kernel {
-            Some(name) => {
+        let (name, class) = match &a.work {
+            Work::Kernel(name) => {
                 launches += 1;
-                let short: String = name.chars().take(120).collect();
-                let entry = by_name.entry(short).or_default();
-                entry.0 += 1;
-                entry.1 += ns;
-                classify(name)
+                (name.chars().take(120).collect(), classify(name))
             }
-            None => {
-                let entry = by_name
-                    .entry(a.copy.unwrap_or("copy").to_string())
-                    .or_default();
-                entry.0 += 1;
-                entry.1 += ns;
-                "copies".to_string()
-            }
+            Work::Copy(what) => (what.to_string(), "copies".to_string()),
         };
+        let entry = by_name.entry(name).or_default();
+        entry.0 += 1;
+        entry.1 += ns;
         *by_class.entry(class).or_default() += ns;
     }
     let mut top: Vec<KernelTime> = by_name
@@ -218,8 +217,7 @@ mod tests {
 
     fn kernel(name: &str, start: u64, end: u64) -> Activity {
         Activity {
-            kernel: Some(name.into()),
-            copy: None,
+            work: Work::Kernel(name.into()),
             start_ns: start,
             end_ns: end,
         }
@@ -232,8 +230,7 @@ mod tests {
             kernel("b", 5, 15),
             kernel("c", 20, 30),
             Activity {
-                kernel: None,
-                copy: Some("memset"),
+                work: Work::Copy("memset"),
                 start_ns: 25,
                 end_ns: 40,
             },
@@ -243,12 +240,33 @@ mod tests {
         assert_eq!(t.kernel_ms, 45.0 / 1e6);
         assert_eq!(t.launches, 3.0);
         assert_eq!(t.by_class_ms["copies"], 15.0 / 1e6);
-        assert!(t.top.iter().any(|k| k.name == "memset" && k.calls == 1.0));
         assert!(
             t.classes_text().starts_with("copies 0.0, other 0.0"),
             "{}",
             t.classes_text()
         );
+    }
+
+    #[test]
+    fn copies_are_named_in_the_top_list_without_counting_as_launches() {
+        let copy = |what, start, end| Activity {
+            work: Work::Copy(what),
+            start_ns: start,
+            end_ns: end,
+        };
+        let acts = [
+            kernel("a", 0, 10),
+            copy("memcpy HtoD from pageable", 10, 40),
+            copy("memcpy HtoD from pageable", 40, 70),
+            copy("memset", 70, 75),
+        ];
+        let t = summarise(&acts, 1, 1.0);
+        assert_eq!(t.launches, 1.0);
+        assert_eq!(t.by_class_ms["copies"], 65.0 / 1e6);
+        let pageable = &t.top[0];
+        assert_eq!(pageable.name, "memcpy HtoD from pageable");
+        assert_eq!((pageable.calls, pageable.ms), (2.0, 60.0 / 1e6));
+        assert!(t.top.iter().any(|k| k.name == "memset" && k.calls == 1.0));
     }
 
     #[test]

@@ -177,6 +177,22 @@ impl<'a> Command<'a> {
         Some(unsafe { Bytes::from_controller(controller, size) })
     }
 
+    /// medddpm patch: `data` (at most [`SMALL_UPLOAD`] bytes) copied into the current stream's
+    /// pinned upload ring (`upload_ring.rs`), and the stream to enqueue its copy on: the copy
+    /// from the ring does not make the stream wait for the driver's staging of pageable memory.
+    fn stage_small(&mut self, data: &[u8]) -> Result<(&[u8], *mut CUstream_st), IoError> {
+        let current = self.streams.current();
+        let stream = current.sys;
+        let staged = current
+            .upload_ring
+            .stage(data, stream)
+            .map_err(|e| IoError::Unknown {
+                description: format!("{e:?}"),
+                backtrace: BackTrace::capture(),
+            })?;
+        Ok((staged, stream))
+    }
+
     /// Asynchronously reads data from GPU memory to host memory based on the provided copy descriptors.
     ///
     /// # Parameters
@@ -373,24 +389,16 @@ impl<'a> Command<'a> {
             }
             _ => data,
         };
-        let current = self.streams.current();
-        let stream = current.sys;
-        // medddpm patch: small pageable data goes through the pinned upload ring
-        // (`upload_ring.rs`), so that the stream does not wait for the driver's staging.
+        // medddpm patch: small pageable data goes through the pinned upload ring.
         if size <= SMALL_UPLOAD && !matches!(data.property(), AllocationProperty::Pinned) {
-            let staged = current
-                .upload_ring
-                .stage(&data, stream)
-                .map_err(|e| IoError::Unknown {
-                    description: format!("{e:?}"),
-                    backtrace: BackTrace::capture(),
-                })?;
+            let (staged, stream) = self.stage_small(&data)?;
             // SAFETY: as below; `staged` is pinned and untouched until the stream has passed
             // this copy.
             return unsafe {
                 write_to_gpu(&shape, &strides, elem_size, staged, resource.ptr, stream)
             };
         }
+        let current = self.streams.current();
 
         // SAFETY: `resource.ptr` is a valid GPU allocation, `data` is a valid host buffer,
         // and `current.sys` is an initialized CUDA stream. The shape/strides have been
@@ -430,15 +438,7 @@ impl<'a> Command<'a> {
         if data.len() <= SMALL_UPLOAD {
             let handle = self.empty(data.len() as u64)?;
             let resource = self.resource(handle.clone().binding())?;
-            let current = self.streams.current();
-            let stream = current.sys;
-            let staged = current
-                .upload_ring
-                .stage(data, stream)
-                .map_err(|e| IoError::Unknown {
-                    description: format!("{e:?}"),
-                    backtrace: BackTrace::capture(),
-                })?;
+            let (staged, stream) = self.stage_small(data)?;
             // SAFETY: `resource.ptr` is a live allocation of `data.len()` bytes; `staged` is
             // pinned and stays untouched until the stream has passed this copy.
             unsafe { cudarc::driver::result::memcpy_htod_async(resource.ptr, staged, stream) }
@@ -543,8 +543,8 @@ impl<'a> Command<'a> {
     }
 }
 
-/// Largest upload [`Command::create_with_data`] copies from the caller's memory (medddpm patch).
-const SMALL_UPLOAD: usize = 64 * 1024;
+/// Largest upload staged through the pinned upload ring (medddpm patch).
+const SMALL_UPLOAD: usize = super::upload_ring::CHUNK;
 
 /// Internal write to GPU command.
 ///

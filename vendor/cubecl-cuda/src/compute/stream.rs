@@ -82,8 +82,7 @@ impl EventStreamBackend for CudaStreamBackend {
             memory_management_cpu,
             errors: Vec::new(),
             drop_queue: Default::default(),
-            // 4 MiB of 64 KiB chunks: a chunk holds a few hundred kernels' metadata.
-            upload_ring: super::upload_ring::UploadRing::new(64 << 10, 64),
+            upload_ring: Default::default(),
         }
     }
 

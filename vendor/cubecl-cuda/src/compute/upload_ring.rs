@@ -8,23 +8,25 @@
 //! which the GPU has long passed unless the host runs a whole ring of uploads ahead of it.
 //!
 //! A second ring of 16 MiB chunks for a training batch's volumes was tried and removed: the
-//! stream no longer waited for those copies, but half of the `medddpm train` runs took about
-//! 50 ms longer an optimizer step on the host, with a fence after every copy as well (twenty-fourth
+//! stream no longer waited for those copies, but 8 of 12 `medddpm train` runs took 20-60 ms
+//! longer an optimizer step on the host, with a fence after every copy as well (twenty-fourth
 //! session, docs/benchmarks/README.md).
 
 use crate::compute::sync::Fence;
 use cubecl_core::server::ServerError;
 use cudarc::driver::sys::CUstream;
 
+/// The largest upload the ring takes, and the size of a chunk.
+pub const CHUNK: usize = 64 * 1024;
+/// Chunks in the ring (4 MiB: a chunk holds a few hundred kernels' metadata).
+const CHUNKS: usize = 64;
 /// Uploads start at multiples of this many bytes.
 const ALIGN: usize = 16;
 
 #[derive(Debug)]
 pub struct UploadRing {
-    /// Pinned host memory of `chunk_len * fences.len()` bytes, allocated at the first upload.
+    /// Pinned host memory of `CHUNK * CHUNKS` bytes, allocated at the first upload.
     base: *mut u8,
-    /// The largest upload the ring takes.
-    pub chunk_len: usize,
     chunk: usize,
     offset: usize,
     /// Per chunk, the fence recorded after its copies when the ring left it.
@@ -37,28 +39,27 @@ pub struct UploadRing {
 // the pointer is to pinned host memory that lives as long as the ring.
 unsafe impl Send for UploadRing {}
 
-impl UploadRing {
-    /// A ring of `chunks` chunks of `chunk_len` bytes (allocated at its first upload).
-    pub fn new(chunk_len: usize, chunks: usize) -> Self {
+impl Default for UploadRing {
+    fn default() -> Self {
         Self {
             base: core::ptr::null_mut(),
-            chunk_len,
             chunk: 0,
             offset: 0,
-            fences: (0..chunks).map(|_| None).collect(),
+            fences: (0..CHUNKS).map(|_| None).collect(),
             stream: core::ptr::null_mut(),
         }
     }
+}
 
-    /// Copies `data` (at most `chunk_len` bytes) into the ring and returns the pinned copy,
+impl UploadRing {
+    /// Copies `data` (at most [`CHUNK`] bytes) into the ring and returns the pinned copy,
     /// which stays untouched until `stream` has passed the work enqueued on it after this call
     /// and before the ring comes round again.
     pub fn stage(&mut self, data: &[u8], stream: CUstream) -> Result<&[u8], ServerError> {
-        assert!(data.len() <= self.chunk_len, "an upload of {} bytes", data.len());
-        let chunks = self.fences.len();
+        assert!(data.len() <= CHUNK, "an upload of {} bytes", data.len());
         if self.base.is_null() {
             // SAFETY: the calling thread has the stream's context current.
-            let ptr = unsafe { cudarc::driver::result::malloc_host(self.chunk_len * chunks, 0) }
+            let ptr = unsafe { cudarc::driver::result::malloc_host(CHUNK * CHUNKS, 0) }
                 .map_err(|e| ServerError::Generic {
                     reason: format!("pinned upload ring: {e:?}"),
                     backtrace: cubecl_common::backtrace::BackTrace::capture(),
@@ -66,18 +67,18 @@ impl UploadRing {
             self.base = ptr as *mut u8;
             self.stream = stream;
         }
-        if self.offset + data.len() > self.chunk_len {
+        if self.offset + data.len() > CHUNK {
             self.fences[self.chunk] = Some(Fence::new(stream));
-            self.chunk = (self.chunk + 1) % chunks;
+            self.chunk = (self.chunk + 1) % CHUNKS;
             self.offset = 0;
             if let Some(fence) = self.fences[self.chunk].take() {
                 fence.wait_sync()?;
             }
         }
-        // SAFETY: `base` holds `chunk_len * chunks` bytes and `offset + len <= chunk_len`; the
-        // range is not read by any pending copy (its chunk's fence was passed above).
+        // SAFETY: `base` holds `CHUNK * CHUNKS` bytes and `offset + len <= CHUNK`; the range is
+        // not read by any pending copy (its chunk's fence was passed above).
         let staged = unsafe {
-            let at = self.base.add(self.chunk * self.chunk_len + self.offset);
+            let at = self.base.add(self.chunk * CHUNK + self.offset);
             core::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len());
             core::slice::from_raw_parts(at, data.len())
         };
