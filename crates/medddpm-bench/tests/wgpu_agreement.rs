@@ -352,7 +352,7 @@ impl BackendTask for GroupNormKernels {
                         DType::F32,
                         i as u64,
                     );
-                    for (what, e) in ["y", "dx", "dgamma", "dbeta"].iter().zip(errs) {
+                    for (what, e) in ["y", "dx", "dgamma", "dbeta", "dshift"].iter().zip(errs) {
                         if e.is_nan() || e >= 5e-6 {
                             bad.push(format!("{engine} {layout} {case:?} {what}: {e:e}"));
                         }

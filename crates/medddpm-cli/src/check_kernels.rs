@@ -87,6 +87,8 @@ struct NormRow {
     data_grad: f64,
     gamma_grad: f64,
     beta_grad: f64,
+    /// Against the per-channel sums of `|dx|` (see `norm::engine_vs_reference`).
+    shift_grad: Option<f64>,
     tolerance: f64,
     pass: bool,
 }
@@ -257,14 +259,16 @@ fn norm_rows<B: KernelAutodiffBackend>(
                 100 + i as u64,
             );
             let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
-            let [y, dx, dg, db] = errs;
+            let [y, dx, dg, db, ds] = errs;
             eprintln!(
-                    "{layout} GroupNorm {} channels / {} groups{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e} {}",
+                    "{layout} GroupNorm {} channels / {} groups{}{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e}{} {}",
                     case.channels,
                     case.groups,
                     if case.silu { " + SiLU" } else { "" },
+                    if case.shift { ", shifted" } else { "" },
                     case.size,
                     case.batch,
+                    if case.shift { format!(", shift grad {ds:.2e}") } else { String::new() },
                     if pass { "ok" } else { "OUTSIDE TOLERANCE" }
                 );
             norm_rows.push(NormRow {
@@ -274,6 +278,7 @@ fn norm_rows<B: KernelAutodiffBackend>(
                 data_grad: dx,
                 gamma_grad: dg,
                 beta_grad: db,
+                shift_grad: case.shift.then_some(ds),
                 tolerance: tol,
                 pass,
             });

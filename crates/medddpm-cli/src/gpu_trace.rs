@@ -64,7 +64,7 @@ impl<'a> TracingObserver<'a> {
             .map_err(|e| e.to_string())
             .and_then(|bytes| medddpm_atomic::write(&self.out, &bytes).map_err(|e| e.to_string()));
         format!(
-            "GPU trace of optimizer steps {}..{}: {:.1} ms a step, the GPU busy {:.1} ms ({:.0}%), {:.0} launches; kernels (ms): {}; {}",
+            "GPU trace of optimizer steps {}..{}: {:.1} ms a step, the GPU busy {:.1} ms ({:.0}%), {:.0} launches; kernels (ms): {}; {}; {}",
             from + 1,
             from + self.steps,
             t.wall_ms,
@@ -72,6 +72,7 @@ impl<'a> TracingObserver<'a> {
             100.0 * t.busy_ms / t.wall_ms,
             t.launches,
             t.classes_text(),
+            t.idle_text(),
             match written {
                 Ok(()) => format!("written to {}", self.out.display()),
                 Err(e) => format!("cannot write {}: {e}", self.out.display()),

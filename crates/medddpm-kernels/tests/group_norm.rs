@@ -108,7 +108,7 @@ fn grads(
         let y = if fused {
             group_norm(xa.clone(), ga.clone(), ba.clone(), spec)
         } else {
-            norm::forward(xa.clone(), ga.clone(), ba.clone(), &spec).0
+            norm::forward(xa.clone(), None, ga.clone(), ba.clone(), &spec).0
         };
         let loss = y
             .cast(FloatDType::F32)
@@ -173,6 +173,7 @@ fn bf16_input_gives_bf16_output_and_f32_statistics() {
     };
     let out = Flex::group_norm_forward(
         x.into_primitive().tensor(),
+        None,
         Tensor::<Flex, 1>::ones([8], &device)
             .into_primitive()
             .tensor(),
@@ -187,4 +188,67 @@ fn bf16_input_gives_bf16_output_and_f32_statistics() {
     assert_eq!(dtype(out.rstd.clone()), DType::F32);
     let y = Tensor::<Flex, 5>::from_primitive(burn::tensor::TensorPrimitive::Float(out.y));
     assert_eq!(y.dtype(), DType::BF16);
+}
+
+/// A shifted GroupNorm (the shift added per batch item and channel inside the operation) gives
+/// what GroupNorm of `x + shift` gives, and its hand-written backward the gradients autodiff
+/// finds through the addition, the shift's included; both layouts, batch 2, with SiLU.
+#[test]
+fn a_shifted_input_matches_the_shift_added_before_the_norm() {
+    use medddpm_kernels::norm::group_norm_shifted;
+    let device = Default::default();
+    for layout in Layout::ALL {
+        let (b, c) = (2, 6);
+        let spec = GroupNormSpec {
+            num_groups: 3,
+            epsilon: 1e-5,
+            silu: true,
+            layout,
+            engine: medddpm_kernels::NormEngine::Kernel,
+        };
+        let x = in_layout(
+            Tensor::<Flex, 5>::random([b, c, 5, 4, 3], Distribution::Normal(0.3, 2.0), &device),
+            layout,
+        );
+        let shift = Tensor::<Flex, 2>::random([b, c], Distribution::Normal(0.5, 1.0), &device);
+        let gamma = Tensor::<Flex, 1>::random([c], Distribution::Normal(1.0, 0.5), &device);
+        let beta = Tensor::<Flex, 1>::random([c], Distribution::Normal(0.0, 0.5), &device);
+        let probe = Tensor::<Flex, 5>::random(x.dims(), Distribution::Normal(0.0, 1.0), &device);
+        let run = |fused: bool| {
+            let xa = Tensor::<A, 5>::from_inner(x.clone()).require_grad();
+            let sa = Tensor::<A, 2>::from_inner(shift.clone()).require_grad();
+            let ga = Tensor::<A, 1>::from_inner(gamma.clone()).require_grad();
+            let ba = Tensor::<A, 1>::from_inner(beta.clone()).require_grad();
+            let y = if fused {
+                group_norm_shifted(xa.clone(), sa.clone(), ga.clone(), ba.clone(), spec)
+            } else {
+                let s5 = match layout {
+                    Layout::Ncdhw => sa.clone().reshape([b, c, 1, 1, 1]),
+                    Layout::Ndhwc => sa.clone().reshape([b, 1, 1, 1, c]),
+                };
+                norm::forward(xa.clone() + s5, None, ga.clone(), ba.clone(), &spec).0
+            };
+            let g = y
+                .clone()
+                .mul(Tensor::from_inner(probe.clone()))
+                .sum()
+                .backward();
+            [
+                y.inner().flatten(0, 4),
+                xa.grad(&g).unwrap().flatten(0, 4),
+                sa.grad(&g).unwrap().flatten(0, 1),
+                ga.grad(&g).unwrap(),
+                ba.grad(&g).unwrap(),
+            ]
+        };
+        let fused = run(true);
+        let plain = run(false);
+        for (what, (got, want)) in ["y", "dx", "dshift", "dgamma", "dbeta"]
+            .iter()
+            .zip(fused.into_iter().zip(plain))
+        {
+            let e = rel_l2(got, want);
+            assert!(e < 1e-4, "{layout} {what}: {e:e}");
+        }
+    }
 }

@@ -61,18 +61,19 @@ impl<B: Backend> NormActConv<B> {
         ctx.conv_unbiased(&self.conv, h)
     }
 
-    /// conv(SiLU(GN(x))) + extra, `extra` `[batch, c_out]` added per channel with the bias.
-    pub(crate) fn forward_add(
+    /// conv(SiLU(GN(x + shift))) without the convolution's bias, `shift` `[batch, c_in]` added
+    /// inside the normalisation.
+    pub(crate) fn forward_shifted_unbiased(
         &self,
         x: Tensor<B, 5>,
-        extra: Tensor<B, 2>,
+        shift: Tensor<B, 2>,
         ctx: &Ctx<B>,
     ) -> Tensor<B, 5>
     where
         B: KernelBackend,
     {
-        let h = ctx.norm_silu(&self.norm, x);
-        ctx.conv_add(&self.conv, h, extra)
+        let h = ctx.norm_silu_shifted(&self.norm, x, shift);
+        ctx.conv_unbiased(&self.conv, h)
     }
 }
 
@@ -136,10 +137,16 @@ impl<B: Backend> ResBlock<B> {
         B: KernelBackend,
     {
         let emb = self.emb_layers.linear.forward(emb_act);
-        let h = self.in_layers.forward_add(x.clone(), emb, ctx);
+        // The first convolution's bias and the time embedding are one per-channel shift that
+        // the next GroupNorm adds in its own passes (no pass over the volume for them).
+        let h = self.in_layers.forward_unbiased(x.clone(), ctx);
+        let shift = match &self.in_layers.conv.bias {
+            Some(bias) => emb + bias.val().unsqueeze_dim(0),
+            None => emb,
+        };
         // The biases of the last convolution and of the skip join the residual sum: one pass
         // over the volume where adding each after its convolution took one more.
-        let h = self.out_layers.forward_unbiased(h, ctx);
+        let h = self.out_layers.forward_shifted_unbiased(h, shift, ctx);
         let mut biases: Vec<_> = self.out_layers.conv.bias.iter().map(|b| b.val()).collect();
         let skip = match &self.skip_connection {
             Some(skip) => {

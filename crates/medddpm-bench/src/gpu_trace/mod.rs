@@ -19,6 +19,13 @@ const CLASSES: &str = include_str!("../../gpu_classes.json");
 /// The costliest kernels kept in a summary.
 const TOP_KERNELS: usize = 25;
 
+/// Idle gaps at most this long (ns) are a launch's own latency; longer ones, the host late
+/// with the next launch (or a synchronisation).
+const SHORT_GAP_NS: u64 = 10_000;
+
+/// The longest idle gaps kept in a summary.
+const LONGEST_GAPS: usize = 12;
+
 /// What the device ran.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Work {
@@ -69,6 +76,79 @@ pub struct GpuTime {
     pub by_class_ms: BTreeMap<String, f64>,
     /// The costliest kernels, by time per step.
     pub top: Vec<KernelTime>,
+    /// Where the GPU idled between its activities.
+    #[serde(default)]
+    pub idle: Idle,
+}
+
+/// The GPU's idle time between the first and last activity of the traced steps (the gaps at
+/// the steps' boundaries included: each traced step is synchronised).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Idle {
+    /// Milliseconds per step in gaps of at most 10 us.
+    pub short_ms: f64,
+    /// Milliseconds per step in longer gaps.
+    pub long_ms: f64,
+    /// Longer gaps per step.
+    pub long_gaps: f64,
+    /// The longest gaps, longest first.
+    pub longest: Vec<Gap>,
+}
+
+/// One idle gap and the activities on either side of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gap {
+    /// Its length, microseconds.
+    pub us: f64,
+    /// The activity that ended last before it.
+    pub after: String,
+    /// The activity that ended it.
+    pub before: String,
+}
+
+impl Work {
+    fn name(&self) -> String {
+        match self {
+            Work::Kernel(name) => name.chars().take(120).collect(),
+            Work::Copy(what) => what.to_string(),
+        }
+    }
+}
+
+/// The idle gaps between `activities` (in any order), per step of `steps`.
+fn idle(activities: &[Activity], steps: usize) -> Idle {
+    let mut order: Vec<&Activity> = activities.iter().collect();
+    order.sort_by_key(|a| (a.start_ns, a.end_ns));
+    let mut gaps: Vec<(u64, &Activity, &Activity)> = Vec::new();
+    let mut last: Option<&Activity> = None;
+    for a in order {
+        match last {
+            Some(l) if a.start_ns > l.end_ns => {
+                gaps.push((a.start_ns - l.end_ns, l, a));
+                last = Some(a);
+            }
+            Some(l) if a.end_ns <= l.end_ns => {}
+            _ => last = Some(a),
+        }
+    }
+    let per_step = |ns: u64| ns as f64 / 1e6 / steps.max(1) as f64;
+    let (long, short): (Vec<_>, Vec<_>) = gaps.into_iter().partition(|g| g.0 > SHORT_GAP_NS);
+    let mut longest = long.clone();
+    longest.sort_by_key(|g| std::cmp::Reverse(g.0));
+    longest.truncate(LONGEST_GAPS);
+    Idle {
+        short_ms: per_step(short.iter().map(|g| g.0).sum()),
+        long_ms: per_step(long.iter().map(|g| g.0).sum()),
+        long_gaps: long.len() as f64 / steps.max(1) as f64,
+        longest: longest
+            .into_iter()
+            .map(|(ns, after, before)| Gap {
+                us: ns as f64 / 1e3,
+                after: after.work.name(),
+                before: before.work.name(),
+            })
+            .collect(),
+    }
 }
 
 impl GpuTime {
@@ -79,6 +159,26 @@ impl GpuTime {
             .map(|(k, v)| format!("{k} {v:.1}"))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// The idle time as one line (`idle 6.1 ms: 4.0 in 35 gaps over 10 us, 2.1 in shorter ones;
+    /// longest 1200 us after a before b`).
+    pub fn idle_text(&self) -> String {
+        let i = &self.idle;
+        let mut text = format!(
+            "idle {:.1} ms: {:.1} in {:.0} gaps over 10 us, {:.1} in shorter ones",
+            i.short_ms + i.long_ms,
+            i.long_ms,
+            i.long_gaps,
+            i.short_ms
+        );
+        if let Some(g) = i.longest.first() {
+            text += &format!(
+                "; longest {:.0} us, after {} before {}",
+                g.us, g.after, g.before
+            );
+        }
+        text
     }
 }
 
@@ -141,13 +241,14 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
     for a in activities {
         let ns = a.end_ns.saturating_sub(a.start_ns);
         total += ns;
-        let (name, class) = match &a.work {
+        let class = match &a.work {
             Work::Kernel(name) => {
                 launches += 1;
-                (name.chars().take(120).collect(), classify(name))
+                classify(name)
             }
-            Work::Copy(what) => (what.to_string(), "copies".to_string()),
+            Work::Copy(_) => "copies".to_string(),
         };
+        let name = a.work.name();
         let entry = by_name.entry(name).or_default();
         entry.0 += 1;
         entry.1 += ns;
@@ -174,6 +275,7 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
             .map(|(k, v)| (k, per_step(v)))
             .collect(),
         top,
+        idle: idle(activities, steps),
     }
 }
 
@@ -285,6 +387,7 @@ mod tests {
                 "normalisation",
             ),
             ("group_norm_forward_f32", "normalisation"),
+            ("tile_moments_f_bf16_n_8", "normalisation"),
             ("multi_tensor_apply_kernel<FusedAdam>", "optimizer"),
             ("fused_adam_step", "optimizer"),
             ("triton_poi_fused_add_silu_3", "elementwise"),
@@ -294,6 +397,35 @@ mod tests {
             assert_eq!(classify(name), class, "{name}");
         }
         assert_eq!(classify("something_new"), "other");
+    }
+
+    #[test]
+    fn idle_gaps_are_split_at_ten_microseconds_and_the_longest_named() {
+        let acts = [
+            kernel("c", 60_000, 70_000),
+            kernel("a", 0, 10_000),
+            // Inside `a`: no gap.
+            kernel("inner", 2_000, 5_000),
+            kernel("b", 15_000, 20_000),
+        ];
+        let t = summarise(&acts, 2, 1.0);
+        // 5 us between a and b (short), 40 us between b and c (long), per step of two.
+        assert_eq!(t.idle.short_ms, 5_000.0 / 1e6 / 2.0);
+        assert_eq!(t.idle.long_ms, 40_000.0 / 1e6 / 2.0);
+        assert_eq!(t.idle.long_gaps, 0.5);
+        assert_eq!(
+            t.idle.longest,
+            vec![Gap {
+                us: 40.0,
+                after: "b".into(),
+                before: "c".into()
+            }]
+        );
+        assert!(
+            t.idle_text().starts_with("idle 0.0 ms: 0.0 in 0 gaps"),
+            "{}",
+            t.idle_text()
+        );
     }
 
     #[test]

@@ -261,11 +261,12 @@ impl<B: Backend> Run<'_, B> {
         match case::traced_steps(case, TRACED_STEPS)? {
             Ok(t) => {
                 self.say(&format!(
-                    "GPU per {what}: busy {:.1} of {:.1} ms traced, {:.0} launches; kernels (ms): {}",
+                    "GPU per {what}: busy {:.1} of {:.1} ms traced, {:.0} launches; kernels (ms): {}; {}",
                     t.busy_ms,
                     t.wall_ms,
                     t.launches,
-                    t.classes_text()
+                    t.classes_text(),
+                    t.idle_text()
                 ));
                 Ok(Some(t))
             }

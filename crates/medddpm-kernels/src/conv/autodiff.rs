@@ -79,68 +79,72 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
 
     fn group_norm(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct GroupNormBackward;
-
-        type GroupNormState<B> = (
-            NodeId,
-            NodeId,
-            NodeId,
-            FloatTensor<B>,
-            FloatTensor<B>,
-            GroupNormSpec,
-        );
-
-        impl<B: KernelBackend> Backward<B, 3> for GroupNormBackward {
-            type State = GroupNormState<B>;
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 3>,
-                grads: &mut Gradients,
-                checkpointer: &mut Checkpointer,
-            ) {
-                let [node_x, node_gamma, node_beta] = ops.parents;
-                let grad = grads.consume::<B>(&ops.node);
-                let (x_state, gamma_state, beta_state, mean, rstd, spec) = ops.state;
-                let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
-                let gamma =
-                    checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(gamma_state);
-                let beta = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(beta_state);
-                let g = B::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec);
-                if let Some(node) = node_x {
-                    grads.register::<B>(node.id, g.x);
+        let Some(shift) = shift else {
+            let parents = [x.node.clone(), gamma.node.clone(), beta.node.clone()];
+            return match Backward::<B, 3>::prepare::<C>(GroupNormBackward, parents)
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(mut prep) => {
+                    let states = vec![
+                        prep.checkpoint(&x),
+                        prep.checkpoint(&gamma),
+                        prep.checkpoint(&beta),
+                    ];
+                    let (state, y) = group_norm_node::<B>(
+                        states,
+                        x.primitive,
+                        None,
+                        gamma.primitive,
+                        beta.primitive,
+                        spec,
+                    );
+                    prep.finish(state, y)
                 }
-                if let Some(node) = node_gamma {
-                    grads.register::<B>(node.id, g.gamma);
-                }
-                if let Some(node) = node_beta {
-                    grads.register::<B>(node.id, g.beta);
-                }
-            }
-        }
-
-        match GroupNormBackward
-            .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+                OpsKind::UnTracked(prep) => prep.finish(B::group_norm(
+                    x.primitive,
+                    None,
+                    gamma.primitive,
+                    beta.primitive,
+                    spec,
+                )),
+            };
+        };
+        let parents = [
+            x.node.clone(),
+            gamma.node.clone(),
+            beta.node.clone(),
+            shift.node.clone(),
+        ];
+        match Backward::<B, 4>::prepare::<C>(GroupNormBackward, parents)
             .compute_bound()
             .stateful()
         {
             OpsKind::Tracked(mut prep) => {
-                let x_state = prep.checkpoint(&x);
-                let gamma_state = prep.checkpoint(&gamma);
-                let beta_state = prep.checkpoint(&beta);
-                let out = B::group_norm_forward(x.primitive, gamma.primitive, beta.primitive, spec);
-                prep.finish(
-                    (x_state, gamma_state, beta_state, out.mean, out.rstd, spec),
-                    out.y,
-                )
+                let states = vec![
+                    prep.checkpoint(&x),
+                    prep.checkpoint(&gamma),
+                    prep.checkpoint(&beta),
+                    prep.checkpoint(&shift),
+                ];
+                let (state, y) = group_norm_node::<B>(
+                    states,
+                    x.primitive,
+                    Some(shift.primitive),
+                    gamma.primitive,
+                    beta.primitive,
+                    spec,
+                );
+                prep.finish(state, y)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::group_norm(
                 x.primitive,
+                Some(shift.primitive),
                 gamma.primitive,
                 beta.primitive,
                 spec,
@@ -273,3 +277,76 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     // The other gradient methods keep their provided bodies (burn's own ops, which autodiff
     // differentiates): nothing here needs second-order gradients.
 }
+
+/// The node of a GroupNorm without a shift (parents x, gamma, beta) and with one (x, gamma,
+/// beta, shift): its state is the parents' checkpoints, the statistics and the spec.
+#[derive(Debug)]
+struct GroupNormBackward;
+
+type GroupNormState<B> = (Vec<NodeId>, FloatTensor<B>, FloatTensor<B>, GroupNormSpec);
+
+/// The forward pass of a tracked GroupNorm: its node's state (with the parents' checkpoints
+/// `states`) and the output.
+fn group_norm_node<B: KernelBackend>(
+    states: Vec<NodeId>,
+    x: FloatTensor<B>,
+    shift: Option<FloatTensor<B>>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    spec: GroupNormSpec,
+) -> (GroupNormState<B>, FloatTensor<B>) {
+    let out = B::group_norm_forward(x, shift, gamma, beta, spec);
+    ((states, out.mean, out.rstd, spec), out.y)
+}
+
+/// The backward of either node from its output's gradient: `parents` (their ids, if they need
+/// gradients) in the order above.
+fn group_norm_grads<B: KernelBackend>(
+    parents: &[Option<NodeId>],
+    grad: FloatTensor<B>,
+    state: GroupNormState<B>,
+    grads: &mut Gradients,
+    checkpointer: &mut Checkpointer,
+) {
+    let (states, mean, rstd, spec) = state;
+    let mut inputs = states
+        .into_iter()
+        .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
+    let mut next = || inputs.next().expect("the parents' checkpoints");
+    let (x, gamma, beta) = (next(), next(), next());
+    let shift = inputs.next();
+    let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec);
+    let mut register = |at: usize, t: FloatTensor<B>| {
+        if let Some(Some(id)) = parents.get(at) {
+            grads.register::<B>(*id, t);
+        }
+    };
+    register(0, g.x);
+    register(1, g.gamma);
+    register(2, g.beta);
+    if let Some(ds) = g.shift {
+        register(3, ds);
+    }
+}
+
+/// Both node kinds' backward: [`group_norm_grads`].
+macro_rules! group_norm_backward_impl {
+    ($($n:literal),*) => {$(
+        impl<B: KernelBackend> Backward<B, $n> for GroupNormBackward {
+            type State = GroupNormState<B>;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, $n>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let grad = grads.consume::<B>(&ops.node);
+                let parents = ops.parents.map(|p| p.map(|node| node.id));
+                group_norm_grads::<B>(&parents, grad, ops.state, grads, checkpointer);
+            }
+        }
+    )*};
+}
+
+group_norm_backward_impl!(3, 4);

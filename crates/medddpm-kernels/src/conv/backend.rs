@@ -55,23 +55,26 @@ pub trait KernelBackend: CollectiveBackend {
         Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
     }
 
-    /// GroupNorm forward (SiLU fused in when `spec.silu`): the output and the per-group
-    /// statistics the backward pass needs. Provided body: the plain-op reference
-    /// ([`crate::norm::forward`]).
+    /// GroupNorm forward (SiLU fused in when `spec.silu`) of `x` plus an optional per-(batch,
+    /// channel) `shift` `[b, c]` (a ResBlock's convolution bias and time embedding, added here
+    /// instead of in a pass of their own): the output and the per-group statistics the
+    /// backward pass needs. Provided body: the plain-op reference ([`crate::norm::forward`]).
     fn group_norm_forward(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        forward_primitive::<Self>(x, gamma, beta, &spec)
+        forward_primitive::<Self>(x, shift, gamma, beta, &spec)
     }
 
-    /// GroupNorm backward from the input, the parameters and the forward's statistics.
-    /// Provided body: the plain-op reference ([`crate::norm::backward`]).
+    /// GroupNorm backward from the input, the shift, the parameters and the forward's
+    /// statistics. Provided body: the plain-op reference ([`crate::norm::backward`]).
     #[allow(clippy::too_many_arguments)]
     fn group_norm_backward(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         mean: FloatTensor<Self>,
@@ -79,18 +82,19 @@ pub trait KernelBackend: CollectiveBackend {
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        backward_primitive::<Self>(x, gamma, beta, mean, rstd, grad, &spec)
+        backward_primitive::<Self>(x, shift, gamma, beta, mean, rstd, grad, &spec)
     }
 
     /// GroupNorm as a network layer: the forward's output. The autodiff backend overrides it
     /// with a node whose backward is [`KernelBackend::group_norm_backward`].
     fn group_norm(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> FloatTensor<Self> {
-        Self::group_norm_forward(x, gamma, beta, spec).y
+        Self::group_norm_forward(x, shift, gamma, beta, spec).y
     }
 
     /// What burn's memory pools hold on `device` now, where the backend says (the CubeCL

@@ -118,11 +118,12 @@ impl KernelBackend for burn::backend::Wgpu {
 
     fn group_norm_forward(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        crate::cube::group_norm_forward(x, gamma, beta, spec)
+        crate::cube::group_norm_forward(x, shift, gamma, beta, spec)
     }
 
     fn adam_steps(
@@ -141,6 +142,7 @@ impl KernelBackend for burn::backend::Wgpu {
 
     fn group_norm_backward(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         mean: FloatTensor<Self>,
@@ -148,6 +150,6 @@ impl KernelBackend for burn::backend::Wgpu {
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        crate::cube::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec)
+        crate::cube::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec)
     }
 }

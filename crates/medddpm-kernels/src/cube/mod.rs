@@ -41,6 +41,20 @@ fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
     spec.engine == NormEngine::Kernel && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
+/// A custom operation's float inputs, in order.
+fn float_inputs<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    desc: &CustomOpIr,
+    handles: &mut Handles<R, F, I, BT>,
+) -> std::vec::IntoIter<CubeTensor<R>> {
+    desc.inputs
+        .iter()
+        .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// The GroupNorm forward as a fusion operation: inputs `x, gamma, beta` and the shift last
+/// when there is one; outputs `y, mean, rstd`.
 #[derive(Debug, Clone)]
 struct GroupNormForward<B> {
     desc: CustomOpIr,
@@ -53,11 +67,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     for GroupNormForward<Cube<R, F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let ([x, gamma, beta], [y_ir, mean_ir, rstd_ir]) = self.desc.as_fixed();
-        let x = handles.get_float_tensor::<Cube<R, F, I, BT>>(x);
-        let gamma = handles.get_float_tensor::<Cube<R, F, I, BT>>(gamma);
-        let beta = handles.get_float_tensor::<Cube<R, F, I, BT>>(beta);
-        let (y, mean, rstd) = norm::forward(x, gamma, beta, &self.spec);
+        let mut inputs = float_inputs::<R, F, I, BT>(&self.desc, handles);
+        let mut next = || inputs.next().expect("the inputs registered");
+        let (x, gamma, beta) = (next(), next(), next());
+        let shift = inputs.next();
+        let (y, mean, rstd) = norm::forward(x, shift, gamma, beta, &self.spec);
+        let [y_ir, mean_ir, rstd_ir] = [0, 1, 2].map(|i| &self.desc.outputs[i]);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&y_ir.id, y);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&mean_ir.id, mean);
         handles.register_float_tensor::<Cube<R, F, I, BT>>(&rstd_ir.id, rstd);
@@ -76,48 +91,58 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     for GroupNormBackward<Cube<R, F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let ([x, gamma, beta, mean, rstd, dy], [dx_ir, dgamma_ir, dbeta_ir]) = self.desc.as_fixed();
-        let get =
-            |h: &mut Handles<R, F, I, BT>, t: &TensorIr| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
-        let x = get(handles, x);
-        let gamma = get(handles, gamma);
-        let beta = get(handles, beta);
-        let mean = get(handles, mean);
-        let rstd = get(handles, rstd);
-        let dy = get(handles, dy);
-        let (dx, dgamma, dbeta) =
-            group_norm_backward_cube::<R>(x, gamma, beta, mean, rstd, dy, &self.spec);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&dx_ir.id, dx);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&dgamma_ir.id, dgamma);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&dbeta_ir.id, dbeta);
+        let mut inputs = float_inputs::<R, F, I, BT>(&self.desc, handles);
+        let mut next = || inputs.next().expect("the inputs registered");
+        let (x, gamma, beta, mean, rstd, dy) = (next(), next(), next(), next(), next(), next());
+        let shift = inputs.next();
+        let (dx, dgamma, dbeta, dshift) =
+            group_norm_backward_cube::<R>(x, shift, gamma, beta, mean, rstd, dy, &self.spec);
+        let outputs = &self.desc.outputs;
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[0].id, dx);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[1].id, dgamma);
+        handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[2].id, dbeta);
+        if let Some(dshift) = dshift {
+            handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[3].id, dshift);
+        }
     }
 }
+
+/// What the backward pass gives on CubeCL tensors: `(dx, d_gamma, d_beta, d_shift)`.
+type CubeNormGrads<R> = (
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    Option<CubeTensor<R>>,
+);
 
 /// The backward pass on CubeCL tensors: the one reduction over the activation, the
 /// `[b, c]`-sized arithmetic and the input gradient, four kernel launches in all.
 #[allow(clippy::too_many_arguments)]
 fn group_norm_backward_cube<R: CubeRuntime>(
     x: CubeTensor<R>,
+    shift: Option<CubeTensor<R>>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
     mean: CubeTensor<R>,
     rstd: CubeTensor<R>,
     dy: CubeTensor<R>,
     spec: &GroupNormSpec,
-) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
+) -> CubeNormGrads<R> {
     let x = into_contiguous(x);
+    let shift = shift.map(into_contiguous);
     let dy = into_contiguous(dy);
     let gamma = into_contiguous(gamma);
     let beta = into_contiguous(beta);
     let mean = into_contiguous(mean);
     let rstd = into_contiguous(rstd);
-    let sums = norm::backward_channel_sums(&x, &gamma, &beta, &mean, &rstd, &dy, spec);
+    let shift = shift.as_ref();
+    let sums = norm::backward_channel_sums(&x, shift, &gamma, &beta, &mean, &rstd, &dy, spec);
     let b = x.meta.shape()[0];
     let values_per_group = x.meta.num_elements() / b / spec.num_groups;
-    let [m1, m2, d_gamma, d_beta] =
-        norm::backward_param_grads(&sums, &gamma, spec, values_per_group);
-    let dx = norm::backward_input_grad(x, gamma, beta, mean, rstd, dy, m1, m2, spec);
-    (dx, d_gamma, d_beta)
+    let ([m1, m2, d_gamma, d_beta], d_shift) =
+        norm::backward_param_grads(&sums, shift, &gamma, &rstd, spec, values_per_group);
+    let dx = norm::backward_input_grad(x, shift, gamma, beta, mean, rstd, dy, m1, m2, spec);
+    (dx, d_gamma, d_beta, d_shift)
 }
 
 /// The launch of one thread per each of `n` items, in cubes of 256 threads (the elementwise
@@ -250,14 +275,15 @@ fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
 /// kernels when `spec` asks for them, the plain-op twin otherwise (and for f64).
 pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
+    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
     beta: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormOutput<Fused<R, F, I, BT>> {
     if group_norm_runs(&spec, x.dtype) {
-        group_norm_forward_fused(x, gamma, beta, spec)
+        group_norm_forward_fused(x, shift, gamma, beta, spec)
     } else {
-        forward_primitive::<Fused<R, F, I, BT>>(x, gamma, beta, &spec)
+        forward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, &spec)
     }
 }
 
@@ -266,6 +292,7 @@ pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
 #[allow(clippy::too_many_arguments)]
 pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
+    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
     beta: FloatTensor<Fused<R, F, I, BT>>,
     mean: FloatTensor<Fused<R, F, I, BT>>,
@@ -274,15 +301,16 @@ pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
     spec: GroupNormSpec,
 ) -> GroupNormGrads<Fused<R, F, I, BT>> {
     if group_norm_runs(&spec, x.dtype) {
-        group_norm_backward_fused(x, gamma, beta, mean, rstd, grad, spec)
+        group_norm_backward_fused(x, shift, gamma, beta, mean, rstd, grad, spec)
     } else {
-        backward_primitive::<Fused<R, F, I, BT>>(x, gamma, beta, mean, rstd, grad, &spec)
+        backward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, mean, rstd, grad, &spec)
     }
 }
 
 /// The GroupNorm forward kernels as a fusion custom operation.
 fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
+    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
     beta: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
@@ -293,24 +321,27 @@ fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
         (stats.clone(), DType::F32),
         (stats, DType::F32),
     ];
-    let [y, mean, rstd] = register::<R, F, I, BT, _>(
-        "medddpm_group_norm_forward",
-        vec![x, gamma, beta],
-        outputs,
-        |desc| GroupNormForward::<Cube<R, F, I, BT>> {
-            desc,
-            spec,
-            _b: core::marker::PhantomData,
-        },
-    )
-    .outputs();
+    let mut inputs = vec![x, gamma, beta];
+    inputs.extend(shift);
+    let [y, mean, rstd] =
+        register::<R, F, I, BT, _>("medddpm_group_norm_forward", inputs, outputs, |desc| {
+            GroupNormForward::<Cube<R, F, I, BT>> {
+                desc,
+                spec,
+                _b: core::marker::PhantomData,
+            }
+        })
+        .outputs();
     GroupNormOutput { y, mean, rstd }
 }
 
-/// The GroupNorm backward kernels as a fusion custom operation.
+/// The GroupNorm backward kernels as a fusion custom operation: inputs `x, gamma, beta, mean,
+/// rstd, dy` and the shift last when there is one; outputs the gradients of `x, gamma, beta`
+/// and of the shift.
 #[allow(clippy::too_many_arguments)]
 fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
+    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
     beta: FloatTensor<Fused<R, F, I, BT>>,
     mean: FloatTensor<Fused<R, F, I, BT>>,
@@ -318,23 +349,31 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     grad: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormGrads<Fused<R, F, I, BT>> {
-    let outputs = vec![
+    let mut outputs = vec![
         (x.shape.clone(), x.dtype),
         (gamma.shape.clone(), gamma.dtype),
         (beta.shape.clone(), beta.dtype),
     ];
-    let [x, gamma, beta] = register::<R, F, I, BT, _>(
-        "medddpm_group_norm_backward",
-        vec![x, gamma, beta, mean, rstd, grad],
-        outputs,
-        |desc| GroupNormBackward::<Cube<R, F, I, BT>> {
-            desc,
-            spec,
-            _b: core::marker::PhantomData,
-        },
-    )
-    .outputs();
-    GroupNormGrads { x, gamma, beta }
+    outputs.extend(shift.as_ref().map(|s| (s.shape.clone(), s.dtype)));
+    let mut inputs = vec![x, gamma, beta, mean, rstd, grad];
+    inputs.extend(shift);
+    let mut grads =
+        register::<R, F, I, BT, _>("medddpm_group_norm_backward", inputs, outputs, |desc| {
+            GroupNormBackward::<Cube<R, F, I, BT>> {
+                desc,
+                spec,
+                _b: core::marker::PhantomData,
+            }
+        })
+        .into_iter();
+    let mut next = || grads.next().expect("the outputs registered");
+    let (x, gamma, beta) = (next(), next(), next());
+    GroupNormGrads {
+        x,
+        shift: grads.next(),
+        gamma,
+        beta,
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -351,11 +390,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for AdamOp<Cube<R, F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let mut inputs = self
-            .desc
-            .inputs
-            .iter()
-            .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir));
+        let mut inputs = float_inputs::<R, F, I, BT>(&self.desc, handles);
         let mut next = || inputs.next().expect("the inputs registered");
         let items = self
             .recycled

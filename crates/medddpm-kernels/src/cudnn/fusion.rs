@@ -169,15 +169,17 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
 
     fn group_norm_forward(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        crate::cube::group_norm_forward(x, gamma, beta, spec)
+        crate::cube::group_norm_forward(x, shift, gamma, beta, spec)
     }
 
     fn group_norm_backward(
         x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         mean: FloatTensor<Self>,
@@ -185,7 +187,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        crate::cube::group_norm_backward(x, gamma, beta, mean, rstd, grad, spec)
+        crate::cube::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec)
     }
 
     fn conv3d_forward(

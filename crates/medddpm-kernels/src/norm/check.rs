@@ -1,6 +1,7 @@
 //! The agreement check of a backend's GroupNorm against the plain-op twin (what
 //! `medddpm check-kernels` and the tests run), and the geometries it runs on.
 
+use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor};
@@ -24,29 +25,36 @@ pub struct NormCase {
     pub size: [usize; 3],
     /// SiLU fused in.
     pub silu: bool,
+    /// A per-(batch, channel) shift added to the input (a ResBlock's bias and time embedding).
+    pub shift: bool,
 }
 
 impl NormCase {
     /// The U-Net's normalisations (32 groups of 2 to 16 channels, with and without SiLU) at
     /// small sizes, and odd ones: one channel per group, one group, odd volumes (which leave a
-    /// short last block in every reduction), batch 2, one group of 2M values. `scale` multiplies
-    /// the spatial sizes (but the last case's).
+    /// short last block in every reduction), batch 2, one group of 2M values, and shifted inputs
+    /// (one channel per group among them, whose shift gradients are all zero). `scale`
+    /// multiplies the spatial sizes (but the 2M-value case's).
     pub fn standard(scale: usize) -> Vec<NormCase> {
-        let c = |batch, channels, groups, size: [usize; 3], silu| NormCase {
+        let c = |batch, channels, groups, size: [usize; 3], silu, shift| NormCase {
             batch,
             channels,
             groups,
             size: size.map(|s| s * scale),
             silu,
+            shift,
         };
         vec![
-            c(1, 64, 32, [8, 8, 8], true),
-            c(1, 128, 32, [4, 4, 4], false),
-            c(2, 24, 4, [5, 6, 7], true),
-            c(1, 8, 8, [7, 5, 3], true),
-            c(1, 16, 1, [9, 9, 9], false),
-            c(1, 512, 32, [2, 2, 2], true),
-            c(2, 4, 2, [17, 3, 11], true),
+            c(1, 64, 32, [8, 8, 8], true, false),
+            c(1, 128, 32, [4, 4, 4], false, false),
+            c(2, 24, 4, [5, 6, 7], true, false),
+            c(1, 8, 8, [7, 5, 3], true, false),
+            c(1, 16, 1, [9, 9, 9], false, false),
+            c(1, 512, 32, [2, 2, 2], true, false),
+            c(2, 4, 2, [17, 3, 11], true, false),
+            c(1, 64, 32, [8, 8, 8], true, true),
+            c(2, 24, 4, [5, 6, 7], true, true),
+            c(1, 8, 8, [7, 5, 3], false, true),
             // One group of two million values whatever the scale: the finishing sums of the
             // CubeCL kernels then run several chunks per thread.
             NormCase {
@@ -55,6 +63,7 @@ impl NormCase {
                 groups: 1,
                 size: [32, 32, 32],
                 silu: false,
+                shift: false,
             },
         ]
     }
@@ -71,7 +80,9 @@ impl NormCase {
 
 /// Relative L2 differences of backend `B`'s GroupNorm (as `engine` asks) against the plain-op
 /// twin in f32 on the CPU for one case, activations in `dtype` and parameters in f32 (as the
-/// U-Net keeps them): `[y, dx, dgamma, dbeta]`, the backward from `B`'s own statistics.
+/// U-Net keeps them): `[y, dx, dgamma, dbeta, dshift]`, the backward from `B`'s own statistics.
+/// dshift (0 without a shift) is measured against the per-channel sums of `|dx|`: a group's
+/// shift gradients add up to zero, so they are small beside their terms.
 ///
 /// The operands are drawn on the CPU and rounded to `dtype` first, so what remains is the
 /// kernels' own arithmetic and the rounding of their outputs.
@@ -82,27 +93,14 @@ pub fn engine_vs_reference<B: KernelBackend>(
     engine: NormEngine,
     dtype: DType,
     seed: u64,
-) -> [f64; 4] {
-    use burn::backend::Flex;
-    use burn::tensor::Distribution;
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
-    let round = |t: Tensor<Flex, 5>| cast_to(cast_to(t, dtype), DType::F32);
-    let shape = case.shape(layout);
-    let c = case.channels;
-    // A mean far from zero, as the statistics have to cope with.
-    let x = round(Tensor::<Flex, 5>::random(
-        shape,
-        Distribution::Normal(1.5, 2.0),
-        &cpu,
-    ));
-    let dy = round(Tensor::<Flex, 5>::random(
-        shape,
-        Distribution::Normal(0.0, 1.0),
-        &cpu,
-    ));
-    let gamma = Tensor::<Flex, 1>::random([c], Distribution::Normal(1.0, 0.5), &cpu);
-    let beta = Tensor::<Flex, 1>::random([c], Distribution::Normal(0.0, 0.5), &cpu);
+) -> [f64; 5] {
+    let Operands {
+        x,
+        dy,
+        gamma,
+        beta,
+        shift,
+    } = Operands::draw(case, layout, dtype, seed);
     let spec = GroupNormSpec {
         num_groups: case.groups,
         epsilon: 1e-5,
@@ -110,9 +108,10 @@ pub fn engine_vs_reference<B: KernelBackend>(
         layout,
         engine,
     };
-    let (y, mean, rstd) = forward(x.clone(), gamma.clone(), beta.clone(), &spec);
-    let (dx, dgamma, dbeta) = backward(
+    let (y, mean, rstd) = forward(x.clone(), shift.clone(), gamma.clone(), beta.clone(), &spec);
+    let (dx, dshift, dgamma, dbeta) = backward(
         x.clone(),
+        shift.clone(),
         gamma.clone(),
         beta.clone(),
         mean,
@@ -122,9 +121,22 @@ pub fn engine_vs_reference<B: KernelBackend>(
     );
     let on5 = |t: &Tensor<Flex, 5>| cast_to(Tensor::<B, 5>::from_data(t.to_data(), device), dtype);
     let on1 = |t: &Tensor<Flex, 1>| Tensor::<B, 1>::from_data(t.to_data(), device);
-    let out = B::group_norm_forward(float(on5(&x)), float(on1(&gamma)), float(on1(&beta)), spec);
+    let on2 = |t: &Tensor<Flex, 2>| {
+        float(cast_to(
+            Tensor::<B, 2>::from_data(t.to_data(), device),
+            dtype,
+        ))
+    };
+    let out = B::group_norm_forward(
+        float(on5(&x)),
+        shift.as_ref().map(on2),
+        float(on1(&gamma)),
+        float(on1(&beta)),
+        spec,
+    );
     let grads = B::group_norm_backward(
         float(on5(&x)),
+        shift.as_ref().map(on2),
         float(on1(&gamma)),
         float(on1(&beta)),
         out.mean,
@@ -132,16 +144,102 @@ pub fn engine_vs_reference<B: KernelBackend>(
         float(on5(&dy)),
         spec,
     );
-    let back5 = |t: FloatTensor<B>| {
-        Tensor::<Flex, 5>::from_data(cast_to(tensor::<B, 5>(t), DType::F32).to_data(), &cpu)
-    };
-    let back1 = |t: FloatTensor<B>| {
-        Tensor::<Flex, 1>::from_data(cast_to(tensor::<B, 1>(t), DType::F32).to_data(), &cpu)
-    };
+    let back5 = on_cpu::<B, 5>;
+    let back1 = on_cpu::<B, 1>;
+    let shift_err = shift_error::<B>(grads.shift, dshift, &dx, layout);
     [
         rel_l2(back5(out.y), y),
         rel_l2(back5(grads.x), dx),
         rel_l2(back1(grads.gamma), dgamma),
         rel_l2(back1(grads.beta), dbeta),
+        shift_err,
     ]
+}
+
+/// The shift gradient's L2 error against the per-channel sums of `|dx|` (0 without a shift,
+/// NaN where only one side has one).
+fn shift_error<B: KernelBackend>(
+    got: Option<FloatTensor<B>>,
+    want: Option<Tensor<Flex, 2>>,
+    dx: &Tensor<Flex, 5>,
+    layout: Layout,
+) -> f64 {
+    match (got, want) {
+        (Some(got), Some(want)) => {
+            let scale = abs_channel_sums(dx.clone(), layout);
+            let diff: f64 = on_cpu::<B, 2>(got)
+                .sub(want)
+                .square()
+                .sum()
+                .into_scalar()
+                .into();
+            let norm: f64 = scale.square().sum().into_scalar().into();
+            (diff / norm).sqrt()
+        }
+        (None, None) => 0.0,
+        _ => f64::NAN,
+    }
+}
+
+/// A backend's tensor in f32 on the CPU.
+fn on_cpu<B: KernelBackend, const D: usize>(t: FloatTensor<B>) -> Tensor<Flex, D> {
+    Tensor::from_data(
+        cast_to(tensor::<B, D>(t), DType::F32).to_data(),
+        &Default::default(),
+    )
+}
+
+/// The operands of one check, drawn on the CPU and rounded to the activations' dtype: `x`
+/// (a mean far from zero, as the statistics have to cope with), `dy`, f32 parameters, and the
+/// shift where the case has one.
+struct Operands {
+    x: Tensor<Flex, 5>,
+    dy: Tensor<Flex, 5>,
+    gamma: Tensor<Flex, 1>,
+    beta: Tensor<Flex, 1>,
+    shift: Option<Tensor<Flex, 2>>,
+}
+
+impl Operands {
+    fn draw(case: NormCase, layout: Layout, dtype: DType, seed: u64) -> Self {
+        use burn::tensor::Distribution::Normal;
+        let cpu = Default::default();
+        Flex::seed(&cpu, seed);
+        let shape = case.shape(layout);
+        let c = case.channels;
+        let x = Tensor::<Flex, 5>::random(shape, Normal(1.5, 2.0), &cpu);
+        let dy = Tensor::<Flex, 5>::random(shape, Normal(0.0, 1.0), &cpu);
+        let gamma = Tensor::<Flex, 1>::random([c], Normal(1.0, 0.5), &cpu);
+        let beta = Tensor::<Flex, 1>::random([c], Normal(0.0, 0.5), &cpu);
+        let shift = case
+            .shift
+            .then(|| Tensor::<Flex, 2>::random([case.batch, c], Normal(0.5, 1.0), &cpu));
+        Operands {
+            x: rounded(x, dtype),
+            dy: rounded(dy, dtype),
+            gamma,
+            beta,
+            shift: shift.map(|s| rounded(s, dtype)),
+        }
+    }
+}
+
+/// `t` rounded to `dtype` and back to f32.
+fn rounded<const D: usize>(t: Tensor<Flex, D>, dtype: DType) -> Tensor<Flex, D> {
+    cast_to(cast_to(t, dtype), DType::F32)
+}
+
+/// Per-(batch, channel) sums of `|t|`, `[b, c]`.
+fn abs_channel_sums<B: burn::tensor::backend::Backend>(
+    t: Tensor<B, 5>,
+    layout: Layout,
+) -> Tensor<B, 2> {
+    let dims = t.dims();
+    let (b, c) = (dims[0], dims[layout.channel_dim()]);
+    let s = dims.iter().product::<usize>() / (b * c);
+    let t = t.abs();
+    match layout {
+        Layout::Ncdhw => t.reshape([b, c, s]).sum_dim(2).reshape([b, c]),
+        Layout::Ndhwc => t.reshape([b, s, c]).sum_dim(1).reshape([b, c]),
+    }
 }

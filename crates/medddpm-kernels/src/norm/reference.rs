@@ -39,11 +39,13 @@ pub struct GroupNormOutput<B: Backend> {
     pub rstd: FloatTensor<B>,
 }
 
-/// The three gradients of a GroupNorm.
+/// The gradients of a GroupNorm.
 #[derive(Debug, Clone)]
 pub struct GroupNormGrads<B: Backend> {
     /// dL/dx, in `x`'s dtype.
     pub x: FloatTensor<B>,
+    /// dL/dshift, `[b, c]` in the shift's dtype, when the forward pass had a shift.
+    pub shift: Option<FloatTensor<B>>,
     /// dL/dgamma, `[c]`, in `gamma`'s dtype.
     pub gamma: FloatTensor<B>,
     /// dL/dbeta, `[c]`, in `beta`'s dtype.
@@ -116,6 +118,32 @@ fn affine_shape(c: usize, layout: Layout) -> [usize; 5] {
     }
 }
 
+/// A per-(batch, channel) `[b, c]` tensor shaped to broadcast against an activation in
+/// `layout`'s logical shape.
+fn per_batch_channel<B: Backend>(t: Tensor<B, 2>, layout: Layout) -> Tensor<B, 5> {
+    let [b, c] = t.dims();
+    match layout {
+        Layout::Ncdhw => t.reshape([b, c, 1, 1, 1]),
+        Layout::Ndhwc => t.reshape([b, 1, 1, 1, c]),
+    }
+}
+
+/// `x` in the statistics dtype plus the optional shift.
+fn shifted<B: Backend>(
+    x: Tensor<B, 5>,
+    shift: Option<Tensor<B, 2>>,
+    layout: Layout,
+) -> Tensor<B, 5> {
+    let x = to_stats(x);
+    match shift {
+        Some(s) => {
+            let s = cast_to(s, x.dtype());
+            x.add(per_batch_channel(s, layout))
+        }
+        None => x,
+    }
+}
+
 fn channels(shape: [usize; 5], layout: Layout) -> usize {
     shape[layout.channel_dim()]
 }
@@ -171,17 +199,20 @@ fn sigmoid<B: Backend>(a: Tensor<B, 5>) -> Tensor<B, 5> {
 }
 
 /// The plain-op forward: the reference twin of [`KernelBackend::group_norm_forward`].
+/// `shift` (`[b, c]`), when given, is added to `x` per batch item and channel first, in the
+/// statistics dtype.
 ///
 /// [`KernelBackend::group_norm_forward`]: crate::KernelBackend::group_norm_forward
 pub fn forward<B: Backend>(
     x: Tensor<B, 5>,
+    shift: Option<Tensor<B, 2>>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     spec: &GroupNormSpec,
 ) -> (Tensor<B, 5>, Tensor<B, 2>, Tensor<B, 2>) {
     let dtype = x.dtype();
     let geo = Geometry::new(x.dims(), spec);
-    let x = to_stats(x);
+    let x = shifted(x, shift, geo.layout);
     let (gamma, beta) = geo.affine(gamma, beta, x.dtype());
     let mean = geo.group_means(channel_sums(x.clone(), geo.layout));
     let centred = x.sub(geo.per_channel(mean.clone()));
@@ -204,22 +235,32 @@ pub fn forward<B: Backend>(
 /// input's size: the per-channel sums of `dL/da` and of `dL/da * x_hat` give dbeta and dgamma
 /// and, weighted by gamma and summed per group, the two group means of dL/dx.
 ///
+/// With a shift, dL/dshift is the per-(batch, channel) sum of dL/dx (before its rounding to
+/// `x`'s dtype).
+///
 /// [`KernelBackend::group_norm_backward`]: crate::KernelBackend::group_norm_backward
 #[allow(clippy::too_many_arguments)]
 pub fn backward<B: Backend>(
     x: Tensor<B, 5>,
+    shift: Option<Tensor<B, 2>>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     mean: Tensor<B, 2>,
     rstd: Tensor<B, 2>,
     grad: Tensor<B, 5>,
     spec: &GroupNormSpec,
-) -> (Tensor<B, 5>, Tensor<B, 1>, Tensor<B, 1>) {
+) -> (
+    Tensor<B, 5>,
+    Option<Tensor<B, 2>>,
+    Tensor<B, 1>,
+    Tensor<B, 1>,
+) {
     let dtype = x.dtype();
     let param_dtype = gamma.dtype();
+    let shift_dtype = shift.as_ref().map(|s| s.dtype());
     let geo = Geometry::new(x.dims(), spec);
     let c = geo.channels;
-    let x = to_stats(x);
+    let x = shifted(x, shift, geo.layout);
     let stats = x.dtype();
     let (gamma, beta) = geo.affine(gamma, beta, stats);
     let rstd_c = geo.per_channel(rstd);
@@ -250,8 +291,10 @@ pub fn backward<B: Backend>(
         .sub(geo.per_channel(m1))
         .sub(x_hat.mul(geo.per_channel(m2)))
         .mul(rstd_c);
+    let d_shift = shift_dtype.map(|d| cast_to(channel_sums(dx.clone(), geo.layout), d));
     (
         cast_to(dx, dtype),
+        d_shift,
         cast_to(d_gamma, param_dtype),
         cast_to(d_beta, param_dtype),
     )
@@ -260,11 +303,18 @@ pub fn backward<B: Backend>(
 /// [`forward`] on primitives: the provided body of [`crate::KernelBackend::group_norm_forward`].
 pub fn forward_primitive<B: Backend>(
     x: FloatTensor<B>,
+    shift: Option<FloatTensor<B>>,
     gamma: FloatTensor<B>,
     beta: FloatTensor<B>,
     spec: &GroupNormSpec,
 ) -> GroupNormOutput<B> {
-    let (y, mean, rstd) = forward::<B>(tensor(x), tensor(gamma), tensor(beta), spec);
+    let (y, mean, rstd) = forward::<B>(
+        tensor(x),
+        shift.map(tensor),
+        tensor(gamma),
+        tensor(beta),
+        spec,
+    );
     GroupNormOutput {
         y: float(y),
         mean: float(mean),
@@ -277,6 +327,7 @@ pub fn forward_primitive<B: Backend>(
 #[allow(clippy::too_many_arguments)]
 pub fn backward_primitive<B: Backend>(
     x: FloatTensor<B>,
+    shift: Option<FloatTensor<B>>,
     gamma: FloatTensor<B>,
     beta: FloatTensor<B>,
     mean: FloatTensor<B>,
@@ -284,8 +335,9 @@ pub fn backward_primitive<B: Backend>(
     grad: FloatTensor<B>,
     spec: &GroupNormSpec,
 ) -> GroupNormGrads<B> {
-    let (dx, dgamma, dbeta) = backward::<B>(
+    let (dx, dshift, dgamma, dbeta) = backward::<B>(
         tensor(x),
+        shift.map(tensor),
         tensor(gamma),
         tensor(beta),
         tensor(mean),
@@ -295,6 +347,7 @@ pub fn backward_primitive<B: Backend>(
     );
     GroupNormGrads {
         x: float(dx),
+        shift: dshift.map(float),
         gamma: float(dgamma),
         beta: float(dbeta),
     }

@@ -74,7 +74,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
                     None => y,
                 }
             }
-            layout => conv3d(x, conv, bias_of(conv), None, self.compute, layout),
+            layout => conv3d(x, conv, bias_of(conv), self.compute, layout),
         })
     }
 
@@ -83,34 +83,15 @@ impl<B: KernelBackend> Ctx<'_, B> {
     pub fn conv_unbiased(&self, conv: &Conv3d<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Convolution, || match self.layout {
             Layout::Ndhwc if is_pointwise(conv) => pointwise_channels_last(conv, x, self.compute),
-            layout => conv3d(x, conv, None, None, self.compute, layout),
+            layout => conv3d(x, conv, None, self.compute, layout),
         })
-    }
-
-    /// [`Ctx::conv`] plus a per-(batch, channel) term `extra` `[b, c_out]` (a ResBlock's time
-    /// embedding). Channels-last, the term joins the bias in one addition over the volume,
-    /// whose backward is two reductions instead of two sets of three.
-    pub fn conv_add(&self, conv: &Conv3d<B>, x: Tensor<B, 5>, extra: Tensor<B, 2>) -> Tensor<B, 5> {
-        match self.layout {
-            Layout::Ndhwc if is_pointwise(conv) => self.op(OpClass::Convolution, || {
-                let y = pointwise_channels_last(conv, x, self.compute);
-                let add = match conv.bias.as_ref() {
-                    Some(bias) => extra + bias.val().unsqueeze_dim(0),
-                    None => extra,
-                };
-                add_per_channel(y, add)
-            }),
-            layout => self.op(OpClass::Convolution, || {
-                conv3d(x, conv, bias_of(conv), Some(extra), self.compute, layout)
-            }),
-        }
     }
 
     /// GroupNorm of an activation in this layout, with statistics in f32 (or f64) whatever the
     /// compute dtype (as mixed-precision training does: the statistics need f32's mantissa).
     pub fn norm(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Normalisation, || {
-            group_norm(norm, x, self.layout, self.compute.norm_engine, false)
+            group_norm(norm, x, None, self.layout, self.compute.norm_engine, false)
         })
     }
 
@@ -118,7 +99,28 @@ impl<B: KernelBackend> Ctx<'_, B> {
     /// after every GroupNorm but the attention block's).
     pub fn norm_silu(&self, norm: &GroupNorm<B>, x: Tensor<B, 5>) -> Tensor<B, 5> {
         self.op(OpClass::Normalisation, || {
-            group_norm(norm, x, self.layout, self.compute.norm_engine, true)
+            group_norm(norm, x, None, self.layout, self.compute.norm_engine, true)
+        })
+    }
+
+    /// SiLU(GroupNorm(x + shift)), `shift` `[b, c]` added per batch item and channel inside the
+    /// normalisation's passes (a ResBlock's first convolution bias and time embedding: no pass
+    /// over the volume of their own, and their gradients from the normalisation's sums).
+    pub fn norm_silu_shifted(
+        &self,
+        norm: &GroupNorm<B>,
+        x: Tensor<B, 5>,
+        shift: Tensor<B, 2>,
+    ) -> Tensor<B, 5> {
+        self.op(OpClass::Normalisation, || {
+            group_norm(
+                norm,
+                x,
+                Some(shift),
+                self.layout,
+                self.compute.norm_engine,
+                true,
+            )
         })
     }
 }
@@ -137,7 +139,6 @@ fn conv3d<B: KernelBackend>(
     x: Tensor<B, 5>,
     conv: &Conv3d<B>,
     bias: Option<Tensor<B, 1>>,
-    extra: Option<Tensor<B, 2>>,
     compute: Compute,
     layout: Layout,
 ) -> Tensor<B, 5> {
@@ -155,32 +156,15 @@ fn conv3d<B: KernelBackend>(
     debug_assert!(conv.groups == 1 && conv.dilation == [1, 1, 1]);
     let weight = conv.weight.val();
     match layout {
-        Layout::Ncdhw => {
-            let y = medddpm_kernels::conv3d(x, weight, bias, spec);
-            match extra {
-                Some(extra) => {
-                    let [b, c] = extra.dims();
-                    y + extra.reshape([b, c, 1, 1, 1])
-                }
-                None => y,
-            }
-        }
+        Layout::Ncdhw => medddpm_kernels::conv3d(x, weight, bias, spec),
         Layout::Ndhwc => {
             let y = medddpm_kernels::conv3d(x.permute([0, 4, 1, 2, 3]), weight, None, spec)
                 .permute([0, 2, 3, 4, 1]);
-            let add = match (bias, extra) {
-                (Some(bias), Some(extra)) => {
+            match bias {
+                Some(bias) => {
                     let c = bias.dims()[0];
-                    Some(extra + bias.reshape([1, c]))
+                    add_per_channel(y, bias.reshape([1, c]))
                 }
-                (Some(bias), None) => {
-                    let c = bias.dims()[0];
-                    Some(bias.reshape([1, c]))
-                }
-                (None, extra) => extra,
-            };
-            match add {
-                Some(add) => add_per_channel(y, add),
                 None => y,
             }
         }
@@ -285,6 +269,7 @@ pub(crate) fn pointwise_tokens<B: KernelBackend>(
 pub fn group_norm<B: KernelBackend>(
     norm: &GroupNorm<B>,
     x: Tensor<B, 5>,
+    shift: Option<Tensor<B, 2>>,
     layout: Layout,
     engine: NormEngine,
     silu: bool,
@@ -300,12 +285,12 @@ pub fn group_norm<B: KernelBackend>(
         layout,
         engine,
     };
-    medddpm_kernels::group_norm(
-        x,
-        gamma.unwrap_or_else(|| Tensor::ones([c], &device)),
-        beta.unwrap_or_else(|| Tensor::zeros([c], &device)),
-        spec,
-    )
+    let gamma = gamma.unwrap_or_else(|| Tensor::ones([c], &device));
+    let beta = beta.unwrap_or_else(|| Tensor::zeros([c], &device));
+    match shift {
+        Some(shift) => medddpm_kernels::norm::group_norm_shifted(x, shift, gamma, beta, spec),
+        None => medddpm_kernels::group_norm(x, gamma, beta, spec),
+    }
 }
 
 #[cfg(test)]
@@ -367,12 +352,11 @@ mod tests {
         let conv = Conv3dConfig::new([6, 5], [1, 1, 1]).init::<A>(&device);
         let x =
             Tensor::<A, 5>::random([2, 6, 4, 8, 8], Distribution::Default, &device).require_grad();
-        let extra = Tensor::<A, 2>::random([2, 5], Distribution::Default, &device).require_grad();
         let probe = Tensor::<A, 5>::random([2, 5, 4, 8, 8], Distribution::Default, &device);
-        let want = conv.forward(x.clone()) + extra.clone().reshape([2, 5, 1, 1, 1]);
+        let want = conv.forward(x.clone());
         let grads_want = want.clone().mul(probe.clone()).sum().backward();
         let got = ctx
-            .conv_add(&conv, x.clone().permute([0, 2, 3, 4, 1]), extra.clone())
+            .conv(&conv, x.clone().permute([0, 2, 3, 4, 1]))
             .permute([0, 4, 1, 2, 3]);
         let grads_got = got.clone().mul(probe).sum().backward();
         let rel = |a: Tensor<Flex, 5>, b: Tensor<Flex, 5>| {
@@ -391,12 +375,6 @@ mod tests {
         assert!(
             rel2(db(&grads_got).unsqueeze(), db(&grads_want).unsqueeze()) < 1e-5,
             "bias gradient"
-        );
-        assert!(
-            rel2(
-                extra.grad(&grads_got).unwrap(),
-                extra.grad(&grads_want).unwrap()
-            ) < 1e-5
         );
     }
 }

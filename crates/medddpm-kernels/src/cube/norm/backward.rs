@@ -9,8 +9,9 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
-use super::parts::{group_and_channel, row_block, xhat_and_da};
-use super::view::{f32_buffer, View, ELEMENTWISE_ROWS};
+use super::parts::{group_and_channel, lane_params, row_block, shift_index, xhat_and_da};
+use super::tiles::{self, Tiles};
+use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::cube::elementwise;
 use crate::norm::reference::GroupNormSpec;
 
@@ -18,14 +19,17 @@ use crate::norm::reference::GroupNormSpec;
 /// and their finishing launches: 5.6 ms with 64, 7.3 ms with 256).
 pub const BACKWARD_ROWS: usize = 64;
 
-/// The first level of the backward reduction: block sums of `dL/da` and of `dL/da * x_hat`
-/// over the same `[p, r, q]` view as [`block_moments`]; the channel of column `col` of row block
-/// `p` is `col` (channels-last) or `p % c`.
-#[cube(launch)]
+/// The first level of the backward reduction where the tiles do not apply (channels-first
+/// views, and rows wider than a tile's cube; see [`tiles`](super::tiles)): block sums of
+/// `dL/da` and of `dL/da * x_hat` (and of `x_hat` where `shifted`) over the same `[p, r, q]`
+/// view as the forward's block moments; the channel of column `col` of row block `p` is `col`
+/// (channels-last) or `p % c`.
+#[cube(launch, fast_math = FastMath::all())]
 #[allow(clippy::too_many_arguments)]
-fn backward_sums<F: Float, P: Float>(
+fn backward_sums<F: Float, P: Float, S: Float>(
     x: &Tensor<F>,
     dy: &Tensor<F>,
+    shift: &Tensor<S>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
@@ -40,7 +44,8 @@ fn backward_sums<F: Float, P: Float>(
     c: usize,
     #[comptime] channels_last: bool,
     #[comptime] silu: bool,
-    #[define(F, P)] _dtypes: [StorageType; 2],
+    #[comptime] shifted: bool,
+    #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let pos = ABSOLUTE_POS;
     if pos >= half {
@@ -48,12 +53,16 @@ fn backward_sums<F: Float, P: Float>(
     }
     let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
     let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
-    let m = mean[g];
+    let mut m = mean[g];
+    if shifted {
+        m -= f32::cast_from(shift[shift_index(p, ch, c, channels_last)]);
+    }
     let rs = rstd[g];
     let ga = f32::cast_from(gamma[ch]);
     let be = f32::cast_from(beta[ch]);
     let mut acc_da = 0.0f32;
     let mut acc_da_xhat = 0.0f32;
+    let mut acc_xhat = 0.0f32;
     for row in start..end {
         let idx = base + row * q;
         let (x_hat, da) = xhat_and_da(
@@ -67,33 +76,62 @@ fn backward_sums<F: Float, P: Float>(
         );
         acc_da += da;
         acc_da_xhat += da * x_hat;
+        if shifted {
+            acc_xhat += x_hat;
+        }
     }
     sums[pos] = acc_da;
     sums[half + pos] = acc_da_xhat;
+    if shifted {
+        sums[2 * half + pos] = acc_xhat;
+    }
 }
 
-/// What the backward pass needs from the per-(batch, channel) sums `sums` (`[2, b, c]`: of
-/// `dL/da`, then of `dL/da x_hat`): the per-group means `m1`, `m2` (`[b, g]`) of `gamma dL/da` and
-/// `gamma dL/da x_hat`, and the parameter gradients `d_gamma`, `d_beta` (`[c]`), in one launch
-/// of `max(b * g, c)` threads.
+/// What the backward pass needs from the per-(batch, channel) sums `sums` (`[parts, b, c]`: of
+/// `dL/da`, of `dL/da x_hat`, and where `shifted` of `x_hat`): the per-group means `m1`, `m2`
+/// (`[b, g]`) of `gamma dL/da` and `gamma dL/da x_hat`, the parameter gradients `d_gamma`,
+/// `d_beta` (`[c]`), and where `shifted` the shift's gradient `d_shift` (`[b, c]`: the sum of
+/// `dL/dx = rstd (gamma dL/da - m1 - x_hat m2)` over the channel's `per_channel` values), in one
+/// launch of `max(b * g, c, b * c)` threads.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn param_grads<P: Float>(
+fn param_grads<P: Float, S: Float>(
     sums: &Tensor<f32>,
     gamma: &Tensor<P>,
+    rstd: &Tensor<f32>,
     m1: &mut Tensor<f32>,
     m2: &mut Tensor<f32>,
     d_gamma: &mut Tensor<P>,
     d_beta: &mut Tensor<P>,
+    d_shift: &mut Tensor<S>,
     batch: usize,
     channels: usize,
     cpg: usize,
     inv_n: f32,
-    #[define(P)] _dtype: StorageType,
+    per_channel: f32,
+    #[comptime] shifted: bool,
+    #[define(P, S)] _dtypes: [StorageType; 2],
 ) {
     let t = ABSOLUTE_POS;
     let groups = channels / cpg;
     let half = batch * channels;
+    if shifted && t < half {
+        // This thread's (batch, channel) and its group's m1, m2, as the threads below find them.
+        let (bi, ch) = (t / channels, t % channels);
+        let g = ch / cpg;
+        let row = bi * channels + g * cpg;
+        let mut a1 = 0.0f32;
+        let mut a2 = 0.0f32;
+        for j in 0..cpg {
+            let ga = f32::cast_from(gamma[g * cpg + j]);
+            a1 += ga * sums[row + j];
+            a2 += ga * sums[half + row + j];
+        }
+        let ga = f32::cast_from(gamma[ch]);
+        let ds = rstd[bi * groups + g]
+            * (ga * sums[t] - per_channel * a1 * inv_n - a2 * inv_n * sums[2 * half + t]);
+        d_shift[t] = S::cast_from(ds);
+    }
     if t < batch * groups {
         let row = (t / groups) * channels + (t % groups) * cpg;
         let mut a1 = 0.0f32;
@@ -119,13 +157,14 @@ fn param_grads<P: Float>(
 }
 
 /// `dL/dx = rstd (gamma dL/da - m1 - x_hat m2)`, `m1`, `m2` the per-group means of
-/// `gamma dL/da` and `gamma dL/da x_hat`; blocks of rows and vectors of columns as in
-/// [`normalise`].
-#[cube(launch)]
+/// `gamma dL/da` and `gamma dL/da x_hat`, `x_hat` from `x` plus the shift where `shifted`;
+/// blocks of rows and vectors of columns as in the forward's normalising pass.
+#[cube(launch, fast_math = FastMath::all())]
 #[allow(clippy::too_many_arguments)]
-fn input_grad<F: Float, P: Float, N: Size>(
+fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     dy: &Tensor<Vector<F, N>>,
+    shift: &Tensor<S>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
@@ -141,7 +180,8 @@ fn input_grad<F: Float, P: Float, N: Size>(
     c: usize,
     #[comptime] channels_last: bool,
     #[comptime] silu: bool,
-    #[define(F, P)] _dtypes: [StorageType; 2],
+    #[comptime] shifted: bool,
+    #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
     let qv = q / n;
@@ -152,21 +192,27 @@ fn input_grad<F: Float, P: Float, N: Size>(
     let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
     // Per lane (column `col * n + i`): the group's statistics and means, the channel's
     // parameters, read once for the thread's rows.
-    let mut mu = Vector::<f32, N>::empty();
-    let mut rs = Vector::<f32, N>::empty();
-    let mut ga = Vector::<f32, N>::empty();
-    let mut be = Vector::<f32, N>::empty();
+    let (mu, rs, ga, be) = lane_params::<P, S, N>(
+        mean,
+        rstd,
+        gamma,
+        beta,
+        shift,
+        p,
+        col * n,
+        q,
+        group_div,
+        c,
+        channels_last,
+        shifted,
+    );
     let mut g1 = Vector::<f32, N>::empty();
     let mut g2 = Vector::<f32, N>::empty();
     #[unroll]
     for i in 0..n {
-        let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
-        mu[i] = mean[g];
-        rs[i] = rstd[g];
+        let (g, _ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
         g1[i] = m1[g];
         g2[i] = m2[g];
-        ga[i] = f32::cast_from(gamma[ch]);
-        be[i] = f32::cast_from(beta[ch]);
     }
     for row in start..end {
         let idx = base + row * qv;
@@ -189,17 +235,19 @@ fn input_grad<F: Float, P: Float, N: Size>(
     }
 }
 
-/// What the backward pass's reduction gives: per-(batch, channel) sums of `dL/da` and of
-/// `dL/da * x_hat`, `[2, b, c]` f32.
+/// What the backward pass's reduction gives: per-(batch, channel) sums of `dL/da`, of
+/// `dL/da * x_hat` and, for a shifted input, of `x_hat`: `[parts, b, c]` f32.
 pub struct ChannelSums<R: CubeRuntime> {
-    /// `sums[0]`: `sum dL/da`; `sums[1]`: `sum dL/da * x_hat`.
+    /// `sums[0]`: `sum dL/da`; `sums[1]`: `sum dL/da * x_hat`; `sums[2]` (shifted inputs):
+    /// `sum x_hat`.
     pub sums: CubeTensor<R>,
 }
 
-/// The backward pass's reduction (see [`ChannelSums`]).
+/// The backward pass's reduction (see [`ChannelSums`]) for the input `x` plus `shift`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_channel_sums<R: CubeRuntime>(
     x: &CubeTensor<R>,
+    shift: Option<&CubeTensor<R>>,
     gamma: &CubeTensor<R>,
     beta: &CubeTensor<R>,
     mean: &CubeTensor<R>,
@@ -208,8 +256,18 @@ pub fn backward_channel_sums<R: CubeRuntime>(
     spec: &GroupNormSpec,
 ) -> ChannelSums<R> {
     let v = View::new(&x.meta.shape().clone(), spec);
+    let (shift_t, shifted) = shift_operand(shift, gamma);
+    let parts = if shifted { 3 } else { 2 };
+    if let Some(t) = Tiles::new(&v, x) {
+        let partial = tiles::backward_sums(
+            x, dy, shift_t, shifted, gamma, beta, mean, rstd, &v, &t, spec.silu,
+        );
+        return ChannelSums {
+            sums: finish(&partial, parts, &v, t.blocks, Finish::Channels),
+        };
+    }
     let blocks = View::blocks(v.r, BACKWARD_ROWS);
-    let partial = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
+    let partial = f32_buffer(x, Shape::new([parts, v.p, blocks, v.q]));
     let (count, dim) = elementwise(x, v.p * blocks * v.q);
     backward_sums::launch::<R>(
         &x.client,
@@ -217,6 +275,7 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         dim,
         x.clone().into_tensor_arg(),
         dy.clone().into_tensor_arg(),
+        shift_t.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),
         beta.clone().into_tensor_arg(),
         mean.clone().into_tensor_arg(),
@@ -231,51 +290,69 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         v.channels,
         v.channels_last,
         spec.silu,
-        [x.dtype.into(), gamma.dtype.into()],
+        shifted,
+        [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()],
     );
     ChannelSums {
-        sums: finish(&partial, 2, &v, blocks, Finish::Channels),
+        sums: finish(&partial, parts, &v, blocks, Finish::Channels),
     }
 }
 
-/// The backward pass's `[b, c]`-sized step (see `param_grads`): `(m1, m2, d_gamma, d_beta)`.
+/// The backward pass's `[b, c]`-sized step (see `param_grads`): `(m1, m2, d_gamma, d_beta)`
+/// and, for a shifted input (`shift` gives the gradient's dtype), `d_shift`.
 pub fn backward_param_grads<R: CubeRuntime>(
     sums: &ChannelSums<R>,
+    shift: Option<&CubeTensor<R>>,
     gamma: &CubeTensor<R>,
+    rstd: &CubeTensor<R>,
     spec: &GroupNormSpec,
     values_per_group: usize,
-) -> [CubeTensor<R>; 4] {
+) -> ([CubeTensor<R>; 4], Option<CubeTensor<R>>) {
     let dims = sums.sums.meta.shape().clone();
     let (batch, channels) = (dims[1], dims[2]);
     let groups = spec.num_groups;
     let stats = || f32_buffer(gamma, Shape::new([batch, groups]));
-    let param = || {
+    let new = |shape: Shape, like: &CubeTensor<R>| {
         empty_device_contiguous_dtype::<R>(
             gamma.client.clone(),
             gamma.device.clone(),
-            Shape::new([channels]),
-            gamma.dtype,
+            shape,
+            like.dtype,
         )
     };
-    let (m1, m2, d_gamma, d_beta) = (stats(), stats(), param(), param());
-    let (count, dim) = elementwise(gamma, (batch * groups).max(channels));
+    let (m1, m2) = (stats(), stats());
+    let (d_gamma, d_beta) = (
+        new(Shape::new([channels]), gamma),
+        new(Shape::new([channels]), gamma),
+    );
+    let d_shift = shift.map(|s| new(Shape::new([batch, channels]), s));
+    // Without a shift the kernel never writes its `d_shift` operand: `d_beta` stands in.
+    let (d_shift_t, shifted) = shift_operand(d_shift.as_ref(), &d_beta);
+    let threads = (batch * groups)
+        .max(channels)
+        .max(if shifted { batch * channels } else { 0 });
+    let (count, dim) = elementwise(gamma, threads);
     param_grads::launch::<R>(
         &gamma.client,
         count,
         dim,
         sums.sums.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),
+        rstd.clone().into_tensor_arg(),
         m1.clone().into_tensor_arg(),
         m2.clone().into_tensor_arg(),
         d_gamma.clone().into_tensor_arg(),
         d_beta.clone().into_tensor_arg(),
+        d_shift_t.clone().into_tensor_arg(),
         batch,
         channels,
         channels / groups,
         1.0 / values_per_group as f32,
-        gamma.dtype.into(),
+        (values_per_group / (channels / groups)) as f32,
+        shifted,
+        [gamma.dtype.into(), d_shift_t.dtype.into()],
     );
-    [m1, m2, d_gamma, d_beta]
+    ([m1, m2, d_gamma, d_beta], d_shift)
 }
 
 /// The backward pass's input gradient, given the per-group means `m1`, `m2` (`[b, g]` f32) of
@@ -283,6 +360,7 @@ pub fn backward_param_grads<R: CubeRuntime>(
 #[allow(clippy::too_many_arguments)]
 pub fn backward_input_grad<R: CubeRuntime>(
     x: CubeTensor<R>,
+    shift: Option<&CubeTensor<R>>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
     mean: CubeTensor<R>,
@@ -302,7 +380,8 @@ pub fn backward_input_grad<R: CubeRuntime>(
     let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
     let vector = v.vector_size(&x);
     let (count, dim) = elementwise(&x, v.p * blocks * v.q / vector);
-    let dtypes = [x.dtype.into(), gamma.dtype.into()];
+    let (shift_t, shifted) = shift_operand(shift, &gamma);
+    let dtypes = [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()];
     input_grad::launch::<R>(
         &x.client.clone(),
         count,
@@ -310,7 +389,8 @@ pub fn backward_input_grad<R: CubeRuntime>(
         vector,
         x.into_tensor_arg(),
         dy.into_tensor_arg(),
-        gamma.into_tensor_arg(),
+        shift_t.clone().into_tensor_arg(),
+        gamma.clone().into_tensor_arg(),
         beta.into_tensor_arg(),
         mean.into_tensor_arg(),
         rstd.into_tensor_arg(),
@@ -325,6 +405,7 @@ pub fn backward_input_grad<R: CubeRuntime>(
         v.channels,
         v.channels_last,
         spec.silu,
+        shifted,
         dtypes,
     );
     dx

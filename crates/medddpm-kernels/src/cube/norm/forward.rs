@@ -10,8 +10,9 @@ use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
 use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
-use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, sigmoid};
-use super::view::{f32_buffer, View, ELEMENTWISE_ROWS};
+use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid};
+use super::tiles::{self, Tiles};
+use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::cube::elementwise;
 use crate::norm::reference::GroupNormSpec;
 
@@ -20,39 +21,44 @@ use crate::norm::reference::GroupNormSpec;
 /// the forward's sums and their finishing launches 5.7 ms with 64, 4.2 ms with 256).
 pub const FORWARD_ROWS: usize = 256;
 
-// The reductions ([`block_moments`], and the backward's sums) take one column per thread,
-// unlike the elementwise passes: with vectors of 8 channels (H200, bf16, twenty-second
-// session's call 1) a block of rows left 8x fewer threads in flight and they took longer
-// (block moments 2.17 -> 3.03 ms, backward sums 3.84 -> 4.43 ms a training step).
-
-/// The forward's first level: per block of `rows` rows of each column of a contiguous
-/// `[p, r, q]` array, the sum and the sum of squares about the block's own mean (two passes
-/// over the block, the second from cache), into `moments` `[2, p, ceil(r / rows), q]`.
+/// The forward's first level where the tiles do not apply (channels-first views, and rows
+/// wider than a tile's cube): per block of `rows` rows of each column of a contiguous
+/// `[p, r, q]` array (plus the column's shift, when `shifted`), the sum and the sum of squares
+/// about the block's own mean (two passes over the block, the second from cache), into
+/// `moments` `[2, p, ceil(r / rows), q]`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn block_moments<F: Float>(
+fn block_moments<F: Float, S: Float>(
     input: &Tensor<F>,
+    shift: &Tensor<S>,
     moments: &mut Tensor<f32>,
     half: usize,
     r: usize,
     q: usize,
     rows: usize,
     blocks: usize,
-    #[define(F)] _dtype: StorageType,
+    c: usize,
+    #[comptime] channels_last: bool,
+    #[comptime] shifted: bool,
+    #[define(F, S)] _dtypes: [StorageType; 2],
 ) {
     let pos = ABSOLUTE_POS;
     if pos >= half {
         terminate!();
     }
-    let (base, start, end, _p, _col) = row_block(pos, r, q, rows, blocks);
+    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let mut s = 0.0f32;
+    if shifted {
+        s = f32::cast_from(shift[shift_index(p, col, c, channels_last)]);
+    }
     let mut acc = 0.0f32;
     for row in start..end {
-        acc += f32::cast_from(input[base + row * q]);
+        acc += f32::cast_from(input[base + row * q]) + s;
     }
     let m = acc / f32::cast_from(end - start);
     let mut m2 = 0.0f32;
     for row in start..end {
-        let d = f32::cast_from(input[base + row * q]) - m;
+        let d = f32::cast_from(input[base + row * q]) + s - m;
         m2 += d * d;
     }
     moments[pos] = acc;
@@ -125,14 +131,15 @@ fn group_moments(
     }
 }
 
-/// `y = silu?(gamma * (x - mean) * rstd + beta)`, over the same `[p, r, q]` view and blocks of
-/// rows as the reductions: a thread's rows share their channels and groups, so it reads the
-/// statistics and parameters once and does no index division per element; it takes a vector
-/// of neighbouring columns (`q` counts single columns).
-#[cube(launch)]
+/// `y = silu?(gamma * (x + shift - mean) * rstd + beta)`, over the same `[p, r, q]` view and
+/// blocks of rows as the reductions: a thread's rows share their channels and groups, so it
+/// reads the statistics and parameters once and does no index division per element; it takes
+/// a vector of neighbouring columns (`q` counts single columns).
+#[cube(launch, fast_math = FastMath::all())]
 #[allow(clippy::too_many_arguments)]
-fn normalise<F: Float, P: Float, N: Size>(
+fn normalise<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
+    shift_in: &Tensor<S>,
     gamma: &Tensor<P>,
     beta: &Tensor<P>,
     mean: &Tensor<f32>,
@@ -146,7 +153,8 @@ fn normalise<F: Float, P: Float, N: Size>(
     c: usize,
     #[comptime] channels_last: bool,
     #[comptime] silu: bool,
-    #[define(F, P)] _dtypes: [StorageType; 2],
+    #[comptime] shifted: bool,
+    #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
     let qv = q / n;
@@ -161,8 +169,12 @@ fn normalise<F: Float, P: Float, N: Size>(
     for i in 0..n {
         let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
         let s = rstd[g] * f32::cast_from(gamma[ch]);
+        let mut centre = mean[g];
+        if shifted {
+            centre -= f32::cast_from(shift_in[shift_index(p, ch, c, channels_last)]);
+        }
         scale[i] = s;
-        shift[i] = f32::cast_from(beta[ch]) - mean[g] * s;
+        shift[i] = f32::cast_from(beta[ch]) - centre * s;
     }
     for row in start..end {
         let idx = base + row * qv;
@@ -180,19 +192,22 @@ fn normalise<F: Float, P: Float, N: Size>(
     }
 }
 
-/// The forward pass: `(y, mean, rstd)`, the statistics `[b, g]` in f32.
+/// The forward pass of `x` plus `shift` (`[b, c]`, when given): `(y, mean, rstd)`, the
+/// statistics `[b, g]` in f32.
 pub fn forward<R: CubeRuntime>(
     x: CubeTensor<R>,
+    shift: Option<CubeTensor<R>>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
     spec: &GroupNormSpec,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let x = into_contiguous(x);
+    let shift = shift.map(into_contiguous);
     let gamma = into_contiguous(gamma);
     let beta = into_contiguous(beta);
     let v = View::new(&x.meta.shape().clone(), spec);
-    let (mean, rstd) = statistics(&x, &v, spec);
-    let y = normalised(x, gamma, beta, &mean, &rstd, &v, spec);
+    let (mean, rstd) = statistics(&x, shift.as_ref(), &gamma, &v, spec);
+    let y = normalised(x, shift.as_ref(), gamma, beta, &mean, &rstd, &v, spec);
     (y, mean, rstd)
 }
 
@@ -200,29 +215,47 @@ pub fn forward<R: CubeRuntime>(
 /// 1 / sqrt(variance + epsilon): `(mean, rstd)`, `[b, g]` f32, in two launches.
 fn statistics<R: CubeRuntime>(
     x: &CubeTensor<R>,
+    shift: Option<&CubeTensor<R>>,
+    stand_in: &CubeTensor<R>,
     v: &View,
     spec: &GroupNormSpec,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let client = &x.client;
     let x_dtype: StorageType = x.dtype.into();
     let inv_n = 1.0 / v.values_per_group() as f32;
-    let blocks = View::blocks(v.r, FORWARD_ROWS);
+    let (shift_t, shifted) = shift_operand(shift, stand_in);
+    let (moments, rows, blocks) = match Tiles::new(v, x) {
+        Some(tiles) => (
+            tiles::moments(x, shift_t, shifted, v, &tiles),
+            tiles.rows,
+            tiles.blocks,
+        ),
+        None => {
+            let blocks = View::blocks(v.r, FORWARD_ROWS);
+            let half = v.p * blocks * v.q;
+            let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
+            let (count, dim) = elementwise(x, half);
+            block_moments::launch::<R>(
+                client,
+                count,
+                dim,
+                x.clone().into_tensor_arg(),
+                shift_t.clone().into_tensor_arg(),
+                moments.clone().into_tensor_arg(),
+                half,
+                v.r,
+                v.q,
+                FORWARD_ROWS,
+                blocks,
+                v.channels,
+                v.channels_last,
+                shifted,
+                [x_dtype, shift_t.dtype.into()],
+            );
+            (moments, FORWARD_ROWS, blocks)
+        }
+    };
     let half = v.p * blocks * v.q;
-    let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
-    let (count, dim) = elementwise(x, half);
-    block_moments::launch::<R>(
-        client,
-        count,
-        dim,
-        x.clone().into_tensor_arg(),
-        moments.clone().into_tensor_arg(),
-        half,
-        v.r,
-        v.q,
-        FORWARD_ROWS,
-        blocks,
-        x_dtype,
-    );
     let [per_batch, batch_stride, group_stride, run, run_stride, n] =
         addressing(v, blocks, Finish::Groups);
     let stats = || f32_buffer(x, Shape::new([v.batch, v.groups]));
@@ -244,7 +277,7 @@ fn statistics<R: CubeRuntime>(
         n.div_ceil(FINISH_THREADS * FINISH_ROWS),
         v.r,
         v.q,
-        FORWARD_ROWS,
+        rows,
         blocks,
         inv_n,
         spec.epsilon as f32,
@@ -255,9 +288,11 @@ fn statistics<R: CubeRuntime>(
     (mean, rstd)
 }
 
-/// `y = silu?(gamma * (x - mean) * rstd + beta)` in `x`'s dtype, in one launch.
+/// `y = silu?(gamma * (x + shift - mean) * rstd + beta)` in `x`'s dtype, in one launch.
+#[allow(clippy::too_many_arguments)]
 fn normalised<R: CubeRuntime>(
     x: CubeTensor<R>,
+    shift: Option<&CubeTensor<R>>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
     mean: &CubeTensor<R>,
@@ -277,13 +312,16 @@ fn normalised<R: CubeRuntime>(
     let vector = v.vector_size(&x);
     let (count, dim) = elementwise(&x, v.p * blocks * v.q / vector);
     let p_dtype: StorageType = gamma.dtype.into();
+    let (shift_t, shifted) = shift_operand(shift, &gamma);
+    let s_dtype: StorageType = shift_t.dtype.into();
     normalise::launch::<R>(
         &client,
         count,
         dim,
         vector,
         x.into_tensor_arg(),
-        gamma.into_tensor_arg(),
+        shift_t.clone().into_tensor_arg(),
+        gamma.clone().into_tensor_arg(),
         beta.into_tensor_arg(),
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
@@ -296,7 +334,8 @@ fn normalised<R: CubeRuntime>(
         v.channels,
         v.channels_last,
         spec.silu,
-        [x_dtype, p_dtype],
+        shifted,
+        [x_dtype, p_dtype, s_dtype],
     );
     y
 }

@@ -5,26 +5,30 @@
 //! activation dtype; launches are few because each costs host time on the order of a small
 //! kernel's run time.
 //!
-//! Every reduction is blocked: a thread adds [`FORWARD_ROWS`] or [`BACKWARD_ROWS`] values in
-//! f32 (one column of a `[p, r, q]` view of the tensor, so neighbouring threads read
-//! neighbouring addresses), and one cube per statistic adds its partial sums in chunks of
-//! `FINISH_ROWS` before a tree over the cube, so no f32 running sum spans more than a few
-//! hundred terms (what keeps the statistics of a two-million-voxel group at f32 rounding; see
-//! [`crate::norm`]). The variance combines per-block centred sums of squares (Chan et al.'s
-//! parallel formula), as stable as a second pass about the group's mean.
+//! Every reduction is blocked, so no f32 running sum spans more than a few hundred terms (what
+//! keeps the statistics of a two-million-voxel group at f32 rounding; see [`crate::norm`]).
+//! Channels-last, a cube sums a tile of rows (`tiles`: vectors of channels per thread, several
+//! loads in flight, the threads' sums added in shared memory) into one partial per channel;
+//! channels-first, a thread adds [`FORWARD_ROWS`] or [`BACKWARD_ROWS`] values of one column of a
+//! `[p, r, q]` view (neighbouring threads read neighbouring addresses). One cube per statistic
+//! then adds its partial sums in chunks of `FINISH_ROWS` before a tree over the cube. The
+//! variance combines per-block centred sums of squares (Chan et al.'s parallel formula), as
+//! stable as a second pass about the group's mean.
 //!
 //! The reduced view is `[b, S, c]` for channels-last activations (columns are channels) and
 //! `[b * c, S / q, q]` with `q` a power of two dividing `S` for channels-first ones (columns
 //! are `q` interleaved slices of one channel).
 //!
 //! Its parts: `view` (the `[p, r, q]` view and the launch geometry), `parts` (the `#[cube]`
-//! helpers the kernels share), `finish` (the second level of the reductions), `forward` and
-//! `backward` (each pass's kernels and their launches).
+//! helpers the kernels share), `tiles` (the channels-last first level of both reductions),
+//! `finish` (the second level), `forward` and `backward` (each pass's kernels and their
+//! launches).
 
 mod backward;
 mod finish;
 mod forward;
 mod parts;
+mod tiles;
 mod view;
 
 pub use backward::{

@@ -43,6 +43,62 @@ pub(super) fn group_and_channel(
     ((p * q + col) / group_div, ch)
 }
 
+/// Where the shift (`[b, c]`) of channel `ch` of row block `p` lies: `p * c + ch` channels-last
+/// (`p` is the batch item), `p` channels-first (`p` is already `batch * c + ch`).
+#[cube]
+pub(super) fn shift_index(p: usize, ch: usize, c: usize, #[comptime] channels_last: bool) -> usize {
+    let mut at = p;
+    if channels_last {
+        at = p * c + ch;
+    }
+    at
+}
+
+/// Per lane: `(mean less shift, rstd, gamma, beta)` (see [`lane_params`]).
+pub(super) type LaneParams<N> = (
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+);
+
+/// What a thread of the backward passes needs per lane of its vector of columns (`first_col +
+/// i`), read once for all its rows: the group's mean less the lane's shift where `shifted` (so
+/// that `x - mu` is `x + shift - mean`), the group's rstd, and the channel's gamma and beta.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lane_params<P: Float, S: Float, N: Size>(
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+    gamma: &Tensor<P>,
+    beta: &Tensor<P>,
+    shift: &Tensor<S>,
+    p: usize,
+    first_col: usize,
+    q: usize,
+    group_div: usize,
+    c: usize,
+    #[comptime] channels_last: bool,
+    #[comptime] shifted: bool,
+) -> LaneParams<N> {
+    let mut mu = Vector::<f32, N>::empty();
+    let mut rs = Vector::<f32, N>::empty();
+    let mut ga = Vector::<f32, N>::empty();
+    let mut be = Vector::<f32, N>::empty();
+    #[unroll]
+    for i in 0..mu.vector_size() {
+        let (g, ch) = group_and_channel(p, q, first_col + i, group_div, c, channels_last);
+        mu[i] = mean[g];
+        if shifted {
+            mu[i] = mean[g] - f32::cast_from(shift[shift_index(p, ch, c, channels_last)]);
+        }
+        rs[i] = rstd[g];
+        ga[i] = f32::cast_from(gamma[ch]);
+        be[i] = f32::cast_from(beta[ch]);
+    }
+    (mu, rs, ga, be)
+}
+
 /// This unit's share of the `n` partial sums `input[base + (k / run) * run_stride + k % run]`
 /// of one output (every `threads`-th `k`), added in chunks of `rows` in f32.
 #[cube]
@@ -92,6 +148,12 @@ pub(super) fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
     total
 }
 
+/// The SiLU's sigmoid. The kernels that take it run with `fast_math = FastMath::all()`, whose
+/// only effect there is the exponential and the division as the GPU's approximate instructions
+/// (`__expf`, `__fdividef` on CUDA: a few ulp): IEEE `expf` and division were most of the
+/// backward's per-value work (H200, bf16 training micro-step, twenty-fifth session: the
+/// backward sums ran at 3.6 ms for reads that take about 1.5 ms). Where `exp(-a)` overflows
+/// (a < -88) the division still gives 0, the sigmoid's limit.
 #[cube]
 pub(super) fn sigmoid(a: f32) -> f32 {
     1.0 / (1.0 + f32::exp(-a))

@@ -96,3 +96,15 @@ impl View {
 pub(super) fn f32_buffer<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
     empty_device_contiguous_dtype::<R>(like.client.clone(), like.device.clone(), shape, DType::F32)
 }
+
+/// The shift operand of the kernels and their comptime `shifted`: the `[b, c]` shift, or where
+/// there is none `stand_in` (any small tensor; the kernels then never read it).
+pub(super) fn shift_operand<'a, R: CubeRuntime>(
+    shift: Option<&'a CubeTensor<R>>,
+    stand_in: &'a CubeTensor<R>,
+) -> (&'a CubeTensor<R>, bool) {
+    match shift {
+        Some(s) => (s, true),
+        None => (stand_in, false),
+    }
+}
