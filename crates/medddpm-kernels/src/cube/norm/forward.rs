@@ -164,7 +164,7 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
     }
     let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
     let mut scale = Vector::<f32, N>::empty();
-    let mut shift = Vector::<f32, N>::empty();
+    let mut offset = Vector::<f32, N>::empty();
     #[unroll]
     for i in 0..n {
         let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
@@ -174,11 +174,11 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
             centre -= f32::cast_from(shift_in[shift_index(p, ch, c, channels_last)]);
         }
         scale[i] = s;
-        shift[i] = f32::cast_from(beta[ch]) - centre * s;
+        offset[i] = f32::cast_from(beta[ch]) - centre * s;
     }
     for row in start..end {
         let idx = base + row * qv;
-        let a = Vector::<f32, N>::cast_from(x[idx]) * scale + shift;
+        let a = Vector::<f32, N>::cast_from(x[idx]) * scale + offset;
         let mut out = Vector::<F, N>::empty();
         #[unroll]
         for i in 0..n {
