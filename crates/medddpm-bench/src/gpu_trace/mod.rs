@@ -76,9 +76,10 @@ pub struct GpuTime {
     pub by_class_ms: BTreeMap<String, f64>,
     /// The costliest kernels, by time per step.
     pub top: Vec<KernelTime>,
-    /// Where the GPU idled between its activities.
-    #[serde(default)]
-    pub idle: Idle,
+    /// Where the GPU idled between its activities (absent from records written before it was
+    /// traced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Idle>,
 }
 
 /// The GPU's idle time between the first and last activity of the traced steps (the gaps at
@@ -164,7 +165,9 @@ impl GpuTime {
     /// The idle time as one line (`idle 6.1 ms: 4.0 in 35 gaps over 10 us, 2.1 in shorter ones;
     /// longest 1200 us after a before b`).
     pub fn idle_text(&self) -> String {
-        let i = &self.idle;
+        let Some(i) = &self.idle else {
+            return "idle not traced".into();
+        };
         let mut text = format!(
             "idle {:.1} ms: {:.1} in {:.0} gaps over 10 us, {:.1} in shorter ones",
             i.short_ms + i.long_ms,
@@ -275,7 +278,7 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
             .map(|(k, v)| (k, per_step(v)))
             .collect(),
         top,
-        idle: idle(activities, steps),
+        idle: Some(idle(activities, steps)),
     }
 }
 
@@ -409,12 +412,13 @@ mod tests {
             kernel("b", 15_000, 20_000),
         ];
         let t = summarise(&acts, 2, 1.0);
+        let idle = t.idle.clone().unwrap();
         // 5 us between a and b (short), 40 us between b and c (long), per step of two.
-        assert_eq!(t.idle.short_ms, 5_000.0 / 1e6 / 2.0);
-        assert_eq!(t.idle.long_ms, 40_000.0 / 1e6 / 2.0);
-        assert_eq!(t.idle.long_gaps, 0.5);
+        assert_eq!(idle.short_ms, 5_000.0 / 1e6 / 2.0);
+        assert_eq!(idle.long_ms, 40_000.0 / 1e6 / 2.0);
+        assert_eq!(idle.long_gaps, 0.5);
         assert_eq!(
-            t.idle.longest,
+            idle.longest,
             vec![Gap {
                 us: 40.0,
                 after: "b".into(),

@@ -93,7 +93,7 @@ fn gpu_time(wall_ms: f64, busy_ms: f64) -> crate::gpu_trace::GpuTime {
             calls: 18.0,
             ms: 10.8,
         }],
-        idle: Default::default(),
+        idle: None,
     }
 }
 
