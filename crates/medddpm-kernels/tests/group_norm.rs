@@ -220,7 +220,7 @@ fn a_shifted_input_matches_the_shift_added_before_the_norm() {
             let ga = Tensor::<A, 1>::from_inner(gamma.clone()).require_grad();
             let ba = Tensor::<A, 1>::from_inner(beta.clone()).require_grad();
             let y = if fused {
-                group_norm_shifted(xa.clone(), sa.clone(), ga.clone(), ba.clone(), spec)
+                group_norm_shifted(xa.clone(), Some(sa.clone()), ga.clone(), ba.clone(), spec)
             } else {
                 let s5 = match layout {
                     Layout::Ncdhw => sa.clone().reshape([b, c, 1, 1, 1]),

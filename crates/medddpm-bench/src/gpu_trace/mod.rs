@@ -84,7 +84,7 @@ pub struct GpuTime {
 
 /// The GPU's idle time between the first and last activity of the traced steps (the gaps at
 /// the steps' boundaries included: each traced step is synchronised).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Idle {
     /// Milliseconds per step in gaps of at most 10 us.
     pub short_ms: f64,

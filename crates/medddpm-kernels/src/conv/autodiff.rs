@@ -84,71 +84,9 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> FloatTensor<Self> {
-        let Some(shift) = shift else {
-            let parents = [x.node.clone(), gamma.node.clone(), beta.node.clone()];
-            return match Backward::<B, 3>::prepare::<C>(GroupNormBackward, parents)
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(mut prep) => {
-                    let states = vec![
-                        prep.checkpoint(&x),
-                        prep.checkpoint(&gamma),
-                        prep.checkpoint(&beta),
-                    ];
-                    let (state, y) = group_norm_node::<B>(
-                        states,
-                        x.primitive,
-                        None,
-                        gamma.primitive,
-                        beta.primitive,
-                        spec,
-                    );
-                    prep.finish(state, y)
-                }
-                OpsKind::UnTracked(prep) => prep.finish(B::group_norm(
-                    x.primitive,
-                    None,
-                    gamma.primitive,
-                    beta.primitive,
-                    spec,
-                )),
-            };
-        };
-        let parents = [
-            x.node.clone(),
-            gamma.node.clone(),
-            beta.node.clone(),
-            shift.node.clone(),
-        ];
-        match Backward::<B, 4>::prepare::<C>(GroupNormBackward, parents)
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(mut prep) => {
-                let states = vec![
-                    prep.checkpoint(&x),
-                    prep.checkpoint(&gamma),
-                    prep.checkpoint(&beta),
-                    prep.checkpoint(&shift),
-                ];
-                let (state, y) = group_norm_node::<B>(
-                    states,
-                    x.primitive,
-                    Some(shift.primitive),
-                    gamma.primitive,
-                    beta.primitive,
-                    spec,
-                );
-                prep.finish(state, y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::group_norm(
-                x.primitive,
-                Some(shift.primitive),
-                gamma.primitive,
-                beta.primitive,
-                spec,
-            )),
+        match shift {
+            None => group_norm_op::<B, C, 3>([x, gamma, beta], spec),
+            Some(shift) => group_norm_op::<B, C, 4>([x, gamma, beta, shift], spec),
         }
     }
 
@@ -285,18 +223,43 @@ struct GroupNormBackward;
 
 type GroupNormState<B> = (Vec<NodeId>, FloatTensor<B>, FloatTensor<B>, GroupNormSpec);
 
-/// The forward pass of a tracked GroupNorm: its node's state (with the parents' checkpoints
-/// `states`) and the output.
-fn group_norm_node<B: KernelBackend>(
-    states: Vec<NodeId>,
-    x: FloatTensor<B>,
-    shift: Option<FloatTensor<B>>,
-    gamma: FloatTensor<B>,
-    beta: FloatTensor<B>,
+/// A GroupNorm of `inputs` (x, gamma, beta and, with `N` = 4, the shift) as a node of `N`
+/// parents (or untracked).
+fn group_norm_op<B, C, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
     spec: GroupNormSpec,
-) -> (GroupNormState<B>, FloatTensor<B>) {
-    let out = B::group_norm_forward(x, shift, gamma, beta, spec);
-    ((states, out.mean, out.rstd, spec), out.y)
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: KernelBackend,
+    C: CheckpointStrategy,
+    GroupNormBackward: Backward<B, N, State = GroupNormState<B>>,
+{
+    let parents = inputs.each_ref().map(|t| t.node.clone());
+    let prepared = GroupNormBackward
+        .prepare::<C>(parents)
+        .compute_bound()
+        .stateful();
+    match prepared {
+        OpsKind::Tracked(mut prep) => {
+            let states = inputs.iter().map(|t| prep.checkpoint(t)).collect();
+            let out = forward_of::<B, N>(inputs.map(|t| t.primitive), spec);
+            prep.finish((states, out.mean, out.rstd, spec), out.y)
+        }
+        OpsKind::UnTracked(prep) => {
+            prep.finish(forward_of::<B, N>(inputs.map(|t| t.primitive), spec).y)
+        }
+    }
+}
+
+/// `B`'s GroupNorm forward of x, gamma, beta and (the fourth, where there is one) the shift.
+fn forward_of<B: KernelBackend, const N: usize>(
+    inputs: [FloatTensor<B>; N],
+    spec: GroupNormSpec,
+) -> crate::norm::GroupNormOutput<B> {
+    let mut inputs = inputs.into_iter();
+    let mut next = || inputs.next().expect("x, gamma and beta");
+    let (x, gamma, beta) = (next(), next(), next());
+    B::group_norm_forward(x, inputs.next(), gamma, beta, spec)
 }
 
 /// The backward of either node from its output's gradient: `parents` (their ids, if they need

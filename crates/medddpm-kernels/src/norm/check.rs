@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor};
 
-use super::reference::{backward, forward, GroupNormSpec};
+use super::reference::{backward, channel_sums, forward, GroupNormSpec};
 use crate::compute::{Layout, NormEngine};
 use crate::conv::{rel_l2, KernelBackend};
 use crate::dtype::cast_to;
@@ -166,7 +166,7 @@ fn shift_error<B: KernelBackend>(
 ) -> f64 {
     match (got, want) {
         (Some(got), Some(want)) => {
-            let scale = abs_channel_sums(dx.clone(), layout);
+            let scale = channel_sums(dx.clone().abs(), layout);
             let diff: f64 = on_cpu::<B, 2>(got)
                 .sub(want)
                 .square()
@@ -227,19 +227,4 @@ impl Operands {
 /// `t` rounded to `dtype` and back to f32.
 fn rounded<const D: usize>(t: Tensor<Flex, D>, dtype: DType) -> Tensor<Flex, D> {
     cast_to(cast_to(t, dtype), DType::F32)
-}
-
-/// Per-(batch, channel) sums of `|t|`, `[b, c]`.
-fn abs_channel_sums<B: burn::tensor::backend::Backend>(
-    t: Tensor<B, 5>,
-    layout: Layout,
-) -> Tensor<B, 2> {
-    let dims = t.dims();
-    let (b, c) = (dims[0], dims[layout.channel_dim()]);
-    let s = dims.iter().product::<usize>() / (b * c);
-    let t = t.abs();
-    match layout {
-        Layout::Ncdhw => t.reshape([b, c, s]).sum_dim(2).reshape([b, c]),
-        Layout::Ndhwc => t.reshape([b, s, c]).sum_dim(1).reshape([b, c]),
-    }
 }

@@ -14,28 +14,22 @@ pub fn group_norm<B: KernelBackend>(
     beta: Tensor<B, 1>,
     spec: GroupNormSpec,
 ) -> Tensor<B, 5> {
-    tensor(B::group_norm(
-        float(x),
-        None,
-        float(gamma),
-        float(beta),
-        spec,
-    ))
+    group_norm_shifted(x, None, gamma, beta, spec)
 }
 
-/// [`group_norm`] of `x` plus `shift` `[b, c]` broadcast over space: what
+/// [`group_norm`] of `x` plus `shift` `[b, c]` (where given) broadcast over space: what
 /// `group_norm(x + shift)` computes, with the addition inside the normalisation's own passes
 /// (differentiable in `shift` too).
 pub fn group_norm_shifted<B: KernelBackend>(
     x: Tensor<B, 5>,
-    shift: Tensor<B, 2>,
+    shift: Option<Tensor<B, 2>>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     spec: GroupNormSpec,
 ) -> Tensor<B, 5> {
     tensor(B::group_norm(
         float(x),
-        Some(float(shift)),
+        shift.map(float),
         float(gamma),
         float(beta),
         spec,

@@ -68,7 +68,7 @@ pub fn block_len(n: usize) -> usize {
 /// result; the group sums come from these per-channel sums (a view that reduced the channels
 /// within a group first wrote an intermediate half the size of the input when a group has two
 /// channels).
-fn channel_sums<B: Backend>(t: Tensor<B, 5>, layout: Layout) -> Tensor<B, 2> {
+pub(crate) fn channel_sums<B: Backend>(t: Tensor<B, 5>, layout: Layout) -> Tensor<B, 2> {
     let shape = t.dims();
     let b = shape[0];
     let c = channels(shape, layout);

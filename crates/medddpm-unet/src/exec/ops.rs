@@ -287,10 +287,7 @@ pub fn group_norm<B: KernelBackend>(
     };
     let gamma = gamma.unwrap_or_else(|| Tensor::ones([c], &device));
     let beta = beta.unwrap_or_else(|| Tensor::zeros([c], &device));
-    match shift {
-        Some(shift) => medddpm_kernels::norm::group_norm_shifted(x, shift, gamma, beta, spec),
-        None => medddpm_kernels::group_norm(x, gamma, beta, spec),
-    }
+    medddpm_kernels::norm::group_norm_shifted(x, shift, gamma, beta, spec)
 }
 
 #[cfg(test)]

@@ -6,9 +6,10 @@
 //! by side, every thread adding `k` rows `ry` apart with [`UNROLL`] loads in flight. The cube
 //! then adds its threads' per-channel sums in shared memory and writes one partial per channel
 //! and tile, so the finishing launches read fewer partial sums than with a column per thread
-//! (at 128^3 x 64 channels 4x fewer in the forward, 16x in the backward). The one-column-per-thread kernels ran at about a third of the H200's bandwidth (bf16
-//! training micro-step, twenty-fourth session: block moments 2.18 ms and backward sums 3.87 ms
-//! against about 0.7 and 1.5 ms for their reads): a thread had one 2-byte load in flight.
+//! (at 128^3 x 64 channels 4x fewer in the forward, 16x in the backward). The
+//! one-column-per-thread kernels took 2.18 ms (block moments) and 3.87 ms (backward sums) a bf16
+//! training micro-step on an H200 (twenty-fourth session), where their reads would take about
+//! 0.7 and 1.5 ms at 4 TB/s by arithmetic: a thread had one 2-byte load in flight.
 
 use burn::tensor::Shape;
 use burn_cubecl::tensor::CubeTensor;
@@ -76,6 +77,18 @@ impl Tiles {
             CubeCount::Static((v.p * self.blocks) as u32, 1, 1),
             CubeDim::new_1d(TILE_THREADS as u32),
         )
+    }
+
+    /// A `[parts, p, blocks, q]` f32 buffer for `parts` per-tile, per-channel sums of `v`, and
+    /// the length of one part.
+    fn partials<R: CubeRuntime>(
+        &self,
+        like: &CubeTensor<R>,
+        v: &View,
+        parts: usize,
+    ) -> (CubeTensor<R>, usize) {
+        let shape = Shape::new([parts, v.p, self.blocks, v.q]);
+        (f32_buffer(like, shape), v.p * self.blocks * v.q)
     }
 
     /// Floats of the shared sums (a slot per thread and channel of its vector).
@@ -343,8 +356,7 @@ pub(super) fn moments<R: CubeRuntime>(
     v: &View,
     tiles: &Tiles,
 ) -> CubeTensor<R> {
-    let half = v.p * tiles.blocks * v.q;
-    let moments = f32_buffer(x, Shape::new([2, v.p, tiles.blocks, v.q]));
+    let (moments, half) = tiles.partials(x, v, 2);
     let (count, dim) = tiles.launch(v);
     tile_moments::launch::<R>(
         &x.client,
@@ -385,9 +397,7 @@ pub(super) fn backward_sums<R: CubeRuntime>(
     tiles: &Tiles,
     silu: bool,
 ) -> CubeTensor<R> {
-    let half = v.p * tiles.blocks * v.q;
-    let parts = if shifted { 3 } else { 2 };
-    let sums = f32_buffer(x, Shape::new([parts, v.p, tiles.blocks, v.q]));
+    let (sums, half) = tiles.partials(x, v, if shifted { 3 } else { 2 });
     let (count, dim) = tiles.launch(v);
     tile_backward_sums::launch::<R>(
         &x.client,
