@@ -146,6 +146,10 @@ pub struct BenchOptions {
     /// Sample the host's call stacks during the timed training steps (`host-profile-*.folded`
     /// in `out`; needs the `host-profile` feature).
     pub host_profile: bool,
+    /// Also time sampling steps and training micro-steps replayed from CUDA graphs (CUDA), each
+    /// checked value for value against the step run as it comes. Adds their memory pool to the
+    /// run's peak, so the peak no longer measures the steps as they come alone.
+    pub cuda_graphs: bool,
     /// This process is a configuration's child: run the configuration in this JSON file and
     /// write its record to `single_out`.
     pub single_config: Option<PathBuf>,
@@ -179,6 +183,7 @@ impl Default for BenchOptions {
             check_only: false,
             locate: false,
             host_profile: false,
+            cuda_graphs: false,
             single_config: None,
             single_out: None,
         }

@@ -263,6 +263,37 @@ pub struct BenchRecord {
     pub train_gpu: Option<GpuTime>,
     /// The same for sampling steps.
     pub sample_gpu: Option<GpuTime>,
+    /// Sampling steps whose network call replays a CUDA graph (CUDA).
+    pub sample_graph: Option<GraphRun>,
+    /// Training micro-steps replayed from a CUDA graph (CUDA).
+    pub train_graph: Option<GraphRun>,
+}
+
+/// Steps replayed from a CUDA graph, beside the same steps run as they come.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphRun {
+    /// Median time of a step, ms (`None` when graphs were off).
+    pub step_median_ms: Option<f64>,
+    /// Median time the host took to enqueue a step, ms (training only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue_median_ms: Option<f64>,
+    /// Launches and copies in the graph.
+    pub nodes: usize,
+    /// Its nodes by kind, e.g. `kernel 1107, memcpy 1079`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_kinds: String,
+    /// How busy the host's threads were per replayed step (as `train_threads_ms`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub threads_ms: BTreeMap<String, f64>,
+    /// Why the steps ran as they come, if they did.
+    pub off: Option<String>,
+    /// The network's output on one input, replayed against run as it comes: the largest
+    /// absolute difference and the number of values that differ (0: bit for bit the same).
+    pub max_abs_diff: Option<f64>,
+    /// See `max_abs_diff`.
+    pub values_differing: Option<usize>,
+    /// The GPU's time in a few traced replayed steps.
+    pub gpu: Option<GpuTime>,
 }
 
 /// Separates a failed run's message from the tail of its log in the JSON lines and the CSV.
@@ -311,6 +342,8 @@ impl BenchRecord {
             burn_memory_mib: BTreeMap::new(),
             train_gpu: None,
             sample_gpu: None,
+            sample_graph: None,
+            train_graph: None,
         }
     }
 

@@ -62,6 +62,7 @@ fn single_config(options: &BenchOptions) -> Result<SingleConfig> {
         ),
         locate: options.locate.then(|| options.out.clone()),
         host_profile: options.host_profile.then(|| options.out.clone()),
+        cuda_graphs: options.cuda_graphs,
     })
 }
 

@@ -26,6 +26,7 @@ fn tiny(check_only: bool) -> SingleConfig {
         probe_cache: None,
         locate: None,
         host_profile: None,
+        cuda_graphs: false,
     }
 }
 

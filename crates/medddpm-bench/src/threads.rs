@@ -48,6 +48,14 @@ pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
             ("device thread: in cuDNN", IN_CALL[busy::CUDNN].read()),
             ("device thread: in cuBLAS", IN_CALL[busy::CUBLAS].read()),
             (
+                "device thread: in cuGraphLaunch",
+                IN_CALL[busy::GRAPH_LAUNCH].read(),
+            ),
+            (
+                "device thread: graph replay copies",
+                IN_CALL[busy::GRAPH_COPIES].read(),
+            ),
+            (
                 "device thread: launch, kernel id",
                 IN_CALL[busy::LAUNCH_ID].read(),
             ),

@@ -136,6 +136,11 @@ pub struct BenchArgs {
     /// into --out (`host-profile-*.folded`; needs a build with the `host-profile` feature).
     #[arg(long)]
     pub host_profile: bool,
+    /// Also time sampling steps and training micro-steps replayed from CUDA graphs (CUDA),
+    /// each checked value for value against the step run as it comes (the run's peak memory
+    /// then includes the graphs' pool).
+    #[arg(long)]
+    pub cuda_graphs: bool,
     /// Measure data-parallel training throughput instead of the matrix: the trainer's optimizer
     /// steps on the first 1, 2, .., N of these CUDA devices (comma-separated), one micro-batch
     /// of --batch volumes per device and step, in samples per second with the scaling
@@ -248,6 +253,7 @@ impl BenchArgs {
             check_only: self.check_only,
             locate: self.locate,
             host_profile: self.host_profile,
+            cuda_graphs: self.cuda_graphs,
             single_config: self.single_config,
             single_out: self.single_out,
         }
@@ -321,6 +327,7 @@ impl CheckArgs {
             check_only: true,
             locate: !self.no_locate,
             host_profile: false,
+            cuda_graphs: false,
             single_config: None,
             single_out: None,
         }
@@ -410,6 +417,7 @@ mod tests {
             "--check-only",
             "--locate",
             "--host-profile",
+            "--cuda-graphs",
             "--single-config",
             "s.json",
             "--single-out",
@@ -438,6 +446,7 @@ mod tests {
             check_only: true,
             locate: true,
             host_profile: true,
+            cuda_graphs: true,
             single_config: Some("s.json".into()),
             single_out: Some("r.json".into()),
         };

@@ -45,6 +45,12 @@ pub struct TrainArgs {
     /// libcupti.so on the library path or named by MEDDDPM_CUPTI; writes gpu-trace.json).
     #[arg(long, value_name = "STEPS")]
     gpu_trace: Option<usize>,
+    /// Replay each micro-step from a CUDA graph after two warm-up steps (CUDA, one device,
+    /// no activation checkpointing; the same losses and weights bit for bit). Off by default:
+    /// on an H200 a replayed optimizer step took 157 ms against 146 ms as it comes, the
+    /// graph's launch costing the host 12 ms (docs/benchmarks, twenty-sixth session).
+    #[arg(long)]
+    cuda_graphs: bool,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -58,6 +64,7 @@ struct TrainTask {
     tune_cache: Option<PathBuf>,
     /// `--gpu-trace`: optimizer steps to trace.
     gpu_trace: Option<usize>,
+    cuda_graphs: bool,
 }
 
 impl BackendTask for TrainTask {
@@ -91,6 +98,7 @@ impl BackendTask for TrainTask {
             max_steps: self.max_steps,
             compute: env.compute(),
             collective: env.collective,
+            cuda_graphs: self.cuda_graphs,
         };
         // The other devices of the run, on the backend of the first.
         let type_id = device.to_id().type_id;
@@ -184,6 +192,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             max_steps: args.max_steps,
             tune_cache: args.compute.tune_cache.clone(),
             gpu_trace: args.gpu_trace,
+            cuda_graphs: args.cuda_graphs,
         },
     )
 }

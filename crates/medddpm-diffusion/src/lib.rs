@@ -36,7 +36,8 @@ pub mod steps;
 pub use ddim::DdimSampler;
 pub use dpm_solver::DpmSolverSampler;
 pub use process::{
-    network_input, noise_loss, training_loss, LossType, Prediction, TrainingBatch, TrainingLoss,
+    network_input, noise_loss, q_sample_at, training_loss, training_loss_at, Coefficients,
+    LossType, Prediction, TrainingBatch, TrainingLoss,
 };
 pub use sampler::{DdpmSampler, Denoiser, StepOutput};
 pub use schedule::{CosineSchedule, ScheduleConfig};

@@ -53,19 +53,22 @@ impl Prediction {
         match self {
             Prediction::Epsilon => noise,
             Prediction::V => {
-                let device = x0.device();
-                let a = CosineSchedule::extract::<B, D>(
-                    &schedule.sqrt_alphas_cumprod,
-                    timesteps,
-                    &device,
-                );
-                let b = CosineSchedule::extract::<B, D>(
-                    &schedule.sqrt_one_minus_alphas_cumprod,
-                    timesteps,
-                    &device,
-                );
-                noise * a - x0 * b
+                let c = schedule.coefficients::<B, D>(timesteps, &x0.device());
+                self.target_at(x0, noise, &c)
             }
+        }
+    }
+
+    /// [`Prediction::target`] with the timesteps' coefficients given as tensors.
+    pub fn target_at<B: Backend, const D: usize>(
+        self,
+        x0: Tensor<B, D>,
+        noise: Tensor<B, D>,
+        c: &Coefficients<B, D>,
+    ) -> Tensor<B, D> {
+        match self {
+            Prediction::Epsilon => noise,
+            Prediction::V => noise * c.signal.clone() - x0 * c.noise.clone(),
         }
     }
 
@@ -110,11 +113,42 @@ impl CosineSchedule {
         timesteps: &[usize],
         noise: Tensor<B, D>,
     ) -> Tensor<B, D> {
-        let device = x0.device();
-        let a = Self::extract::<B, D>(&self.sqrt_alphas_cumprod, timesteps, &device);
-        let b = Self::extract::<B, D>(&self.sqrt_one_minus_alphas_cumprod, timesteps, &device);
-        x0 * a + noise * b
+        let c = self.coefficients::<B, D>(timesteps, &x0.device());
+        q_sample_at(x0, noise, &c)
     }
+
+    /// The coefficients of `timesteps` (one per batch element) on `device`.
+    pub fn coefficients<B: Backend, const D: usize>(
+        &self,
+        timesteps: &[usize],
+        device: &B::Device,
+    ) -> Coefficients<B, D> {
+        Coefficients {
+            signal: Self::extract::<B, D>(&self.sqrt_alphas_cumprod, timesteps, device),
+            noise: Self::extract::<B, D>(&self.sqrt_one_minus_alphas_cumprod, timesteps, device),
+        }
+    }
+}
+
+/// A batch's timesteps as the forward process uses them: `sqrt(abar_t)` and `sqrt(1 - abar_t)`
+/// per example, shaped `[B, 1, ..., 1]`. A training step recorded as a CUDA graph takes its
+/// timesteps as these tensors (and the network's sinusoid), never as host numbers, which a
+/// graph would replay frozen.
+#[derive(Debug, Clone)]
+pub struct Coefficients<B: Backend, const D: usize> {
+    /// `sqrt(abar_t)`.
+    pub signal: Tensor<B, D>,
+    /// `sqrt(1 - abar_t)`.
+    pub noise: Tensor<B, D>,
+}
+
+/// [`CosineSchedule::q_sample`] with the coefficients given.
+pub fn q_sample_at<B: Backend, const D: usize>(
+    x0: Tensor<B, D>,
+    noise: Tensor<B, D>,
+    c: &Coefficients<B, D>,
+) -> Tensor<B, D> {
+    x0 * c.signal.clone() + noise * c.noise.clone()
 }
 
 /// The network input: the noisy image first, then the (never noised) condition channels.
@@ -202,9 +236,26 @@ pub fn training_loss<B: Backend, M: Denoiser<B>>(
         timesteps,
         noise,
     } = batch;
-    let x_t = schedule.q_sample(x0.clone(), &timesteps, noise.clone());
-    let predicted_noise = denoiser.predict_noise(network_input(x_t, cond), &timesteps);
-    let target = prediction.target(schedule, x0, &timesteps, noise);
+    let c = schedule.coefficients(&timesteps, &x0.device());
+    training_loss_at(
+        |input| denoiser.predict_noise(input, &timesteps),
+        (x0, cond, noise),
+        &c,
+        (loss, prediction),
+    )
+}
+
+/// [`training_loss`] with the timesteps given as their coefficients, and the network as
+/// `predict` (the noisy image and condition channels concatenated, to its output).
+pub fn training_loss_at<B: Backend>(
+    predict: impl FnOnce(Tensor<B, 5>) -> Tensor<B, 5>,
+    (x0, cond, noise): (Tensor<B, 5>, Option<Tensor<B, 5>>, Tensor<B, 5>),
+    c: &Coefficients<B, 5>,
+    (loss, prediction): (LossType, Prediction),
+) -> TrainingLoss<B> {
+    let x_t = q_sample_at(x0.clone(), noise.clone(), c);
+    let predicted_noise = predict(network_input(x_t, cond));
+    let target = prediction.target_at(x0, noise, c);
     TrainingLoss {
         loss: noise_loss(target, predicted_noise.clone(), loss),
         predicted_noise,

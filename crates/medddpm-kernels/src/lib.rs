@@ -41,8 +41,11 @@ pub mod cube;
 #[cfg(feature = "cuda")]
 mod cublas;
 #[cfg(feature = "cuda")]
+mod cuda_graph;
+#[cfg(feature = "cuda")]
 pub mod cudnn;
 mod dtype;
+pub mod graph;
 pub mod norm;
 pub mod panics;
 mod primitive;
@@ -61,6 +64,7 @@ pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };
 pub use dtype::{cast_to, to_stats};
+pub use graph::{GraphError, StepGraph};
 pub use norm::{group_norm, GroupNormSpec};
 pub use product::{pointwise, product, ProductSpec};
 pub use seeded::{backward_seeded, SeededBackward};

@@ -25,12 +25,13 @@ pub use error::{DataError, TrainError};
 pub use gradient_sum::GradientSum;
 pub use optim::{FusedAdam, FusedAdamOptimizer};
 pub use sample::{
-    load_sampling_model, sample_masks, sample_stem, SampleOptions, SamplingModel, WeightsSource,
+    load_sampling_model, sample_masks, sample_stem, SampleOptions, Sampled, SamplingModel,
+    WeightsSource,
 };
 pub use trainer::processes::{
     train_processes, train_replica, LaunchedReplica, ReplicaLauncher, ReplicaSpec,
 };
 pub use trainer::{
     micro_step, micro_step_forward, micro_step_loss, train, train_on, MicroBatch, MicroStepForward,
-    Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary,
+    MicroStepGraphs, Quiet, SessionOptions, StepMetrics, TrainObserver, TrainSummary,
 };

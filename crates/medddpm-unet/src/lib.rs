@@ -22,6 +22,7 @@ mod checkpoint;
 mod config;
 mod error;
 pub mod exec;
+mod graphed;
 pub mod import;
 mod model;
 
@@ -32,6 +33,7 @@ pub use exec::{
     cast_compute_params, load_weight_values, randomize_weights, weight_values, working_params,
     Layout, OpClass, OpProfile, OpStats,
 };
+pub use graphed::{ForwardGraphs, GraphStatus, GraphedUNet};
 pub use import::{load_reference_checkpoint, ImportReport, WeightsEntry};
 pub use medddpm_kernels::{
     Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Precision,

@@ -228,10 +228,20 @@ impl UNetConfig {
 impl<B: Backend> UNet<B> {
     /// Output of the time-embedding MLP for the given timesteps, shape [batch, 4C].
     pub fn time_embedding(&self, timesteps: &[usize], device: &B::Device) -> Tensor<B, 2> {
+        self.time_embedding_of(self.sinusoid(timesteps, device))
+    }
+
+    /// The sinusoidal embedding of `timesteps` on `device`, `[batch, C]` f32: how the timestep
+    /// enters the network ([`UNet::forward_sinusoid`]).
+    pub fn sinusoid(&self, timesteps: &[usize], device: &B::Device) -> Tensor<B, 2> {
         let c = self.model_channels;
         let sinusoid = timestep_embedding(timesteps, c);
-        let x = Tensor::<B, 2>::from_data(TensorData::new(sinusoid, [timesteps.len(), c]), device);
-        let x = cast_to(x, self.time_embed.linear_1.weight.val().dtype());
+        Tensor::<B, 2>::from_data(TensorData::new(sinusoid, [timesteps.len(), c]), device)
+    }
+
+    /// The time-embedding MLP on a [`UNet::sinusoid`], `[batch, 4C]`.
+    fn time_embedding_of(&self, sinusoid: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = cast_to(sinusoid, self.time_embed.linear_1.weight.val().dtype());
         self.time_embed
             .linear_2
             .forward(silu(self.time_embed.linear_1.forward(x)))
@@ -319,7 +329,17 @@ impl<B: KernelBackend> UNet<B> {
         timesteps: &[usize],
     ) -> Result<Tensor<B, 5>, UNetError> {
         self.check_input(x.dims(), timesteps.len())?;
-        Ok(self.forward_ctx(x, timesteps, None))
+        let sinusoid = self.sinusoid(timesteps, &x.device());
+        Ok(self.forward_ctx(x, sinusoid, None))
+    }
+
+    /// [`UNet::forward`] with the timesteps given as their [`UNet::sinusoid`] on the device:
+    /// a step that reads no host numbers, as a CUDA graph needs (`graphed`).
+    pub fn forward_sinusoid(&self, x: Tensor<B, 5>, sinusoid: Tensor<B, 2>) -> Tensor<B, 5> {
+        if let Err(e) = self.check_input(x.dims(), sinusoid.dims()[0]) {
+            panic!("{e}");
+        }
+        self.forward_ctx(x, sinusoid, None)
     }
 
     /// [`UNet::try_forward`] for inputs known to fit, returning the tensor as burn's `Module`
@@ -347,7 +367,8 @@ impl<B: KernelBackend> UNet<B> {
         if let Err(e) = self.check_input(x.dims(), timesteps.len()) {
             panic!("{e}");
         }
-        self.forward_ctx(x, timesteps, Some(profile))
+        let sinusoid = self.sinusoid(timesteps, &x.device());
+        self.forward_ctx(x, sinusoid, Some(profile))
     }
 
     /// The forward pass of an input [`UNet::check_input`] accepts, block by block through the
@@ -355,12 +376,12 @@ impl<B: KernelBackend> UNet<B> {
     fn forward_ctx(
         &self,
         x: Tensor<B, 5>,
-        timesteps: &[usize],
+        sinusoid: Tensor<B, 2>,
         profile: Option<&RefCell<OpProfile>>,
     ) -> Tensor<B, 5> {
         let ctx = self.ctx(&x.device(), profile);
         let out_dtype = x.dtype();
-        let emb_act = self.emb_act(timesteps, &ctx);
+        let emb_act = self.emb_act_of(sinusoid, &ctx);
         let mut h = self.enter(x, &ctx);
         let mut skips = Vec::with_capacity(self.input_blocks.len());
         for block in &self.input_blocks {
@@ -392,12 +413,14 @@ impl<B: KernelBackend> UNet<B> {
     /// SiLU of the time embedding in the compute dtype, `[batch, 4C]`: every ResBlock's
     /// `emb_layers` input.
     pub(crate) fn emb_act(&self, timesteps: &[usize], ctx: &Ctx<B>) -> Tensor<B, 2> {
+        self.emb_act_of(self.sinusoid(timesteps, &ctx.device), ctx)
+    }
+
+    /// [`UNet::emb_act`] of a [`UNet::sinusoid`].
+    fn emb_act_of(&self, sinusoid: Tensor<B, 2>, ctx: &Ctx<B>) -> Tensor<B, 2> {
         let compute = self.compute_dtype();
         ctx.op(OpClass::Elementwise, || {
-            silu(cast_to(
-                self.time_embedding(timesteps, &ctx.device),
-                compute,
-            ))
+            silu(cast_to(self.time_embedding_of(sinusoid), compute))
         })
     }
 

@@ -138,7 +138,7 @@ pub mod busy {
     pub static WAITING: [Counter; THREAD_KINDS] = [Counter::new(), Counter::new(), Counter::new()];
 
     /// What the compute server's runner spends its time on: [`IN_CALL`]'s rows.
-    pub const CALL_KINDS: usize = 11;
+    pub const CALL_KINDS: usize = 13;
     /// A kernel launch task as a whole (cubecl's bookkeeping and the driver call).
     pub const LAUNCH_TASK: usize = 0;
     /// The driver's `cuLaunchKernel` alone (blocks while the GPU's launch queue is full).
@@ -162,9 +162,15 @@ pub mod busy {
     /// ... of which the release of uploaded metadata's staging buffers (a wait for the GPU to
     /// pass an earlier fence).
     pub const LAUNCH_FLUSH: usize = 10;
+    /// `cuGraphLaunch` (medddpm-kernels' CUDA graphs).
+    pub const GRAPH_LAUNCH: usize = 11;
+    /// A graph replay's copies of its inputs in and its outputs out.
+    pub const GRAPH_COPIES: usize = 12;
 
     /// Time inside the calls named by [`LAUNCH_TASK`] ... [`LAUNCH_FLUSH`].
     pub static IN_CALL: [Counter; CALL_KINDS] = [
+        Counter::new(),
+        Counter::new(),
         Counter::new(),
         Counter::new(),
         Counter::new(),

@@ -9,6 +9,11 @@ pub struct StreamId {
     pub value: u64,
 }
 
+/// medddpm patch: the stream id kept for CUDA graphs (medddpm-kernels' `cuda_graph`), the last
+/// of cubecl's default 128 streams; no thread is given an id that lands on it (ids are taken
+/// modulo the number of streams).
+pub const GRAPH_STREAM: u64 = 127;
+
 #[cfg(multi_threading)]
 static STREAM_COUNT: AtomicU64 = AtomicU64::new(0);
 
@@ -93,7 +98,11 @@ impl StreamId {
             match val.as_mut() {
                 Some(val) => *val,
                 None => {
-                    let new = STREAM_COUNT.fetch_add(1, core::sync::atomic::Ordering::Acquire);
+                    let mut new = STREAM_COUNT.fetch_add(1, core::sync::atomic::Ordering::Acquire);
+                    // medddpm patch: no thread shares the stream kept for CUDA graphs.
+                    while new % 128 == GRAPH_STREAM {
+                        new = STREAM_COUNT.fetch_add(1, core::sync::atomic::Ordering::Acquire);
+                    }
                     *val = Some(new);
                     new
                 }

@@ -6,6 +6,7 @@ mod compute;
 mod device;
 mod runtime;
 
+pub use compute::capture::{CudaGraph, is_capturing};
 pub use device::*;
 pub use runtime::*;
 

@@ -11,7 +11,7 @@ use medddpm_unet::ActivationCheckpointing;
 
 use crate::gpu_trace::GpuTime;
 
-use super::{BenchRecord, RecordBackend, RecordStatus, Source, LOG_LINES, LOG_TAIL};
+use super::{BenchRecord, GraphRun, RecordBackend, RecordStatus, Source, LOG_LINES, LOG_TAIL};
 
 /// A record as JSON has it.
 #[derive(Serialize, Deserialize)]
@@ -55,6 +55,10 @@ pub(super) struct Record {
     train_gpu: Option<GpuTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sample_gpu: Option<GpuTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sample_graph: Option<GraphRun>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    train_graph: Option<GraphRun>,
 }
 
 impl From<BenchRecord> for Record {
@@ -89,6 +93,8 @@ impl From<BenchRecord> for Record {
             burn_memory_mib,
             train_gpu,
             sample_gpu,
+            sample_graph,
+            train_graph,
             ..
         } = r;
         Record {
@@ -121,6 +127,8 @@ impl From<BenchRecord> for Record {
             source,
             train_gpu,
             sample_gpu,
+            sample_graph,
+            train_graph,
         }
     }
 }
@@ -177,6 +185,8 @@ impl TryFrom<Record> for BenchRecord {
             burn_memory_mib: r.burn_memory_mib,
             train_gpu: r.train_gpu,
             sample_gpu: r.sample_gpu,
+            sample_graph: r.sample_graph,
+            train_graph: r.train_graph,
         })
     }
 }

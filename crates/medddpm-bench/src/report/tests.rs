@@ -73,6 +73,8 @@ fn record(backend: &str, precision: &str, status: RecordStatus) -> BenchRecord {
         burn_memory_mib: BTreeMap::new(),
         train_gpu: None,
         sample_gpu: None,
+        sample_graph: None,
+        train_graph: None,
     }
 }
 

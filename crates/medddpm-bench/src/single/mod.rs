@@ -7,6 +7,7 @@
 
 mod agreement;
 mod case;
+mod graphs;
 mod sampling;
 mod training;
 
@@ -69,6 +70,9 @@ pub struct SingleConfig {
     /// (`host-profile-<backend>-<precision>-<layout>.folded`). Needs the `host-profile` feature.
     #[serde(default)]
     pub host_profile: Option<std::path::PathBuf>,
+    /// Also time the steps replayed from CUDA graphs (CUDA), after the steps run as they come.
+    #[serde(default)]
+    pub cuda_graphs: bool,
 }
 
 impl SingleConfig {
@@ -366,6 +370,9 @@ fn measure<B: KernelAutodiffBackend>(run: &mut Run<B>) -> Result<()> {
 
     let mut training = training::Training::prepare(inputs, run);
     training::measure(run, &mut training)?;
+    if run.traces_gpu() && run.config.cuda_graphs {
+        graphs::measure(run, &mut training)?;
+    }
     if run.config.breakdown {
         training::breakdown(run, training)?;
     }

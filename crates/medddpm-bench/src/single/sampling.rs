@@ -9,11 +9,12 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::{network_input, DdpmSampler};
-use medddpm_unet::{cast_compute_params, OpProfile, UNet};
+use medddpm_unet::{cast_compute_params, ForwardGraphs, OpProfile, UNet};
 
-use super::case::{first_step, timed_steps, Case};
+use super::case::{first_step, step, timed_steps, Case};
 use super::{median, sync, Inputs, Run, TIMESTEPS};
 use crate::error::{Error, Result};
+use crate::record::GraphRun;
 
 /// Autodiff's inner backend: sampling runs without autodiff.
 type Inner<A> = <A as AutodiffBackend>::InnerBackend;
@@ -26,6 +27,8 @@ pub(super) struct Sampling<'a, A: KernelAutodiffBackend> {
     sampler: DdpmSampler,
     /// The chain's current sample (taken while a step runs).
     x_t: Option<Tensor<Inner<A>, 5>>,
+    /// The network's calls through CUDA graphs (the steps after the ones run as they come).
+    graphs: Option<ForwardGraphs<Inner<A>>>,
     steps_done: usize,
     batch: usize,
     device: &'a A::Device,
@@ -49,6 +52,7 @@ impl<'a, A: KernelAutodiffBackend> Sampling<'a, A> {
             cond,
             sampler: DdpmSampler::new(inputs.schedule.clone()),
             x_t: Some(x_t),
+            graphs: None,
             steps_done: 0,
             batch: b,
             device: run.device,
@@ -67,7 +71,11 @@ impl<A: KernelAutodiffBackend> Case for Sampling<'_, A> {
             .take()
             .expect("the chain holds its sample between steps");
         let input = network_input(x_t.clone(), Some(self.cond.clone()));
-        let eps = self.model.forward(input, &vec![t; self.batch]);
+        let timesteps = vec![t; self.batch];
+        let eps = match &self.graphs {
+            Some(graphs) => graphs.forward(&self.model, input, &timesteps),
+            None => self.model.forward(input, &timesteps),
+        };
         let noise = Tensor::random(x_t.shape(), Distribution::Normal(0.0, 1.0), self.device);
         self.x_t = Some(self.sampler.step(eps, t, x_t, noise).prev_sample);
         self.steps_done += 1;
@@ -95,6 +103,10 @@ pub(super) fn measure<A: KernelAutodiffBackend>(
     // The chain walks down the schedule: trace only while timesteps remain.
     if run.traces_gpu() && case.steps_done + super::TRACED_STEPS < TIMESTEPS {
         run.record.sample_gpu = run.trace_gpu(case, "sampling step")?;
+    }
+    if run.traces_gpu() && run.config.cuda_graphs {
+        run.record.sample_graph = Some(graph_steps(run, case)?);
+        run.save("the replayed sampling steps");
     }
     let x_t = case.x_t.take().expect("the chain's sample");
     let largest: f32 = x_t.abs().max().into_scalar().elem();
@@ -147,4 +159,91 @@ pub(super) fn forward_breakdown<A: KernelAutodiffBackend>(
             .join(", ")
     ));
     Ok(())
+}
+
+/// Untimed calls before a graph replays: the warm-up passes and the capture.
+const GRAPH_START: usize = 3;
+
+/// The sampling steps again with the network replayed from a CUDA graph (after its warm-up and
+/// capture, untimed), their GPU time, and one network call replayed against the same call run
+/// as it comes.
+fn graph_steps<A: KernelAutodiffBackend>(
+    run: &mut Run<A>,
+    case: &mut Sampling<A>,
+) -> Result<GraphRun> {
+    let steps = run.config.steps;
+    let mut record = GraphRun {
+        step_median_ms: None,
+        issue_median_ms: None,
+        nodes: 0,
+        node_kinds: String::new(),
+        threads_ms: Default::default(),
+        off: None,
+        max_abs_diff: None,
+        values_differing: None,
+        gpu: None,
+    };
+    if case.steps_done + GRAPH_START + steps + 1 + super::TRACED_STEPS >= TIMESTEPS {
+        record.off = Some("too few timesteps left in the chain".into());
+        return Ok(record);
+    }
+    run.say("sampling steps replayed from a CUDA graph (two warm-up passes, the capture)");
+    case.graphs = Some(ForwardGraphs::new(true));
+    for _ in 0..GRAPH_START {
+        step(case)?;
+    }
+    let status = case.graphs.as_ref().expect("just set").status();
+    record.nodes = status.nodes;
+    record.node_kinds = status.node_kinds.clone();
+    if let Some(why) = status.off {
+        run.say(&format!("CUDA graphs off: {why}"));
+        record.off = Some(why);
+        case.graphs = None;
+        return Ok(record);
+    }
+    let (timed, _) = timed_steps(case, 0, steps, || Ok(()))?;
+    let ms: Vec<f64> = timed.iter().map(|s| s.ms).collect();
+    record.step_median_ms = Some(median(&ms));
+    record.gpu = run.trace_gpu(case, "replayed sampling step")?;
+    let (diff, differing) = replay_against_eager(case)?;
+    record.max_abs_diff = Some(diff);
+    record.values_differing = Some(differing);
+    run.say(&format!(
+        "replayed sampling step median {:.2} ms over {steps} steps ({} graph nodes); one call \
+         replayed against run as it comes: {differing} values differ, largest difference {diff:e}",
+        median(&ms),
+        record.nodes
+    ));
+    case.graphs = None;
+    Ok(record)
+}
+
+/// The network on the chain's current input, replayed and run as it comes: the largest absolute
+/// difference and how many values differ.
+fn replay_against_eager<A: KernelAutodiffBackend>(case: &Sampling<A>) -> Result<(f64, usize)> {
+    let x_t = case.x_t.clone().expect("the chain holds its sample");
+    let input = network_input(x_t, Some(case.cond.clone()));
+    let timesteps = vec![TIMESTEPS - 1 - case.steps_done; case.batch];
+    let graphs = case.graphs.as_ref().expect("graphs replay");
+    let replayed = graphs.forward(&case.model, input.clone(), &timesteps);
+    let eager = case.model.forward(input, &timesteps);
+    let values = |t: Tensor<Inner<A>, 5>| -> Vec<f32> {
+        t.into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 data")
+    };
+    let (a, b) = (values(replayed), values(eager));
+    let differing = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count();
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0.0, f64::max);
+    case.sync()?;
+    Ok((diff, differing))
 }

@@ -12,6 +12,7 @@ use medddpm_kernels::conv::backward_profile;
 use medddpm_kernels::MemoryStats;
 use medddpm_train::{
     micro_step, micro_step_forward, DiffusionConfig, FusedAdamOptimizer, MicroBatch,
+    MicroStepGraphs,
 };
 use medddpm_unet::{ActivationCheckpointing, UNet};
 
@@ -24,24 +25,28 @@ use crate::host_profile::HostProfile;
 /// timesteps every step, fresh noise.
 pub(super) struct Training<'a, B: KernelAutodiffBackend> {
     /// The f32 master weights (taken while a step runs).
-    model: Option<UNet<B>>,
+    pub(super) model: Option<UNet<B>>,
     /// Adam (PyTorch's epsilon; the whole model's update as one operation, as the trainer
     /// runs it), with the working copies of the weights in the compute precision.
-    optim: FusedAdamOptimizer<UNet<B>, B>,
-    x0: Tensor<B, 5>,
-    cond: Tensor<B, 5>,
-    timesteps: Vec<usize>,
-    schedule: CosineSchedule,
+    pub(super) optim: FusedAdamOptimizer<UNet<B>, B>,
+    pub(super) x0: Tensor<B, 5>,
+    pub(super) cond: Tensor<B, 5>,
+    pub(super) timesteps: Vec<usize>,
+    pub(super) schedule: CosineSchedule,
     /// The reference's objective: L1 on the predicted noise.
-    objective: DiffusionConfig,
-    compute_dtype: DType,
+    pub(super) objective: DiffusionConfig,
+    pub(super) compute_dtype: DType,
     /// What the backward pass recomputes instead of keeping.
-    checkpointing: ActivationCheckpointing,
-    lr: f64,
+    pub(super) checkpointing: ActivationCheckpointing,
+    pub(super) lr: f64,
     /// Read the loss back after the step (a synchronisation: only outside the timed steps).
-    read_loss: bool,
-    last_loss: f32,
-    device: &'a B::Device,
+    pub(super) read_loss: bool,
+    /// The micro-step through CUDA graphs (the steps after the ones run as they come).
+    pub(super) graphs: Option<MicroStepGraphs<B>>,
+    /// Per step, the host's ms until the micro-step, in it, and after it (Adam).
+    pub(super) host_phases: Vec<[f64; 3]>,
+    pub(super) last_loss: f32,
+    pub(super) device: &'a B::Device,
 }
 
 impl<'a, B: KernelAutodiffBackend> Training<'a, B> {
@@ -59,6 +64,8 @@ impl<'a, B: KernelAutodiffBackend> Training<'a, B> {
             checkpointing: run.config.activation_checkpointing,
             lr: run.config.lr,
             read_loss: false,
+            graphs: None,
+            host_phases: Vec::new(),
             last_loss: f32::NAN,
             device: run.device,
         }
@@ -92,17 +99,19 @@ impl<B: KernelAutodiffBackend> Case for Training<'_, B> {
             .expect("the model is back after each step");
         // The working copies of the previous step's update (cast on the first step).
         let work = self.optim.working_model(&model, self.compute_dtype);
-        let (grads, loss) = micro_step(
-            &work,
-            &self.schedule,
-            self.new_batch(),
-            &self.objective,
-            1.0,
-            self.checkpointing,
-        );
+        let batch = self.new_batch();
+        let how = (&self.objective, 1.0, self.checkpointing);
+        let t0 = Instant::now();
+        let (grads, loss) = match self.graphs.as_mut() {
+            Some(graphs) => graphs.micro_step(&work, &self.schedule, batch, how),
+            None => micro_step(&work, &self.schedule, batch, how.0, how.1, how.2),
+        };
+        let t1 = Instant::now();
         // As the trainer does: the update consumes the working copies.
         drop(work);
         self.model = Some(self.optim.step(self.lr, model, grads));
+        self.host_phases
+            .push([ms_since(start), ms_since(t0) - ms_since(t1), ms_since(t1)]);
         if self.read_loss {
             self.last_loss = loss.inner().into_scalar().elem();
         }
@@ -142,6 +151,7 @@ pub(super) fn measure<B: KernelAutodiffBackend>(
     }
     case.read_loss = true;
     step(case)?;
+    case.read_loss = false;
     run.record.train_issue_median_ms = Some(median(&issue_ms));
     let loss = case.last_loss;
     if !loss.is_finite() {

@@ -10,6 +10,7 @@ use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTen
 use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
+use crate::graph::{Captured, GraphError};
 use crate::norm::reference::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
@@ -171,6 +172,37 @@ pub trait KernelBackend: CollectiveBackend {
     /// kernel launch, one operation for the whole list.
     fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
         crate::adam::sum::sum_f32_primitive::<Self>(pairs)
+    }
+
+    /// `step` on `inputs`, run where this backend captures graphs ([`crate::graph`]), as it
+    /// comes. Provided body: `step` itself.
+    fn graph_warm_up(
+        _device: &Self::Device,
+        inputs: Vec<FloatTensor<Self>>,
+        step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+    ) -> Vec<FloatTensor<Self>> {
+        step(inputs)
+    }
+
+    /// `step` recorded as a graph, with copies of `inputs` as its input buffers; nothing runs.
+    /// Provided body: unsupported (CUDA captures, see `cuda_graph`).
+    fn graph_capture(
+        _device: &Self::Device,
+        _inputs: Vec<FloatTensor<Self>>,
+        _step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+    ) -> Result<Captured<Self>, GraphError> {
+        Err(GraphError::Unsupported(
+            "this backend captures no graphs".into(),
+        ))
+    }
+
+    /// The graph replayed on `inputs` (checked against the captured ones by the caller): copies
+    /// of its outputs. Only the backend that made `captured` is asked.
+    fn graph_replay(
+        _captured: &Captured<Self>,
+        _inputs: Vec<FloatTensor<Self>>,
+    ) -> Vec<FloatTensor<Self>> {
+        unreachable!("a graph replayed by a backend that captures none")
     }
 }
 

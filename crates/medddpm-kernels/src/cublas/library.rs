@@ -12,6 +12,7 @@ use crate::product::plan::ColumnMajor;
 type Handle = *mut c_void;
 type Create = unsafe extern "C" fn(*mut Handle) -> c_int;
 type SetStream = unsafe extern "C" fn(Handle, *mut c_void) -> c_int;
+type SetWorkspace = unsafe extern "C" fn(Handle, *mut c_void, usize) -> c_int;
 #[allow(clippy::type_complexity)]
 type GemmStridedBatchedEx = unsafe extern "C" fn(
     Handle,
@@ -58,10 +59,30 @@ pub(super) mod compute_type {
 /// allow).
 const GEMM_DEFAULT: c_int = -1;
 
+/// Bytes of the workspace given to cuBLAS per stream (what PyTorch gives it on Hopper).
+const WORKSPACE: usize = 32 << 20;
+
+/// The workspace of `stream` (allocated on its first product, kept for the process; the
+/// device thread that enqueues the products is the only user).
+fn workspace_of(stream: u64) -> Result<u64, String> {
+    static WORKSPACES: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
+    let mut all = WORKSPACES.lock().unwrap_or_else(|e| e.into_inner());
+    let all = all.get_or_insert_with(HashMap::new);
+    if let Some(&ptr) = all.get(&stream) {
+        return Ok(ptr);
+    }
+    // SAFETY: a plain allocation in the current context (the stream's).
+    let ptr = unsafe { cudarc::driver::result::malloc_sync(WORKSPACE) }
+        .map_err(|e| format!("cuBLAS workspace of {WORKSPACE} bytes: {e}"))?;
+    all.insert(stream, ptr);
+    Ok(ptr)
+}
+
 /// The functions used, from the loaded library.
 pub(super) struct Cublas {
     create: Create,
     set_stream: SetStream,
+    set_workspace: SetWorkspace,
     gemm: GemmStridedBatchedEx,
     /// Kept loaded for the process.
     _lib: Library,
@@ -104,6 +125,7 @@ fn resolve(lib: Library) -> Result<Cublas, String> {
     Ok(Cublas {
         create: symbol(&lib, "cublasCreate_v2")?,
         set_stream: symbol(&lib, "cublasSetStream_v2")?,
+        set_workspace: symbol(&lib, "cublasSetWorkspace_v2")?,
         gemm: symbol(&lib, "cublasGemmStridedBatchedEx")?,
         _lib: lib,
     })
@@ -167,6 +189,14 @@ impl Cublas {
         check(
             "cublasSetStream",
             (self.set_stream)(handle, stream as usize as *mut c_void),
+        )?;
+        // A workspace of ours per stream (setting the stream dropped the previous one): left
+        // to itself, cuBLAS allocates its workspace stream-ordered, which a CUDA graph
+        // captures as allocation and free nodes that make each replay's launch slow.
+        let workspace = workspace_of(stream)?;
+        check(
+            "cublasSetWorkspace",
+            (self.set_workspace)(handle, workspace as usize as *mut c_void, WORKSPACE),
         )?;
         let (one_f32, zero_f32) = (1.0f32, 0.0f32);
         let (one_f64, zero_f64) = (1.0f64, 0.0f64);

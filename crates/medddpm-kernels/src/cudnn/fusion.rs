@@ -160,6 +160,29 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cube::sum::sum_f32::<CudaRuntime, F, I, BT>(pairs)
     }
 
+    fn graph_warm_up(
+        _device: &Self::Device,
+        inputs: Vec<FloatTensor<Self>>,
+        step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+    ) -> Vec<FloatTensor<Self>> {
+        crate::cuda_graph::warm_up::<F, I, BT>(inputs, step)
+    }
+
+    fn graph_capture(
+        device: &Self::Device,
+        inputs: Vec<FloatTensor<Self>>,
+        step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+    ) -> Result<crate::graph::Captured<Self>, crate::graph::GraphError> {
+        crate::cuda_graph::capture::<F, I, BT>(device, inputs, step)
+    }
+
+    fn graph_replay(
+        captured: &crate::graph::Captured<Self>,
+        inputs: Vec<FloatTensor<Self>>,
+    ) -> Vec<FloatTensor<Self>> {
+        crate::cuda_graph::replay::<F, I, BT>(captured, inputs)
+    }
+
     fn upsample_trilinear_x2_backward(
         grad: FloatTensor<Self>,
         layout: Layout,

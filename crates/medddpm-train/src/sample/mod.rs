@@ -6,8 +6,8 @@ use burn::tensor::{backend::Backend, Tensor, TensorData};
 use medddpm_diffusion::{CosineSchedule, Sampler, SamplerConfig};
 use medddpm_mask::LabelScheme;
 use medddpm_nifti::Volume;
-use medddpm_unet::KernelBackend;
 use medddpm_unet::{load_reference_checkpoint, UNet, WeightsEntry};
+use medddpm_unet::{GraphStatus, GraphedUNet, KernelBackend};
 
 pub mod brain;
 mod output;
@@ -118,6 +118,18 @@ pub struct SampleOptions {
     /// Brain masks for segmentations without the brain label (models whose label scheme has
     /// a "brain" channel, e.g. BraTS); see [`brain::ensure_brain_label`].
     pub brain_masks: Option<BrainMasks>,
+    /// Replay the network's forward pass from a CUDA graph after a warm-up
+    /// ([`medddpm_unet::GraphedUNet`]; steps run as they come where graphs cannot).
+    pub cuda_graphs: bool,
+}
+
+/// What [`sample_masks`] did.
+#[derive(Debug, Clone)]
+pub struct Sampled {
+    /// The files written, in order.
+    pub written: Vec<PathBuf>,
+    /// What the CUDA graphs did.
+    pub graphs: GraphStatus,
 }
 
 /// One mask as the network will see it, and the grids its samples are written on.
@@ -182,8 +194,9 @@ pub fn sample_masks<B: KernelBackend>(
     options: &SampleOptions,
     device: &B::Device,
     mut progress: impl FnMut(usize, usize, usize),
-) -> Result<Vec<PathBuf>, TrainError> {
+) -> Result<Sampled, TrainError> {
     let scheme = model.config.data.label_scheme.clone();
+    let denoiser = GraphedUNet::new(&model.unet, options.cuda_graphs);
     let sampler = Sampler::new(model.schedule.clone(), &options.sampler)
         .map_err(|e| TrainError::Config {
             path: None,
@@ -221,6 +234,7 @@ pub fn sample_masks<B: KernelBackend>(
             );
             let draw = Draw {
                 sampler: &sampler,
+                denoiser: &denoiser,
                 model,
                 mask: &mask,
                 trajectory: options.trajectory,
@@ -245,12 +259,16 @@ pub fn sample_masks<B: KernelBackend>(
             }
         }
     }
-    Ok(written)
+    Ok(Sampled {
+        written,
+        graphs: denoiser.status(),
+    })
 }
 
 /// One reverse process for one mask, optionally keeping trajectory frames.
 struct Draw<'a, B: KernelBackend> {
     sampler: &'a Sampler,
+    denoiser: &'a GraphedUNet<'a, B>,
     model: &'a SamplingModel<B>,
     mask: &'a PreparedMask,
     trajectory: Option<usize>,
@@ -276,7 +294,7 @@ impl<B: KernelBackend> Draw<'_, B> {
         let channels = self.model.unet.out_channels();
         let x = self
             .sampler
-            .sample_observed(&self.model.unet, cond, channels, |done, x| {
+            .sample_observed(self.denoiser, cond, channels, |done, x| {
                 if let Some(t) = trajectory.as_mut().filter(|t| t.wants(done)) {
                     let voxels = d * h * w;
                     let values = x

@@ -7,6 +7,7 @@
 //! `periodic` (checkpoints, the loss curve and samples on the cadence).
 
 mod exchange;
+pub(crate) mod graphed;
 mod link;
 mod loader;
 mod log;
@@ -28,6 +29,7 @@ use burn::tensor::DType;
 use medddpm_kernels::{Collective, Precision};
 use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
+pub use graphed::MicroStepGraphs;
 pub use log::{StepMetrics, LOSS_WINDOW};
 pub use step::{micro_step, micro_step_forward, micro_step_loss, MicroBatch, MicroStepForward};
 
@@ -101,6 +103,11 @@ pub struct SessionOptions {
     /// How the replicas of a multi-device run ([`train_on`]) average their gradients: `nccl`
     /// on CUDA; `host` (and `auto`, which the backend layer resolves) anywhere.
     pub collective: Collective,
+    /// Replay the micro-step from a CUDA graph after two warm-up steps
+    /// ([`MicroStepGraphs`]; one-device runs without activation checkpointing; elsewhere, and
+    /// where graphs cannot run, every step runs as it comes). Off by default (slower on an
+    /// H200 today: the graph's launch costs the host more than the launches it replaces).
+    pub cuda_graphs: bool,
 }
 
 /// Trains (or resumes) the experiment in `run`, on backend `B`.
@@ -181,11 +188,13 @@ fn lead<B: KernelAutodiffBackend>(
     let mut skipped_in_a_row = 0usize;
     observer.started(progress.start_step, end_step);
     let compute_dtype = options.compute.precision.compute_dtype();
+    let graphs = std::cell::RefCell::new(MicroStepGraphs::new(options.cuda_graphs));
     while s.state.step < end_step {
         // 1-3. The micro-batches, the team's average, Adam.
         let replica = Replica {
             schedule: &s.schedule,
             device,
+            graphs: (team.shard.world == 1).then_some(&graphs),
         };
         let lr = settings.lr_at(s.state.step);
         let step_number = s.state.step + 1;
@@ -223,6 +232,9 @@ fn lead<B: KernelAutodiffBackend>(
             progress.last_checkpoint = Some(path);
             progress.samples.extend(drawn);
         }
+    }
+    if let Some(line) = graphs.borrow().status().summary() {
+        observer.message(&line);
     }
     progress.summary(run, &s.state)
 }

@@ -103,6 +103,7 @@ impl<B: KernelAutodiffBackend> Worker<B> {
             let replica = Replica {
                 schedule: &self.schedule,
                 device: &self.device,
+                graphs: None,
             };
             let lr = config.train.lr_at(self.step);
             let (model, outcome, _) = optimizer_step(

@@ -11,6 +11,7 @@ use medddpm_unet::{ActivationCheckpointing, CheckpointedForward, KernelAutodiffB
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::graphed::MicroStepGraphs;
 use super::loader::{stacked, HostBatch, Loader, READ_AHEAD};
 use super::shard::Shard;
 use crate::data::Example;
@@ -156,6 +157,8 @@ pub(super) struct AccumulatedStep<B: KernelAutodiffBackend> {
 pub(super) struct Replica<'a, B: KernelAutodiffBackend> {
     pub schedule: &'a CosineSchedule,
     pub device: &'a B::Device,
+    /// The micro-step's CUDA graphs (one-device runs), else every step as it comes.
+    pub graphs: Option<&'a RefCell<MicroStepGraphs<B>>>,
 }
 
 /// Runs this replica's micro-batches of the step whose first micro-batch is `first` with the
@@ -201,14 +204,17 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
         loader.read_ahead(&upcoming);
         step.batch_indices.extend_from_slice(&indices);
         let batch = draw_micro_batch(replica, host, &positions, config);
-        let (grads, loss) = micro_step(
-            work,
-            replica.schedule,
-            batch,
+        let how = (
             &config.diffusion,
             divisor,
             settings.activation_checkpointing,
         );
+        let (grads, loss) = match replica.graphs {
+            Some(graphs) => graphs
+                .borrow_mut()
+                .micro_step(work, replica.schedule, batch, how),
+            None => micro_step(work, replica.schedule, batch, how.0, how.1, how.2),
+        };
         // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
         // compute dtype, and the team's average works in f32 (`Team::average`).
         step.accumulator.add(model, grads);

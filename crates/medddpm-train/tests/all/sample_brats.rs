@@ -58,6 +58,7 @@ fn options(brain_masks: Option<BrainMasks>) -> SampleOptions {
         trajectory: None,
         overwrite: false,
         brain_masks,
+        cuda_graphs: true,
     }
 }
 
@@ -78,7 +79,7 @@ fn four_modalities_per_sample_and_the_brain_label_from_a_mask() {
 
     // The segmentation as prepared (brain label 4 included).
     let full_out = tmp.path().join("with-label");
-    let written = sample_masks(
+    let sampled = sample_masks(
         &model,
         std::slice::from_ref(&seg_path),
         &full_out,
@@ -87,6 +88,9 @@ fn four_modalities_per_sample_and_the_brain_label_from_a_mask() {
         |_, _, _| {},
     )
     .unwrap();
+    // The CPU records no graphs: two warm-up passes, then every step as it comes.
+    assert_eq!(sampled.graphs.captured, 0);
+    let written = sampled.written;
     let names: Vec<String> = written
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -127,7 +131,8 @@ fn four_modalities_per_sample_and_the_brain_label_from_a_mask() {
         &device,
         |_, _, _| {},
     )
-    .unwrap();
+    .unwrap()
+    .written;
     for (a, b) in written.iter().zip(&again) {
         assert_eq!(
             Volume::read(a).unwrap().data(),

@@ -70,7 +70,9 @@ fn check_nothing_is_overwritten(
         samples_per_mask: 1,
         ..options.clone()
     };
-    let beside = sample_masks(model, masks, out, &other_seed, &device, |_, _, _| {}).unwrap();
+    let beside = sample_masks(model, masks, out, &other_seed, &device, |_, _, _| {})
+        .unwrap()
+        .written;
     assert!(beside[0].ends_with("phantom_000_seed-6_sample-0.nii.gz"));
     assert_eq!(std::fs::read(&written[1]).unwrap(), before[1]);
     std::fs::remove_file(&beside[0]).unwrap();
@@ -150,8 +152,11 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         trajectory: None,
         overwrite: false,
         brain_masks: None,
+        cuda_graphs: true,
     };
-    let mut written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {}).unwrap();
+    let mut written = sample_masks(&model, &masks, &out, &options, &device, |_, _, _| {})
+        .unwrap()
+        .written;
     assert_eq!(written.len(), 2);
     assert!(
         written[1].ends_with("phantom_000_seed-5_sample-1.nii.gz"),
@@ -175,8 +180,9 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         samples_per_mask: 1,
         ..options.clone()
     };
-    let odd_written =
-        sample_masks(&model, &[odd_path], &odd_dir, &one, &device, |_, _, _| {}).unwrap();
+    let odd_written = sample_masks(&model, &[odd_path], &odd_dir, &one, &device, |_, _, _| {})
+        .unwrap()
+        .written;
     let sample = Volume::read(&odd_written[0]).unwrap();
     assert_eq!(sample.dims(), [20, 16, 12]);
     assert!(sample.same_grid(&odd), "written on the mask's own grid");
@@ -197,7 +203,10 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
     })
     .unwrap();
     assert_eq!(calls, 25);
-    written.extend(ddim_written);
+    // The CPU captures nothing and says nothing about it.
+    assert!(ddim_written.graphs.unsupported);
+    assert_eq!(ddim_written.graphs.summary(), None);
+    written.extend(ddim_written.written);
     // And through 15 DPM-Solver++(2M) steps, with the denoising drawn as a GIF of 5 frames.
     let dpm = SampleOptions {
         sampler: SamplerConfig {
@@ -217,7 +226,8 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
         &device,
         |_, _, done| calls = calls.max(done),
     )
-    .unwrap();
+    .unwrap()
+    .written;
     assert_eq!(calls, 15);
     // The NIfTI sample, then its trajectory: steps 3, 6, ..., 15, the last held for a second.
     assert_eq!(dpm_written.len(), 2, "{dpm_written:?}");

@@ -220,3 +220,34 @@ fn try_forward_reports_a_bad_shape_and_otherwise_equals_forward() {
     let diff = (got - want).abs().max().into_scalar();
     assert!(diff <= 1e-6, "try_forward and forward differ by {diff}");
 }
+
+#[test]
+fn graphed_forward_equals_forward_and_says_why_the_cpu_replays_nothing() {
+    use burn::tensor::{Distribution, Tensor};
+    use medddpm_diffusion::Denoiser;
+    use medddpm_unet::GraphedUNet;
+    let device = Default::default();
+    let unet = medddpm_unet::randomize_weights(UNetConfig::tiny().init::<Flex>(&device).unwrap());
+    let graphed = GraphedUNet::new(&unet, true);
+    // Two warm-up passes, the capture (refused on the CPU), then passes as they come.
+    for t in [5, 4, 3, 2] {
+        let x = Tensor::<Flex, 5>::random([1, 3, 4, 4, 4], Distribution::Default, &device);
+        let got = graphed.predict_noise(x.clone(), &[t]);
+        let want = unet.forward(x, &[t]);
+        assert_eq!(
+            got.into_data().to_vec::<f32>().unwrap(),
+            want.into_data().to_vec::<f32>().unwrap(),
+            "timestep {t}"
+        );
+    }
+    let status = graphed.status();
+    assert_eq!((status.captured, status.replays), (0, 0));
+    assert_eq!(
+        status.off.as_deref(),
+        Some("this backend captures no graphs")
+    );
+    assert_eq!(status.summary(), None);
+    let off = GraphedUNet::new(&unet, false).status();
+    assert_eq!(off.off.as_deref(), Some("turned off"));
+    assert_eq!(off.summary(), None);
+}

@@ -81,7 +81,11 @@ impl<'a> Command<'a> {
 
     /// Explicitly cleanup gpu memory on the current stream.
     pub fn memory_cleanup(&mut self) {
-        self.streams.current().memory_management_gpu.cleanup(true)
+        let current = self.streams.current();
+        // medddpm patch: the buffers of a live graph stay (`Stream::graphs_alive`).
+        if current.graphs_alive == 0 {
+            current.memory_management_gpu.cleanup(true)
+        }
     }
 
     /// Set the [`MemoryAllocationMode`] for the current stream.
@@ -213,8 +217,10 @@ impl<'a> Command<'a> {
             .map(|b| b.handle.clone())
             .collect::<Vec<_>>();
 
+        let stream = self.streams.current().sys;
+        super::capture::forbid(stream, "a read back to the host while capturing");
         let result = self.copies_to_bytes(descriptors, true);
-        let fence = Fence::new(self.streams.current().sys);
+        let fence = Fence::new(stream);
 
         async move {
             let sync = fence.wait_sync();
@@ -333,6 +339,7 @@ impl<'a> Command<'a> {
             Some(id) => self.streams.get(&id),
             None => self.streams.current(),
         };
+        super::capture::forbid(stream.sys, "a copy back to the host while capturing");
 
         // SAFETY: `resource.ptr` is a valid device pointer obtained from the memory manager,
         // `stream.sys` is an initialized CUDA stream, and `bytes` is pre-allocated with
@@ -389,8 +396,12 @@ impl<'a> Command<'a> {
             }
             _ => data,
         };
-        // medddpm patch: small pageable data goes through the pinned upload ring.
-        if size <= SMALL_UPLOAD && !matches!(data.property(), AllocationProperty::Pinned) {
+        // medddpm patch: small pageable data goes through the pinned upload ring, and every
+        // upload of a capture through its arena (a replay copies from there again).
+        let capturing = self.streams.current().upload_ring.capturing();
+        if capturing
+            || (size <= SMALL_UPLOAD && !matches!(data.property(), AllocationProperty::Pinned))
+        {
             let (staged, stream) = self.stage_small(&data)?;
             // SAFETY: as below; `staged` is pinned and untouched until the stream has passed
             // this copy.
@@ -435,7 +446,7 @@ impl<'a> Command<'a> {
         // staging, each buffer went to the drop queue, whose release every 64 uploads waits
         // for the GPU to pass an earlier fence: the device thread could not run more than
         // about a hundred launches ahead of the GPU (35 ms of waits a bf16 training step).
-        if data.len() <= SMALL_UPLOAD {
+        if data.len() <= SMALL_UPLOAD || self.streams.current().upload_ring.capturing() {
             let handle = self.empty(data.len() as u64)?;
             let resource = self.resource(handle.clone().binding())?;
             let (staged, stream) = self.stage_small(data)?;
@@ -478,7 +489,9 @@ impl<'a> Command<'a> {
     ///
     /// * A `DynFut<()>` future that resolves when the stream is synchronized.
     pub fn sync(&mut self) -> DynFut<Result<(), ServerError>> {
-        let fence = Fence::new(self.streams.current().sys);
+        let stream = self.streams.current().sys;
+        super::capture::forbid(stream, "a synchronisation while capturing");
+        let fence = Fence::new(stream);
 
         Box::pin(async { fence.wait_sync() })
     }

@@ -1,3 +1,4 @@
+pub mod capture;
 pub(crate) mod command;
 pub(crate) mod communication;
 pub(crate) mod context;

@@ -576,6 +576,90 @@ impl CudaServer {
         }
     }
 
+    /// medddpm patch: starts capturing the launches of stream `stream_id` as a CUDA graph
+    /// (`capture.rs`). Its pool frees nothing from now on, until the graph is released
+    /// ([`Self::release_graph`]) or the capture fails.
+    pub fn begin_capture(&mut self, stream_id: StreamId) -> Result<(), ServerError> {
+        let mut command = self.command_no_inputs(
+            stream_id,
+            StreamErrorMode {
+                ignore: false,
+                flush: true,
+            },
+        )?;
+        let current = command.streams.current();
+        if super::capture::is_capturing(current.sys) {
+            return Err(capture_error("the stream is already capturing".into()));
+        }
+        current.graphs_alive += 1;
+        current.upload_ring.begin_capture();
+        super::capture::begin(current.sys).map_err(|e| {
+            current.graphs_alive -= 1;
+            current.upload_ring.end_capture();
+            capture_error(e)
+        })
+    }
+
+    /// medddpm patch: ends the capture begun by [`Self::begin_capture`] on `stream_id` and
+    /// instantiates its graph.
+    pub fn end_capture(
+        &mut self,
+        stream_id: StreamId,
+    ) -> Result<super::capture::CudaGraph, ServerError> {
+        let mut command = self.command_no_inputs(
+            stream_id,
+            StreamErrorMode {
+                ignore: true,
+                flush: false,
+            },
+        )?;
+        let current = command.streams.current();
+        let arena = current.upload_ring.end_capture().into_chunks();
+        let ended = super::capture::end(current.sys, arena);
+        if ended.is_err() {
+            current.graphs_alive -= 1;
+        }
+        ended.map_err(capture_error)
+    }
+
+    /// medddpm patch: drops `graph`, captured on `stream_id`, once the stream has finished
+    /// its replays; the stream's pool may free memory again when no other graph lives.
+    pub fn release_graph(&mut self, graph: super::capture::CudaGraph, stream_id: StreamId) {
+        let Ok(mut command) = self.command_no_inputs(
+            stream_id,
+            StreamErrorMode {
+                ignore: true,
+                flush: false,
+            },
+        ) else {
+            return;
+        };
+        let current = command.streams.current();
+        let _ = Fence::new(current.sys).wait_sync();
+        drop(graph);
+        current.graphs_alive = current.graphs_alive.saturating_sub(1);
+        if current.graphs_alive == 0 {
+            // Only graphs use this stream: its pool's buffers go back to the driver.
+            current.memory_management_gpu.cleanup(true);
+            current.memory_management_gpu.storage().flush();
+        }
+    }
+
+    /// medddpm patch: the CUDA stream of `stream_id` (made on first use).
+    pub fn cuda_stream(
+        &mut self,
+        stream_id: StreamId,
+    ) -> Result<cudarc::driver::sys::CUstream, ServerError> {
+        let mut command = self.command_no_inputs(
+            stream_id,
+            StreamErrorMode {
+                ignore: true,
+                flush: false,
+            },
+        )?;
+        Ok(command.streams.current().sys)
+    }
+
     fn command_no_inputs(
         &mut self,
         stream_id: StreamId,
@@ -626,7 +710,9 @@ impl CudaServer {
                 reason: alloc::format!("{errors:?}"),
                 backtrace: BackTrace::capture(),
             });
-            stream.current().memory_management_gpu.cleanup(false);
+            if stream.current().graphs_alive == 0 {
+                stream.current().memory_management_gpu.cleanup(false);
+            }
         }
 
         core::mem::drop(stream);
@@ -1174,5 +1260,13 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         cubecl_common::busy::IN_CALL[self.0].add(self.1);
+    }
+}
+
+/// medddpm patch: a capture's failure as cubecl's error.
+fn capture_error(reason: String) -> ServerError {
+    ServerError::Generic {
+        reason: format!("CUDA graph capture: {reason}"),
+        backtrace: BackTrace::capture(),
     }
 }

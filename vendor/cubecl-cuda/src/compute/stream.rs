@@ -28,6 +28,9 @@ pub struct Stream {
     pub drop_queue: drop_queue::PendingDropQueue<Fence>,
     /// medddpm patch: pinned staging for uploads of at most 64 KiB (`upload_ring.rs`).
     pub upload_ring: super::upload_ring::UploadRing,
+    /// medddpm patch: graphs captured on this stream and still alive. Their replays write the
+    /// pool's buffers that were free when captured, so the pool frees nothing meanwhile.
+    pub graphs_alive: usize,
 }
 
 impl drop_queue::Fence for Fence {
@@ -83,6 +86,7 @@ impl EventStreamBackend for CudaStreamBackend {
             errors: Vec::new(),
             drop_queue: Default::default(),
             upload_ring: Default::default(),
+            graphs_alive: 0,
         }
     }
 

@@ -33,6 +33,8 @@ pub struct UploadRing {
     fences: Vec<Option<Fence>>,
     /// The stream the copies run on (set with `base`).
     stream: CUstream,
+    /// While the stream captures a graph: where uploads go instead (`capture.rs`).
+    capture: Option<super::capture::CaptureArena>,
 }
 
 // SAFETY: the ring is owned by one stream, used from the thread that owns the stream's server;
@@ -47,6 +49,7 @@ impl Default for UploadRing {
             offset: 0,
             fences: (0..CHUNKS).map(|_| None).collect(),
             stream: core::ptr::null_mut(),
+            capture: None,
         }
     }
 }
@@ -56,6 +59,12 @@ impl UploadRing {
     /// which stays untouched until `stream` has passed the work enqueued on it after this call
     /// and before the ring comes round again.
     pub fn stage(&mut self, data: &[u8], stream: CUstream) -> Result<&[u8], ServerError> {
+        if let Some(arena) = self.capture.as_mut() {
+            return arena.stage(data).map_err(|reason| ServerError::Generic {
+                reason,
+                backtrace: cubecl_common::backtrace::BackTrace::capture(),
+            });
+        }
         assert!(data.len() <= CHUNK, "an upload of {} bytes", data.len());
         if self.base.is_null() {
             // SAFETY: the calling thread has the stream's context current.
@@ -84,6 +93,23 @@ impl UploadRing {
         };
         self.offset += data.len().next_multiple_of(ALIGN);
         Ok(staged)
+    }
+}
+
+impl UploadRing {
+    /// Uploads of any size go to a capture's arena from now on, until [`Self::end_capture`].
+    pub fn begin_capture(&mut self) {
+        self.capture = Some(Default::default());
+    }
+
+    /// The arena of the capture that ends (empty when none was begun).
+    pub fn end_capture(&mut self) -> super::capture::CaptureArena {
+        self.capture.take().unwrap_or_default()
+    }
+
+    /// Whether uploads go to a capture's arena.
+    pub fn capturing(&self) -> bool {
+        self.capture.is_some()
     }
 }
 

@@ -70,6 +70,11 @@ impl GpuStorage {
     ///
     /// This method processes all pending deallocations by freeing the associated GPU memory.
     fn perform_deallocations(&mut self) {
+        // medddpm patch: a free on a capturing stream would become part of its graph; the
+        // memory is released after the capture instead.
+        if crate::compute::capture::is_capturing(self.stream) {
+            return;
+        }
         self.deallocations
             .drain(..)
             .filter_map(|id| self.memory.remove(&id))
@@ -182,7 +187,14 @@ impl ComputeStorage for GpuStorage {
         // SAFETY: Calling CUDA driver FFI to allocate device memory. First tries async
         // allocation on the stream; falls back to synchronous allocation if that fails.
         // The returned pointer is stored in `self.memory` and freed on deallocation.
-        let ptr = unsafe { cudarc::driver::result::malloc_async(self.stream, size as usize) };
+        // medddpm patch: on a capturing stream, an allocation node would make the graph own
+        // the memory; a plain allocation instead (allowed in a relaxed-mode capture).
+        let ptr = match crate::compute::capture::is_capturing(self.stream) {
+            true => Err(cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            )),
+            false => unsafe { cudarc::driver::result::malloc_async(self.stream, size as usize) },
+        };
         let (ptr, kind) = match ptr {
             Ok(ptr) => (ptr, AllocationKind::Async),
             Err(_) => unsafe {

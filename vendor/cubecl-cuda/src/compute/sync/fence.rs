@@ -28,6 +28,13 @@ impl Fence {
     ///
     /// The [stream](CUevent_st) must be initialized.
     pub fn new(stream: *mut CUstream_st) -> Self {
+        // medddpm patch: a capturing stream runs nothing, so there is nothing to wait for; an
+        // event recorded there could not be waited on from the host (`capture.rs`).
+        if super::super::capture::is_capturing(stream) {
+            return Self {
+                event: core::ptr::null_mut(),
+            };
+        }
         // SAFETY: `stream` must be a valid, initialized CUDA stream (enforced by the doc
         // contract). The event is created and immediately recorded on the stream.
         unsafe {
@@ -42,6 +49,9 @@ impl Fence {
     /// Wait for the [Fence] to be reached, ensuring that all previous tasks enqueued to the
     /// [stream](CUstream_st) are completed.
     pub fn wait_sync(self) -> Result<(), ServerError> {
+        if self.event.is_null() {
+            return Ok(());
+        }
         // SAFETY: `self.event` is a valid event created in `Fence::new`. We synchronize
         // (block) until the event completes, then destroy it. `self` is consumed so the
         // event cannot be double-freed.
@@ -71,6 +81,15 @@ impl Fence {
     ///
     /// The [stream](CUevent_st) must be initialized.
     pub fn wait_async(self, stream: *mut CUstream_st) {
+        if self.event.is_null() {
+            return;
+        }
+        // medddpm patch: a capturing stream may not wait for an event recorded outside its
+        // capture; the host waits instead (the graph's replays are ordered by their caller).
+        if super::super::capture::is_capturing(stream) {
+            let _ = self.wait_sync();
+            return;
+        }
         // SAFETY: `self.event` is a valid event created in `Fence::new`. `stream` must be
         // a valid CUDA stream. The event is destroyed after the wait, and `self` is consumed
         // so the event cannot be used again.

@@ -1,0 +1,411 @@
+//! CUDA graphs of a step ([`crate::graph`]) on burn's fused CUDA backend: the step runs on a
+//! cubecl stream kept for graphs, captured there by the vendored cubecl-cuda
+//! (`CudaServer::begin_capture` / `end_capture`), and replayed by a burn-fusion custom operation
+//! that copies the inputs in, launches the graph and copies the outputs out, in the order of the
+//! caller's stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::Shape;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use cubecl::stream_id::StreamId;
+use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
+use cudarc::driver::sys::{self, CUstream};
+
+use crate::graph::{Captured, GraphError};
+
+type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
+type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+type DeviceThread = cubecl::device_handle::DeviceHandle<CudaServer>;
+
+/// The cubecl stream graphs run on: the last of cubecl's 128 (the vendored cubecl-common never
+/// gives a thread a stream id that lands there), so only graphs use its memory pool.
+const GRAPH_STREAM: StreamId = StreamId {
+    value: cubecl_common::stream_id::GRAPH_STREAM,
+};
+
+/// A captured graph and where it replays; released on the device thread when dropped.
+struct CudaStepGraph {
+    graph: Mutex<Option<CudaGraph>>,
+    thread: DeviceThread,
+    /// Device addresses of the graph's input and output buffers (fixed while it lives: the
+    /// graph stream's pool frees nothing and the buffers are held), with their sizes in bytes.
+    inputs: Vec<(u64, usize)>,
+    outputs: Vec<(u64, usize)>,
+}
+
+impl std::fmt::Debug for CudaStepGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaStepGraph").finish_non_exhaustive()
+    }
+}
+
+impl Drop for CudaStepGraph {
+    fn drop(&mut self) {
+        let graph = self.graph.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(graph) = graph {
+            self.thread
+                .submit(move |server: &mut CudaServer| server.release_graph(graph, GRAPH_STREAM));
+        }
+    }
+}
+
+/// cubecl's device thread of `device` (a handle kept per device).
+fn device_thread(device: &CudaDevice) -> DeviceThread {
+    use cubecl::device::Device as _;
+    static THREADS: Mutex<Option<HashMap<usize, DeviceThread>>> = Mutex::new(None);
+    let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    threads
+        .get_or_insert_with(HashMap::new)
+        .entry(device.index)
+        .or_insert_with(|| DeviceThread::new(device.to_id()))
+        .clone()
+}
+
+/// Why graphs cannot run with cubecl's configuration, if they cannot.
+fn unsupported() -> Option<String> {
+    use cubecl::config::RuntimeConfig as _;
+    let streams = cubecl::config::CubeClRuntimeConfig::get()
+        .streaming
+        .max_streams;
+    (streams != 128).then(|| {
+        format!("cubecl's streaming.max_streams is {streams}; CUDA graphs need the default 128")
+    })
+}
+
+/// Runs every operation queued on the current stream of burn-fusion (without waiting for the
+/// GPU), so that their launches precede what is handed to the device thread next.
+fn drain<F: FloatElement, I: IntElement, BT: BoolElement>(t: &FloatTensor<Fused<F, I, BT>>) {
+    t.client.sync(|| ());
+}
+
+pub(crate) fn warm_up<F: FloatElement, I: IntElement, BT: BoolElement>(
+    inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
+    step: &mut dyn FnMut(Vec<FloatTensor<Fused<F, I, BT>>>) -> Vec<FloatTensor<Fused<F, I, BT>>>,
+) -> Vec<FloatTensor<Fused<F, I, BT>>> {
+    if unsupported().is_some() {
+        return step(inputs);
+    }
+    GRAPH_STREAM.executes(|| {
+        let copies = inputs
+            .iter()
+            .map(|t| copy::<F, I, BT>(t.clone(), None))
+            .collect();
+        step(copies)
+    })
+}
+
+pub(crate) fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
+    device: &CudaDevice,
+    inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
+    step: &mut dyn FnMut(Vec<FloatTensor<Fused<F, I, BT>>>) -> Vec<FloatTensor<Fused<F, I, BT>>>,
+) -> Result<Captured<Fused<F, I, BT>>, GraphError> {
+    if let Some(why) = unsupported() {
+        return Err(GraphError::Unsupported(why));
+    }
+    let Some(first) = inputs.first().cloned() else {
+        return Err(GraphError::Capture("a step without inputs".into()));
+    };
+    let thread = device_thread(device);
+    let capture_error = |e: &dyn std::fmt::Debug| GraphError::Capture(format!("{e:?}"));
+    let in_slots = Addresses::new(inputs.len());
+    let (buffers, outputs, graph, out_slots) = GRAPH_STREAM.executes(|| {
+        let buffers: Vec<_> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| copy::<F, I, BT>(t.clone(), Some((in_slots.clone(), i))))
+            .collect();
+        drain::<F, I, BT>(&first);
+        thread
+            .submit_blocking(|server: &mut CudaServer| server.begin_capture(GRAPH_STREAM))
+            .map_err(|e| capture_error(&e))?
+            .map_err(|e| capture_error(&e))?;
+        let stepped = step(buffers.clone());
+        // Contiguous copies made inside the graph: a replay hands out plain copies of them.
+        let out_slots = Addresses::new(stepped.len());
+        let outputs: Vec<_> = stepped
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| copy::<F, I, BT>(t, Some((out_slots.clone(), i))))
+            .collect();
+        drain::<F, I, BT>(&first);
+        let graph = thread
+            .submit_blocking(|server: &mut CudaServer| server.end_capture(GRAPH_STREAM))
+            .map_err(|e| capture_error(&e))?
+            .map_err(|e| capture_error(&e))?;
+        Ok::<_, GraphError>((buffers, outputs, graph, out_slots))
+    })?;
+    if outputs.is_empty() {
+        return Err(GraphError::Capture("a step without outputs".into()));
+    }
+    let nodes = graph.nodes();
+    let kinds = graph
+        .kinds()
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let exec = CudaStepGraph {
+        graph: Mutex::new(Some(graph)),
+        thread,
+        inputs: in_slots.take().map_err(GraphError::Capture)?,
+        outputs: out_slots.take().map_err(GraphError::Capture)?,
+    };
+    Ok(Captured::new(
+        buffers,
+        outputs,
+        Box::new(Arc::new(exec)),
+        (nodes, kinds),
+    ))
+}
+
+/// Device addresses and sizes of buffers, filled in by [`Copy`] operations on the device
+/// thread (all written once the device thread has run past them).
+#[derive(Debug, Clone)]
+struct Addresses(Arc<Mutex<Vec<Option<(u64, usize)>>>>);
+
+impl Addresses {
+    fn new(n: usize) -> Self {
+        Self(Arc::new(Mutex::new(vec![None; n])))
+    }
+
+    fn set(&self, i: usize, value: (u64, usize)) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(value);
+    }
+
+    fn take(&self) -> Result<Vec<(u64, usize)>, String> {
+        let slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .map(|s| s.ok_or_else(|| "a buffer copy did not run".to_string()))
+            .collect()
+    }
+}
+
+pub(crate) fn replay<F: FloatElement, I: IntElement, BT: BoolElement>(
+    captured: &Captured<Fused<F, I, BT>>,
+    inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
+) -> Vec<FloatTensor<Fused<F, I, BT>>> {
+    let exec = captured
+        .exec
+        .downcast_ref::<Arc<CudaStepGraph>>()
+        .expect("a graph captured by the CUDA backend")
+        .clone();
+    let client = captured.outputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let outs: Vec<TensorIr> = captured
+        .outputs
+        .iter()
+        .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
+        .collect();
+    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new("medddpm_cuda_graph_replay", &irs, &outs);
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        Replay::<Cube<F, I, BT>> {
+            desc,
+            exec,
+            _b: core::marker::PhantomData,
+        },
+    )
+}
+
+/// A copy of `t` in a buffer of its own, allocated on the current stream.
+fn copy<F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: FloatTensor<Fused<F, I, BT>>,
+    record: Option<(Addresses, usize)>,
+) -> FloatTensor<Fused<F, I, BT>> {
+    let client = t.client.clone();
+    let streams = OperationStreams::with_inputs([&t]);
+    let out = TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype);
+    let desc = CustomOpIr::new("medddpm_cuda_graph_copy", &[t.into_ir()], &[out]);
+    client
+        .register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            Copy::<Cube<F, I, BT>> {
+                desc,
+                record,
+                _b: core::marker::PhantomData,
+            },
+        )
+        .output()
+}
+
+#[derive(Debug, Clone)]
+struct Copy<B> {
+    desc: CustomOpIr,
+    /// Where to write the copy's address and size (a graph's buffer).
+    record: Option<(Addresses, usize)>,
+    _b: core::marker::PhantomData<B>,
+}
+
+#[derive(Debug, Clone)]
+struct Replay<B> {
+    desc: CustomOpIr,
+    exec: Arc<CudaStepGraph>,
+    _b: core::marker::PhantomData<B>,
+}
+
+type Handles<F, I, BT> = HandleContainer<
+    <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+>;
+
+/// A fresh contiguous tensor shaped as `like`, on the current stream.
+fn empty_like(like: &CubeTensor<CudaRuntime>) -> CubeTensor<CudaRuntime> {
+    empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(like.meta.shape().to_vec()),
+        like.dtype,
+    )
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for Copy<Cube<F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
+        let ([src], [out]) = self.desc.as_fixed();
+        let src = into_contiguous(handles.get_float_tensor::<Cube<F, I, BT>>(src));
+        let dst = empty_like(&src);
+        let device = src.device.clone();
+        let (src_h, dst_h, len) = (src.handle.clone(), dst.handle.clone(), bytes(&src));
+        let stream = StreamId::current();
+        let record = self.record.clone();
+        device_thread(&device).submit(move |server: &mut CudaServer| {
+            let copied = (|| {
+                let cuda = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+                let (s, d) = (
+                    address(server, &src_h, stream)?,
+                    address(server, &dst_h, stream)?,
+                );
+                if let Some((slots, i)) = &record {
+                    slots.set(*i, (d, len));
+                }
+                memcpy(d, s, len, cuda)
+            })();
+            if let Err(e) = copied {
+                crate::cudnn::record_device_error(format!("CUDA graph input copy: {e}"));
+            }
+        });
+        handles.register_float_tensor::<Cube<F, I, BT>>(&out.id, dst);
+    }
+}
+
+/// A tensor's size in bytes (contiguous).
+fn bytes(t: &CubeTensor<CudaRuntime>) -> usize {
+    t.meta.shape().iter().product::<usize>() * t.dtype.size()
+}
+
+/// The device address of `h` as cubecl's `stream` sees it.
+fn address(
+    server: &mut CudaServer,
+    h: &cubecl::server::Handle,
+    stream: StreamId,
+) -> Result<u64, String> {
+    use cubecl::server::ComputeServer as _;
+    server
+        .get_resource(h.clone().binding(), stream)
+        .map(|m| m.resource().ptr)
+        .map_err(|e| format!("buffer: {e:?}"))
+}
+
+/// Copies `len` bytes from `src` to `dst` on `cuda`.
+fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), String> {
+    // SAFETY: two live buffers of at least `len` bytes, held by the caller until enqueued.
+    let copied = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, cuda) };
+    match copied {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        other => Err(format!("cuMemcpyDtoDAsync: {other:?}")),
+    }
+}
+
+/// Makes `waiter` wait for the work enqueued on `signaller` so far.
+fn order(signaller: CUstream, waiter: CUstream) -> Result<(), String> {
+    use cudarc::driver::result::{event, stream};
+    // SAFETY: an event made, recorded, waited on and destroyed here, on two live streams.
+    unsafe {
+        let e = event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| format!("{e:?}"))?;
+        event::record(e, signaller).map_err(|e| format!("{e:?}"))?;
+        stream::wait_event(waiter, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            .map_err(|e| format!("{e:?}"))?;
+        event::destroy(e).map_err(|e| format!("{e:?}"))
+    }
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for Replay<Cube<F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
+        let given: Vec<_> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|ir| into_contiguous(handles.get_float_tensor::<Cube<F, I, BT>>(ir)))
+            .collect();
+        let (client, device) = (given[0].client.clone(), given[0].device.clone());
+        let fresh: Vec<_> = self
+            .desc
+            .outputs
+            .iter()
+            .map(|ir| {
+                empty_device_contiguous_dtype(
+                    client.clone(),
+                    device.clone(),
+                    ir.shape.clone(),
+                    ir.dtype,
+                )
+            })
+            .collect();
+        let given_h: Vec<_> = given.iter().map(|t| t.handle.clone()).collect();
+        let fresh_h: Vec<_> = fresh.iter().map(|t| t.handle.clone()).collect();
+        let exec = self.exec.clone();
+        let stream = StreamId::current();
+        device_thread(&device).submit(move |server: &mut CudaServer| {
+            let replayed = (|| {
+                use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
+                let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+                let graphs = server
+                    .cuda_stream(GRAPH_STREAM)
+                    .map_err(|e| format!("{e:?}"))?;
+                let since = std::time::Instant::now();
+                for (h, &(dst, len)) in given_h.iter().zip(&exec.inputs) {
+                    memcpy(dst, address(server, h, stream)?, len, caller)?;
+                }
+                order(caller, graphs)?;
+                IN_CALL[GRAPH_COPIES].add(since);
+                let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
+                let graph = graph.as_ref().ok_or("the graph was released")?;
+                let since = std::time::Instant::now();
+                // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph
+                // is released while this task holds `exec`), and only graphs run there.
+                unsafe { graph.launch(graphs) }?;
+                IN_CALL[GRAPH_LAUNCH].add(since);
+                let since = std::time::Instant::now();
+                order(graphs, caller)?;
+                for (h, &(src, len)) in fresh_h.iter().zip(&exec.outputs) {
+                    memcpy(address(server, h, stream)?, src, len, caller)?;
+                }
+                IN_CALL[GRAPH_COPIES].add(since);
+                Ok::<_, String>(())
+            })();
+            if let Err(e) = replayed {
+                crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
+            }
+        });
+        for (ir, t) in self.desc.outputs.iter().zip(fresh) {
+            handles.register_float_tensor::<Cube<F, I, BT>>(&ir.id, t);
+        }
+    }
+}
