@@ -127,14 +127,7 @@ impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
                 self.status.node_kinds = g.node_kinds().to_string();
                 let graded = graded.borrow().clone();
                 let result = gradients(&slots, &graded, out);
-                self.phases.insert(
-                    key,
-                    Phase::Captured {
-                        graph: g,
-                        slots,
-                        graded,
-                    },
-                );
+                self.keep(key, g, slots, graded);
                 result
             }),
             Phase::Captured {
@@ -146,14 +139,7 @@ impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
                     .replay(inputs)
                     .map(|out| gradients(&slots, &graded, out));
                 self.status.replays += usize::from(out.is_ok());
-                self.phases.insert(
-                    key,
-                    Phase::Captured {
-                        graph,
-                        slots,
-                        graded,
-                    },
-                );
+                self.keep(key, graph, slots, graded);
                 out
             }
             // Another model's parameters: a graph of its own after a warm-up.
@@ -167,6 +153,18 @@ impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
             self.phases.clear();
             micro_step(work, schedule, batch, objective, divisor, checkpointing)
         })
+    }
+}
+
+impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
+    /// Keeps `graph` for the micro-steps of `key`.
+    fn keep(&mut self, key: Key, graph: StepGraph<Inner<B>>, slots: Vec<Slot>, graded: Vec<usize>) {
+        let phase = Phase::Captured {
+            graph,
+            slots,
+            graded,
+        };
+        self.phases.insert(key, phase);
     }
 }
 
