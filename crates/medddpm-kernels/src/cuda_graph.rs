@@ -20,7 +20,7 @@ use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
 use cudarc::driver::sys::{self, CUstream};
 
-use crate::graph::{Captured, GraphError};
+use crate::graph::{Captured, GraphError, StepFn};
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
@@ -90,7 +90,7 @@ fn drain<F: FloatElement, I: IntElement, BT: BoolElement>(t: &FloatTensor<Fused<
 
 pub(crate) fn warm_up<F: FloatElement, I: IntElement, BT: BoolElement>(
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
-    step: &mut dyn FnMut(Vec<FloatTensor<Fused<F, I, BT>>>) -> Vec<FloatTensor<Fused<F, I, BT>>>,
+    step: &mut StepFn<'_, Fused<F, I, BT>>,
 ) -> Vec<FloatTensor<Fused<F, I, BT>>> {
     if unsupported().is_some() {
         return step(inputs);
@@ -107,7 +107,7 @@ pub(crate) fn warm_up<F: FloatElement, I: IntElement, BT: BoolElement>(
 pub(crate) fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
     device: &CudaDevice,
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
-    step: &mut dyn FnMut(Vec<FloatTensor<Fused<F, I, BT>>>) -> Vec<FloatTensor<Fused<F, I, BT>>>,
+    step: &mut StepFn<'_, Fused<F, I, BT>>,
 ) -> Result<Captured<Fused<F, I, BT>>, GraphError> {
     if let Some(why) = unsupported() {
         return Err(GraphError::Unsupported(why));
@@ -171,18 +171,21 @@ pub(crate) fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
 /// Device addresses and sizes of buffers, filled in by [`Copy`] operations on the device
 /// thread (all written once the device thread has run past them).
 #[derive(Debug, Clone)]
-struct Addresses(Arc<Mutex<Vec<Option<(u64, usize)>>>>);
+struct Addresses(Arc<Mutex<Vec<Option<Address>>>>);
+
+/// A buffer's device address and size in bytes.
+type Address = (u64, usize);
 
 impl Addresses {
     fn new(n: usize) -> Self {
         Self(Arc::new(Mutex::new(vec![None; n])))
     }
 
-    fn set(&self, i: usize, value: (u64, usize)) {
+    fn set(&self, i: usize, value: Address) {
         self.0.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(value);
     }
 
-    fn take(&self) -> Result<Vec<(u64, usize)>, String> {
+    fn take(&self) -> Result<Vec<Address>, String> {
         let slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
         slots
             .iter()

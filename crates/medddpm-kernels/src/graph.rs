@@ -20,6 +20,9 @@ use burn::tensor::TensorMetadata;
 
 use crate::conv::KernelBackend;
 
+/// A step: its input tensors to its output tensors.
+pub type StepFn<'a, B> = dyn FnMut(Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>> + 'a;
+
 /// Why a step is not replayed from a graph.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GraphError {
@@ -68,7 +71,7 @@ impl<B: KernelBackend> StepGraph<B> {
     pub fn warm_up(
         device: &B::Device,
         inputs: Vec<FloatTensor<B>>,
-        step: &mut dyn FnMut(Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>>,
+        step: &mut StepFn<'_, B>,
     ) -> Vec<FloatTensor<B>> {
         B::graph_warm_up(device, inputs, step)
     }
@@ -78,7 +81,7 @@ impl<B: KernelBackend> StepGraph<B> {
     pub fn capture(
         device: &B::Device,
         inputs: Vec<FloatTensor<B>>,
-        step: &mut dyn FnMut(Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>>,
+        step: &mut StepFn<'_, B>,
     ) -> Result<(Self, Vec<FloatTensor<B>>), GraphError> {
         let captured = B::graph_capture(device, inputs.clone(), step)?;
         let graph = Self { captured };

@@ -10,7 +10,7 @@ use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTen
 use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
-use crate::graph::{Captured, GraphError};
+use crate::graph::{Captured, GraphError, StepFn};
 use crate::norm::reference::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
@@ -179,7 +179,7 @@ pub trait KernelBackend: CollectiveBackend {
     fn graph_warm_up(
         _device: &Self::Device,
         inputs: Vec<FloatTensor<Self>>,
-        step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+        step: &mut StepFn<'_, Self>,
     ) -> Vec<FloatTensor<Self>> {
         step(inputs)
     }
@@ -189,7 +189,7 @@ pub trait KernelBackend: CollectiveBackend {
     fn graph_capture(
         _device: &Self::Device,
         _inputs: Vec<FloatTensor<Self>>,
-        _step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+        _step: &mut StepFn<'_, Self>,
     ) -> Result<Captured<Self>, GraphError> {
         Err(GraphError::Unsupported(
             "this backend captures no graphs".into(),

@@ -163,7 +163,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     fn graph_warm_up(
         _device: &Self::Device,
         inputs: Vec<FloatTensor<Self>>,
-        step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+        step: &mut crate::graph::StepFn<'_, Self>,
     ) -> Vec<FloatTensor<Self>> {
         crate::cuda_graph::warm_up::<F, I, BT>(inputs, step)
     }
@@ -171,7 +171,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     fn graph_capture(
         device: &Self::Device,
         inputs: Vec<FloatTensor<Self>>,
-        step: &mut dyn FnMut(Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>>,
+        step: &mut crate::graph::StepFn<'_, Self>,
     ) -> Result<crate::graph::Captured<Self>, crate::graph::GraphError> {
         crate::cuda_graph::capture::<F, I, BT>(device, inputs, step)
     }
