@@ -4,7 +4,6 @@
 //! that copies the inputs in, launches the graph and copies the outputs out, in the order of the
 //! caller's stream.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::ops::FloatTensor;
@@ -20,6 +19,7 @@ use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
 use cudarc::driver::sys::{self, CUstream};
 
+use crate::cublas::device_thread;
 use crate::graph::{Captured, GraphError, StepFn};
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -57,18 +57,6 @@ impl Drop for CudaStepGraph {
                 .submit(move |server: &mut CudaServer| server.release_graph(graph, GRAPH_STREAM));
         }
     }
-}
-
-/// cubecl's device thread of `device` (a handle kept per device).
-fn device_thread(device: &CudaDevice) -> DeviceThread {
-    use cubecl::device::Device as _;
-    static THREADS: Mutex<Option<HashMap<usize, DeviceThread>>> = Mutex::new(None);
-    let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    threads
-        .get_or_insert_with(HashMap::new)
-        .entry(device.index)
-        .or_insert_with(|| DeviceThread::new(device.to_id()))
-        .clone()
 }
 
 /// Why graphs cannot run with cubecl's configuration, if they cannot.

@@ -187,7 +187,7 @@ fn enqueue(
 }
 
 /// cubecl's device thread of `device` (a handle kept per device).
-fn device_thread(
+pub(crate) fn device_thread(
     device: &cubecl_cuda::CudaDevice,
 ) -> cubecl::device_handle::DeviceHandle<CudaServer> {
     use cubecl::device::Device as _;
