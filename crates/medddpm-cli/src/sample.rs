@@ -81,8 +81,8 @@ pub struct SampleArgs {
     brain_mask: Option<PathBuf>,
     /// Replay the network's forward pass from a CUDA graph after two warm-up calls (CUDA; the
     /// network's output is the same bit for bit, whole samples differ in the last bits: up to
-    /// 1.6e-4 after 250 DDPM steps, because without graphs the network's last elementwise
-    /// operations fuse into the sampler's update). Off by default: on an H200 it did not make
+    /// 1.6e-4 after 250 DDPM steps, probably because without graphs the network's last
+    /// elementwise operations fuse into the sampler's update). Off by default: on an H200 it did not make
     /// the sampling step faster (22.0 against 21.7 ms; docs/benchmarks, twenty-sixth session).
     #[arg(long)]
     cuda_graphs: bool,

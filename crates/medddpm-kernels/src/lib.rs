@@ -48,7 +48,7 @@ mod dtype;
 pub mod graph;
 pub mod norm;
 pub mod panics;
-mod primitive;
+pub mod primitive;
 pub mod product;
 pub mod seeded;
 pub mod upsample;

@@ -6,7 +6,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::Tensor;
+use medddpm_kernels::primitive::{float, tensor};
 use medddpm_kernels::{KernelBackend, StepGraph};
 
 use crate::UNet;
@@ -161,14 +162,6 @@ impl<'a, B: KernelBackend> GraphedUNet<'a, B> {
     pub fn status(&self) -> GraphStatus {
         self.graphs.status()
     }
-}
-
-fn float<B: KernelBackend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-fn tensor<B: KernelBackend, const D: usize>(t: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
 impl<B: KernelBackend> medddpm_diffusion::Denoiser<B> for GraphedUNet<'_, B> {

@@ -16,8 +16,9 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::Tensor;
 use medddpm_diffusion::{training_loss_at, CosineSchedule};
+use medddpm_kernels::primitive::{float, tensor};
 use medddpm_kernels::StepGraph;
 use medddpm_unet::{ActivationCheckpointing, GraphStatus, KernelAutodiffBackend, UNet};
 
@@ -314,12 +315,4 @@ fn with_params<B: KernelAutodiffBackend>(
         slots: slots.iter(),
         values: values.into_iter(),
     })
-}
-
-fn float<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-fn tensor<B: burn::tensor::backend::Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
