@@ -118,12 +118,13 @@ pub(crate) fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
             .map_err(|e| capture_error(&e))?
             .map_err(|e| capture_error(&e))?;
         let stepped = step(buffers.clone());
-        // Contiguous copies made inside the graph: a replay hands out plain copies of them.
+        // The outputs made contiguous inside the graph (a strided view copied by a kernel, a
+        // contiguous tensor kept as it is): a replay hands out plain copies of them.
         let out_slots = Addresses::new(stepped.len());
         let outputs: Vec<_> = stepped
             .into_iter()
             .enumerate()
-            .map(|(i, t)| copy::<F, I, BT>(t, Some((out_slots.clone(), i))))
+            .map(|(i, t)| contiguous::<F, I, BT>(t, (out_slots.clone(), i)))
             .collect();
         drain::<F, I, BT>(&first);
         let graph = thread
@@ -200,7 +201,7 @@ pub(crate) fn replay<F: FloatElement, I: IntElement, BT: BoolElement>(
         .collect();
     let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new("medddpm_cuda_graph_replay", &irs, &outs);
-    client.register(
+    let outputs = client.register(
         streams,
         OperationIr::Custom(desc.clone()),
         Replay::<Cube<F, I, BT>> {
@@ -208,7 +209,11 @@ pub(crate) fn replay<F: FloatElement, I: IntElement, BT: BoolElement>(
             exec,
             _b: core::marker::PhantomData,
         },
-    )
+    );
+    // The replay goes to the device thread now, not when burn-fusion next runs its queue:
+    // the graph starts while the caller enqueues what follows it.
+    drain::<F, I, BT>(&outputs[0]);
+    outputs
 }
 
 /// A copy of `t` in a buffer of its own, allocated on the current stream.
@@ -231,6 +236,54 @@ fn copy<F: FloatElement, I: IntElement, BT: BoolElement>(
             },
         )
         .output()
+}
+
+/// `t` made contiguous (itself when it is), its address and size recorded in `record`.
+fn contiguous<F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: FloatTensor<Fused<F, I, BT>>,
+    record: (Addresses, usize),
+) -> FloatTensor<Fused<F, I, BT>> {
+    let client = t.client.clone();
+    let streams = OperationStreams::with_inputs([&t]);
+    let out = TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype);
+    let desc = CustomOpIr::new("medddpm_cuda_graph_contiguous", &[t.into_ir()], &[out]);
+    client
+        .register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            Contiguous::<Cube<F, I, BT>> {
+                desc,
+                record,
+                _b: core::marker::PhantomData,
+            },
+        )
+        .output()
+}
+
+#[derive(Debug, Clone)]
+struct Contiguous<B> {
+    desc: CustomOpIr,
+    record: (Addresses, usize),
+    _b: core::marker::PhantomData<B>,
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for Contiguous<Cube<F, I, BT>>
+{
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
+        let ([src], [out]) = self.desc.as_fixed();
+        let t = into_contiguous(handles.get_float_tensor::<Cube<F, I, BT>>(src));
+        let (h, len) = (t.handle.clone(), bytes(&t));
+        let stream = StreamId::current();
+        let (slots, i) = self.record.clone();
+        device_thread(&t.device).submit(move |server: &mut CudaServer| {
+            match address(server, &h, stream) {
+                Ok(at) => slots.set(i, (at, len)),
+                Err(e) => crate::cudnn::record_device_error(format!("CUDA graph output: {e}")),
+            }
+        });
+        handles.register_float_tensor::<Cube<F, I, BT>>(&out.id, t);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -311,6 +364,17 @@ fn address(
         .map_err(|e| format!("buffer: {e:?}"))
 }
 
+/// The device addresses of `bindings` as cubecl's `stream` sees them (one lookup for all).
+fn addresses(
+    server: &mut CudaServer,
+    bindings: Vec<cubecl::server::Binding>,
+    stream: StreamId,
+) -> Result<Vec<u64>, String> {
+    server
+        .addresses(bindings, stream)
+        .map_err(|e| format!("buffers: {e:?}"))
+}
+
 /// Copies `len` bytes from `src` to `dst` on `cuda`.
 fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), String> {
     // SAFETY: two live buffers of at least `len` bytes, held by the caller until enqueued.
@@ -319,6 +383,96 @@ fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), String> 
         sys::CUresult::CUDA_SUCCESS => Ok(()),
         other => Err(format!("cuMemcpyDtoDAsync: {other:?}")),
     }
+}
+
+/// `cuMemcpyBatchAsync`'s attributes (`CUmemcpyAttributes`, CUDA 12.8 and later; declared
+/// here because cudarc's bindings depend on the CUDA version it was built for).
+#[repr(C)]
+struct BatchAttributes {
+    src_access_order: u32,
+    src_location_hint: [u32; 2],
+    dst_location_hint: [u32; 2],
+    flags: u32,
+}
+
+/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`: a source is read in stream order.
+const SRC_ACCESS_ORDER_STREAM: u32 = 1;
+
+type BatchV2 = unsafe extern "C" fn(
+    *mut u64,
+    *mut u64,
+    *mut usize,
+    usize,
+    *mut BatchAttributes,
+    *mut usize,
+    usize,
+    CUstream,
+) -> sys::CUresult;
+
+/// The driver's `cuMemcpyBatchAsync_v2` (CUDA 13), if this driver exports it.
+fn batch_copy() -> Option<BatchV2> {
+    static BATCH: std::sync::OnceLock<Option<BatchV2>> = std::sync::OnceLock::new();
+    *BATCH.get_or_init(|| {
+        // SAFETY: the driver library the process already uses; the symbol's signature is
+        // CUDA 13's `cuMemcpyBatchAsync`.
+        unsafe {
+            let library = libloading::Library::new("libcuda.so.1").ok()?;
+            let f = *library.get::<BatchV2>(b"cuMemcpyBatchAsync_v2\0").ok()?;
+            // The driver stays loaded for the process's life.
+            std::mem::forget(library);
+            Some(f)
+        }
+    })
+}
+
+/// Enqueues the device-to-device copies `(dst, src, len)` on `cuda`: one driver call for all
+/// of them where the driver has batched copies, else a call each (a replay copies a few
+/// hundred tensors each way).
+fn memcpy_all(copies: &[(u64, u64, usize)], cuda: CUstream) -> Result<(), String> {
+    if copies.is_empty() {
+        return Ok(());
+    }
+    let one_by_one = || {
+        copies
+            .iter()
+            .try_for_each(|&(dst, src, len)| memcpy(dst, src, len, cuda))
+    };
+    static REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let batch = match batch_copy() {
+        Some(batch) if !REFUSED.load(std::sync::atomic::Ordering::Relaxed) => batch,
+        _ => return one_by_one(),
+    };
+    let mut dsts: Vec<u64> = copies.iter().map(|c| c.0).collect();
+    let mut srcs: Vec<u64> = copies.iter().map(|c| c.1).collect();
+    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
+    let mut attributes = BatchAttributes {
+        src_access_order: SRC_ACCESS_ORDER_STREAM,
+        src_location_hint: [0; 2],
+        dst_location_hint: [0; 2],
+        flags: 0,
+    };
+    let mut first = 0usize;
+    // SAFETY: `copies.len()` entries in each array, live buffers held by the caller until
+    // enqueued, one attribute set applying from the first copy on.
+    let copied = unsafe {
+        batch(
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            copies.len(),
+            &mut attributes,
+            &mut first,
+            1,
+            cuda,
+        )
+    };
+    if copied != sys::CUresult::CUDA_SUCCESS {
+        // A driver that exports the call but refuses these copies: one call each from now on
+        // (copying again what the batch may have copied writes the same bytes).
+        REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+        return one_by_one();
+    }
+    Ok(())
 }
 
 /// Makes `waiter` wait for the work enqueued on `signaller` so far.
@@ -346,6 +500,40 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
             .map(|ir| into_contiguous(handles.get_float_tensor::<Cube<F, I, BT>>(ir)))
             .collect();
         let (client, device) = (given[0].client.clone(), given[0].device.clone());
+        let thread = device_thread(&device);
+        let given_h: Vec<_> = given.iter().map(|t| t.handle.clone().binding()).collect();
+        let exec = self.exec.clone();
+        let stream = StreamId::current();
+        // The inputs copied in and the graph launched first: the output buffers below are
+        // allocated while the GPU runs the graph.
+        thread.submit(move |server: &mut CudaServer| {
+            let launched = (|| {
+                use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
+                let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+                let graphs = server
+                    .cuda_stream(GRAPH_STREAM)
+                    .map_err(|e| format!("{e:?}"))?;
+                let since = std::time::Instant::now();
+                let sources = addresses(server, given_h, stream)?;
+                let copies: Vec<_> = (exec.inputs.iter().zip(sources))
+                    .map(|(&(dst, len), src)| (dst, src, len))
+                    .collect();
+                memcpy_all(&copies, caller)?;
+                order(caller, graphs)?;
+                IN_CALL[GRAPH_COPIES].add(since);
+                let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
+                let graph = graph.as_ref().ok_or("the graph was released")?;
+                let since = std::time::Instant::now();
+                // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph
+                // is released while this task holds `exec`), and only graphs run there.
+                unsafe { graph.launch(graphs) }?;
+                IN_CALL[GRAPH_LAUNCH].add(since);
+                Ok::<_, String>(())
+            })();
+            if let Err(e) = launched {
+                crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
+            }
+        });
         let fresh: Vec<_> = self
             .desc
             .outputs
@@ -359,39 +547,26 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
                 )
             })
             .collect();
-        let given_h: Vec<_> = given.iter().map(|t| t.handle.clone()).collect();
-        let fresh_h: Vec<_> = fresh.iter().map(|t| t.handle.clone()).collect();
+        let fresh_h: Vec<_> = fresh.iter().map(|t| t.handle.clone().binding()).collect();
         let exec = self.exec.clone();
-        let stream = StreamId::current();
-        device_thread(&device).submit(move |server: &mut CudaServer| {
-            let replayed = (|| {
-                use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
+        thread.submit(move |server: &mut CudaServer| {
+            let copied = (|| {
+                use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
                 let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
                 let graphs = server
                     .cuda_stream(GRAPH_STREAM)
                     .map_err(|e| format!("{e:?}"))?;
                 let since = std::time::Instant::now();
-                for (h, &(dst, len)) in given_h.iter().zip(&exec.inputs) {
-                    memcpy(dst, address(server, h, stream)?, len, caller)?;
-                }
-                order(caller, graphs)?;
-                IN_CALL[GRAPH_COPIES].add(since);
-                let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
-                let graph = graph.as_ref().ok_or("the graph was released")?;
-                let since = std::time::Instant::now();
-                // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph
-                // is released while this task holds `exec`), and only graphs run there.
-                unsafe { graph.launch(graphs) }?;
-                IN_CALL[GRAPH_LAUNCH].add(since);
-                let since = std::time::Instant::now();
                 order(graphs, caller)?;
-                for (h, &(src, len)) in fresh_h.iter().zip(&exec.outputs) {
-                    memcpy(address(server, h, stream)?, src, len, caller)?;
-                }
+                let targets = addresses(server, fresh_h, stream)?;
+                let copies: Vec<_> = (exec.outputs.iter().zip(targets))
+                    .map(|(&(src, len), dst)| (dst, src, len))
+                    .collect();
+                memcpy_all(&copies, caller)?;
                 IN_CALL[GRAPH_COPIES].add(since);
                 Ok::<_, String>(())
             })();
-            if let Err(e) = replayed {
+            if let Err(e) = copied {
                 crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
             }
         });

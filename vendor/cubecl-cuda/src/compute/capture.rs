@@ -68,8 +68,9 @@ pub(crate) fn begin(stream: CUstream) -> Result<(), String> {
 }
 
 /// Ends the capture on `stream` and instantiates its graph, with `arena` (the pinned memory
-/// its host-to-device copies read) kept for as long as the graph lives.
-pub(crate) fn end(stream: CUstream, arena: Vec<PinnedChunk>) -> Result<CudaGraph, String> {
+/// its host-to-device copies read, and its kernels' metadata, written here) kept for as long
+/// as the graph lives.
+pub(crate) fn end(stream: CUstream, arena: CaptureArena) -> Result<CudaGraph, String> {
     let mut graph = core::ptr::null_mut();
     // SAFETY: the stream captures (begun by `begin`).
     let ended = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
@@ -80,7 +81,8 @@ pub(crate) fn end(stream: CUstream, arena: Vec<PinnedChunk>) -> Result<CudaGraph
         exec: core::ptr::null_mut(),
         nodes: 0,
         kinds: Vec::new(),
-        _arena: arena,
+        _arena: arena.chunks,
+        _metadata: arena.metadata,
     };
     driver(ended, "cuStreamEndCapture")?;
     if let Some(why) = forbidden {
@@ -92,10 +94,19 @@ pub(crate) fn end(stream: CUstream, arena: Vec<PinnedChunk>) -> Result<CudaGraph
         "cuGraphGetNodes",
     )?;
     captured.kinds = node_kinds(graph, captured.nodes)?;
+    for chunk in &captured._metadata {
+        chunk.write()?;
+    }
     // SAFETY: as above; the executable graph is destroyed with `captured`.
     driver(
         unsafe { sys::cuGraphInstantiateWithFlags(&mut captured.exec, graph, 0) },
         "cuGraphInstantiate",
+    )?;
+    // The graph's work goes to the device now rather than at its first replay.
+    // SAFETY: an executable graph just instantiated, and the stream that captured it.
+    driver(
+        unsafe { sys::cuGraphUpload(captured.exec, stream) },
+        "cuGraphUpload",
     )?;
     Ok(captured)
 }
@@ -179,11 +190,57 @@ impl Drop for PinnedChunk {
     }
 }
 
-/// The pinned memory of one capture's uploads, never reused while its graph lives.
+/// Device memory holding kernels' metadata for one graph: written once, after the capture,
+/// and read by every replay, so the graph holds no copy node for it.
+#[derive(Debug)]
+pub struct MetadataChunk {
+    ptr: u64,
+    len: usize,
+    host: Vec<u8>,
+}
+
+impl MetadataChunk {
+    fn new(len: usize) -> Result<Self, String> {
+        // SAFETY: a plain device allocation (the caller's context is current); `cuMemAlloc`
+        // is allowed while a stream captures in relaxed mode and adds no node to its graph.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(len) }
+            .map_err(|e| format!("device memory for a graph's kernel metadata: {e:?}"))?;
+        Ok(Self {
+            ptr,
+            len,
+            host: Vec::with_capacity(len),
+        })
+    }
+
+    /// Writes what the capture placed here to the device (after the capture: nothing runs).
+    fn write(&self) -> Result<(), String> {
+        if self.host.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `host.len() <= len` bytes into a live allocation of `len` bytes.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(self.ptr, &self.host) }
+            .map_err(|e| format!("writing a graph's kernel metadata: {e:?}"))
+    }
+}
+
+impl Drop for MetadataChunk {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_sync`; the graph whose kernels read it is gone
+        // (`cuMemFree` waits for work in flight).
+        let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+    }
+}
+
+/// The memory of one capture's uploads, never reused while its graph lives: pinned host
+/// memory that its copies read, and device memory holding its kernels' metadata.
 #[derive(Debug, Default)]
 pub struct CaptureArena {
     chunks: Vec<PinnedChunk>,
+    metadata: Vec<MetadataChunk>,
 }
+
+/// Alignment of a kernel's metadata in the device arena (cubecl's buffer alignment).
+const METADATA_ALIGN: usize = 256;
 
 /// Chunk size of a capture's arena (a chunk holds many kernels' metadata).
 const ARENA_CHUNK: usize = 1 << 20;
@@ -207,8 +264,22 @@ impl CaptureArena {
         Ok(staged)
     }
 
-    pub(crate) fn into_chunks(self) -> Vec<PinnedChunk> {
-        self.chunks
+    /// The device address where a kernel launched in the capture reads `data` at every
+    /// replay. Unlike an upload, this adds no copy to the graph: [`end`] writes the arena
+    /// once, before the graph can run.
+    pub fn place_metadata(&mut self, data: &[u8]) -> Result<u64, String> {
+        let fits = |c: &MetadataChunk| {
+            c.host.len().next_multiple_of(METADATA_ALIGN) + data.len() <= c.len
+        };
+        if !self.metadata.last().is_some_and(fits) {
+            self.metadata
+                .push(MetadataChunk::new(data.len().max(ARENA_CHUNK))?);
+        }
+        let chunk = self.metadata.last_mut().expect("a chunk was just pushed");
+        let at = chunk.host.len().next_multiple_of(METADATA_ALIGN);
+        chunk.host.resize(at, 0);
+        chunk.host.extend_from_slice(data);
+        Ok(chunk.ptr + at as u64)
     }
 }
 
@@ -220,6 +291,7 @@ pub struct CudaGraph {
     nodes: usize,
     kinds: Vec<(String, usize)>,
     _arena: Vec<PinnedChunk>,
+    _metadata: Vec<MetadataChunk>,
 }
 
 // SAFETY: driver handles, used from cubecl's device thread with the context current.

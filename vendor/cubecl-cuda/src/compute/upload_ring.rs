@@ -107,6 +107,20 @@ impl UploadRing {
         self.capture.take().unwrap_or_default()
     }
 
+    /// Where a kernel launched in the capture under way reads `data`, placed in the capture's
+    /// device arena (`None` when not capturing).
+    pub fn place_metadata(&mut self, data: &[u8]) -> Option<Result<u64, ServerError>> {
+        let arena = self.capture.as_mut()?;
+        Some(
+            arena
+                .place_metadata(data)
+                .map_err(|reason| ServerError::Generic {
+                    reason,
+                    backtrace: cubecl_common::backtrace::BackTrace::capture(),
+                }),
+        )
+    }
+
     /// Whether uploads go to a capture's arena.
     pub fn capturing(&self) -> bool {
         self.capture.is_some()
