@@ -17,10 +17,12 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
-use cudarc::driver::sys::{self, CUstream};
 
 use crate::cublas::device_thread;
+
+mod copies;
 use crate::graph::{Captured, GraphError, StepFn};
+use copies::{memcpy, memcpy_all, order};
 
 type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
@@ -375,120 +377,6 @@ fn addresses(
         .map_err(|e| format!("buffers: {e:?}"))
 }
 
-/// Copies `len` bytes from `src` to `dst` on `cuda`.
-fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), String> {
-    // SAFETY: two live buffers of at least `len` bytes, held by the caller until enqueued.
-    let copied = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, cuda) };
-    match copied {
-        sys::CUresult::CUDA_SUCCESS => Ok(()),
-        other => Err(format!("cuMemcpyDtoDAsync: {other:?}")),
-    }
-}
-
-/// `cuMemcpyBatchAsync`'s attributes (`CUmemcpyAttributes`, CUDA 12.8 and later; declared
-/// here because cudarc's bindings depend on the CUDA version it was built for).
-#[repr(C)]
-struct BatchAttributes {
-    src_access_order: u32,
-    src_location_hint: [u32; 2],
-    dst_location_hint: [u32; 2],
-    flags: u32,
-}
-
-/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`: a source is read in stream order.
-const SRC_ACCESS_ORDER_STREAM: u32 = 1;
-
-type BatchV2 = unsafe extern "C" fn(
-    *mut u64,
-    *mut u64,
-    *mut usize,
-    usize,
-    *mut BatchAttributes,
-    *mut usize,
-    usize,
-    CUstream,
-) -> sys::CUresult;
-
-/// The driver's `cuMemcpyBatchAsync_v2` (CUDA 13), if this driver exports it.
-fn batch_copy() -> Option<BatchV2> {
-    static BATCH: std::sync::OnceLock<Option<BatchV2>> = std::sync::OnceLock::new();
-    *BATCH.get_or_init(|| {
-        // SAFETY: the driver library the process already uses; the symbol's signature is
-        // CUDA 13's `cuMemcpyBatchAsync`.
-        unsafe {
-            let library = libloading::Library::new("libcuda.so.1").ok()?;
-            let f = *library.get::<BatchV2>(b"cuMemcpyBatchAsync_v2\0").ok()?;
-            // The driver stays loaded for the process's life.
-            std::mem::forget(library);
-            Some(f)
-        }
-    })
-}
-
-/// Enqueues the device-to-device copies `(dst, src, len)` on `cuda`: one driver call for all
-/// of them where the driver has batched copies, else a call each (a replay copies a few
-/// hundred tensors each way).
-fn memcpy_all(copies: &[(u64, u64, usize)], cuda: CUstream) -> Result<(), String> {
-    if copies.is_empty() {
-        return Ok(());
-    }
-    let one_by_one = || {
-        copies
-            .iter()
-            .try_for_each(|&(dst, src, len)| memcpy(dst, src, len, cuda))
-    };
-    static REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let batch = match batch_copy() {
-        Some(batch) if !REFUSED.load(std::sync::atomic::Ordering::Relaxed) => batch,
-        _ => return one_by_one(),
-    };
-    let mut dsts: Vec<u64> = copies.iter().map(|c| c.0).collect();
-    let mut srcs: Vec<u64> = copies.iter().map(|c| c.1).collect();
-    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
-    let mut attributes = BatchAttributes {
-        src_access_order: SRC_ACCESS_ORDER_STREAM,
-        src_location_hint: [0; 2],
-        dst_location_hint: [0; 2],
-        flags: 0,
-    };
-    let mut first = 0usize;
-    // SAFETY: `copies.len()` entries in each array, live buffers held by the caller until
-    // enqueued, one attribute set applying from the first copy on.
-    let copied = unsafe {
-        batch(
-            dsts.as_mut_ptr(),
-            srcs.as_mut_ptr(),
-            sizes.as_mut_ptr(),
-            copies.len(),
-            &mut attributes,
-            &mut first,
-            1,
-            cuda,
-        )
-    };
-    if copied != sys::CUresult::CUDA_SUCCESS {
-        // A driver that exports the call but refuses these copies: one call each from now on
-        // (copying again what the batch may have copied writes the same bytes).
-        REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
-        return one_by_one();
-    }
-    Ok(())
-}
-
-/// Makes `waiter` wait for the work enqueued on `signaller` so far.
-fn order(signaller: CUstream, waiter: CUstream) -> Result<(), String> {
-    use cudarc::driver::result::{event, stream};
-    // SAFETY: an event made, recorded, waited on and destroyed here, on two live streams.
-    unsafe {
-        let e = event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| format!("{e:?}"))?;
-        event::record(e, signaller).map_err(|e| format!("{e:?}"))?;
-        stream::wait_event(waiter, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-            .map_err(|e| format!("{e:?}"))?;
-        event::destroy(e).map_err(|e| format!("{e:?}"))
-    }
-}
-
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for Replay<Cube<F, I, BT>>
 {
@@ -507,30 +395,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         // The inputs copied in and the graph launched first: the output buffers below are
         // allocated while the GPU runs the graph.
         thread.submit(move |server: &mut CudaServer| {
-            let launched = (|| {
-                use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
-                let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
-                let graphs = server
-                    .cuda_stream(GRAPH_STREAM)
-                    .map_err(|e| format!("{e:?}"))?;
-                let since = std::time::Instant::now();
-                let sources = addresses(server, given_h, stream)?;
-                let copies: Vec<_> = (exec.inputs.iter().zip(sources))
-                    .map(|(&(dst, len), src)| (dst, src, len))
-                    .collect();
-                memcpy_all(&copies, caller)?;
-                order(caller, graphs)?;
-                IN_CALL[GRAPH_COPIES].add(since);
-                let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
-                let graph = graph.as_ref().ok_or("the graph was released")?;
-                let since = std::time::Instant::now();
-                // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph
-                // is released while this task holds `exec`), and only graphs run there.
-                unsafe { graph.launch(graphs) }?;
-                IN_CALL[GRAPH_LAUNCH].add(since);
-                Ok::<_, String>(())
-            })();
-            if let Err(e) = launched {
+            if let Err(e) = copy_in_and_launch(server, &exec, given_h, stream) {
                 crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
             }
         });
@@ -550,23 +415,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         let fresh_h: Vec<_> = fresh.iter().map(|t| t.handle.clone().binding()).collect();
         let exec = self.exec.clone();
         thread.submit(move |server: &mut CudaServer| {
-            let copied = (|| {
-                use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
-                let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
-                let graphs = server
-                    .cuda_stream(GRAPH_STREAM)
-                    .map_err(|e| format!("{e:?}"))?;
-                let since = std::time::Instant::now();
-                order(graphs, caller)?;
-                let targets = addresses(server, fresh_h, stream)?;
-                let copies: Vec<_> = (exec.outputs.iter().zip(targets))
-                    .map(|(&(src, len), dst)| (dst, src, len))
-                    .collect();
-                memcpy_all(&copies, caller)?;
-                IN_CALL[GRAPH_COPIES].add(since);
-                Ok::<_, String>(())
-            })();
-            if let Err(e) = copied {
+            if let Err(e) = copy_out(server, &exec, fresh_h, stream) {
                 crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
             }
         });
@@ -574,4 +423,59 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
             handles.register_float_tensor::<Cube<F, I, BT>>(&ir.id, t);
         }
     }
+}
+
+/// A replay's first half on the device thread: `given` (the inputs, on the caller's `stream`)
+/// copied into the graph's input buffers, then the graph launched on its own stream after them.
+fn copy_in_and_launch(
+    server: &mut CudaServer,
+    exec: &CudaStepGraph,
+    given: Vec<cubecl::server::Binding>,
+    stream: StreamId,
+) -> Result<(), String> {
+    use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
+    let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+    let graphs = server
+        .cuda_stream(GRAPH_STREAM)
+        .map_err(|e| format!("{e:?}"))?;
+    let since = std::time::Instant::now();
+    let sources = addresses(server, given, stream)?;
+    let copies: Vec<_> = (exec.inputs.iter().zip(sources))
+        .map(|(&(dst, len), src)| (dst, src, len))
+        .collect();
+    memcpy_all(&copies, caller)?;
+    order(caller, graphs)?;
+    IN_CALL[GRAPH_COPIES].add(since);
+    let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
+    let graph = graph.as_ref().ok_or("the graph was released")?;
+    let since = std::time::Instant::now();
+    // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph is released
+    // while the caller holds `exec`), and only graphs run there.
+    unsafe { graph.launch(graphs) }?;
+    IN_CALL[GRAPH_LAUNCH].add(since);
+    Ok(())
+}
+
+/// A replay's second half: the graph's outputs copied into `fresh` on the caller's `stream`,
+/// once the graph has run.
+fn copy_out(
+    server: &mut CudaServer,
+    exec: &CudaStepGraph,
+    fresh: Vec<cubecl::server::Binding>,
+    stream: StreamId,
+) -> Result<(), String> {
+    use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
+    let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+    let graphs = server
+        .cuda_stream(GRAPH_STREAM)
+        .map_err(|e| format!("{e:?}"))?;
+    let since = std::time::Instant::now();
+    order(graphs, caller)?;
+    let targets = addresses(server, fresh, stream)?;
+    let copies: Vec<_> = (exec.outputs.iter().zip(targets))
+        .map(|(&(src, len), dst)| (dst, src, len))
+        .collect();
+    memcpy_all(&copies, caller)?;
+    IN_CALL[GRAPH_COPIES].add(since);
+    Ok(())
 }
