@@ -19,6 +19,7 @@ use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
 
 use crate::cublas::device_thread;
+use cudarc::driver::sys::CUstream;
 
 mod copies;
 use crate::graph::{Captured, GraphError, StepFn};
@@ -223,21 +224,15 @@ fn copy<F: FloatElement, I: IntElement, BT: BoolElement>(
     t: FloatTensor<Fused<F, I, BT>>,
     record: Option<(Addresses, usize)>,
 ) -> FloatTensor<Fused<F, I, BT>> {
-    let client = t.client.clone();
-    let streams = OperationStreams::with_inputs([&t]);
-    let out = TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype);
-    let desc = CustomOpIr::new("medddpm_cuda_graph_copy", &[t.into_ir()], &[out]);
-    client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            Copy::<Cube<F, I, BT>> {
-                desc,
-                record,
-                _b: core::marker::PhantomData,
-            },
-        )
-        .output()
+    unary::<F, I, BT, _>(
+        t,
+        "medddpm_cuda_graph_copy",
+        |desc| Copy::<Cube<F, I, BT>> {
+            desc,
+            record,
+            _b: core::marker::PhantomData,
+        },
+    )
 }
 
 /// `t` made contiguous (itself when it is), its address and size recorded in `record`.
@@ -245,20 +240,33 @@ fn contiguous<F: FloatElement, I: IntElement, BT: BoolElement>(
     t: FloatTensor<Fused<F, I, BT>>,
     record: (Addresses, usize),
 ) -> FloatTensor<Fused<F, I, BT>> {
+    unary::<F, I, BT, _>(t, "medddpm_cuda_graph_contiguous", |desc| Contiguous::<
+        Cube<F, I, BT>,
+    > {
+        desc,
+        record,
+        _b: core::marker::PhantomData,
+    })
+}
+
+/// `t` through the custom operation `op` makes of its description: one output shaped as `t`.
+fn unary<F, I, BT, O>(
+    t: FloatTensor<Fused<F, I, BT>>,
+    name: &'static str,
+    op: impl FnOnce(CustomOpIr) -> O,
+) -> FloatTensor<Fused<F, I, BT>>
+where
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+    O: Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
+{
     let client = t.client.clone();
     let streams = OperationStreams::with_inputs([&t]);
     let out = TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype);
-    let desc = CustomOpIr::new("medddpm_cuda_graph_contiguous", &[t.into_ir()], &[out]);
+    let desc = CustomOpIr::new(name, &[t.into_ir()], &[out]);
     client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            Contiguous::<Cube<F, I, BT>> {
-                desc,
-                record,
-                _b: core::marker::PhantomData,
-            },
-        )
+        .register(streams, OperationIr::Custom(desc.clone()), op(desc))
         .output()
 }
 
@@ -434,10 +442,7 @@ fn copy_in_and_launch(
     stream: StreamId,
 ) -> Result<(), String> {
     use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
-    let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
-    let graphs = server
-        .cuda_stream(GRAPH_STREAM)
-        .map_err(|e| format!("{e:?}"))?;
+    let (caller, graphs) = streams(server, stream)?;
     let since = std::time::Instant::now();
     let sources = addresses(server, given, stream)?;
     let copies: Vec<_> = (exec.inputs.iter().zip(sources))
@@ -465,10 +470,7 @@ fn copy_out(
     stream: StreamId,
 ) -> Result<(), String> {
     use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
-    let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
-    let graphs = server
-        .cuda_stream(GRAPH_STREAM)
-        .map_err(|e| format!("{e:?}"))?;
+    let (caller, graphs) = streams(server, stream)?;
     let since = std::time::Instant::now();
     order(graphs, caller)?;
     let targets = addresses(server, fresh, stream)?;
@@ -478,4 +480,13 @@ fn copy_out(
     memcpy_all(&copies, caller)?;
     IN_CALL[GRAPH_COPIES].add(since);
     Ok(())
+}
+
+/// The CUDA streams of cubecl's `stream` (the caller's) and of the graphs.
+fn streams(server: &mut CudaServer, stream: StreamId) -> Result<(CUstream, CUstream), String> {
+    let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+    let graphs = server
+        .cuda_stream(GRAPH_STREAM)
+        .map_err(|e| format!("{e:?}"))?;
+    Ok((caller, graphs))
 }
