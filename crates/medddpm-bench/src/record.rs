@@ -279,7 +279,7 @@ pub struct GraphRun {
     pub issue_median_ms: Option<f64>,
     /// Launches and copies in the graph.
     pub nodes: usize,
-    /// Its nodes by kind, e.g. `kernel 1107, memcpy 1079`.
+    /// Its nodes by kind, e.g. `kernel 1097, memset 61`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub node_kinds: String,
     /// How busy the host's threads were per replayed step (as `train_threads_ms`).

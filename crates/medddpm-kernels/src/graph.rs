@@ -45,7 +45,7 @@ pub struct Captured<B: Backend> {
     pub(crate) exec: Box<dyn Any + Send + Sync>,
     /// Launches and copies in the graph.
     pub(crate) nodes: usize,
-    /// Its nodes by kind, e.g. `kernel 1107, memcpy 1079`.
+    /// Its nodes by kind, e.g. `kernel 1097, memset 61`.
     pub(crate) kinds: String,
 }
 
@@ -116,7 +116,7 @@ impl<B: KernelBackend> StepGraph<B> {
         self.captured.nodes
     }
 
-    /// The graph's nodes by kind, e.g. `kernel 1107, memcpy 1079`.
+    /// The graph's nodes by kind, e.g. `kernel 1097, memset 61`.
     pub fn node_kinds(&self) -> &str {
         &self.captured.kinds
     }

@@ -30,7 +30,7 @@ pub struct GraphStatus {
     pub captured: usize,
     /// Launches and copies in the last graph captured.
     pub nodes: usize,
-    /// Its nodes by kind, e.g. `kernel 1107, memcpy 1079`.
+    /// Its nodes by kind, e.g. `kernel 1097, memset 61`.
     pub node_kinds: String,
     /// Forward passes replayed from a graph.
     pub replays: usize,
