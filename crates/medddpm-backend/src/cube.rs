@@ -47,7 +47,8 @@ fn configure_cache(root: &PathBuf) -> Result<(), Error> {
 /// runs the driver's compiler, whose own cache (256 MiB in `~/.nv` by default) is lost on a fresh
 /// machine and may be too small for these kernels. On an H100 the first bf16 training step took
 /// 11.6 s with it cold and 1.5 s warm (docs/benchmarks/README.md, fourth session, call 1).
-/// Must run before the driver starts (the first client).
+/// The driver reads the variables once, when it starts (`cuInit`): set after that, the cache
+/// stays in `~/.nv`, which a fresh machine does not have. [`before_the_driver`] calls this.
 fn driver_jit_cache(root: &Path) {
     if std::env::var_os("CUDA_CACHE_PATH").is_none() {
         std::env::set_var("CUDA_CACHE_PATH", root.join("cuda-driver-jit"));
@@ -189,32 +190,45 @@ where
 /// Sets the precision switches of burn's kernels and points cubecl's caches at this backend
 /// and precision's folder of the tuning cache (created); returns the folder.
 fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<PathBuf, Error> {
-    let precision = settings.precision;
     // Must precede the first tuned kernel: the cache does not record the setting.
-    cubek_matmul::definition::set_f32_tensor_cores(precision != Precision::Fp32);
-    // bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100 (see
-    // docs/benchmarks/README.md); keep bf16 on the WMMA (`cmma`) kernels unless asked.
-    let half_mma = std::env::var("MEDDDPM_BF16_MMA").is_ok_and(|v| v == "1");
-    cubek_matmul::definition::set_half_mma(half_mma);
-    let suffix = if precision == Precision::Bf16 && half_mma {
-        "-mma"
-    } else {
-        ""
-    };
-    let root = settings
-        .tune_cache
-        .clone()
-        .unwrap_or_else(default_tune_cache)
-        .join(format!("{backend}-{precision}{suffix}"));
+    cubek_matmul::definition::set_f32_tensor_cores(settings.precision != Precision::Fp32);
+    cubek_matmul::definition::set_half_mma(half_mma());
+    let root = tuning_root(backend, settings);
     std::fs::create_dir_all(&root).map_err(|source| Error::TuneCache {
         path: root.clone(),
         source,
     })?;
     configure_cache(&root)?;
-    if backend == BackendKind::Cuda {
-        driver_jit_cache(&root);
-    }
     Ok(root)
+}
+
+/// bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100 (see
+/// docs/benchmarks/README.md): bf16 stays on the WMMA (`cmma`) kernels unless asked.
+fn half_mma() -> bool {
+    std::env::var("MEDDDPM_BF16_MMA").is_ok_and(|v| v == "1")
+}
+
+/// This backend and precision's folder of the tuning cache.
+fn tuning_root(backend: BackendKind, settings: &ComputeSettings) -> PathBuf {
+    let precision = settings.precision;
+    let suffix = if precision == Precision::Bf16 && half_mma() {
+        "-mma"
+    } else {
+        ""
+    };
+    settings
+        .tune_cache
+        .clone()
+        .unwrap_or_else(default_tune_cache)
+        .join(format!("{backend}-{precision}{suffix}"))
+}
+
+/// What must happen before anything starts the CUDA driver (counting devices does): its cache
+/// of machine code pointed at the tuning cache's folder.
+pub(crate) fn before_the_driver(backend: BackendKind, settings: &ComputeSettings) {
+    if backend == BackendKind::Cuda {
+        driver_jit_cache(&tuning_root(backend, settings));
+    }
 }
 
 /// `--conv-engine` on CUDA: cuDNN when asked for or when `auto` finds it (on every device of

@@ -38,6 +38,8 @@ fn run_resolved<T: BackendTask>(
     if !backend.compiled_in() {
         return Err(Error::NotCompiledIn { backend });
     }
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    crate::cube::before_the_driver(backend, settings);
     let (collective, launch) = devices_and_collective(backend, settings)?;
     match backend {
         BackendKind::Cpu => run_cpu(settings, (collective, launch), task),

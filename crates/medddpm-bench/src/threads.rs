@@ -91,3 +91,20 @@ pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
     }
     out
 }
+
+/// The `n` largest times of [`per_step`]'s rows (call counts left out), in seconds, for a log
+/// line: where a first step's time went.
+pub fn largest_s(rows: &BTreeMap<String, f64>, n: usize) -> String {
+    let mut times: Vec<(&String, f64)> = rows
+        .iter()
+        .filter(|(name, _)| !name.ends_with(": calls"))
+        .map(|(name, &ms)| (name, ms / 1e3))
+        .collect();
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    times
+        .iter()
+        .take(n)
+        .map(|(name, s)| format!("{name} {s:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

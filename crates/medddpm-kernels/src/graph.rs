@@ -12,7 +12,9 @@
 //! then run the step as it comes.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::Hash;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -119,6 +121,148 @@ impl<B: KernelBackend> StepGraph<B> {
     /// The graph's nodes by kind, e.g. `kernel 1097, memset 61`.
     pub fn node_kinds(&self) -> &str {
         &self.captured.kinds
+    }
+}
+
+/// Steps run as they come on the graph stream before a key's capture: the first compiles and
+/// tunes kernels, the second runs the plans burn-fusion settled on.
+pub const WARM_UP: usize = 2;
+
+/// What a step's graphs did, for the user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GraphStatus {
+    /// Graphs captured (one per key: an input shape, a batch shape and divisor).
+    pub captured: usize,
+    /// Launches and copies in the last graph captured.
+    pub nodes: usize,
+    /// Its nodes by kind, e.g. `kernel 1097, memset 61`.
+    pub node_kinds: String,
+    /// Steps replayed from a graph.
+    pub replays: usize,
+    /// Why steps ran as they come, if they did (the first reason).
+    pub off: Option<String>,
+    /// The backend records no graphs (the CPU, wgpu): `off` says so, and nothing went wrong.
+    pub unsupported: bool,
+    /// Graphs were asked for.
+    pub requested: bool,
+}
+
+impl GraphStatus {
+    /// Steps run as they come from now on, for the reason `e` gives.
+    pub fn turn_off(&mut self, e: &GraphError) {
+        self.unsupported = matches!(e, GraphError::Unsupported(_));
+        self.off = Some(e.to_string());
+    }
+
+    /// One line for the user when graphs were asked for and ran or failed (nothing when the
+    /// backend has none).
+    pub fn summary(&self) -> Option<String> {
+        match &self.off {
+            _ if !self.requested => None,
+            Some(_) if self.unsupported => None,
+            Some(why) => Some(format!("CUDA graphs off ({why}): steps ran as they came")),
+            None if self.captured > 0 => Some(format!(
+                "CUDA graphs: {} captured ({} launches and copies in the last), {} steps replayed",
+                self.captured, self.nodes, self.replays
+            )),
+            None => None,
+        }
+    }
+}
+
+/// Where one key stands.
+enum Phase<B: KernelBackend, M> {
+    /// This many steps run for the warm-up.
+    Warming(usize),
+    /// The graph, and what its caller keeps beside it.
+    Captured(StepGraph<B>, M),
+}
+
+/// Graphs of one step, one per key (what makes a new graph: input shapes, a loss divisor), each
+/// captured after [`WARM_UP`] steps as they come, with `M` kept beside it for its caller. The
+/// first failure turns them all off: [`StepGraphs::run`] says so and the caller runs the step as
+/// it comes from then on.
+pub struct StepGraphs<B: KernelBackend, K, M = ()> {
+    phases: HashMap<K, Phase<B, M>>,
+    status: GraphStatus,
+}
+
+impl<B: KernelBackend, K: Eq + Hash, M> StepGraphs<B, K, M> {
+    /// Graphs when `enabled` (else every step as it comes, the status saying it was asked).
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            phases: HashMap::new(),
+            status: GraphStatus {
+                off: (!enabled).then(|| "turned off".to_string()),
+                requested: enabled,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// What the graphs did so far.
+    pub fn status(&self) -> &GraphStatus {
+        &self.status
+    }
+
+    /// Whether steps run as they come (graphs not asked for, unsupported, or failed).
+    pub fn is_off(&self) -> bool {
+        self.status.off.is_some()
+    }
+
+    /// Steps run as they come from now on, for `reason` (the first reason is kept).
+    pub fn turn_off(&mut self, reason: String) {
+        self.status.off.get_or_insert(reason);
+        self.phases.clear();
+    }
+
+    /// What the caller kept beside `key`'s graph, once captured.
+    pub fn kept(&self, key: &K) -> Option<&M> {
+        match self.phases.get(key) {
+            Some(Phase::Captured(_, kept)) => Some(kept),
+            _ => None,
+        }
+    }
+
+    /// Drops `key`'s graph: its next steps warm up and capture anew.
+    pub fn forget(&mut self, key: &K) {
+        self.phases.remove(key);
+    }
+
+    /// `step` on `inputs` for `key`: as it comes while warming up, then captured (with
+    /// `keep()`, called after the capture, kept beside the graph) and replayed. An error turns
+    /// the graphs off (the status says why); the caller then runs the step as it comes.
+    pub fn run(
+        &mut self,
+        key: K,
+        device: &B::Device,
+        inputs: Vec<FloatTensor<B>>,
+        step: &mut StepFn<'_, B>,
+        keep: impl FnOnce() -> M,
+    ) -> Result<Vec<FloatTensor<B>>, GraphError> {
+        let outcome = match self.phases.remove(&key).unwrap_or(Phase::Warming(0)) {
+            Phase::Warming(done) if done < WARM_UP => {
+                self.phases.insert(key, Phase::Warming(done + 1));
+                return Ok(StepGraph::<B>::warm_up(device, inputs, step));
+            }
+            Phase::Warming(_) => StepGraph::capture(device, inputs, step).map(|(graph, out)| {
+                self.status.captured += 1;
+                self.status.nodes = graph.nodes();
+                self.status.node_kinds = graph.node_kinds().to_string();
+                self.phases.insert(key, Phase::Captured(graph, keep()));
+                out
+            }),
+            Phase::Captured(graph, kept) => {
+                let out = graph.replay(inputs);
+                self.status.replays += usize::from(out.is_ok());
+                self.phases.insert(key, Phase::Captured(graph, kept));
+                out
+            }
+        };
+        outcome.inspect_err(|e| {
+            self.status.turn_off(e);
+            self.phases.clear();
+        })
     }
 }
 

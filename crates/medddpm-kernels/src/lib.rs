@@ -48,6 +48,8 @@ mod dtype;
 pub mod graph;
 pub mod norm;
 pub mod panics;
+#[cfg(feature = "cuda")]
+mod pinned;
 pub mod primitive;
 pub mod product;
 pub mod seeded;
@@ -64,7 +66,7 @@ pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };
 pub use dtype::{cast_to, to_stats};
-pub use graph::{GraphError, StepGraph};
+pub use graph::{GraphError, GraphStatus, StepGraph, StepGraphs};
 pub use norm::{group_norm, GroupNormSpec};
 pub use product::{pointwise, product, ProductSpec};
 pub use seeded::{backward_seeded, SeededBackward};

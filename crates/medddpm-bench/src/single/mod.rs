@@ -286,6 +286,15 @@ impl<B: Backend> Run<'_, B> {
         (self.progress)(message)
     }
 
+    /// Says where the host's threads spent the first step (`what`) since the counters were
+    /// reset before it: with warm caches that is start-up work (libraries, plans, modules).
+    fn say_first_step_threads(&mut self, what: &str) {
+        let spent = crate::threads::largest_s(&crate::threads::per_step(1), 8);
+        if !spent.is_empty() {
+            self.say(&format!("{what}, host threads (s): {spent}"));
+        }
+    }
+
     /// Hands the caller the record as it stands after `phase`: status `Failed`, the message
     /// naming the last finished phase, peak memory so far.
     fn save(&mut self, phase: &str) {

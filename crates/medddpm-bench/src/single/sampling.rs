@@ -93,11 +93,13 @@ pub(super) fn measure<A: KernelAutodiffBackend>(
     case: &mut Sampling<A>,
 ) -> Result<()> {
     run.say("first sampling step (compiles and autotunes kernels)");
+    crate::threads::reset();
     let first = first_step(case)?;
     run.record.first_sample_step_s = Some(first);
     run.say(&format!(
         "first sampling step took {first:.2} s; timing sampling steps"
     ));
+    run.say_first_step_threads("first sampling step");
     let (steps, _) = timed_steps(case, run.config.warmup, run.config.steps, || Ok(()))?;
     let sample_ms: Vec<f64> = steps.iter().map(|s| s.ms).collect();
     // The chain walks down the schedule: trace only while timesteps remain.

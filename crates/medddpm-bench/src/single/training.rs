@@ -130,12 +130,14 @@ pub(super) fn measure<B: KernelAutodiffBackend>(
     case: &mut Training<B>,
 ) -> Result<()> {
     run.say("first training micro-step (compiles and autotunes backward kernels)");
+    crate::threads::reset();
     let first = first_step(case)?;
     run.record.first_train_step_s = Some(first);
     run.save("the first training micro-step");
     run.say(&format!(
         "first training micro-step took {first:.2} s; timing training micro-steps"
     ));
+    run.say_first_step_threads("first training micro-step");
     let (steps, profile) = timed_steps(case, run.config.warmup, run.config.steps, || {
         crate::threads::reset();
         start_host_profile(run)

@@ -23,6 +23,15 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         B::memory_usage(device)
     }
 
+    fn host_bytes(device: &Self::Device, len: usize) -> Option<burn::tensor::Bytes> {
+        B::host_bytes(device, len)
+    }
+
+    fn float_from_host(data: burn::tensor::TensorData, device: &Self::Device) -> FloatTensor<Self> {
+        use burn::tensor::backend::AutodiffBackend as _;
+        Self::from_inner(B::float_from_host(data, device))
+    }
+
     fn conv3d_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

@@ -3,7 +3,7 @@
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::DType;
+use burn::tensor::{Bytes, DType, TensorData};
 
 use super::spec::Conv3dSpec;
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
@@ -103,6 +103,20 @@ pub trait KernelBackend: CollectiveBackend {
     /// context, not what the live tensors need: this tells the two apart.
     fn memory_usage(_device: &Self::Device) -> Option<MemoryStats> {
         None
+    }
+
+    /// `len` zeroed bytes of host memory that `device` copies from without waiting for its
+    /// stream (page-locked, on CUDA), for data the host fills once and uploads: a training
+    /// batch, filled by the loader's threads. `None` (the provided body) where ordinary memory
+    /// does as well.
+    fn host_bytes(_device: &Self::Device, _len: usize) -> Option<Bytes> {
+        None
+    }
+
+    /// `data` on `device`, as `float_from_data`, for data that may lie in [`Self::host_bytes`]
+    /// (copied from there asynchronously). Provided body: `float_from_data`.
+    fn float_from_host(data: TensorData, device: &Self::Device) -> FloatTensor<Self> {
+        Self::float_from_data(data, device)
     }
 
     /// Trilinear x2 upsampling (`align_corners = False`) of a `[b, c, d, h, w]` tensor, or of a

@@ -125,6 +125,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::conv::cube_memory_usage::<CudaRuntime>(device)
     }
 
+    fn host_bytes(device: &Self::Device, len: usize) -> Option<burn::tensor::Bytes> {
+        crate::pinned::host_bytes(device, len)
+    }
+
+    fn float_from_host(data: burn::tensor::TensorData, device: &Self::Device) -> FloatTensor<Self> {
+        crate::pinned::float_from_host::<F, I, BT>(data, device)
+    }
+
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
         crate::cube::upsample_trilinear_x2::<CudaRuntime, F, I, BT>(x, layout)
     }

@@ -10,7 +10,6 @@
 //! recomputation as a graph of its own from the host, and steps with it run as they come.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
@@ -19,7 +18,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
 use medddpm_diffusion::{training_loss_at, CosineSchedule};
 use medddpm_kernels::primitive::{float, tensor};
-use medddpm_kernels::StepGraph;
+use medddpm_kernels::StepGraphs;
 use medddpm_unet::{ActivationCheckpointing, GraphStatus, KernelAutodiffBackend, UNet};
 
 use super::step::{micro_step, MicroBatch};
@@ -27,10 +26,6 @@ use crate::DiffusionConfig;
 
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 type Prim<B> = FloatTensor<Inner<B>>;
-
-/// Steps run as they come before a shape's capture: the first compiles and tunes kernels, the
-/// second runs the plans burn-fusion settled on.
-const WARM_UP: usize = 2;
 
 /// A parameter as the graph takes it: its id, shape and whether it has a gradient.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,38 +43,26 @@ struct Key {
     divisor: u64,
 }
 
-enum Phase<B: KernelAutodiffBackend> {
-    Warming(usize),
-    Captured {
-        graph: StepGraph<Inner<B>>,
-        slots: Vec<Slot>,
-        /// The slots with a gradient, in the order the graph returns them.
-        graded: Vec<usize>,
-    },
-}
+/// What a graph is kept with: the parameters it takes, and the indices of those with a
+/// gradient, in the order the graph returns them.
+type Kept = (Vec<Slot>, Vec<usize>);
 
 /// CUDA graphs of the training micro-step, one per batch shape and divisor.
 pub struct MicroStepGraphs<B: KernelAutodiffBackend> {
-    phases: HashMap<Key, Phase<B>>,
-    status: GraphStatus,
+    graphs: StepGraphs<Inner<B>, Key, Kept>,
 }
 
 impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
     /// Graphs when `enabled` (else every step as it comes, the status saying it was asked).
     pub fn new(enabled: bool) -> Self {
         Self {
-            phases: HashMap::new(),
-            status: GraphStatus {
-                off: (!enabled).then(|| "turned off".to_string()),
-                requested: enabled,
-                ..Default::default()
-            },
+            graphs: StepGraphs::new(enabled),
         }
     }
 
     /// What the graphs did so far.
     pub fn status(&self) -> GraphStatus {
-        self.status.clone()
+        self.graphs.status().clone()
     }
 
     /// [`micro_step`], warmed up, captured or replayed: the same gradients and loss.
@@ -90,12 +73,12 @@ impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
         batch: MicroBatch<B>,
         (objective, divisor, checkpointing): (&DiffusionConfig, f64, ActivationCheckpointing),
     ) -> (GradientsParams, Tensor<B, 1>) {
-        if checkpointing != ActivationCheckpointing::None && self.status.off.is_none() {
-            self.status.off = Some(format!(
+        if checkpointing != ActivationCheckpointing::None {
+            self.graphs.turn_off(format!(
                 "activation checkpointing ({checkpointing}) is not captured"
             ));
         }
-        if self.status.off.is_some() {
+        if self.graphs.is_off() {
             return micro_step(work, schedule, batch, objective, divisor, checkpointing);
         }
         let key = Key {
@@ -104,67 +87,39 @@ impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
             divisor: divisor.to_bits(),
         };
         let (slots, weights) = params_of(work);
+        // Another model's parameters: a graph of its own after a warm-up.
+        if self
+            .graphs
+            .kept(&key)
+            .is_some_and(|(kept, _)| *kept != slots)
+        {
+            self.graphs.forget(&key);
+        }
         let inputs = step_inputs(work, schedule, &batch, weights);
         let graded = RefCell::new(Vec::new());
-        let (has_cond, step_slots) = (key.cond.is_some(), slots.clone());
+        let has_cond = key.cond.is_some();
         let mut step = |inputs: Vec<Prim<B>>| {
             let (loss, grads, with_grad) =
-                graph_step(work, &step_slots, inputs, has_cond, (objective, divisor));
+                graph_step(work, &slots, inputs, has_cond, (objective, divisor));
             *graded.borrow_mut() = with_grad;
             std::iter::once(loss).chain(grads).collect()
         };
         let device = batch.x0.device();
-        let phase = self.phases.remove(&key).unwrap_or(Phase::Warming(0));
-        let outcome = match phase {
-            Phase::Warming(done) if done < WARM_UP => {
-                self.phases.insert(key, Phase::Warming(done + 1));
-                let outputs = StepGraph::<Inner<B>>::warm_up(&device, inputs, &mut step);
-                return gradients(&slots, &graded.borrow(), outputs);
+        let keep = || (slots.clone(), graded.borrow().clone());
+        match self
+            .graphs
+            .run(key.clone(), &device, inputs, &mut step, keep)
+        {
+            Ok(outputs) => {
+                // Replayed, the step did not run: the graph's own list says which slots.
+                let graded = match self.graphs.kept(&key) {
+                    Some((_, kept)) => kept.clone(),
+                    None => graded.into_inner(),
+                };
+                gradients(&slots, &graded, outputs)
             }
-            Phase::Warming(_) => StepGraph::capture(&device, inputs, &mut step).map(|(g, out)| {
-                self.status.captured += 1;
-                self.status.nodes = g.nodes();
-                self.status.node_kinds = g.node_kinds().to_string();
-                let graded = graded.borrow().clone();
-                let result = gradients(&slots, &graded, out);
-                self.keep(key, g, slots, graded);
-                result
-            }),
-            Phase::Captured {
-                graph,
-                slots: captured,
-                graded,
-            } if captured == slots => {
-                let out = graph
-                    .replay(inputs)
-                    .map(|out| gradients(&slots, &graded, out));
-                self.status.replays += usize::from(out.is_ok());
-                self.keep(key, graph, slots, graded);
-                out
-            }
-            // Another model's parameters: a graph of its own after a warm-up.
-            Phase::Captured { .. } => {
-                self.phases.insert(key, Phase::Warming(0));
-                return micro_step(work, schedule, batch, objective, divisor, checkpointing);
-            }
-        };
-        outcome.unwrap_or_else(|e| {
-            self.status.turn_off(&e);
-            self.phases.clear();
-            micro_step(work, schedule, batch, objective, divisor, checkpointing)
-        })
-    }
-}
-
-impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
-    /// Keeps `graph` for the micro-steps of `key`.
-    fn keep(&mut self, key: Key, graph: StepGraph<Inner<B>>, slots: Vec<Slot>, graded: Vec<usize>) {
-        let phase = Phase::Captured {
-            graph,
-            slots,
-            graded,
-        };
-        self.phases.insert(key, phase);
+            Err(_) => micro_step(work, schedule, batch, objective, divisor, checkpointing),
+        }
     }
 }
 
@@ -362,7 +317,7 @@ mod tests {
         let how = (&objective, 2.0, ActivationCheckpointing::None);
         let mut graphs = MicroStepGraphs::<B>::new(true);
         let (slots, _) = params_of(&model);
-        for step in 0..(WARM_UP as u64 + 2) {
+        for step in 0..(medddpm_kernels::graph::WARM_UP as u64 + 2) {
             let (got, got_loss) = graphs.micro_step(&model, &schedule, batch(step), how);
             let (want, want_loss) = micro_step(&model, &schedule, batch(step), how.0, how.1, how.2);
             assert_eq!(got_loss.into_data(), want_loss.into_data(), "step {step}");

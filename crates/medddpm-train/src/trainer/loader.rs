@@ -7,9 +7,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use burn::tensor::TensorData;
+use burn::tensor::{Bytes, DType, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use medddpm_kernels::KernelBackend;
 
 use crate::data::{DataError, Example, NiftiDataset};
 
@@ -65,19 +67,32 @@ struct Ahead {
     handle: JoinHandle<Result<HostBatch, DataError>>,
 }
 
+/// Where a batch's voxels are stacked: `len` zeroed bytes the device copies from without
+/// waiting (`KernelBackend::host_bytes`: page-locked memory on CUDA), or `None` for an
+/// ordinary vector.
+pub(super) type HostMemory = Arc<dyn Fn(usize) -> Option<Bytes> + Send + Sync>;
+
+/// `B`'s [`KernelBackend::host_bytes`] on `device`.
+pub(super) fn host_memory<B: KernelBackend>(device: &B::Device) -> HostMemory {
+    let device = device.clone();
+    Arc::new(move |len| B::host_bytes(&device, len))
+}
+
 /// The data order with the next micro-batches read ahead.
 pub(super) struct Loader {
     order: DataOrder,
     dataset: Arc<NiftiDataset>,
     ahead: VecDeque<Ahead>,
+    memory: HostMemory,
 }
 
 impl Loader {
-    pub fn new(seed: u64, dataset: Arc<NiftiDataset>) -> Self {
+    pub fn new(seed: u64, dataset: Arc<NiftiDataset>, memory: HostMemory) -> Self {
         Self {
             order: DataOrder::new(seed, dataset.len()),
             dataset,
             ahead: VecDeque::new(),
+            memory,
         }
     }
 
@@ -100,7 +115,7 @@ impl Loader {
                     self.ahead.clear();
                 }
                 let indices = self.indices(positions);
-                host_batch(&self.dataset, &indices)
+                host_batch(&self.dataset, &indices, &self.memory)
             }
         }
     }
@@ -115,9 +130,10 @@ impl Loader {
             }
             let indices = self.indices(positions);
             let dataset = Arc::clone(&self.dataset);
+            let memory = Arc::clone(&self.memory);
             let handle = std::thread::Builder::new()
                 .name("medddpm-loader".into())
-                .spawn(move || host_batch(&dataset, &indices));
+                .spawn(move || host_batch(&dataset, &indices, &memory));
             // Without a thread (the system refused one) the batch is read when it is taken.
             let Ok(handle) = handle else { return };
             self.ahead.push_back(Ahead {
@@ -128,33 +144,63 @@ impl Loader {
     }
 }
 
-/// Reads the examples at `indices` and stacks them.
-fn host_batch(dataset: &NiftiDataset, indices: &[usize]) -> Result<HostBatch, DataError> {
+/// Reads the examples at `indices` and stacks them into `memory`.
+fn host_batch(
+    dataset: &NiftiDataset,
+    indices: &[usize],
+    memory: &HostMemory,
+) -> Result<HostBatch, DataError> {
     let examples: Vec<Example> = indices
         .iter()
         .map(|&i| dataset.get(i))
         .collect::<Result<_, _>>()?;
     Ok(HostBatch {
-        image: stacked(&examples, true),
-        cond: stacked(&examples, false),
+        image: stacked_into(&examples, true, memory),
+        cond: stacked_into(&examples, false, memory),
     })
 }
 
 /// The images (`image`) or the conditions of `examples`, stacked along a batch axis.
 pub(super) fn stacked(examples: &[Example], image: bool) -> TensorData {
+    stacked_into(examples, image, &(Arc::new(|_| None) as HostMemory))
+}
+
+/// [`stacked`], written into `memory` where it gives any.
+fn stacked_into(examples: &[Example], image: bool, memory: &HostMemory) -> TensorData {
     let [d, h, w] = examples[0].shape;
-    let mut data = Vec::new();
-    for e in examples {
-        data.extend_from_slice(if image { &e.image } else { &e.cond });
+    fn voxels(e: &Example, image: bool) -> &[f32] {
+        if image {
+            &e.image
+        } else {
+            &e.cond
+        }
     }
-    let channels = data.len() / (examples.len() * d * h * w);
-    TensorData::new(data, [examples.len(), channels, d, h, w])
+    let len: usize = examples.iter().map(|e| voxels(e, image).len()).sum();
+    let shape = [examples.len(), len / (examples.len() * d * h * w), d, h, w];
+    if let Some(mut bytes) = memory(len * size_of::<f32>()) {
+        let mut at = 0;
+        for e in examples {
+            let from: &[u8] = bytemuck::cast_slice(voxels(e, image));
+            bytes[at..at + from.len()].copy_from_slice(from);
+            at += from.len();
+        }
+        return TensorData::from_bytes(bytes, shape, DType::F32);
+    }
+    let mut data = Vec::with_capacity(len);
+    for e in examples {
+        data.extend_from_slice(voxels(e, image));
+    }
+    TensorData::new(data, shape)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::{DataConfig, DataSource};
+
+    fn ordinary() -> HostMemory {
+        Arc::new(|_| None)
+    }
 
     fn phantoms(dir: &std::path::Path, cache: bool) -> Arc<NiftiDataset> {
         let mut config = DataConfig::new(DataSource::Phantom {
@@ -172,7 +218,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for cache in [true, false] {
             let dataset = phantoms(dir.path(), cache);
-            let mut loader = Loader::new(7, Arc::clone(&dataset));
+            let mut loader = Loader::new(7, Arc::clone(&dataset), ordinary());
             let positions = [4, 5];
             let indices = loader.indices(&positions);
             loader.read_ahead(&[positions.to_vec(), vec![6, 7]]);
@@ -185,7 +231,7 @@ mod tests {
             );
             let ahead = loader.take(&positions).unwrap();
             assert_eq!(loader.ahead.len(), 1, "taken");
-            let now = host_batch(&dataset, &indices).unwrap();
+            let now = host_batch(&dataset, &indices, &ordinary()).unwrap();
             assert_eq!(ahead.image, now.image);
             assert_eq!(ahead.cond, now.cond);
             assert_eq!(ahead.image.shape.to_vec(), vec![2, 1, 8, 8, 8]);
@@ -194,15 +240,39 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_stacked_into_host_memory_equals_one_stacked_into_a_vector() {
+        let dir = tempfile::tempdir().unwrap();
+        let dataset = phantoms(dir.path(), true);
+        let given = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&given);
+        let memory: HostMemory = Arc::new(move |len| {
+            counted.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+            Some(Bytes::from_bytes_vec(vec![0xff; len]))
+        });
+        let into = host_batch(&dataset, &[2, 0], &memory).unwrap();
+        let plain = host_batch(&dataset, &[2, 0], &ordinary()).unwrap();
+        assert_eq!(into.image, plain.image);
+        assert_eq!(into.cond, plain.cond);
+        let (image, cond) = (into.image.as_bytes().len(), into.cond.as_bytes().len());
+        assert_eq!(
+            given.load(std::sync::atomic::Ordering::Relaxed),
+            image + cond
+        );
+    }
+
+    #[test]
     fn a_batch_read_ahead_for_other_examples_is_not_handed_out() {
         let dir = tempfile::tempdir().unwrap();
         let dataset = phantoms(dir.path(), true);
-        let mut loader = Loader::new(0, Arc::clone(&dataset));
+        let mut loader = Loader::new(0, Arc::clone(&dataset), ordinary());
         loader.read_ahead(&[vec![0], vec![1]]);
         let wanted = loader.indices(&[1]);
         assert_ne!(wanted, loader.indices(&[0]));
         let got = loader.take(&[1]).unwrap();
-        assert_eq!(got.image, host_batch(&dataset, &wanted).unwrap().image);
+        assert_eq!(
+            got.image,
+            host_batch(&dataset, &wanted, &ordinary()).unwrap().image
+        );
         assert!(
             loader.ahead.is_empty(),
             "reads for another order are dropped"
@@ -215,7 +285,7 @@ mod tests {
         let dataset = phantoms(dir.path(), false);
         let (_, images) = dataset.files(0).unwrap();
         std::fs::write(images[0], b"not a NIfTI file").unwrap();
-        let mut loader = Loader::new(0, Arc::clone(&dataset));
+        let mut loader = Loader::new(0, Arc::clone(&dataset), ordinary());
         let all: Vec<usize> = (0..3).collect();
         let position = all
             .iter()

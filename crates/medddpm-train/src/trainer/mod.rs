@@ -184,7 +184,11 @@ fn lead<B: KernelAutodiffBackend>(
         every: settings.ema_every,
         start: settings.ema_start,
     };
-    let mut loader = Loader::new(settings.seed, std::sync::Arc::clone(&s.dataset));
+    let mut loader = Loader::new(
+        settings.seed,
+        std::sync::Arc::clone(&s.dataset),
+        loader::host_memory::<B>(device),
+    );
     let mut progress = Progress::start(run, &s.state)?;
     let mut skipped_in_a_row = 0usize;
     observer.started(progress.start_step, end_step);

@@ -96,7 +96,11 @@ impl<B: KernelAutodiffBackend> Worker<B> {
         team: Team<'_>,
         end: usize,
     ) -> Result<(), TrainError> {
-        let mut loader = Loader::new(config.train.seed, std::sync::Arc::clone(&self.dataset));
+        let mut loader = Loader::new(
+            config.train.seed,
+            std::sync::Arc::clone(&self.dataset),
+            super::loader::host_memory::<B>(&self.device),
+        );
         let mut skipped_in_a_row = 0usize;
         let compute_dtype = options.compute.precision.compute_dtype();
         while self.step < end {

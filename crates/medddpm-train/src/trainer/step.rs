@@ -3,7 +3,7 @@
 
 use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use std::cell::RefCell;
 
 use medddpm_diffusion::{training_loss, CosineSchedule, Denoiser, TrainingBatch};
@@ -233,8 +233,12 @@ fn draw_micro_batch<B: KernelAutodiffBackend>(
     config: &ExperimentConfig,
 ) -> MicroBatch<B> {
     let device = replica.device;
-    let x0 = Tensor::<B, 5>::from_data(host.image, device);
-    let cond = Tensor::<B, 5>::from_data(host.cond, device);
+    let x0 = Tensor::<B, 5>::from_primitive(TensorPrimitive::Float(B::float_from_host(
+        host.image, device,
+    )));
+    let cond = Tensor::<B, 5>::from_primitive(TensorPrimitive::Float(B::float_from_host(
+        host.cond, device,
+    )));
     let [_, c, d, h, w] = x0.dims();
     let mut timesteps = Vec::with_capacity(positions.len());
     let mut noise = Vec::with_capacity(positions.len());
