@@ -159,7 +159,7 @@ pub(crate) fn float_from_host<F: FloatElement, I: IntElement, BT: BoolElement>(
     if data.bytes.property() != AllocationProperty::Pinned {
         return Fused::<F, I, BT>::float_from_data(data, device);
     }
-    let (shape, dtype): (Shape, DType) = (data.shape.clone().into(), data.dtype);
+    let (shape, dtype): (Shape, DType) = (data.shape.clone(), data.dtype);
     let client = <CudaRuntime as cubecl::Runtime>::client(device);
     let tensor = empty_device_contiguous_dtype(client, device.clone(), shape.clone(), dtype);
     let copy = CopyDescriptor::new(
