@@ -284,3 +284,77 @@ impl<B: Backend> Captured<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::{Tensor, TensorData};
+
+    use crate::primitive::{float, tensor};
+
+    fn input(v: f32) -> Vec<FloatTensor<Flex>> {
+        let t = Tensor::<Flex, 1>::from_data(
+            TensorData::new(vec![v, 2.0 * v], [2]),
+            &Default::default(),
+        );
+        vec![float(t)]
+    }
+
+    fn value(out: Vec<FloatTensor<Flex>>) -> Vec<f32> {
+        let t: Tensor<Flex, 1> = tensor(out.into_iter().next().unwrap());
+        t.into_data().to_vec().unwrap()
+    }
+
+    /// On the CPU the warm-up runs the step as it comes, the capture then says the backend has
+    /// no graphs, and from then on the caller runs every step itself, the status saying why
+    /// without a line for the user.
+    #[test]
+    fn step_graphs_warm_up_then_turn_off_quietly_where_nothing_captures() {
+        let device = Default::default();
+        let mut graphs = StepGraphs::<Flex, u8, &str>::new(true);
+        let mut step = |inputs: Vec<FloatTensor<Flex>>| {
+            let x: Tensor<Flex, 1> = tensor(inputs.into_iter().next().unwrap());
+            vec![float(x.mul_scalar(3.0))]
+        };
+        for i in 0..WARM_UP {
+            let out = graphs.run(7, &device, input(i as f32), &mut step, || "kept");
+            assert_eq!(value(out.unwrap()), vec![3.0 * i as f32, 6.0 * i as f32]);
+            assert!(
+                graphs.kept(&7).is_none(),
+                "nothing is kept while warming up"
+            );
+        }
+        let err = graphs.run(7, &device, input(1.0), &mut step, || "kept");
+        assert!(matches!(err, Err(GraphError::Unsupported(_))), "{err:?}");
+        assert!(graphs.is_off());
+        let status = graphs.status();
+        assert!(status.unsupported && status.requested);
+        assert_eq!((status.captured, status.replays), (0, 0));
+        assert_eq!(status.summary(), None);
+        graphs.turn_off("a later reason".into());
+        assert_ne!(graphs.status().off.as_deref(), Some("a later reason"));
+    }
+
+    /// Graphs not asked for are off from the start, and a reason given first is the one kept.
+    #[test]
+    fn step_graphs_turned_off_keep_the_first_reason() {
+        let off = StepGraphs::<Flex, u8>::new(false);
+        assert!(off.is_off());
+        assert_eq!(
+            off.status().summary(),
+            None,
+            "not asked for: nothing to say"
+        );
+        let mut graphs = StepGraphs::<Flex, u8>::new(true);
+        assert!(!graphs.is_off());
+        graphs.turn_off("activation checkpointing".into());
+        graphs.turn_off("another".into());
+        let status = graphs.status();
+        assert_eq!(status.off.as_deref(), Some("activation checkpointing"));
+        assert_eq!(
+            status.summary().as_deref(),
+            Some("CUDA graphs off (activation checkpointing): steps ran as they came")
+        );
+    }
+}
