@@ -41,6 +41,8 @@ pub mod cube;
 #[cfg(feature = "cuda")]
 mod cublas;
 #[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(feature = "cuda")]
 mod cuda_graph;
 #[cfg(feature = "cuda")]
 pub mod cudnn;

@@ -16,19 +16,15 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{DType, Shape, TensorData};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
-use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
-use burn_fusion::{Fusion, NoOp};
+use burn_cubecl::{BoolElement, FloatElement, IntElement};
+use burn_fusion::NoOp;
 use burn_ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
 use cubecl::server::CopyDescriptor;
 use cubecl::stream_id::StreamId;
 use cubecl_common::bytes::{AllocationController, AllocationProperty, Bytes};
 use cubecl_cuda::{CudaDevice, CudaRuntime};
 
-use crate::cublas::device_thread;
-
-type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
-type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
-type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+use crate::cuda::{device_thread, Cube, CudaServer, Fused};
 
 /// The alignment cubecl gives its own page-locked buffers (the driver's are page-aligned).
 const ALIGN: usize = core::mem::size_of::<u128>();
@@ -114,10 +110,11 @@ fn pool(device: &CudaDevice) -> Arc<Pool> {
         .clone()
 }
 
-/// `len` bytes of page-locked memory for `device`, zeroed, from its pool (allocated on the
-/// device thread, where the device's context is current, when no idle buffer is large
+/// `parts`, one after another, in page-locked memory for `device` from its pool (allocated on
+/// the device thread, where the device's context is current, when no idle buffer is large
 /// enough); `None` when the driver refuses.
-pub(crate) fn host_bytes(device: &CudaDevice, len: usize) -> Option<Bytes> {
+pub(crate) fn host_bytes(device: &CudaDevice, parts: &[&[u8]]) -> Option<Bytes> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
     let pool = pool(device);
     let buffer = match pool.take(len) {
         Some(buffer) => buffer,
@@ -139,14 +136,18 @@ pub(crate) fn host_bytes(device: &CudaDevice, len: usize) -> Option<Bytes> {
             }
         }
     };
-    // SAFETY: `len` bytes of the buffer, zeroed before `Bytes` reads them.
-    unsafe { std::ptr::write_bytes(buffer.ptr, 0, len) };
+    let mut at = 0;
+    for part in parts {
+        // SAFETY: `at + part.len() <= len <= capacity` bytes of a buffer no one else holds.
+        unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), buffer.ptr.add(at), part.len()) };
+        at += part.len();
+    }
     let controller = Pooled {
         buffer: Some(buffer),
         len,
         pool,
     };
-    // SAFETY: the controller's first `len` bytes are initialised (zeroed above).
+    // SAFETY: the controller's first `len` bytes are initialised (the parts, copied above).
     Some(unsafe { Bytes::from_controller(Box::new(controller), len) })
 }
 

@@ -12,7 +12,6 @@ use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
-use cubecl_cuda::CudaRuntime;
 
 use super::nccl::{check_call, register, status, Cube, Fused, Handles, Packed};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
@@ -20,7 +19,7 @@ use crate::panics::quiet_catch;
 
 type Gradient<F, I, BT> = FloatTensor<Fused<F, I, BT>>;
 
-type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+use crate::cuda::CudaServer;
 
 /// See [`super::nccl_unique_id`].
 pub(super) fn unique_id() -> Result<NcclId, CollectiveUnavailable> {

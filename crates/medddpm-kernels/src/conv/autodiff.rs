@@ -23,8 +23,8 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         B::memory_usage(device)
     }
 
-    fn host_bytes(device: &Self::Device, len: usize) -> Option<burn::tensor::Bytes> {
-        B::host_bytes(device, len)
+    fn host_bytes(device: &Self::Device, parts: &[&[u8]]) -> Option<burn::tensor::Bytes> {
+        B::host_bytes(device, parts)
     }
 
     fn float_from_host(data: burn::tensor::TensorData, device: &Self::Device) -> FloatTensor<Self> {

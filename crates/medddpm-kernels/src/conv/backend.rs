@@ -105,11 +105,11 @@ pub trait KernelBackend: CollectiveBackend {
         None
     }
 
-    /// `len` zeroed bytes of host memory that `device` copies from without waiting for its
-    /// stream (page-locked, on CUDA), for data the host fills once and uploads: a training
-    /// batch, filled by the loader's threads. `None` (the provided body) where ordinary memory
-    /// does as well.
-    fn host_bytes(_device: &Self::Device, _len: usize) -> Option<Bytes> {
+    /// `parts`, one after another, in host memory that `device` copies from without waiting
+    /// for its stream (page-locked, on CUDA), for data the host writes once and uploads: a
+    /// training batch, stacked by the loader's threads. `None` (the provided body) where
+    /// ordinary memory does as well.
+    fn host_bytes(_device: &Self::Device, _parts: &[&[u8]]) -> Option<Bytes> {
         None
     }
 

@@ -22,4 +22,4 @@
 mod library;
 mod op;
 
-pub(crate) use op::{device_thread, register_product};
+pub(crate) use op::register_product;

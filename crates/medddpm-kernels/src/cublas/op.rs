@@ -1,7 +1,6 @@
 //! The product as one operation of burn-fusion's stream, and its hand-over to cubecl's device
 //! thread.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use burn::tensor::ops::FloatTensor;
@@ -9,9 +8,9 @@ use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_fusion::{FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl_cuda::CudaRuntime;
 
@@ -21,9 +20,7 @@ use crate::product::plan::{column_major, ColumnMajor, Operand};
 use crate::product::reference::product_primitive;
 use crate::product::ProductSpec;
 
-type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
-type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
-type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+use crate::cuda::{device_thread, Cube, CudaServer, Fused};
 type Tensor = CubeTensor<CudaRuntime>;
 
 #[derive(Debug, Clone)]
@@ -184,21 +181,6 @@ fn enqueue(
             ));
         }
     });
-}
-
-/// cubecl's device thread of `device` (a handle kept per device).
-pub(crate) fn device_thread(
-    device: &cubecl_cuda::CudaDevice,
-) -> cubecl::device_handle::DeviceHandle<CudaServer> {
-    use cubecl::device::Device as _;
-    static THREADS: Mutex<Option<HashMap<usize, cubecl::device_handle::DeviceHandle<CudaServer>>>> =
-        Mutex::new(None);
-    let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    threads
-        .get_or_insert_with(HashMap::new)
-        .entry(device.index)
-        .or_insert_with(|| cubecl::device_handle::DeviceHandle::new(device.to_id()))
-        .clone()
 }
 
 /// Says once per reason that cuBLAS was not used.

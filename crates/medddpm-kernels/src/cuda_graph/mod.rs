@@ -11,24 +11,19 @@ use burn::tensor::Shape;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_fusion::{FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
 
-use crate::cublas::device_thread;
+use crate::cuda::{device_thread, Cube, CudaServer, DeviceThread, Fused};
 use cudarc::driver::sys::CUstream;
 
 mod copies;
 use crate::graph::{Captured, GraphError, StepFn};
 use copies::{memcpy, memcpy_all, order};
-
-type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
-type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
-type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
-type DeviceThread = cubecl::device_handle::DeviceHandle<CudaServer>;
 
 /// The cubecl stream graphs run on: the last of cubecl's 128 (the vendored cubecl-common never
 /// gives a thread a stream id that lands there), so only graphs use its memory pool.

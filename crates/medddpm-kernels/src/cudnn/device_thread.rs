@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cubecl_cuda::CudaRuntime;
 use cudarc::cudnn::sys;
 
 use super::algorithms::{AlgoTable, Choice};
@@ -13,7 +12,7 @@ use super::descriptors::Descriptors;
 use super::graph::{self, Plan, PlanChoice};
 use super::library::check;
 
-type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+use crate::cuda::CudaServer;
 
 /// What one device's device-thread tasks use: a cuDNN handle of their own (only that thread
 /// calls it, one task at a time, so it needs no lock, and the first-call path's handle can be

@@ -3,9 +3,9 @@
 
 use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
 use burn::tensor::{DType, Shape};
-use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_fusion::{FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl_cuda::CudaRuntime;
 
@@ -16,12 +16,11 @@ use crate::compute::Layout;
 use crate::conv::{
     data_grad_via_forward, forward_in_padded, is_strided_same, Conv3dSpec, KernelBackend,
 };
+use crate::cuda::{Cube, Fused};
 use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 use crate::primitive::{float, tensor};
 use crate::product::reference::product_primitive;
 use crate::product::ProductSpec;
-
-type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
 #[derive(Debug, Clone)]
 struct CudnnConv<B> {
@@ -82,8 +81,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
     }
 }
 
-type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
-
 fn register<F: FloatElement, I: IntElement, BT: BoolElement>(
     op: ConvOp,
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
@@ -125,8 +122,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::conv::cube_memory_usage::<CudaRuntime>(device)
     }
 
-    fn host_bytes(device: &Self::Device, len: usize) -> Option<burn::tensor::Bytes> {
-        crate::pinned::host_bytes(device, len)
+    fn host_bytes(device: &Self::Device, parts: &[&[u8]]) -> Option<burn::tensor::Bytes> {
+        crate::pinned::host_bytes(device, parts)
     }
 
     fn float_from_host(data: burn::tensor::TensorData, device: &Self::Device) -> FloatTensor<Self> {

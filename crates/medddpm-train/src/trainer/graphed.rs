@@ -73,7 +73,7 @@ impl<B: KernelAutodiffBackend> MicroStepGraphs<B> {
         batch: MicroBatch<B>,
         (objective, divisor, checkpointing): (&DiffusionConfig, f64, ActivationCheckpointing),
     ) -> (GradientsParams, Tensor<B, 1>) {
-        if checkpointing != ActivationCheckpointing::None {
+        if checkpointing != ActivationCheckpointing::None && !self.graphs.is_off() {
             self.graphs.turn_off(format!(
                 "activation checkpointing ({checkpointing}) is not captured"
             ));

@@ -67,15 +67,15 @@ struct Ahead {
     handle: JoinHandle<Result<HostBatch, DataError>>,
 }
 
-/// Where a batch's voxels are stacked: `len` zeroed bytes the device copies from without
-/// waiting (`KernelBackend::host_bytes`: page-locked memory on CUDA), or `None` for an
-/// ordinary vector.
-pub(super) type HostMemory = Arc<dyn Fn(usize) -> Option<Bytes> + Send + Sync>;
+/// Where a batch's voxels are stacked: the given parts, one after another, in memory the device
+/// copies from without waiting (`KernelBackend::host_bytes`: page-locked memory on CUDA), or
+/// `None` for an ordinary vector.
+pub(super) type HostMemory = Arc<dyn Fn(&[&[u8]]) -> Option<Bytes> + Send + Sync>;
 
 /// `B`'s [`KernelBackend::host_bytes`] on `device`.
 pub(super) fn host_memory<B: KernelBackend>(device: &B::Device) -> HostMemory {
     let device = device.clone();
-    Arc::new(move |len| B::host_bytes(&device, len))
+    Arc::new(move |parts| B::host_bytes(&device, parts))
 }
 
 /// The data order with the next micro-batches read ahead.
@@ -155,18 +155,22 @@ fn host_batch(
         .map(|&i| dataset.get(i))
         .collect::<Result<_, _>>()?;
     Ok(HostBatch {
-        image: stacked_into(&examples, true, memory),
-        cond: stacked_into(&examples, false, memory),
+        image: stacked_into(&examples, true, memory.as_ref()),
+        cond: stacked_into(&examples, false, memory.as_ref()),
     })
 }
 
 /// The images (`image`) or the conditions of `examples`, stacked along a batch axis.
 pub(super) fn stacked(examples: &[Example], image: bool) -> TensorData {
-    stacked_into(examples, image, &(Arc::new(|_| None) as HostMemory))
+    stacked_into(examples, image, &|_| None)
 }
 
 /// [`stacked`], written into `memory` where it gives any.
-fn stacked_into(examples: &[Example], image: bool, memory: &HostMemory) -> TensorData {
+fn stacked_into(
+    examples: &[Example],
+    image: bool,
+    memory: &dyn Fn(&[&[u8]]) -> Option<Bytes>,
+) -> TensorData {
     let [d, h, w] = examples[0].shape;
     fn voxels(e: &Example, image: bool) -> &[f32] {
         if image {
@@ -177,13 +181,11 @@ fn stacked_into(examples: &[Example], image: bool, memory: &HostMemory) -> Tenso
     }
     let len: usize = examples.iter().map(|e| voxels(e, image).len()).sum();
     let shape = [examples.len(), len / (examples.len() * d * h * w), d, h, w];
-    if let Some(mut bytes) = memory(len * size_of::<f32>()) {
-        let mut at = 0;
-        for e in examples {
-            let from: &[u8] = bytemuck::cast_slice(voxels(e, image));
-            bytes[at..at + from.len()].copy_from_slice(from);
-            at += from.len();
-        }
+    let parts: Vec<&[u8]> = examples
+        .iter()
+        .map(|e| bytemuck::cast_slice(voxels(e, image)))
+        .collect();
+    if let Some(bytes) = memory(&parts) {
         return TensorData::from_bytes(bytes, shape, DType::F32);
     }
     let mut data = Vec::with_capacity(len);
@@ -245,9 +247,10 @@ mod tests {
         let dataset = phantoms(dir.path(), true);
         let given = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = Arc::clone(&given);
-        let memory: HostMemory = Arc::new(move |len| {
-            counted.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
-            Some(Bytes::from_bytes_vec(vec![0xff; len]))
+        let memory: HostMemory = Arc::new(move |parts: &[&[u8]]| {
+            let bytes = parts.concat();
+            counted.fetch_add(bytes.len(), std::sync::atomic::Ordering::Relaxed);
+            Some(Bytes::from_bytes_vec(bytes))
         });
         let into = host_batch(&dataset, &[2, 0], &memory).unwrap();
         let plain = host_batch(&dataset, &[2, 0], &ordinary()).unwrap();

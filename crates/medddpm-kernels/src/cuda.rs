@@ -1,0 +1,30 @@
+//! What the CUDA-only modules (cuBLAS, cuDNN, graphs, page-locked uploads, NCCL) share: burn's
+//! fused CUDA backend by name, and cubecl's device thread of a device.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use burn_cubecl::CubeBackend;
+use burn_fusion::Fusion;
+use cubecl_cuda::CudaRuntime;
+
+/// burn's CUDA backend without fusion.
+pub(crate) type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+/// burn's CUDA backend as users run it (fusion on top).
+pub(crate) type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
+/// cubecl's CUDA compute server (what runs on the device thread).
+pub(crate) type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+/// A handle on cubecl's device thread.
+pub(crate) type DeviceThread = cubecl::device_handle::DeviceHandle<CudaServer>;
+
+/// cubecl's device thread of `device` (a handle kept per device).
+pub(crate) fn device_thread(device: &cubecl_cuda::CudaDevice) -> DeviceThread {
+    use cubecl::device::Device as _;
+    static THREADS: Mutex<Option<HashMap<usize, DeviceThread>>> = Mutex::new(None);
+    let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    threads
+        .get_or_insert_with(HashMap::new)
+        .entry(device.index)
+        .or_insert_with(|| DeviceThread::new(device.to_id()))
+        .clone()
+}
