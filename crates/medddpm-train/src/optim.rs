@@ -440,7 +440,7 @@ mod tests {
     /// per-tensor adaptor does, and each working copy is the cast of its master weight.
     #[test]
     fn working_copies_train_like_recorded_casts() {
-        use crate::trainer::{micro_step, micro_step_loss, MicroBatch};
+        use crate::trainer::{micro_step, micro_step_loss};
         use crate::DiffusionConfig;
         use burn::tensor::backend::Backend;
         use medddpm_diffusion::CosineSchedule;
@@ -459,19 +459,7 @@ mod tests {
         let start = medddpm_unet::randomize_weights(start);
         let schedule = CosineSchedule::new(100);
         let batch = |step: usize| {
-            B::seed(&device, 100 + step as u64);
-            let x0 =
-                Tensor::<B, 5>::random([1, 1, 8, 8, 8], Distribution::Normal(0.0, 1.0), &device);
-            MicroBatch {
-                noise: x0.random_like(Distribution::Normal(0.0, 1.0)),
-                cond: Some(Tensor::random(
-                    [1, 2, 8, 8, 8],
-                    Distribution::Normal(0.0, 1.0),
-                    &device,
-                )),
-                x0,
-                timesteps: vec![10 + 20 * step],
-            }
+            crate::trainer::random_micro_batch::<B>(&device, 100 + step as u64, 10 + 20 * step)
         };
         let mut ours = FusedAdam::default().init::<B, UNet<B>>();
         let mut reference: OptimizerAdaptor<FusedAdam, UNet<B>, B> = FusedAdam::default().into();

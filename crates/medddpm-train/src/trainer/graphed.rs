@@ -273,9 +273,9 @@ fn with_params<B: KernelAutodiffBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trainer::random_micro_batch;
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::backend::Backend;
-    use burn::tensor::Distribution;
     use medddpm_unet::UNetConfig;
 
     type B = Autodiff<Flex>;
@@ -299,21 +299,7 @@ mod tests {
             medddpm_unet::randomize_weights(UNetConfig::tiny().init(&device).unwrap());
         let schedule = CosineSchedule::new(100);
         let objective = DiffusionConfig::default();
-        let batch = |step: u64| {
-            B::seed(&device, 50 + step);
-            let x0 =
-                Tensor::<B, 5>::random([1, 1, 8, 8, 8], Distribution::Normal(0.0, 1.0), &device);
-            MicroBatch {
-                noise: x0.random_like(Distribution::Normal(0.0, 1.0)),
-                cond: Some(Tensor::random(
-                    [1, 2, 8, 8, 8],
-                    Distribution::Normal(0.0, 1.0),
-                    &device,
-                )),
-                x0,
-                timesteps: vec![7 + 30 * step as usize],
-            }
-        };
+        let batch = |step: u64| random_micro_batch::<B>(&device, 50 + step, 7 + 30 * step as usize);
         let how = (&objective, 2.0, ActivationCheckpointing::None);
         let mut graphs = MicroStepGraphs::<B>::new(true);
         let (slots, _) = params_of(&model);

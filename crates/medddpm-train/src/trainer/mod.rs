@@ -41,6 +41,8 @@ use loader::Loader;
 use log::{mean, LossWindows, MetricsLog};
 use session::Session;
 use shard::Shard;
+#[cfg(test)]
+pub(crate) use step::random_micro_batch;
 use step::{accumulate, Replica};
 use team::Team;
 use update::{update, Update};

@@ -266,3 +266,25 @@ fn draw_micro_batch<B: KernelAutodiffBackend>(
         noise,
     }
 }
+
+/// A micro-batch of one random 8^3 image with a two-channel random condition, drawn after
+/// seeding the backend with `seed`, at `timestep`: the tests' small training batch.
+#[cfg(test)]
+pub(crate) fn random_micro_batch<B: Backend>(
+    device: &B::Device,
+    seed: u64,
+    timestep: usize,
+) -> MicroBatch<B> {
+    B::seed(device, seed);
+    let x0 = Tensor::<B, 5>::random([1, 1, 8, 8, 8], Distribution::Normal(0.0, 1.0), device);
+    MicroBatch {
+        noise: x0.random_like(Distribution::Normal(0.0, 1.0)),
+        cond: Some(Tensor::random(
+            [1, 2, 8, 8, 8],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        )),
+        x0,
+        timesteps: vec![timestep],
+    }
+}
