@@ -116,6 +116,10 @@ where
         })?;
     }
 
+    #[cfg(feature = "cuda")]
+    if backend == BackendKind::Cuda && settings.shipped_tuning {
+        seed_shipped_tuning(&root, &settings.devices)?;
+    }
     let conv_engine = conv_engine(&root)?;
     let tuned_before = count_entries(&root);
     let (indices, devices): (Vec<usize>, Vec<R::Device>) = placement.devices.into_iter().unzip();
@@ -140,6 +144,21 @@ where
     let out = task.run::<B>(device, &env);
     watcher.finish();
     Ok(out)
+}
+
+/// Writes the tuning results shipped for the run's GPU model into `root` where it has none
+/// (every device of the run, the replicas' too: before any of them tunes), and says so.
+#[cfg(feature = "cuda")]
+fn seed_shipped_tuning(root: &Path, devices: &[usize]) -> Result<(), Error> {
+    let seeded = crate::shipped_tuning::seed(root, devices, crate::devices::cuda_capability)?;
+    if seeded.files > 0 {
+        eprintln!(
+            "tuning: started {} from the {} results shipped for H100/H200 (compute capability 9.0; --no-shipped-tuning tunes from scratch)",
+            root.display(),
+            seeded.entries
+        );
+    }
+    Ok(())
 }
 
 /// Opens `device`'s client and checks that it computes in `precision`.

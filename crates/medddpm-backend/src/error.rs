@@ -61,6 +61,12 @@ pub enum Error {
         /// The file system's error.
         source: std::io::Error,
     },
+    /// The tuning results shipped in the binary did not unpack (a damaged build).
+    #[error("the tuning results shipped in this binary do not unpack")]
+    ShippedTuning {
+        /// The archive reader's error.
+        source: std::io::Error,
+    },
     /// cubecl was already set up with another tuning cache in this process.
     #[error(
         "cubecl is already configured with the tuning cache {} in this process; one backend and precision per process (wanted {})",

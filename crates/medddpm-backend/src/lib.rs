@@ -19,6 +19,8 @@
 mod devices;
 mod error;
 mod run;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod shipped_tuning;
 mod task;
 pub mod tune_watch;
 
@@ -144,6 +146,9 @@ pub struct ComputeSettings {
     pub tune_cache: Option<PathBuf>,
     /// Show a spinner with each kernel tuned (a line per kernel when stderr is not a terminal).
     pub show_tuning: bool,
+    /// Start an empty tuning cache from the results shipped for the GPU model (H100, H200),
+    /// where there are some; default true.
+    pub shipped_tuning: bool,
     /// Device indices (CUDA), the first the one a task receives; several run data-parallel
     /// training. Default `[0]`.
     pub devices: Vec<usize>,
@@ -172,6 +177,7 @@ impl Default for ComputeSettings {
             norm_engine: NormEngine::Kernel,
             tune_cache: None,
             show_tuning: true,
+            shipped_tuning: true,
             devices: vec![0],
             collective: Collective::Auto,
             launch: Launch::Auto,
@@ -196,6 +202,8 @@ pub struct ComputeRequest {
     pub norm_engine: Option<NormEngine>,
     /// Kernel-tuning cache folder of the GPU backends (default: [`default_tune_cache`]).
     pub tune_cache: Option<PathBuf>,
+    /// Tune every kernel on this machine, not starting from the shipped results.
+    pub no_shipped_tuning: bool,
     /// CUDA device indices, one replica each (default: `[0]`).
     pub devices: Option<Vec<usize>>,
     /// How several devices average their gradients (default: auto).
@@ -224,6 +232,7 @@ impl ComputeRequest {
             norm_engine: self.norm_engine.or(config.norm_engine).unwrap_or_default(),
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
+            shipped_tuning: !self.no_shipped_tuning,
             devices: (self.devices.clone().or_else(|| config.devices.clone()))
                 .unwrap_or_else(|| vec![0]),
             collective: self.collective.or(config.collective).unwrap_or_default(),

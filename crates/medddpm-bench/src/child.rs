@@ -60,6 +60,7 @@ pub(crate) fn run_single(options: &BenchOptions, config_path: &Path) -> Result<(
         norm_engine: config.norm_engine,
         tune_cache: options.tune_cache.clone(),
         show_tuning: true,
+        shipped_tuning: options.shipped_tuning,
         ..Default::default()
     };
     let task = SingleTask {

@@ -26,6 +26,8 @@ pub struct ChildSpec {
     pub timeout: Duration,
     /// Tuning-cache root passed on to children.
     pub tune_cache: Option<PathBuf>,
+    /// False: children get `--no-shipped-tuning`.
+    pub shipped_tuning: bool,
 }
 
 /// Lines of a child's output kept for a failed configuration's record.
@@ -161,6 +163,9 @@ fn spawn(spec: &ChildSpec, cell: Cell, files: &CellFiles) -> Result<Child> {
         .args(["--layouts", &cell.layout.to_string()]);
     if let Some(dir) = &spec.tune_cache {
         cmd.arg("--tune-cache").arg(dir);
+    }
+    if !spec.shipped_tuning {
+        cmd.arg("--no-shipped-tuning");
     }
     cmd.stdout(Stdio::null())
         .stderr(Stdio::piped())

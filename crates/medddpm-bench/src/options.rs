@@ -134,6 +134,9 @@ pub struct BenchOptions {
     pub timeout: Duration,
     /// Kernel-tuning cache root (default: [`medddpm_backend::default_tune_cache`]).
     pub tune_cache: Option<PathBuf>,
+    /// Start an empty tuning cache from the results shipped for the GPU model (see
+    /// [`medddpm_backend::ComputeSettings::shipped_tuning`]).
+    pub shipped_tuning: bool,
     /// Seed of weights and inputs.
     pub seed: u64,
     /// Only rebuild the CSV, markdown and chart from results.jsonl.
@@ -178,6 +181,7 @@ impl Default for BenchOptions {
             pytorch_reference: None,
             timeout: Duration::from_secs(1800),
             tune_cache: None,
+            shipped_tuning: true,
             seed: 0,
             report_only: false,
             check_only: false,

@@ -106,6 +106,7 @@ fn run_matrix(
         command,
         timeout: options.timeout,
         tune_cache: options.tune_cache.clone(),
+        shipped_tuning: options.shipped_tuning,
     };
     let jsonl = options.out.join("results.jsonl");
     for &backend in &options.backends {

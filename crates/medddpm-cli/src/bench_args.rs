@@ -118,6 +118,10 @@ pub struct BenchArgs {
     /// Kernel-tuning cache root (default: ~/.cache/medddpm/tune).
     #[arg(long)]
     pub tune_cache: Option<PathBuf>,
+    /// Tune every kernel on this machine: without it, an empty tuning cache on an H100 or H200
+    /// starts from the results shipped in the binary.
+    #[arg(long)]
+    pub no_shipped_tuning: bool,
     /// Seed of weights and inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -206,6 +210,7 @@ impl BenchArgs {
             norm_engine: self.norm_engine,
             tune_cache: self.tune_cache.clone(),
             show_tuning: true,
+            shipped_tuning: !self.no_shipped_tuning,
             devices,
             collective: self.collective.map(|c| c.0).unwrap_or_default(),
             launch: self.launch.map(|l| l.0).unwrap_or_default(),
@@ -248,6 +253,7 @@ impl BenchArgs {
             pytorch_reference: self.pytorch_reference,
             timeout: Duration::from_secs(self.timeout),
             tune_cache: self.tune_cache,
+            shipped_tuning: !self.no_shipped_tuning,
             seed: self.seed,
             report_only: self.report_only,
             check_only: self.check_only,
@@ -322,6 +328,7 @@ impl CheckArgs {
             pytorch_reference: None,
             timeout: Duration::from_secs(1800),
             tune_cache: self.tune_cache,
+            shipped_tuning: true,
             seed: 0,
             report_only: false,
             check_only: true,
@@ -418,6 +425,7 @@ mod tests {
             "--locate",
             "--host-profile",
             "--cuda-graphs",
+            "--no-shipped-tuning",
             "--single-config",
             "s.json",
             "--single-out",
@@ -441,6 +449,7 @@ mod tests {
             pytorch_reference: Some("h100".into()),
             timeout: Duration::from_secs(7),
             tune_cache: Some("c".into()),
+            shipped_tuning: false,
             seed: 9,
             report_only: true,
             check_only: true,

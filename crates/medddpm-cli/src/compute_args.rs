@@ -123,6 +123,10 @@ pub struct ComputeArgs {
     /// ~/.cache/medddpm/tune).
     #[arg(long)]
     pub tune_cache: Option<PathBuf>,
+    /// Tune every kernel on this machine: without it, an empty tuning cache on an H100 or H200
+    /// starts from the results shipped in the binary (kernel choices timed on those GPUs).
+    #[arg(long)]
+    pub no_shipped_tuning: bool,
     /// CUDA devices to run on, comma-separated GPU indices, e.g. 0,1 (default: 0). Training runs
     /// one model replica per device, the experiment's batch split across them; the other
     /// commands take one device.
@@ -146,6 +150,7 @@ impl ComputeArgs {
             conv_engine: self.conv_engine,
             norm_engine: self.norm_engine,
             tune_cache: self.tune_cache.clone(),
+            no_shipped_tuning: self.no_shipped_tuning,
             devices: self.devices.clone(),
             collective: self.collective.map(|c| c.0),
             launch: self.launch.map(|l| l.0),

@@ -107,6 +107,9 @@ pub fn run(args: ReplicaArgs) -> anyhow::Result<()> {
     // process is its own device).
     let settings = ComputeSettings {
         show_tuning: false,
+        // The lead wrote the shipped tuning results for every device of the run, or was told
+        // not to.
+        shipped_tuning: false,
         collective: Collective::Host,
         launch: Launch::Processes,
         ..args.compute.settings()
