@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use medddpm_backend::KernelAutodiffBackend;
-use medddpm_diffusion::{Sampler, SamplerConfig, SamplerKind};
+use medddpm_diffusion::{Sampler, SamplerConfig, SamplerKind, Scheduler};
 use medddpm_train::data::list_masks;
 use medddpm_train::sample::BrainMasks;
 use medddpm_train::{

@@ -1,14 +1,15 @@
 //! DDIM sampling (Song et al. 2021) of a model trained with the DDPM objective: fewer network
 //! calls on a subsequence of the training timesteps, deterministic at `eta = 0`.
 //!
-//! The scheduler is apart from the model, as in diffusers: [`DdimSampler::set_timesteps`] picks
-//! the subsequence and [`DdimSampler::step`] moves one step along it given the predicted noise.
+//! [`DdimSampler::set_timesteps`] picks the subsequence and [`Scheduler::step`] moves along it;
+//! [`DdimSampler::step_to`] takes the target timestep explicitly, so that one jump can be checked
+//! alone.
 
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::process::Prediction;
-use crate::sampler::{Denoiser, ReverseWalk, StepOutput};
 use crate::schedule::CosineSchedule;
+use crate::scheduler::{Scheduler, StepOutput};
 use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
@@ -48,24 +49,8 @@ impl DdimSampler {
         Ok(())
     }
 
-    /// Timesteps in the order they are visited, from T - 1 down.
-    pub fn timesteps(&self) -> &[usize] {
-        &self.timesteps
-    }
-
-    /// The schedule this sampler walks.
-    pub fn schedule(&self) -> &CosineSchedule {
-        &self.schedule
-    }
-
-    /// The timestep after `t` in the subsequence, `None` after the last.
-    pub fn prev_timestep(&self, t: usize) -> Option<usize> {
-        let i = self.timesteps.iter().position(|&s| s == t)?;
-        self.timesteps.get(i + 1).copied()
-    }
-
-    /// One step from `x_t` at timestep `t` to the next timestep of the subsequence (`prev_t`,
-    /// `None` for the end of the chain, where x0 is returned) given the predicted noise `eps`.
+    /// One step from `x_t` at timestep `t` to `prev_t` (any earlier timestep; `None` for the end
+    /// of the chain, where x0 is returned) given the predicted noise `eps`.
     ///
     /// x0 = (x_t - sqrt(1 - abar_t) eps) / sqrt(abar_t), clamped; the noise is then re-derived
     /// from the clamped x0 (so that x_t, x0 and the noise stay consistent, which makes `eta = 1`
@@ -73,7 +58,7 @@ impl DdimSampler {
     /// `x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev - sigma^2) eps + sigma z`, with
     /// `sigma^2 = eta^2 (1 - abar_prev) / (1 - abar_t) (1 - abar_t / abar_prev)`. `noise` is z,
     /// passed in so that tests can supply it.
-    pub fn step<B: Backend, const D: usize>(
+    pub fn step_to<B: Backend, const D: usize>(
         &self,
         eps: Tensor<B, D>,
         t: usize,
@@ -115,44 +100,35 @@ impl DdimSampler {
             log_variance: variance.ln(),
         }
     }
+}
 
-    /// Runs the reverse process from pure noise, conditioned on `cond`, and returns x_0 (as
-    /// [`crate::DdpmSampler::sample`], with one network call per chosen timestep).
-    pub fn sample<B: Backend, M: Denoiser<B>>(
-        &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        mut on_step: impl FnMut(usize),
-    ) -> Tensor<B, 5> {
-        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+impl Scheduler for DdimSampler {
+    type State<B: Backend> = ();
+
+    fn schedule(&self) -> &CosineSchedule {
+        &self.schedule
     }
 
-    /// As `sample`, with `on_step` also shown the sample after each step (x_t on its way to
-    /// x_0), for pictures of the denoising.
-    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
+    fn prediction(&self) -> Prediction {
+        self.prediction
+    }
+
+    fn timesteps(&self) -> &[usize] {
+        &self.timesteps
+    }
+
+    fn adds_noise(&self, t: usize) -> bool {
+        self.eta > 0.0 && self.prev_timestep(t).is_some()
+    }
+
+    fn step<B: Backend>(
         &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        on_step: impl FnMut(usize, &Tensor<B, 5>),
-    ) -> Tensor<B, 5> {
-        let ts = &self.timesteps;
-        let walk = ReverseWalk {
-            schedule: &self.schedule,
-            prediction: self.prediction,
-            timesteps: ts,
-        };
-        walk.run(
-            denoiser,
-            cond,
-            image_channels,
-            |i| i + 1 < ts.len() && self.eta > 0.0,
-            |eps, i, x, noise| {
-                self.step(eps, ts[i], ts.get(i + 1).copied(), x, noise)
-                    .prev_sample
-            },
-            on_step,
-        )
+        eps: Tensor<B, 5>,
+        t: usize,
+        x_t: Tensor<B, 5>,
+        noise: Tensor<B, 5>,
+        _: &mut (),
+    ) -> StepOutput<B, 5> {
+        self.step_to(eps, t, self.prev_timestep(t), x_t, noise)
     }
 }

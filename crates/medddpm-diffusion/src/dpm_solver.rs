@@ -12,8 +12,8 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::process::Prediction;
-use crate::sampler::{Denoiser, ReverseWalk};
 use crate::schedule::CosineSchedule;
+use crate::scheduler::{Scheduler, StepOutput};
 use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DPM-Solver++(2M) over a subsequence of the training timesteps (trailing spacing, as
@@ -38,11 +38,6 @@ impl DpmSolverSampler {
             clip_denoised: true,
             prediction: Prediction::Epsilon,
         })
-    }
-
-    /// Timesteps in the order they are visited, from T - 1 down.
-    pub fn timesteps(&self) -> &[usize] {
-        &self.timesteps
     }
 
     /// `lambda_t = ln(alpha_t / sigma_t)`, the half log signal-to-noise ratio.
@@ -91,58 +86,60 @@ impl DpmSolverSampler {
         };
         x_s.mul_scalar(sigma_t / sigma_s) - d.mul_scalar(alpha_t * ((-h).exp() - 1.0))
     }
+}
 
-    /// Runs the reverse process from pure noise, conditioned on `cond`, and returns x_0 (as
-    /// [`crate::DdpmSampler::sample`], with one network call per chosen timestep).
-    pub fn sample<B: Backend, M: Denoiser<B>>(
-        &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        mut on_step: impl FnMut(usize),
-    ) -> Tensor<B, 5> {
-        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+impl Scheduler for DpmSolverSampler {
+    /// The previous timestep and its x0 prediction, from the second step on.
+    type State<B: Backend> = Option<(usize, Tensor<B, 5>)>;
+
+    fn schedule(&self) -> &CosineSchedule {
+        &self.schedule
     }
 
-    /// As `sample`, with `on_step` also shown the sample after each step (x_t on its way to
-    /// x_0), for pictures of the denoising.
-    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
+    fn prediction(&self) -> Prediction {
+        self.prediction
+    }
+
+    fn timesteps(&self) -> &[usize] {
+        &self.timesteps
+    }
+
+    fn adds_noise(&self, _: usize) -> bool {
+        false
+    }
+
+    fn step<B: Backend>(
         &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        on_step: impl FnMut(usize, &Tensor<B, 5>),
-    ) -> Tensor<B, 5> {
-        let ts = &self.timesteps;
-        let mut previous: Option<(usize, Tensor<B, 5>)> = None;
-        let walk = ReverseWalk {
-            schedule: &self.schedule,
-            prediction: self.prediction,
-            timesteps: ts,
+        eps: Tensor<B, 5>,
+        t: usize,
+        x_t: Tensor<B, 5>,
+        _: Tensor<B, 5>,
+        previous: &mut Self::State<B>,
+    ) -> StepOutput<B, 5> {
+        let x0 = self.x0(eps, t, x_t.clone());
+        let prev_sample = match self.prev_timestep(t) {
+            // The last network call returns its x0 prediction.
+            None => x0.clone(),
+            Some(next) => {
+                let x = self.update(x_t, t, next, x0.clone(), previous.take());
+                *previous = Some((t, x0.clone()));
+                x
+            }
         };
-        walk.run(
-            denoiser,
-            cond,
-            image_channels,
-            |_| false,
-            |eps, i, x, _| {
-                let x0 = self.x0(eps, ts[i], x.clone());
-                let Some(&t) = ts.get(i + 1) else {
-                    return x0;
-                };
-                let next = self.update(x, ts[i], t, x0.clone(), previous.take());
-                previous = Some((ts[i], x0));
-                next
-            },
-            on_step,
-        )
+        // An ODE step: p(x_prev | x_t) is a point mass.
+        StepOutput {
+            mean: prev_sample.clone(),
+            prev_sample,
+            pred_original_sample: x0,
+            log_variance: f64::NEG_INFINITY,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::Denoiser;
+    use crate::scheduler::Denoiser;
     use crate::DdimSampler;
     use burn::backend::Flex;
     use burn::tensor::Distribution;
@@ -191,7 +188,7 @@ mod tests {
         let x0 = dpm.x0(eps.clone(), 249, x.clone());
         let a = dpm.update(x.clone(), 249, 224, x0, None);
         let b = ddim
-            .step(
+            .step_to(
                 eps,
                 249,
                 Some(224),
@@ -227,7 +224,7 @@ mod tests {
             for (i, &t) in ts.iter().enumerate() {
                 let next = ts.get(i + 1).copied();
                 x_ddim = ddim
-                    .step(eps_at(&x_ddim, t), t, next, x_ddim.clone(), one(0.0))
+                    .step_to(eps_at(&x_ddim, t), t, next, x_ddim.clone(), one(0.0))
                     .prev_sample;
                 let x0 = dpm.x0(eps_at(&x_dpm, t), t, x_dpm.clone());
                 x_dpm = match next {

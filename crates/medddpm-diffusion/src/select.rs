@@ -1,13 +1,14 @@
 //! Choosing the reverse process: `[sampler]` settings (`SamplerKind`, `SamplerConfig`) and the
-//! `Sampler` they build, which runs DDPM, DDIM or DPM-Solver++ behind one interface.
+//! `Sampler` they build, a [`Scheduler`] that is DDPM, DDIM or DPM-Solver++ as configured.
 
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::ddim::DdimSampler;
+use crate::ddpm::DdpmSampler;
 use crate::dpm_solver::DpmSolverSampler;
 use crate::process::Prediction;
-use crate::sampler::{DdpmSampler, Denoiser};
 use crate::schedule::CosineSchedule;
+use crate::scheduler::{Scheduler, StepOutput};
 use crate::steps::SamplerError;
 
 /// Which reverse process to run, and how many network calls it takes.
@@ -103,39 +104,56 @@ impl Sampler {
         }
         self
     }
+}
 
-    /// Network calls per sample.
-    pub fn num_steps(&self) -> usize {
+impl Scheduler for Sampler {
+    /// Only DPM-Solver++ carries anything from one step to the next.
+    type State<B: Backend> = <DpmSolverSampler as Scheduler>::State<B>;
+
+    fn schedule(&self) -> &CosineSchedule {
         match self {
-            Sampler::Ddpm(s) => s.schedule().num_timesteps(),
-            Sampler::Ddim(s) => s.timesteps().len(),
-            Sampler::DpmSolver(s) => s.timesteps().len(),
+            Sampler::Ddpm(s) => s.schedule(),
+            Sampler::Ddim(s) => s.schedule(),
+            Sampler::DpmSolver(s) => s.schedule(),
         }
     }
 
-    /// Runs the reverse process (see [`DdpmSampler::sample`]).
-    pub fn sample<B: Backend, M: Denoiser<B>>(
-        &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        mut on_step: impl FnMut(usize),
-    ) -> Tensor<B, 5> {
-        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+    fn prediction(&self) -> Prediction {
+        match self {
+            Sampler::Ddpm(s) => s.prediction(),
+            Sampler::Ddim(s) => s.prediction(),
+            Sampler::DpmSolver(s) => s.prediction(),
+        }
     }
 
-    /// Runs the reverse process, showing `on_step` the sample after each step.
-    pub fn sample_observed<B: Backend, M: Denoiser<B>>(
-        &self,
-        denoiser: &M,
-        cond: Tensor<B, 5>,
-        image_channels: usize,
-        on_step: impl FnMut(usize, &Tensor<B, 5>),
-    ) -> Tensor<B, 5> {
+    fn timesteps(&self) -> &[usize] {
         match self {
-            Sampler::Ddpm(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
-            Sampler::Ddim(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
-            Sampler::DpmSolver(s) => s.sample_observed(denoiser, cond, image_channels, on_step),
+            Sampler::Ddpm(s) => s.timesteps(),
+            Sampler::Ddim(s) => s.timesteps(),
+            Sampler::DpmSolver(s) => s.timesteps(),
+        }
+    }
+
+    fn adds_noise(&self, t: usize) -> bool {
+        match self {
+            Sampler::Ddpm(s) => s.adds_noise(t),
+            Sampler::Ddim(s) => s.adds_noise(t),
+            Sampler::DpmSolver(s) => s.adds_noise(t),
+        }
+    }
+
+    fn step<B: Backend>(
+        &self,
+        eps: Tensor<B, 5>,
+        t: usize,
+        x_t: Tensor<B, 5>,
+        noise: Tensor<B, 5>,
+        state: &mut Self::State<B>,
+    ) -> StepOutput<B, 5> {
+        match self {
+            Sampler::Ddpm(s) => Scheduler::step(s, eps, t, x_t, noise, &mut ()),
+            Sampler::Ddim(s) => Scheduler::step(s, eps, t, x_t, noise, &mut ()),
+            Sampler::DpmSolver(s) => Scheduler::step(s, eps, t, x_t, noise, state),
         }
     }
 }

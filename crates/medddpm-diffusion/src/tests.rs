@@ -198,14 +198,14 @@ mod ddim {
             let eps_hat = (x_t - a_t.sqrt() * x0) / (1.0 - a_t).sqrt();
             let want = a_p.sqrt() * x0 + (1.0 - a_p).sqrt() * eps_hat;
             let one = |v: f64| Tensor::<B, 5>::full([1, 1, 1, 1, 1], v, &device);
-            let out = sampler.step(one(eps), t, Some(p), one(x_t), one(100.0));
+            let out = sampler.step_to(one(eps), t, Some(p), one(x_t), one(100.0));
             let got = values(out.prev_sample)[0] as f64;
             assert!((got - want).abs() < 1e-5, "x_t {x_t}: {got} vs {want}");
             assert!((values(out.pred_original_sample)[0] as f64 - x0).abs() < 1e-6);
         }
         // The end of the chain returns the clamped x0 and ignores the noise.
         let x_t = Tensor::<B, 5>::full([1, 1, 1, 1, 2], 3.0, &device);
-        let out = sampler.step(x_t.zeros_like(), 0, None, x_t.clone(), x_t.ones_like());
+        let out = sampler.step_to(x_t.zeros_like(), 0, None, x_t.clone(), x_t.ones_like());
         assert_eq!(values(out.prev_sample), vec![1.0, 1.0]);
     }
 
@@ -223,7 +223,7 @@ mod ddim {
             // x_t with a scale that makes the clamp of x0 matter at some voxels.
             let (x_t, eps, z) = (normal().mul_scalar(1.5), normal(), normal());
             let a = ddpm.step(eps.clone(), t, x_t.clone(), z.clone());
-            let b = ddim.step(eps, t, ddim.prev_timestep(t), x_t, z);
+            let b = ddim.step_to(eps, t, ddim.prev_timestep(t), x_t, z);
             let (a, b) = (values(a.prev_sample), values(b.prev_sample));
             let err = a
                 .iter()

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{backend::Backend, Tensor, TensorData};
-use medddpm_diffusion::{CosineSchedule, Sampler, SamplerConfig};
+use medddpm_diffusion::{CosineSchedule, Sampler, SamplerConfig, Scheduler};
 use medddpm_mask::LabelScheme;
 use medddpm_nifti::Volume;
 use medddpm_unet::{load_reference_checkpoint, UNet, WeightsEntry};

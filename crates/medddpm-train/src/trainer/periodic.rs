@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use burn::module::Module;
 use burn::optim::Optimizer;
-use medddpm_diffusion::{CosineSchedule, Sampler};
+use medddpm_diffusion::{CosineSchedule, Sampler, Scheduler};
 use medddpm_unet::{cast_compute_params, KernelAutodiffBackend, KernelBackend, UNet};
 
 use super::session::Session;

@@ -1,0 +1,120 @@
+//! The reverse process in diffusers' shape: a [`Scheduler`] gives the timesteps and one `step`,
+//! and its provided `sample` is the one loop every sampler runs.
+
+use burn::tensor::{backend::Backend, Distribution, Tensor};
+
+use crate::process::{network_input, Prediction};
+use crate::schedule::CosineSchedule;
+
+/// Anything that predicts the noise in a network input (noisy image and condition channels
+/// concatenated) at the given per-batch-element timesteps. The U-Net implements it; tests use
+/// closed-form stand-ins. Keeping this trait here means the diffusion code never sees the model.
+pub trait Denoiser<B: Backend> {
+    /// Predicted noise, with as many channels as the noisy image.
+    fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5>;
+}
+
+/// Result of one reverse step.
+#[derive(Debug, Clone)]
+pub struct StepOutput<B: Backend, const D: usize> {
+    /// x_{t-1}.
+    pub prev_sample: Tensor<B, D>,
+    /// The clamped x0 estimate the step was built on.
+    pub pred_original_sample: Tensor<B, D>,
+    /// Mean of p(x_{t-1} | x_t).
+    pub mean: Tensor<B, D>,
+    /// Log-variance of p(x_{t-1} | x_t): minus infinity where the step adds no noise.
+    pub log_variance: f64,
+}
+
+/// A reverse process as diffusers splits it: the scheduler never sees the model, so one driver
+/// ([`Scheduler::sample`]) serves every sampler and tests can step one by hand.
+pub trait Scheduler {
+    /// What one run carries from step to step: a multistep solver's history, `()` for the
+    /// samplers that need only the current sample. A fresh one starts every run, so a
+    /// scheduler can be shared between runs.
+    type State<B: Backend>: Default;
+
+    /// The training schedule the timesteps index.
+    fn schedule(&self) -> &CosineSchedule;
+
+    /// What the network predicts; the driver turns it into the noise `step` takes.
+    fn prediction(&self) -> Prediction;
+
+    /// Timesteps in the order they are visited, from T - 1 down.
+    fn timesteps(&self) -> &[usize];
+
+    /// Whether the step from `t` adds noise. Where it does not, the driver passes zeros without
+    /// drawing, so that a deterministic sampler leaves the generator as it found it.
+    fn adds_noise(&self, t: usize) -> bool;
+
+    /// One step from `x_t` at timestep `t` to the next visited timestep (x0 after the last),
+    /// given the predicted noise `eps`. `noise` is the step's z, passed in so that tests can
+    /// supply it.
+    fn step<B: Backend>(
+        &self,
+        eps: Tensor<B, 5>,
+        t: usize,
+        x_t: Tensor<B, 5>,
+        noise: Tensor<B, 5>,
+        state: &mut Self::State<B>,
+    ) -> StepOutput<B, 5>;
+
+    /// The timestep visited after `t`, `None` after the last.
+    fn prev_timestep(&self, t: usize) -> Option<usize> {
+        let ts = self.timesteps();
+        let i = ts.iter().position(|&s| s == t)?;
+        ts.get(i + 1).copied()
+    }
+
+    /// Network calls per sample.
+    fn num_steps(&self) -> usize {
+        self.timesteps().len()
+    }
+
+    /// Runs the reverse process from pure noise, conditioned on `cond`, and returns x_0.
+    ///
+    /// `image_channels` is the number of channels to generate; `on_step` is called after every
+    /// step with the number of steps done (for progress bars). Randomness comes from the
+    /// backend's generator: seed it with `B::seed` for reproducible samples.
+    fn sample<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        mut on_step: impl FnMut(usize),
+    ) -> Tensor<B, 5> {
+        self.sample_observed(denoiser, cond, image_channels, |i, _| on_step(i))
+    }
+
+    /// As `sample`, with `on_step` also shown the sample after each step (x_t on its way to
+    /// x_0), for pictures of the denoising.
+    fn sample_observed<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        image_channels: usize,
+        mut on_step: impl FnMut(usize, &Tensor<B, 5>),
+    ) -> Tensor<B, 5> {
+        let [b, _, d, h, w] = cond.dims();
+        let device = cond.device();
+        let shape = [b, image_channels, d, h, w];
+        let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let mut state = Self::State::<B>::default();
+        for (i, &t) in self.timesteps().iter().enumerate() {
+            let input = network_input(x.clone(), Some(cond.clone()));
+            let output = denoiser.predict_noise(input, &vec![t; b]);
+            let eps = self
+                .prediction()
+                .to_noise(self.schedule(), output, t, x.clone());
+            let noise = if self.adds_noise(t) {
+                Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
+            } else {
+                Tensor::zeros(shape, &device)
+            };
+            x = self.step(eps, t, x, noise, &mut state).prev_sample;
+            on_step(i + 1, &x);
+        }
+        x
+    }
+}
