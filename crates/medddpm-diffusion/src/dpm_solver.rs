@@ -139,7 +139,7 @@ impl Scheduler for DpmSolverSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::Denoiser;
+    use crate::process::Denoiser;
     use crate::DdimSampler;
     use burn::backend::Flex;
     use burn::tensor::Distribution;

@@ -40,10 +40,10 @@ pub use ddpm::DdpmSampler;
 pub use dpm_solver::DpmSolverSampler;
 pub use process::{
     network_input, noise_loss, q_sample_at, training_loss, training_loss_at, Coefficients,
-    LossType, Prediction, TrainingBatch, TrainingLoss,
+    Denoiser, LossType, Prediction, TrainingBatch, TrainingLoss,
 };
 pub use schedule::{CosineSchedule, ScheduleConfig};
-pub use scheduler::{Denoiser, Scheduler, StepOutput};
+pub use scheduler::{Scheduler, StepOutput};
 pub use select::{Sampler, SamplerConfig, SamplerKind};
 pub use steps::SamplerError;
 

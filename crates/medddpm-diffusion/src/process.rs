@@ -4,7 +4,14 @@ use burn::tensor::{backend::Backend, DType, FloatDType, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::CosineSchedule;
-use crate::Denoiser;
+
+/// Anything that predicts the noise in a network input (noisy image and condition channels
+/// concatenated) at the given per-batch-element timesteps. The U-Net implements it; tests use
+/// closed-form stand-ins. Keeping this trait here means the diffusion code never sees the model.
+pub trait Denoiser<B: Backend> {
+    /// Predicted noise, with as many channels as the noisy image.
+    fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5>;
+}
 
 /// Which distance between the true and the predicted noise is minimised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -3,16 +3,8 @@
 
 use burn::tensor::{backend::Backend, Distribution, Tensor};
 
-use crate::process::{network_input, Prediction};
+use crate::process::{network_input, Denoiser, Prediction};
 use crate::schedule::CosineSchedule;
-
-/// Anything that predicts the noise in a network input (noisy image and condition channels
-/// concatenated) at the given per-batch-element timesteps. The U-Net implements it; tests use
-/// closed-form stand-ins. Keeping this trait here means the diffusion code never sees the model.
-pub trait Denoiser<B: Backend> {
-    /// Predicted noise, with as many channels as the noisy image.
-    fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5>;
-}
 
 /// Result of one reverse step.
 #[derive(Debug, Clone)]

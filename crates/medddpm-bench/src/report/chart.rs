@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::markdown::fmt_ms;
+use super::cells::fmt_ms;
 use super::{breakdown_classes, config_label, is_reference, uniform_workload, workload};
 use crate::error::{ChartError, Error, FileAction, Result};
 use crate::record::BenchRecord;

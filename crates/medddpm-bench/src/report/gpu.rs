@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::markdown::{fmt_ms, md_cell, md_row};
+use super::cells::{fmt_ms, md_cell, md_row};
 use super::{config_label, DASH};
 use crate::gpu_trace::GpuTime;
 use crate::record::BenchRecord;

@@ -5,6 +5,7 @@
 //! The PNG is drawn with plotters' bitmap backend in `medddpm-render`'s embedded font (DejaVu
 //! Sans), so that charts render on a bare GPU machine with no fontconfig or system fonts.
 
+mod cells;
 mod chart;
 mod csv;
 mod gpu;

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use medddpm_backend::BackendKind;
 use medddpm_unet::Layout;
 
+use super::cells::{fmt_mib, fmt_ms, fmt_s, fmt_tolerance};
 use super::chart::{plotted, WIDTH};
 use super::csv::csv_field;
-use super::markdown::{fmt_mib, fmt_ms, fmt_s, fmt_tolerance};
 use super::*;
 use crate::options::Model;
 use crate::record::{RecordBackend, RecordStatus, Source};

@@ -12,6 +12,8 @@
 
 mod check;
 #[cfg(feature = "cuda")]
+mod fused;
+#[cfg(feature = "cuda")]
 mod nccl;
 #[cfg(feature = "cuda")]
 mod nccl_process;

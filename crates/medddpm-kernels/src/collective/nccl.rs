@@ -18,21 +18,18 @@ use burn_cubecl::cubecl::server::ReduceOperation;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_fusion::{FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 use cubecl_cuda::CudaRuntime;
 
-use super::{
-    pack_offsets, sorted_group, CollectiveBackend, CollectiveUnavailable, NcclId, ProcessGroup,
-};
+use super::{pack_offsets, sorted_group, CollectiveUnavailable};
+use crate::cuda::{Cube, Fused};
 use crate::panics::quiet_catch;
 
-pub(super) type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
-pub(super) type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
 /// The tensors a fusion operation executes on.
 pub(super) type Handles<F, I, BT> = HandleContainer<
     <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
@@ -113,10 +110,10 @@ pub(super) fn device_count() -> Result<usize, CollectiveUnavailable> {
 
 /// The all-reduce of each input into the output of the same position.
 #[derive(Debug, Clone)]
-struct AllReduceMean<B> {
-    desc: CustomOpIr,
-    group: Vec<DeviceId>,
-    _b: PhantomData<B>,
+pub(super) struct AllReduceMean<B> {
+    pub desc: CustomOpIr,
+    pub group: Vec<DeviceId>,
+    pub _b: PhantomData<B>,
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
@@ -167,10 +164,10 @@ fn exclusive_contiguous<R: burn_cubecl::CubeRuntime>(tensor: CubeTensor<R>) -> C
 /// The all-reduce of every input at once: packed into one f32 buffer, averaged by one NCCL
 /// call, each output an f32 view of its part.
 #[derive(Debug, Clone)]
-struct AllReduceMeanPacked<B> {
-    desc: CustomOpIr,
-    group: Vec<DeviceId>,
-    _b: PhantomData<B>,
+pub(super) struct AllReduceMeanPacked<B> {
+    pub desc: CustomOpIr,
+    pub group: Vec<DeviceId>,
+    pub _b: PhantomData<B>,
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
@@ -347,85 +344,6 @@ pub(super) fn check_call<F: FloatElement, I: IntElement, BT: BoolElement>(
         }
     }
     Ok(group)
-}
-
-impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fused<F, I, BT> {
-    fn collective_available(group: &[DeviceId]) -> Result<String, CollectiveUnavailable> {
-        let nccl = status()?;
-        let group = sorted_group(group)?;
-        let count = device_count()?;
-        if let Some(missing) = group.iter().find(|d| d.index_id as usize >= count) {
-            return Err(CollectiveUnavailable(format!(
-                "CUDA device {} is not there: this process sees {count}",
-                missing.index_id
-            )));
-        }
-        Ok(format!("{nccl}, {} ranks", group.len()))
-    }
-
-    fn all_reduce_mean(
-        tensor: FloatTensor<Self>,
-        group: &[DeviceId],
-    ) -> Result<FloatTensor<Self>, CollectiveUnavailable> {
-        let mut out = Self::all_reduce_mean_many(vec![tensor], group)?;
-        Ok(out.remove(0))
-    }
-
-    fn all_reduce_mean_packed(
-        tensors: Vec<FloatTensor<Self>>,
-        group: &[DeviceId],
-    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let group = check_call::<F, I, BT>(&tensors, group)?;
-        let total: usize = tensors.iter().map(|t| t.shape.num_elements()).sum();
-        if total >= 1 << 31 {
-            return Err(CollectiveUnavailable(format!(
-                "{total} elements is more than the packed all-reduce addresses (2^31)"
-            )));
-        }
-        Ok(register::<F, I, BT, _>(
-            "medddpm_nccl_all_reduce_mean_packed",
-            tensors,
-            Some(DType::F32),
-            |desc| AllReduceMeanPacked::<Cube<F, I, BT>> {
-                desc,
-                group,
-                _b: PhantomData,
-            },
-        ))
-    }
-
-    fn join_process_group(
-        device: &Self::Device,
-        id: &NcclId,
-        rank: usize,
-        world: usize,
-    ) -> Result<ProcessGroup, CollectiveUnavailable> {
-        super::nccl_process::join(device, id, rank, world)
-    }
-
-    fn all_reduce_mean_packed_across(
-        tensors: Vec<FloatTensor<Self>>,
-        group: &ProcessGroup,
-    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        super::nccl_process::all_reduce_mean_packed_across::<F, I, BT>(tensors, group)
-    }
-
-    fn all_reduce_mean_many(
-        tensors: Vec<FloatTensor<Self>>,
-        group: &[DeviceId],
-    ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let group = check_call::<F, I, BT>(&tensors, group)?;
-        Ok(register::<F, I, BT, _>(
-            "medddpm_nccl_all_reduce_mean",
-            tensors,
-            None,
-            |desc| AllReduceMean::<Cube<F, I, BT>> {
-                desc,
-                group,
-                _b: PhantomData,
-            },
-        ))
-    }
 }
 
 /// Registers the collective `op` on `tensors` (outputs of their shapes, in `out_dtype` or

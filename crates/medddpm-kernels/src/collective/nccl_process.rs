@@ -13,8 +13,9 @@ use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
 
-use super::nccl::{check_call, register, status, Cube, Fused, Handles, Packed};
+use super::nccl::{check_call, register, status, Handles, Packed};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
+use crate::cuda::{Cube, Fused};
 use crate::panics::quiet_catch;
 
 type Gradient<F, I, BT> = FloatTensor<Fused<F, I, BT>>;

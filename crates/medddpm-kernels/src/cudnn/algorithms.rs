@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use cudarc::cudnn::sys;
 use serde::{Deserialize, Serialize};
 
-use super::calls::{vp, ConvOp, Ptrs};
 use super::descriptors::Descriptors;
 use super::layout::Tensor;
 use super::library::{check, GpuModel};
+use super::operands::{vp, ConvOp, Ptrs};
 
 /// Largest workspace an algorithm may use, in bytes. At 128^3 the precomputed-index implicit
 /// GEMM that strict FP32 needs in channels-last asks for about 1 GiB for the 64-channel

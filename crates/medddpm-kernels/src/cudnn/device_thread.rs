@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::cudnn::sys;
 
 use super::algorithms::{AlgoTable, Choice};
-use super::calls::{launch, ConvOp, Ptrs};
+use super::calls::launch;
 use super::descriptors::Descriptors;
 use super::graph::{self, Plan, PlanChoice};
 use super::library::check;
+use super::operands::{ConvOp, Ptrs};
 
 use crate::cuda::CudaServer;
 

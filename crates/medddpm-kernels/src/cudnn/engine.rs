@@ -9,10 +9,11 @@ use cubecl_cuda::CudaRuntime;
 use cudarc::cudnn::sys;
 
 use super::algorithms::{find, Choice};
-use super::calls::{launch, workspace_size, ConvOp, Ptrs};
+use super::calls::{launch, workspace_size};
 use super::descriptors::{data_type, Descriptors};
 use super::device_thread::{enqueue, legacy_requested, sync_requested, Graph, OperandHandles};
 use super::devices::{engine, DeviceState};
+use super::operands::{ConvOp, Ptrs};
 // Where burn-fusion's operations (`fusion.rs`) find it.
 pub(crate) use super::devices::warn_fallback;
 use super::graph::Geometry;

@@ -9,8 +9,8 @@ use burn_fusion::{FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl_cuda::CudaRuntime;
 
-use super::calls::ConvOp;
 use super::engine::{run, warn_fallback, Operands};
+use super::operands::ConvOp;
 use crate::adam::reference::{AdamOutput, AdamStep, AdamTensors};
 use crate::compute::Layout;
 use crate::conv::{

@@ -49,6 +49,7 @@ mod fusion;
 mod graph;
 mod layout;
 mod library;
+mod operands;
 #[cfg(test)]
 mod tests;
 

@@ -6,6 +6,7 @@
 //! order and the micro-step the bench times too), `log` (`metrics.jsonl` and loss windows),
 //! `periodic` (checkpoints, the loss curve and samples on the cadence).
 
+mod accumulate;
 mod exchange;
 pub(crate) mod graphed;
 mod link;
@@ -37,13 +38,13 @@ use crate::checkpoint::{LossScale, RunDir, TrainState};
 use crate::data::NiftiDataset;
 use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::{ExperimentConfig, FusedAdamOptimizer, TrainError};
+use accumulate::{accumulate, Replica};
 use loader::Loader;
 use log::{mean, LossWindows, MetricsLog};
 use session::Session;
 use shard::Shard;
 #[cfg(test)]
 pub(crate) use step::random_micro_batch;
-use step::{accumulate, Replica};
 use team::Team;
 use update::{update, Update};
 

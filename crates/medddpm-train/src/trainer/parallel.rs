@@ -9,11 +9,11 @@ use medddpm_diffusion::CosineSchedule;
 use medddpm_kernels::Collective;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
+use super::accumulate::Replica;
 use super::exchange::{AbortOnDrop, Exchange};
 use super::loader::Loader;
 use super::session::Session;
 use super::shard::{Shard, Split};
-use super::step::Replica;
 use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{
     end_step, lead, optimizer_step, scaled, SessionOptions, TrainObserver, TrainSummary, Update,

@@ -7,7 +7,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, ElementConversion, Tensor};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
-use super::step::AccumulatedStep;
+use super::accumulate::AccumulatedStep;
 use super::team::Team;
 use super::update::{read_mean, skip_batch, Update};
 use crate::checkpoint::LossScale;

@@ -5,7 +5,7 @@ use burn::optim::Optimizer;
 use burn::tensor::{ElementConversion, Tensor};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
-use super::step::AccumulatedStep;
+use super::accumulate::AccumulatedStep;
 use super::team::Team;
 use crate::{ExperimentConfig, FusedAdamOptimizer, NonFiniteLoss, TrainError};
 

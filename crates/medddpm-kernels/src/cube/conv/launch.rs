@@ -10,7 +10,8 @@ use cubecl::ir::{ElemType, FloatKind, StorageType};
 use cubecl::{CubeCount, CubeDim};
 
 use super::gemm::{conv_gemm, DimsLaunch, StridesLaunch, WeightWalkLaunch, WindowLaunch};
-use super::mma::{conv_gemm_mma, PLANE};
+use super::mma::conv_gemm_mma;
+use super::mma_parts::PLANE;
 use super::tile::Tile;
 use super::tuning::conv_tuning;
 

@@ -21,10 +21,9 @@ use cubecl::prelude::*;
 
 use super::gemm::{a_slot, row_plan, tap_offsets, Dims, Strides, WeightWalk, Window};
 use super::mma_ldm::{accumulator_sets, multiply_ldm, write_out_ldm};
+use super::mma_parts::{out_offset, PLANE};
 use super::tile::Tile;
 
-/// Units per plane the kernel is written for (NVIDIA's warp).
-pub(super) const PLANE: u32 = 32;
 /// Side of one cooperative matrix.
 const FRAG: u32 = 16;
 
@@ -196,24 +195,6 @@ fn enter_tap(
 /// Vectors of `nb` weights each unit stages per step.
 fn b_vectors(tile: Tile, nb: u32) -> u32 {
     (tile.bn() * tile.bk / nb).div_ceil(tile.threads())
-}
-
-/// `count` 16 x 16 f32 accumulators, zero.
-#[cube]
-pub(super) fn zeroed_accumulators(#[comptime] count: usize) -> Sequence<cmma::Matrix<f32>> {
-    let mut acc = Sequence::<cmma::Matrix<f32>>::new();
-    #[unroll]
-    for _i in 0..count {
-        acc.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        ));
-    }
-    acc
 }
 
 /// This unit's share of the `[bm, bk]` input tile of channels `ci0..ci0 + bk` (rows and
@@ -456,15 +437,4 @@ fn write_out<Y: Float, NY: Size>(
             sync_plane();
         }
     }
-}
-
-/// Where output row `m` (a position), channel `co` lies in `y`.
-#[cube]
-pub(super) fn out_offset(m: u32, co: u32, dims: &Dims, ys: &Strides) -> u32 {
-    let ow = m % dims.out_w;
-    let oh = (m / dims.out_w) % dims.out_h;
-    let rest = m / (dims.out_w * dims.out_h);
-    let od = rest % dims.out_d;
-    let b = rest / dims.out_d;
-    ys.base + b * ys.n + od * ys.d + oh * ys.h + ow * ys.w + co * ys.c
 }

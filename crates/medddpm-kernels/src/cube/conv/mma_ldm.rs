@@ -16,7 +16,7 @@ use cubecl::ir::MatrixIdent;
 use cubecl::prelude::*;
 
 use super::gemm::{Dims, Strides};
-use super::mma::{out_offset, zeroed_accumulators, PLANE};
+use super::mma_parts::{out_offset, zeroed_accumulators, PLANE};
 use super::tile::Tile;
 
 /// Side of one staged 16 x 16 block.

@@ -46,6 +46,7 @@ mod gemm;
 mod launch;
 mod mma;
 pub(crate) mod mma_ldm;
+mod mma_parts;
 mod narrow;
 mod tile;
 mod tuning;

@@ -13,7 +13,7 @@
 use cubecl::prelude::*;
 
 use super::super::mma::fragment;
-pub(super) use super::super::mma::zeroed_accumulators;
+pub(super) use super::super::mma_parts::zeroed_accumulators;
 use super::kernel::{advance, decompose, load_row, loader, place, BK, SIDE, VEC};
 
 /// Staged 16-bit values one at a time (the scalar kernel's).

@@ -25,8 +25,8 @@ use std::ffi::c_void;
 use cudarc::cudnn::sys;
 use serde::{Deserialize, Serialize};
 
-use super::calls::{ConvOp, Ptrs};
 use super::library::check;
+use super::operands::{ConvOp, Ptrs};
 use ffi::{finalize, set, set_i64, Desc, Owned, A, D, T};
 use op_graph::OpGraph;
 pub(super) use search::search;

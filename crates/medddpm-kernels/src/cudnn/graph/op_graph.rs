@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
 
-use super::super::calls::ConvOp;
 use super::super::library::check;
+use super::super::operands::ConvOp;
 use super::ffi::{
     finalize, get_i64, set_desc, set_enum, set_float, set_handle, set_i64, Desc, Owned, A, D, T,
 };

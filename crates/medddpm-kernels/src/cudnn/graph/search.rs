@@ -4,7 +4,7 @@ use cudarc::cudnn::sys;
 use cudarc::driver::result::{event, free_sync, malloc_sync};
 use cudarc::driver::sys::CUstream;
 
-use super::super::calls::Ptrs;
+use super::super::operands::Ptrs;
 use super::ffi::Desc;
 use super::{execute, Geometry, OpGraph, Plan, PlanChoice, MAX_WORKSPACE, NEAR_FASTEST};
 
