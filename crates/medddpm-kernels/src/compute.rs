@@ -7,8 +7,6 @@ use std::str::FromStr;
 use burn::tensor::DType;
 use serde::{Deserialize, Serialize};
 
-use crate::collective::{Collective, Launch};
-
 /// How convolutions and matrix products compute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -303,4 +301,32 @@ pub struct ComputeConfig {
     /// Where the replicas run: `auto`, `threads` or `processes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch: Option<Launch>,
+}
+
+/// How the replicas of a multi-device run average their gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    /// NCCL on CUDA, the host elsewhere.
+    #[default]
+    Auto,
+    /// NCCL's all-reduce on the GPUs (CUDA only).
+    Nccl,
+    /// Gradients gathered, averaged and handed back through host threads (any backend; slower,
+    /// since every gradient crosses to one device and back).
+    Host,
+}
+
+/// Where the replicas of a multi-device run live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launch {
+    /// One process per device on CUDA, threads of one process elsewhere.
+    #[default]
+    Auto,
+    /// One process drives every device, a thread each.
+    Threads,
+    /// One process per device (the first starts the others), as PyTorch's DDP runs: two
+    /// devices driven from one process wait for each other inside the CUDA driver.
+    Processes,
 }

@@ -32,6 +32,8 @@
 #![warn(missing_docs)]
 
 pub mod adam;
+mod agreement;
+mod capture;
 pub mod channels;
 pub mod collective;
 mod compute;
@@ -46,6 +48,7 @@ mod cuda;
 mod cuda_graph;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
+mod device_error;
 mod dtype;
 pub mod graph;
 pub mod norm;
@@ -58,6 +61,7 @@ pub mod seeded;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};
+pub use capture::{Captured, GraphError, StepFn};
 pub use channels::{cat_last, split_last};
 pub use collective::{
     nccl_unique_id, Collective, CollectiveBackend, CollectiveUnavailable, Launch, NcclId,
@@ -67,25 +71,12 @@ pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precis
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };
+pub use device_error::device_error;
 pub use dtype::{cast_to, to_stats};
-pub use graph::{GraphError, GraphStatus, StepGraph, StepGraphs};
+pub use graph::{GraphStatus, StepGraph, StepGraphs};
 pub use norm::{group_norm, GroupNormSpec};
 pub use product::{pointwise, product, ProductSpec};
 pub use seeded::{backward_seeded, SeededBackward};
 pub use upsample::{
     upsample_linear_x2_along, upsample_trilinear_x2, upsample_trilinear_x2_channels_last,
 };
-
-/// The first operation that failed after being handed to a GPU device thread without waiting
-/// (today: a cuDNN convolution of a shape that had run before), if any since the last call.
-/// Its output was never written, so the work it belonged to is invalid.
-pub fn device_error() -> Option<String> {
-    #[cfg(feature = "cuda")]
-    {
-        cudnn::device_error()
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        None
-    }
-}

@@ -6,7 +6,8 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 
 use super::reference::{adam_step_reference, AdamOutput, AdamStep, AdamTensors};
-use crate::conv::{rel_l2, worse, KernelBackend};
+use crate::agreement::{rel_l2, worse};
+use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
 
 /// The lengths of the parameter tensors [`engine_vs_reference`] updates together: `len`, then

@@ -10,7 +10,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
 
-use crate::conv::{rel_l2, KernelBackend};
+use crate::agreement::rel_l2;
+use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
 
 /// The plain-op twin: per pair `[a, b]` (one shape, any float dtypes), `f32(a) + f32(b)`.
@@ -80,7 +81,7 @@ pub fn engine_vs_reference<B: KernelBackend>(
                 return f64::INFINITY;
             }
             let g = Tensor::<Flex, 1>::from_data(g.to_data(), &cpu);
-            worst = crate::conv::worse(worst, rel_l2(g, w));
+            worst = crate::agreement::worse(worst, rel_l2(g, w));
         }
     }
     worst

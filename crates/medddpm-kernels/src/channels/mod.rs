@@ -82,9 +82,9 @@ pub fn engine_vs_reference<B: KernelBackend>(
     let got_pad = back(pad_last(on(&a), first + second));
     let want_pad = reference::pad_last(a, first + second);
     [
-        crate::conv::rel_l2(got_cat, want_cat),
-        crate::conv::rel_l2(split, want_split),
-        crate::conv::rel_l2(got_pad, want_pad),
+        crate::agreement::rel_l2(got_cat, want_cat),
+        crate::agreement::rel_l2(split, want_split),
+        crate::agreement::rel_l2(got_pad, want_pad),
     ]
 }
 

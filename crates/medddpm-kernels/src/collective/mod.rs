@@ -25,37 +25,10 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::FloatDType;
 use serde::{Deserialize, Serialize};
 
+pub use crate::compute::{Collective, Launch};
 pub use check::{check_all_reduce, CollectiveCheck, CollectiveRow, BF16_TOLERANCE, F32_TOLERANCE};
 #[cfg(feature = "cuda")]
 pub use nccl::MIN_NCCL_VERSION;
-
-/// How the replicas of a multi-device run average their gradients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Collective {
-    /// NCCL on CUDA, the host elsewhere.
-    #[default]
-    Auto,
-    /// NCCL's all-reduce on the GPUs (CUDA only).
-    Nccl,
-    /// Gradients gathered, averaged and handed back through host threads (any backend; slower,
-    /// since every gradient crosses to one device and back).
-    Host,
-}
-
-/// Where the replicas of a multi-device run live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Launch {
-    /// One process per device on CUDA, threads of one process elsewhere.
-    #[default]
-    Auto,
-    /// One process drives every device, a thread each.
-    Threads,
-    /// One process per device (the first starts the others), as PyTorch's DDP runs: two
-    /// devices driven from one process wait for each other inside the CUDA driver.
-    Processes,
-}
 
 /// Why a backend cannot run a collective.
 #[derive(Debug, Clone, thiserror::Error)]

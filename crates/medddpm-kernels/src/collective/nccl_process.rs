@@ -171,7 +171,7 @@ fn enqueue_all_reduce(
         })();
         drop(buffer);
         if let Err(e) = result {
-            crate::cudnn::record_device_error(format!(
+            crate::device_error::record_device_error(format!(
                 "the gradient all-reduce failed on CUDA device {}'s device thread: {e}",
                 comm.index
             ));

@@ -7,10 +7,10 @@ use burn::tensor::{Bytes, DType, TensorData};
 
 use super::spec::Conv3dSpec;
 use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
+use crate::capture::{Captured, GraphError, StepFn};
 use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
-use crate::graph::{Captured, GraphError, StepFn};
 use crate::norm::reference::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };

@@ -24,11 +24,11 @@ pub mod reference;
 mod rewrites;
 mod spec;
 
+pub use crate::agreement::rel_l2;
 #[cfg(feature = "cuda")]
 pub(crate) use backend::cube_memory_usage;
 pub use backend::{KernelAutodiffBackend, KernelBackend, MemoryStats};
-pub(crate) use check::worse;
-pub use check::{engine_vs_reference, rel_l2, ConvCase};
+pub use check::{engine_vs_reference, ConvCase};
 pub use layout::{channels_last, in_layout};
 pub use ops::{conv3d, conv3d_data_grad, conv3d_weight_grad, upsample_x2};
 pub use rewrites::{data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_padded};

@@ -175,7 +175,7 @@ fn enqueue(
         })();
         drop(buffers);
         if let Err(e) = result {
-            crate::cudnn::record_device_error(format!(
+            crate::device_error::record_device_error(format!(
                 "cuBLAS product (m {}, n {}, k {}, batch {}) failed on CUDA device {index}'s device thread: {e}",
                 plan.n, plan.m, plan.k, plan.batch
             ));

@@ -22,7 +22,7 @@ use crate::cuda::{device_thread, Cube, CudaServer, DeviceThread, Fused};
 use cudarc::driver::sys::CUstream;
 
 mod copies;
-use crate::graph::{Captured, GraphError, StepFn};
+use crate::capture::{Captured, GraphError, StepFn};
 use copies::{memcpy, memcpy_all, order};
 
 /// The cubecl stream graphs run on: the last of cubecl's 128 (the vendored cubecl-common never
@@ -284,7 +284,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         device_thread(&t.device).submit(move |server: &mut CudaServer| {
             match address(server, &h, stream) {
                 Ok(at) => slots.set(i, (at, len)),
-                Err(e) => crate::cudnn::record_device_error(format!("CUDA graph output: {e}")),
+                Err(e) => {
+                    crate::device_error::record_device_error(format!("CUDA graph output: {e}"))
+                }
             }
         });
         handles.register_float_tensor::<Cube<F, I, BT>>(&out.id, t);
@@ -344,7 +346,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
                 memcpy(d, s, len, cuda)
             })();
             if let Err(e) = copied {
-                crate::cudnn::record_device_error(format!("CUDA graph input copy: {e}"));
+                crate::device_error::record_device_error(format!("CUDA graph input copy: {e}"));
             }
         });
         handles.register_float_tensor::<Cube<F, I, BT>>(&out.id, dst);
@@ -399,7 +401,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         // allocated while the GPU runs the graph.
         thread.submit(move |server: &mut CudaServer| {
             if let Err(e) = copy_in_and_launch(server, &exec, given_h, stream) {
-                crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
+                crate::device_error::record_device_error(format!("CUDA graph replay: {e}"));
             }
         });
         let fresh: Vec<_> = self
@@ -419,7 +421,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         let exec = self.exec.clone();
         thread.submit(move |server: &mut CudaServer| {
             if let Err(e) = copy_out(server, &exec, fresh_h, stream) {
-                crate::cudnn::record_device_error(format!("CUDA graph replay: {e}"));
+                crate::device_error::record_device_error(format!("CUDA graph replay: {e}"));
             }
         });
         for (ir, t) in self.desc.outputs.iter().zip(fresh) {

@@ -32,31 +32,6 @@ pub(super) struct DeviceSide {
 unsafe impl Send for DeviceSide {}
 unsafe impl Sync for DeviceSide {}
 
-/// The first convolution that failed on a device thread since [`device_error`] last looked.
-static DEVICE_ERROR: Mutex<Option<String>> = Mutex::new(None);
-
-/// The first convolution that failed on one of cubecl's device threads (any device) since the
-/// last call, if any; the message names the device. Such a failure leaves that convolution's
-/// output unwritten, so whatever step it belonged to is invalid: callers stop with this as the
-/// error.
-pub fn device_error() -> Option<String> {
-    DEVICE_ERROR
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-}
-
-/// Keeps `message` as the device error (the first one since [`device_error`] last looked) and
-/// prints it: for other work handed to a device thread without waiting (the all-reduce
-/// across processes).
-pub(crate) fn record_device_error(message: String) {
-    eprintln!("{message}");
-    DEVICE_ERROR
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert(message);
-}
-
 /// Whether `MEDDDPM_CUDNN_LEGACY=1` keeps every call on cuDNN's legacy functions (no graph API
 /// plans): for comparisons, and a way out should a cuDNN build misbehave with the plans.
 pub(super) fn legacy_requested() -> bool {
@@ -177,11 +152,7 @@ pub(super) fn enqueue(
                 "cuDNN {key} failed on CUDA device {}'s device thread: {e}",
                 side.index
             );
-            eprintln!("{message}");
-            DEVICE_ERROR
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(message);
+            crate::device_error::record_device_error(message);
         }
     });
 }

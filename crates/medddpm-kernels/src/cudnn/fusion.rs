@@ -168,7 +168,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     fn graph_warm_up(
         _device: &Self::Device,
         inputs: Vec<FloatTensor<Self>>,
-        step: &mut crate::graph::StepFn<'_, Self>,
+        step: &mut crate::capture::StepFn<'_, Self>,
     ) -> Vec<FloatTensor<Self>> {
         crate::cuda_graph::warm_up::<F, I, BT>(inputs, step)
     }
@@ -176,13 +176,13 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     fn graph_capture(
         device: &Self::Device,
         inputs: Vec<FloatTensor<Self>>,
-        step: &mut crate::graph::StepFn<'_, Self>,
-    ) -> Result<crate::graph::Captured<Self>, crate::graph::GraphError> {
+        step: &mut crate::capture::StepFn<'_, Self>,
+    ) -> Result<crate::capture::Captured<Self>, crate::capture::GraphError> {
         crate::cuda_graph::capture::<F, I, BT>(device, inputs, step)
     }
 
     fn graph_replay(
-        captured: &crate::graph::Captured<Self>,
+        captured: &crate::capture::Captured<Self>,
         inputs: Vec<FloatTensor<Self>>,
     ) -> Vec<FloatTensor<Self>> {
         crate::cuda_graph::replay::<F, I, BT>(captured, inputs)

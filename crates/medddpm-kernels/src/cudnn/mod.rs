@@ -35,7 +35,7 @@
 //! - **Failure.** A call cuDNN refuses falls back to burn's kernel for that shape, saying so once.
 //!   A shape goes to the device thread only once a call of it succeeded where burn-fusion runs
 //!   it (the first call of each shape, where a refusal can still fall back); a later call that
-//!   fails there (none was seen to) cannot fall back, and is reported by [`device_error`],
+//!   fails there (none was seen to) cannot fall back, and is reported by [`device_error`](crate::device_error()),
 //!   which the trainer (each step), the sampler (each sample) and the bench (each
 //!   synchronisation) check.
 
@@ -53,7 +53,6 @@ mod operands;
 #[cfg(test)]
 mod tests;
 
-pub use device_thread::device_error;
-pub(crate) use device_thread::record_device_error;
+pub use crate::device_error::device_error;
 pub use devices::init;
 pub use library::{CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};

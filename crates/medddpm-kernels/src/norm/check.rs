@@ -7,8 +7,9 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor};
 
 use super::reference::{backward, channel_sums, forward, GroupNormSpec};
+use crate::agreement::rel_l2;
 use crate::compute::{Layout, NormEngine};
-use crate::conv::{rel_l2, KernelBackend};
+use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
 use crate::primitive::{float, tensor};
 

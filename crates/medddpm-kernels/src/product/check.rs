@@ -5,7 +5,8 @@ use burn::backend::Autodiff;
 use burn::tensor::{DType, Distribution, Tensor};
 
 use super::{reference, ProductSpec};
-use crate::conv::{rel_l2, KernelBackend};
+use crate::agreement::rel_l2;
+use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
 use crate::primitive::{float, tensor};
 

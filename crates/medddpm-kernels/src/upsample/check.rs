@@ -5,8 +5,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
+use crate::agreement::rel_l2;
 use crate::compute::Layout;
-use crate::conv::{rel_l2, KernelBackend};
+use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
 use crate::primitive::{float, tensor};
 
