@@ -11,7 +11,6 @@ edge is lifted to the two siblings under the modules' lowest common ancestor: `a
 rules out both a circle of files and an import that runs back up between layers (`norm` using
 `conv` while `conv` uses `norm`). Crates themselves cannot form circles (cargo refuses them).
 Prints each circle with one edge of it and where that edge is written; exits 1 if any.
-One circle is known and allowed until it is cut (`KNOWN`): said, not failed.
 Usage: python3 scripts/check-imports.py [crates]"""
 import os
 import re
@@ -22,12 +21,6 @@ root = sys.argv[1] if len(sys.argv) > 1 else 'crates'
 MOD_DECL = re.compile(r'^\s*(?:#\[path\s*=\s*"([^"]+)"\]\s*)?(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;', re.M)
 PATH_ATTR = re.compile(r'#\[path\s*=\s*"([^"]+)"\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;')
 PLAIN_MOD = re.compile(r'^\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;', re.M)
-# (crate, parent module) whose siblings may still form a circle, and why.
-KNOWN = {
-    ('medddpm-kernels', 'crate'): "issue 37, item 1: the engine's top-level modules mix layers "
-    "(each operation's reference twin beside the code that calls the backend trait, the trait "
-    "beside its implementations); they are cut into crates, one job each",
-}
 PATH = re.compile(r'\b((?:crate|super|self)(?:::(?:super|\w+))+)')
 
 
@@ -234,11 +227,6 @@ def check_crate(crate_dir):
     for parent, g in graph.items():
         for comp in circles(g):
             where = '::'.join(('crate',) + parent)
-            known = KNOWN.get((os.path.basename(crate_dir), where))
-            if known:
-                print(f'known: {os.path.basename(crate_dir)}: circle under {where} '
-                      f'({len(comp)} modules): {known}')
-                continue
             lines = [f'{os.path.basename(crate_dir)}: circle under {where}: {" <-> ".join(comp)}']
             members = set(comp)
             for a in comp:
@@ -260,7 +248,7 @@ def main():
     if problems:
         print(f'{len(problems)} circle(s) between modules')
         sys.exit(1)
-    print('ok: no circle between the modules of any crate' + (', besides the known one' if KNOWN else ''))
+    print('ok: no circle between the modules of any crate')
 
 
 main()

@@ -19,7 +19,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
 
 use crate::capture::{Captured, GraphError, StepFn};
-use crate::conv::KernelBackend;
+use crate::extension::KernelBackend;
 
 /// A step captured as a graph.
 pub struct StepGraph<B: KernelBackend> {

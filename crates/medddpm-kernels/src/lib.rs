@@ -14,12 +14,21 @@
 //!   align_corners=False)`, and imported weights only reproduce the reference if we do exactly
 //!   the same.
 //!
-//! The modules stand in layers, each using only those below it: `compute`, `dtype` and
-//! `primitive` (on burn alone); `seeded` (backpropagation from a given output gradient, for
-//! activation checkpointing); the plain-op twins (each `reference`); the CubeCL kernels (`cube`);
-//! the trait with the convolution and its Flex and wgpu engines (`conv`); the cuDNN engine
-//! (`cudnn`); and the calls through the trait with their agreement checks
-//! (`norm::group_norm`, `adam::adam_step`, each `engine_vs_reference`).
+//! The modules stand in layers, each using only those below it (`scripts/check-imports.py`
+//! checks that no two modules use each other, in CI):
+//! 1. settings and helpers on burn alone: `compute`, `dtype`, `primitive`, `panics`,
+//!    `agreement` (how far an engine is from its twin), `device_error`, `capture` (what a
+//!    recorded graph is), `seeded`;
+//! 2. [`reference`]: what each operation is (its spec) and its plain-burn-op twin;
+//! 3. the engines' code: `cube` (portable CubeCL kernels), `cudnn`, `cublas`, `cuda_graph`,
+//!    `pinned` (CUDA), [`collective`] (the all-reduce and its NCCL engine);
+//! 4. `extension`: the trait [`KernelBackend`], its provided methods the twins, and the
+//!    autodiff backend's hand-written backward passes;
+//! 5. the operations as callers use them, through the trait, with their agreement checks:
+//!    [`conv`], [`norm`], [`product`], [`upsample`], [`channels`], [`adam`], [`graph`];
+//! 6. `backends`: the trait for each backend, one file per implementation (Flex and the CubeCL
+//!    backends in `backends/mod.rs`, burn's fused CUDA backend with cuDNN and cuBLAS in
+//!    `backends/fused.rs`).
 //!
 //! # Example
 //! ```
@@ -33,6 +42,7 @@
 
 pub mod adam;
 mod agreement;
+mod backends;
 mod capture;
 pub mod channels;
 pub mod collective;
@@ -50,6 +60,7 @@ mod cuda_graph;
 pub mod cudnn;
 mod device_error;
 mod dtype;
+mod extension;
 pub mod graph;
 pub mod norm;
 pub mod panics;
@@ -57,6 +68,7 @@ pub mod panics;
 mod pinned;
 pub mod primitive;
 pub mod product;
+pub mod reference;
 pub mod seeded;
 pub mod upsample;
 

@@ -5,10 +5,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 
-use super::reference::{adam_step_reference, AdamOutput, AdamStep, AdamTensors};
 use crate::agreement::{rel_l2, worse};
-use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
+use crate::extension::KernelBackend;
+use crate::reference::adam::{adam_step_reference, AdamOutput, AdamStep, AdamTensors};
 
 /// The lengths of the parameter tensors [`engine_vs_reference`] updates together: `len`, then
 /// 69 more from 1 value to about `len` (enough that the GPU kernels work through more than

@@ -15,7 +15,7 @@
 
 mod check;
 mod ops;
-pub mod reference;
+pub use crate::reference::adam as reference;
 pub mod sum;
 
 pub use check::{case_lengths, engine_vs_reference};

@@ -2,8 +2,8 @@
 
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use super::reference::{AdamStep, AdamTensors};
-use crate::conv::KernelBackend;
+use crate::extension::KernelBackend;
+use crate::reference::adam::{AdamStep, AdamTensors};
 
 /// [`crate::KernelBackend::adam_steps`] on one tensor: `[param, moment_1, moment_2]` after one
 /// update with gradient `grad` (parameter and moments of one shape and dtype; the gradient of

@@ -7,37 +7,11 @@
 //! each costing the host about what a kernel launch does.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorPrimitive};
 
 use crate::agreement::rel_l2;
-use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
-
-/// The plain-op twin: per pair `[a, b]` (one shape, any float dtypes), `f32(a) + f32(b)`.
-pub(crate) fn sum_f32_primitive<B: Backend>(
-    pairs: Vec<[FloatTensor<B>; 2]>,
-) -> Vec<FloatTensor<B>> {
-    pairs
-        .into_iter()
-        .map(|[a, b]| {
-            let shape = a.shape();
-            assert_eq!(
-                shape,
-                b.shape(),
-                "sum_f32: the two tensors of a pair differ in shape"
-            );
-            let sum = cast_to(flat::<B>(a), DType::F32) + cast_to(flat::<B>(b), DType::F32);
-            B::float_reshape(sum.into_primitive().tensor(), shape)
-        })
-        .collect()
-}
-
-/// A primitive viewed as a vector.
-fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
-    let n = t.shape().num_elements();
-    Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(t, Shape::new([n]))))
-}
+use crate::extension::KernelBackend;
 
 /// The worst relative L2 difference of backend `B`'s [`crate::KernelBackend::sum_f32`] from
 /// the twin on the CPU, for the two sums a trainer makes over the tensors of
@@ -90,7 +64,9 @@ pub fn engine_vs_reference<B: KernelBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::sum::sum_f32_primitive;
     use burn::backend::Flex;
+    use burn::tensor::TensorPrimitive;
 
     #[test]
     fn the_twin_sums_in_f32_whatever_the_operands() {

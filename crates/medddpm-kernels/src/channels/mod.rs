@@ -8,11 +8,11 @@
 //! small convolution widened for cuDNN) is one more such copy: burn's `cat` with a tensor of
 //! zeros took three launches, two of them one element per thread, 1.5 ms a training step.
 
-pub mod reference;
+pub use crate::reference::channels as reference;
 
 use burn::tensor::Tensor;
 
-use crate::conv::KernelBackend;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
 
 /// `[.., ca]` and `[.., cb]` joined into `[.., ca + cb]` (every other axis equal), through the

@@ -7,29 +7,25 @@
 //! calls the inner backend's two gradient methods, so training uses the same engine as the
 //! forward pass.
 //!
-//! Its parts: `spec` ([`Conv3dSpec`]), `backend` (the trait, [`KernelBackend`]), `ops` (the
-//! calls on tensors, [`conv3d`] and its gradients), `backends` (the Flex and wgpu engines),
-//! `autodiff` (the hand-written backward passes), `rewrites` ([`data_grad_via_forward`],
-//! [`weight_grad_padded`]), [`reference`](mod@reference) (the twins), `check`
-//! ([`engine_vs_reference`]), [`backward_profile`] and `layout` ([`channels_last`]).
+//! Here, above the trait: `ops` (the calls on tensors, [`conv3d`] and its gradients),
+//! `rewrites` ([`data_grad_via_forward`], [`weight_grad_padded`]), `check`
+//! ([`engine_vs_reference`]) and `layout` ([`channels_last`]). Below it, re-exported:
+//! [`Conv3dSpec`] and the twins ([`reference`](mod@reference), `crate::reference`), the trait
+//! ([`KernelBackend`], `crate::extension`, with the autodiff backward passes and
+//! [`backward_profile`]); the engines are `crate::backends`.
 
-mod autodiff;
-mod backend;
-mod backends;
-pub mod backward_profile;
 mod check;
 mod layout;
 mod ops;
-pub mod reference;
 mod rewrites;
-mod spec;
 
 pub use crate::agreement::rel_l2;
-#[cfg(feature = "cuda")]
-pub(crate) use backend::cube_memory_usage;
-pub use backend::{KernelAutodiffBackend, KernelBackend, MemoryStats};
+pub use crate::extension::backward_profile;
+pub use crate::extension::{KernelAutodiffBackend, KernelBackend, MemoryStats};
+pub use crate::reference::conv as reference;
+pub use crate::reference::conv_spec::Conv3dSpec;
 pub use check::{engine_vs_reference, ConvCase};
 pub use layout::{channels_last, in_layout};
 pub use ops::{conv3d, conv3d_data_grad, conv3d_weight_grad, upsample_x2};
+pub(crate) use rewrites::is_same_padded;
 pub use rewrites::{data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_padded};
-pub use spec::Conv3dSpec;

@@ -2,10 +2,10 @@
 
 use burn::tensor::Tensor;
 
-use super::backend::KernelBackend;
-use super::spec::Conv3dSpec;
 use crate::compute::Layout;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
+use crate::reference::conv_spec::Conv3dSpec;
 
 /// [`KernelBackend::upsample_trilinear_x2`] on tensors: `x` in `layout`'s memory order
 /// (`[b, c, d, h, w]` or `[b, d, h, w, c]`), every spatial size doubled.

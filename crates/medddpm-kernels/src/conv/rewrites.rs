@@ -5,15 +5,15 @@
 
 use burn::tensor::Tensor;
 
-use super::backend::KernelBackend;
 use super::ops::{conv3d, conv3d_weight_grad};
-use super::spec::Conv3dSpec;
 use crate::compute::Layout;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
+use crate::reference::conv_spec::Conv3dSpec;
 
 /// Padding of half an odd kernel on every axis, at any stride (what [`data_grad_via_forward`]
 /// needs).
-pub(super) fn is_same_padded(kernel: [usize; 3], spec: &Conv3dSpec) -> bool {
+pub(crate) fn is_same_padded(kernel: [usize; 3], spec: &Conv3dSpec) -> bool {
     (0..3).all(|i| kernel[i] % 2 == 1 && spec.padding[i] == kernel[i] / 2)
 }
 

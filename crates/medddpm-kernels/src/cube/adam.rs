@@ -16,7 +16,7 @@ use cubecl::prelude::*;
 
 use super::lists;
 
-use crate::adam::reference::{AdamStep, AdamTensors};
+use crate::reference::adam::{AdamStep, AdamTensors};
 
 /// One parameter tensor's inputs, as CubeCL tensors.
 type Item<R, F, I, BT> = AdamTensors<CubeBackend<R, F, I, BT>>;

@@ -14,7 +14,7 @@ use burn_ir::{CustomOpIr, OperationOutput};
 use cubecl::prelude::*;
 
 use super::{elementwise, register, widest_vector, Cube, Fused, Handles};
-use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
+use crate::reference::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 
 /// `out[r, 0..qa] = a[r]`, `out[r, qa..] = b[r]` (sizes in vectors).
 #[cube(launch)]

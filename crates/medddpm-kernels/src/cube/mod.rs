@@ -21,13 +21,13 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl::{CubeCount, CubeDim};
 
-use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
 use crate::compute::NormEngine;
-use crate::norm::reference::{
+use crate::primitive;
+use crate::reference::adam::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
+use crate::reference::norm::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
-use crate::primitive;
-use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
+use crate::reference::upsample::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 type Fused<R, F, I, BT> = Fusion<Cube<R, F, I, BT>>;

@@ -14,7 +14,7 @@ use burn_ir::CustomOpIr;
 use cubecl::prelude::*;
 
 use super::{lists, register, Cube, Fused, Handles};
-use crate::adam::sum::sum_f32_primitive;
+use crate::reference::sum::sum_f32_primitive;
 
 /// The most pairs one launch sums (three bindings each).
 pub const PAIRS_PER_LAUNCH: usize = 32;

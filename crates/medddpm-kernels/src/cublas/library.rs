@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use libloading::Library;
 
-use crate::product::plan::ColumnMajor;
+use crate::reference::product::plan::ColumnMajor;
 
 type Handle = *mut c_void;
 type Create = unsafe extern "C" fn(*mut Handle) -> c_int;

@@ -16,9 +16,9 @@ use cubecl_cuda::CudaRuntime;
 
 use super::library::{compute_type, data_type, library, Types};
 use crate::compute::Precision;
-use crate::product::plan::{column_major, ColumnMajor, Operand};
-use crate::product::reference::product_primitive;
-use crate::product::ProductSpec;
+use crate::reference::product::plan::{column_major, ColumnMajor, Operand};
+use crate::reference::product::product_primitive;
+use crate::reference::product::spec::ProductSpec;
 
 use crate::cuda::{device_thread, Cube, CudaServer, Fused};
 type Tensor = CubeTensor<CudaRuntime>;

@@ -7,7 +7,7 @@ use cudarc::cudnn::sys;
 use super::layout::{dims5, strides5, Tensor};
 use super::library::check;
 use crate::compute::{Layout, Precision};
-use crate::conv::Conv3dSpec;
+use crate::reference::conv_spec::Conv3dSpec;
 
 /// cuDNN's data type for `dtype`, if it has one.
 pub(super) fn data_type(dtype: DType) -> Option<sys::cudnnDataType_t> {

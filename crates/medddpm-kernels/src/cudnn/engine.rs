@@ -20,7 +20,7 @@ use super::graph::Geometry;
 use super::layout::{dims5, empty_like_layout, packed, strides5, Tensor};
 use super::library::check;
 use crate::compute::Precision;
-use crate::conv::Conv3dSpec;
+use crate::reference::conv_spec::Conv3dSpec;
 
 /// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
 /// for the forward pass and the incoming gradient otherwise.

@@ -44,12 +44,11 @@ mod calls;
 mod descriptors;
 mod device_thread;
 mod devices;
-mod engine;
-mod fusion;
+pub(crate) mod engine;
 mod graph;
 mod layout;
 mod library;
-mod operands;
+pub(crate) mod operands;
 #[cfg(test)]
 mod tests;
 

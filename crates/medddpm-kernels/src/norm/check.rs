@@ -6,12 +6,12 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor};
 
-use super::reference::{backward, channel_sums, forward, GroupNormSpec};
 use crate::agreement::rel_l2;
 use crate::compute::{Layout, NormEngine};
-use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
+use crate::reference::norm::{backward, channel_sums, forward, GroupNormSpec};
 
 /// One GroupNorm geometry for agreement checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

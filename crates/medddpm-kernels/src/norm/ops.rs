@@ -2,9 +2,9 @@
 
 use burn::tensor::Tensor;
 
-use super::reference::GroupNormSpec;
-use crate::conv::KernelBackend;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
+use crate::reference::norm::GroupNormSpec;
 
 /// GroupNorm (and SiLU when `spec.silu`) of `x` on `B`'s kernels, differentiable on an autodiff
 /// backend through its hand-written backward.

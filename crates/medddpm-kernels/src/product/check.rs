@@ -4,11 +4,11 @@
 use burn::backend::Autodiff;
 use burn::tensor::{DType, Distribution, Tensor};
 
-use super::{reference, ProductSpec};
 use crate::agreement::rel_l2;
-use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
+use crate::reference::product::{self as reference, spec::ProductSpec};
 
 /// Relative L2 differences of backend `B`'s `op(a) · op(b)` and of the gradients autodiff
 /// computes through it (of the sum of the product times a random weighting) against burn's

@@ -15,19 +15,15 @@
 //! ([`engine_vs_reference`]) above it.
 
 mod check;
-// Only the cuBLAS engine (feature `cuda`) and the tests use the plan.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) mod plan;
-pub mod reference;
-pub(crate) mod spec;
+pub use crate::reference::product as reference;
 
 use burn::tensor::Tensor;
 
+pub use crate::reference::product::spec::ProductSpec;
 pub use check::{cases, engine_vs_reference};
-pub use spec::ProductSpec;
 
 use crate::compute::Compute;
-use crate::conv::KernelBackend;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
 
 /// [`KernelBackend::product`] on tensors: `op(a) · op(b)`, `[batch, m, n]`.

@@ -85,7 +85,7 @@ fn pointwise_is_the_kernel_size_one_convolution_over_every_token() {
 
 #[test]
 fn a_long_weight_gradient_product_is_split_and_summed() {
-    use crate::product::reference::{chunks_of, product_primitive};
+    use crate::reference::product::{chunks_of, product_primitive};
     assert_eq!(chunks_of(16 * 32 * 32), 4);
     assert_eq!(chunks_of(4096), 1);
     assert_eq!(chunks_of(3 * 4096), 2);

@@ -4,12 +4,12 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 use crate::agreement::rel_l2;
 use crate::compute::Layout;
-use crate::conv::KernelBackend;
 use crate::dtype::cast_to;
+use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
+use crate::reference::upsample::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
 /// Relative L2 differences of backend `B`'s upsampling and its backward (as
 /// [`crate::KernelBackend`] computes them) against the plain-op twins in f32 on the CPU, for a

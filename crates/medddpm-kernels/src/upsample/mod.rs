@@ -7,7 +7,7 @@
 //! [`KernelBackend`]: crate::KernelBackend
 
 mod check;
-pub mod reference;
+pub use crate::reference::upsample as reference;
 #[cfg(test)]
 mod tests;
 

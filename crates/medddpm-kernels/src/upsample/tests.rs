@@ -1,6 +1,6 @@
 //! The plain-op upsampling against PyTorch's formula, and its backward against autodiff.
 
-use super::reference::*;
+use crate::reference::upsample::*;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::Tensor;
 use burn::tensor::{Distribution, TensorData};

@@ -43,7 +43,7 @@ use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use super::launch::manual_mma;
 use super::tuning::{conv_tuning, ConvTuning};
-use crate::conv::Conv3dSpec;
+use crate::reference::conv_spec::Conv3dSpec;
 pub use fused::conv3d_weight_grad_fused;
 pub(crate) use fused::{weight_grad_check, weight_grad_checked};
 use kernel::{staged_stride_a, staged_stride_b, wgrad_reduce, BK, SIDE, VEC};

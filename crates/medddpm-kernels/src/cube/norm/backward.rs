@@ -13,7 +13,7 @@ use super::parts::{group_and_channel, lane_params, row_block, shift_index, xhat_
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::cube::elementwise;
-use crate::norm::reference::GroupNormSpec;
+use crate::reference::norm::GroupNormSpec;
 
 /// The same for the backward's reduction, whose threads do more per value (the backward's sums
 /// and their finishing launches: 5.6 ms with 64, 7.3 ms with 256).

@@ -14,7 +14,7 @@ use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, shift_
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::cube::elementwise;
-use crate::norm::reference::GroupNormSpec;
+use crate::reference::norm::GroupNormSpec;
 
 /// Values one thread adds before its partial sum is written, in the forward's reductions. 256
 /// rather than 64: the finishing cubes read 4x fewer partial sums (H100, bf16 training step:

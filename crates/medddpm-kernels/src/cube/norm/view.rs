@@ -7,7 +7,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
 use crate::compute::Layout;
-use crate::norm::reference::GroupNormSpec;
+use crate::reference::norm::GroupNormSpec;
 
 /// Values one thread normalises (or differentiates) in the elementwise passes.
 pub(super) const ELEMENTWISE_ROWS: usize = 16;

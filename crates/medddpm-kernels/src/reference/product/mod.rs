@@ -1,12 +1,17 @@
 //! The plain-op twin of [`KernelBackend::product`](crate::KernelBackend::product): burn's
 //! `matmul` on the transposed views, and the products of its backward pass.
 
+// Only the cuBLAS engine (feature `cuda`) and the tests use the plan.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) mod plan;
+pub mod spec;
+
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
 
-use super::spec::ProductSpec;
 use crate::primitive::{float, tensor};
+use spec::ProductSpec;
 
 /// `op(a) · op(b)` with burn's `matmul`.
 pub fn product<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>, spec: ProductSpec) -> Tensor<B, 3> {

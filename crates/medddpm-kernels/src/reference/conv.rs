@@ -3,7 +3,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::spec::Conv3dSpec;
+use super::conv_spec::Conv3dSpec;
 use crate::primitive::{float, tensor};
 
 /// Forward.

@@ -1,23 +1,26 @@
 //! Which engine computes each operation on burn's Flex (CPU) and wgpu backends; burn's CUDA
 //! backend is in `crate::cudnn`.
 
+#[cfg(feature = "cuda")]
+mod fused;
+
 use burn::tensor::ops::FloatTensor;
 #[cfg(feature = "wgpu")]
 use burn::tensor::DType;
 use burn::tensor::Tensor;
 
-use super::backend::KernelBackend;
-#[cfg(feature = "wgpu")]
-use super::backend::{cube_memory_usage, MemoryStats};
-use super::rewrites::{data_grad_via_forward, is_same_padded};
-use super::spec::Conv3dSpec;
-#[cfg(feature = "wgpu")]
-use crate::adam::reference::{AdamOutput, AdamStep, AdamTensors};
 #[cfg(feature = "wgpu")]
 use crate::compute::Layout;
+use crate::conv::{data_grad_via_forward, is_same_padded};
+use crate::extension::KernelBackend;
 #[cfg(feature = "wgpu")]
-use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::extension::{cube_memory_usage, MemoryStats};
 use crate::primitive::{float, tensor};
+#[cfg(feature = "wgpu")]
+use crate::reference::adam::{AdamOutput, AdamStep, AdamTensors};
+use crate::reference::conv_spec::Conv3dSpec;
+#[cfg(feature = "wgpu")]
+use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
 #[cfg(feature = "wgpu")]
 use burn::backend::wgpu::WgpuRuntime;
 

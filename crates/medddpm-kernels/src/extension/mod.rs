@@ -1,24 +1,27 @@
 //! The backend extension itself: [`KernelBackend`] with the plain-op bodies every backend
 //! gets, and what the bench reads of burn's memory pools.
 
+mod autodiff;
+pub mod backward_profile;
+
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bytes, DType, TensorData};
 
-use super::spec::Conv3dSpec;
-use crate::adam::reference::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
 use crate::capture::{Captured, GraphError, StepFn};
-use crate::channels::reference::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::collective::CollectiveBackend;
 use crate::compute::Layout;
-use crate::norm::reference::{
+use crate::primitive::{float, tensor};
+use crate::reference::adam::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
+use crate::reference::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
+use crate::reference::conv_spec::Conv3dSpec;
+use crate::reference::norm::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
-use crate::primitive::{float, tensor};
-use crate::product::reference::product_primitive;
-use crate::product::spec::ProductSpec;
+use crate::reference::product::product_primitive;
+use crate::reference::product::spec::ProductSpec;
+use crate::reference::upsample::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 use crate::seeded::SeededBackward;
-use crate::upsample::reference::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
 /// The U-Net's heavy operations, per backend.
 ///
@@ -141,7 +144,7 @@ pub trait KernelBackend: CollectiveBackend {
 
     /// `[.., ca]` and `[.., cb]` joined into `[.., ca + cb]` (the decoder's skip
     /// concatenation, channels-last). Provided body: burn's `cat`, the reference twin
-    /// ([`crate::channels::reference`]); the CubeCL backends copy vectors of channels in one
+    /// ([`crate::reference::channels`]); the CubeCL backends copy vectors of channels in one
     /// launch.
     fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
         cat_last_primitive::<Self>(a, b)
@@ -161,7 +164,7 @@ pub trait KernelBackend: CollectiveBackend {
 
     /// `op(a) · op(b)` of `[batch, rows, cols]` operands, `op` transposing where `spec` says
     /// (the U-Net's 1x1x1 convolutions and attention). Provided body: burn's `matmul`, the
-    /// reference twin ([`crate::product::reference::product`]); burn's CUDA backend calls
+    /// reference twin ([`crate::reference::product::product`]); burn's CUDA backend calls
     /// cuBLAS when the convolutions go to cuDNN.
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
         product_primitive::<Self>(a, b, spec)
@@ -185,7 +188,7 @@ pub trait KernelBackend: CollectiveBackend {
     /// twin (a cast and an addition per tensor); the CubeCL backends sum a few dozen pairs per
     /// kernel launch, one operation for the whole list.
     fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
-        crate::adam::sum::sum_f32_primitive::<Self>(pairs)
+        crate::reference::sum::sum_f32_primitive::<Self>(pairs)
     }
 
     /// `step` on `inputs`, run where this backend captures graphs ([`crate::graph`]), as it

@@ -10,13 +10,13 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
-use super::backend::{KernelBackend, MemoryStats};
 use super::backward_profile;
-use super::spec::Conv3dSpec;
+use super::{KernelBackend, MemoryStats};
 use crate::compute::Layout;
-use crate::norm::reference::GroupNormSpec;
-use crate::product::reference::backward_plan;
-use crate::product::spec::ProductSpec;
+use crate::reference::conv_spec::Conv3dSpec;
+use crate::reference::norm::GroupNormSpec;
+use crate::reference::product::backward_plan;
+use crate::reference::product::spec::ProductSpec;
 
 impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
@@ -173,7 +173,7 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
 
     fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
         // Only the join's backward splits; a split under autodiff is two plain slices.
-        crate::channels::reference::split_last_primitive::<Self>(x, first)
+        crate::reference::channels::split_last_primitive::<Self>(x, first)
     }
 
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {

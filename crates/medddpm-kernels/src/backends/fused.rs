@@ -9,18 +9,18 @@ use burn_fusion::{FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl_cuda::CudaRuntime;
 
-use super::engine::{run, warn_fallback, Operands};
-use super::operands::ConvOp;
-use crate::adam::reference::{AdamOutput, AdamStep, AdamTensors};
 use crate::compute::Layout;
 use crate::conv::{
     data_grad_via_forward, forward_in_padded, is_strided_same, Conv3dSpec, KernelBackend,
 };
 use crate::cuda::{Cube, Fused};
-use crate::norm::reference::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::cudnn::engine::{run, warn_fallback, Operands};
+use crate::cudnn::operands::ConvOp;
 use crate::primitive::{float, tensor};
-use crate::product::reference::product_primitive;
-use crate::product::ProductSpec;
+use crate::reference::adam::{AdamOutput, AdamStep, AdamTensors};
+use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::reference::product::product_primitive;
+use crate::reference::product::spec::ProductSpec;
 
 #[derive(Debug, Clone)]
 struct CudnnConv<B> {
@@ -118,8 +118,8 @@ fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F, I, BT> {
-    fn memory_usage(device: &Self::Device) -> Option<crate::conv::MemoryStats> {
-        crate::conv::cube_memory_usage::<CudaRuntime>(device)
+    fn memory_usage(device: &Self::Device) -> Option<crate::extension::MemoryStats> {
+        crate::extension::cube_memory_usage::<CudaRuntime>(device)
     }
 
     fn host_bytes(device: &Self::Device, parts: &[&[u8]]) -> Option<burn::tensor::Bytes> {
