@@ -211,7 +211,9 @@ where
 fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<PathBuf, Error> {
     // Must precede the first tuned kernel: the cache does not record the setting.
     cubek_matmul::definition::set_f32_tensor_cores(settings.precision != Precision::Fp32);
-    cubek_matmul::definition::set_half_mma(half_mma());
+    // bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100
+    // (docs/benchmarks/README.md): 16-bit operands stay on the WMMA (`cmma`) kernels.
+    cubek_matmul::definition::set_half_mma(false);
     let root = tuning_root(backend, settings);
     std::fs::create_dir_all(&root).map_err(|source| Error::TuneCache {
         path: root.clone(),
@@ -221,25 +223,13 @@ fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<Path
     Ok(root)
 }
 
-/// bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100 (see
-/// docs/benchmarks/README.md): bf16 stays on the WMMA (`cmma`) kernels unless asked.
-fn half_mma() -> bool {
-    std::env::var("MEDDDPM_BF16_MMA").is_ok_and(|v| v == "1")
-}
-
 /// This backend and precision's folder of the tuning cache.
 fn tuning_root(backend: BackendKind, settings: &ComputeSettings) -> PathBuf {
-    let precision = settings.precision;
-    let suffix = if precision == Precision::Bf16 && half_mma() {
-        "-mma"
-    } else {
-        ""
-    };
     settings
         .tune_cache
         .clone()
         .unwrap_or_else(default_tune_cache)
-        .join(format!("{backend}-{precision}{suffix}"))
+        .join(format!("{backend}-{}", settings.precision))
 }
 
 /// What must happen before anything starts the CUDA driver (counting devices does): its cache

@@ -90,18 +90,24 @@ pub struct RunDir {
     pub root: PathBuf,
 }
 
+// Test hooks: compiled into test builds only (`debug_assertions`), never into the release
+// binary a user runs.
+
 /// The run folder whose next checkpoint rename fails (see [`inject_rename_failure`]).
+#[cfg(debug_assertions)]
 static FAIL_NEXT_RENAME: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
 /// Makes the next checkpoint rename in the run folder `root` fail, as a crash between writing
 /// and publishing would. For tests of crash safety only; other runs of the process (tests
 /// running beside it) are not touched.
 #[doc(hidden)]
+#[cfg(debug_assertions)]
 pub fn inject_rename_failure(root: &Path) {
     *FAIL_NEXT_RENAME.lock().unwrap_or_else(|p| p.into_inner()) = Some(root.to_path_buf());
 }
 
 /// Whether a failure was injected for the checkpoint folder `dir` (taking it).
+#[cfg(debug_assertions)]
 fn injected_failure(dir: &Path) -> bool {
     let mut slot = FAIL_NEXT_RENAME.lock().unwrap_or_else(|p| p.into_inner());
     let hit = slot.as_ref().is_some_and(|root| dir.starts_with(root));
@@ -109,6 +115,11 @@ fn injected_failure(dir: &Path) -> bool {
         *slot = None;
     }
     hit
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_failure(_: &Path) -> bool {
+    false
 }
 
 impl RunDir {
@@ -198,8 +209,9 @@ impl RunDir {
         }
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         write_files(&tmp)?;
-        // Test hook: widens the window in which a kill finds a half-written checkpoint (the
-        // crash test sets it; nothing else should).
+        // Test hook (test builds only): widens the window in which a kill finds a half-written
+        // checkpoint (the crash test sets it).
+        #[cfg(debug_assertions)]
         if let Some(ms) = std::env::var("MEDDDPM_TEST_CHECKPOINT_DELAY_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

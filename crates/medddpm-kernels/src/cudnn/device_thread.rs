@@ -48,12 +48,6 @@ pub(super) enum Graph {
     Search(Arc<AlgoTable>),
 }
 
-/// Whether `MEDDDPM_CUDNN_SYNC=1` keeps every call on the waiting path.
-pub(super) fn sync_requested() -> bool {
-    static SYNC: OnceLock<bool> = OnceLock::new();
-    *SYNC.get_or_init(|| std::env::var("MEDDDPM_CUDNN_SYNC").is_ok_and(|v| v == "1"))
-}
-
 impl DeviceSide {
     /// The device thread's side for `device`, whose primary context is `ctx` (made on a
     /// device's first hand-over: the engine keeps one per device).

@@ -11,7 +11,7 @@ use cudarc::cudnn::sys;
 use super::algorithms::{find, Choice};
 use super::calls::{launch, workspace_size};
 use super::descriptors::{data_type, Descriptors};
-use super::device_thread::{enqueue, legacy_requested, sync_requested, Graph, OperandHandles};
+use super::device_thread::{enqueue, legacy_requested, Graph, OperandHandles};
 use super::devices::{engine, DeviceState};
 use super::operands::{ConvOp, Ptrs};
 // Where burn-fusion's operations (`fusion.rs`) find it.
@@ -38,11 +38,7 @@ pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<T
     let mut s = engine.lock();
     let key = call.key(engine.version, spec);
     let desc = s.descriptors_for(&key, &call, spec)?;
-    let proven = match sync_requested() {
-        false => s.proven.get(&key).copied(),
-        true => None,
-    };
-    if let Some(choice) = proven {
+    if let Some(choice) = s.proven.get(&key).copied() {
         let graph = match desc.geometry.is_some() && !legacy_requested() {
             true => s.graph_for(&key),
             false => Graph::Legacy,
@@ -103,8 +99,7 @@ impl DeviceState {
     }
 }
 
-/// The waiting path, for the first calls of a shape on a device (and every call with
-/// `MEDDDPM_CUDNN_SYNC=1`): the buffers resolved through the device thread, the algorithm
+/// The waiting path, for the first calls of a shape on a device: the buffers resolved through the device thread, the algorithm
 /// searched (and shared with the devices of the same model) when none is known, and cuDNN
 /// called from this thread, so that a refusal can still fall back. A choice from the cache
 /// that cuDNN refuses here (timed by another run, perhaps another GPU or cuDNN build) is

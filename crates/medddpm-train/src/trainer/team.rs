@@ -135,8 +135,7 @@ impl<'a> Team<'a> {
     /// The mean over the replicas of their gradients, in f32, under the same ids. With NCCL
     /// all of them go to the device in one packed all-reduce (no per-tensor operations on the
     /// host); through the host, as one flat tensor (cast, flattened and concatenated, then
-    /// split again: a few operations per tensor). `MEDDDPM_ALL_REDUCE_FLAT=1` sends NCCL the
-    /// flat tensor instead of packing, to compare the two (threads of one process only).
+    /// split again: a few operations per tensor).
     pub fn average<B: KernelAutodiffBackend>(
         &self,
         model: &UNet<B>,
@@ -146,9 +145,7 @@ impl<'a> Team<'a> {
         let Some(link) = self.link else {
             return Ok(grads);
         };
-        // One process per device always packs; the flat tensor is a threads-only comparison.
-        let packed = matches!(link, Link::Processes(..)) || !flat_all_reduce();
-        if self.collective == Collective::Nccl && packed {
+        if self.collective == Collective::Nccl {
             return self.average_packed(link, model, grads);
         }
         let mut flatten = Flatten::<B> {
@@ -162,20 +159,14 @@ impl<'a> Team<'a> {
             return Ok(grads);
         }
         let flat = Tensor::cat(parts, 0);
-        let mean = match (self.collective, link) {
-            (Collective::Nccl, Link::Threads(_, group)) => {
-                let prim = flat.into_primitive().tensor();
-                let out = <B::InnerBackend as CollectiveBackend>::all_reduce_mean(prim, group)
-                    .map_err(|e| self.error(format!("NCCL all-reduce: {e}")))?;
-                Tensor::from_primitive(TensorPrimitive::Float(out))
-            }
-            (_, Link::Threads(exchange, _)) => mean_in_rank_order(
+        let mean = match link {
+            Link::Threads(exchange, _) => mean_in_rank_order(
                 exchange
                     .all_gather(self.shard.rank, flat)
                     .map_err(|a| self.aborted(a))?,
                 device,
             ),
-            (_, Link::Processes(link, _)) => mean_in_rank_order(
+            Link::Processes(link, _) => mean_in_rank_order(
                 host_gather(link, flat, device).map_err(|a| self.aborted(a))?,
                 device,
             ),
@@ -268,13 +259,6 @@ fn host_gather<B: burn::tensor::backend::Backend>(
             Tensor::from_data(burn::tensor::TensorData::new(floats, [n]), device)
         })
         .collect())
-}
-
-/// `MEDDDPM_ALL_REDUCE_FLAT=1`: NCCL averages one flat tensor built with tensor operations
-/// (the packing before 2026-11-26), for comparing the two on a GPU.
-fn flat_all_reduce() -> bool {
-    static FLAT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FLAT.get_or_init(|| std::env::var("MEDDDPM_ALL_REDUCE_FLAT").is_ok_and(|v| v == "1"))
 }
 
 /// Takes every gradient out of `grads` as it is, in the module's parameter order.
