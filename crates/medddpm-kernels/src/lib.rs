@@ -18,8 +18,8 @@
 //! checks that no two modules use each other, in CI):
 //! 1. settings and helpers on burn alone: `compute`, `dtype`, `primitive`, `panics`,
 //!    `agreement` (how far an engine is from its twin), `device_error`, `capture` (what a
-//!    recorded graph is), `seeded`;
-//! 2. [`reference`]: what each operation is (its spec) and its plain-burn-op twin;
+//!    recorded graph is), `seeded`; and 2. [`reference`]: what each operation is (its spec) and
+//!    its plain-burn-op twin; both in the crate `medddpm-ops`, re-exported here;
 //! 3. the engines' code: `cube` (portable CubeCL kernels), `cudnn`, `cublas`, `cuda_graph`,
 //!    `pinned` (CUDA), [`collective`] (the all-reduce and its NCCL engine);
 //! 4. `extension`: the trait [`KernelBackend`], its provided methods the twins, and the
@@ -40,13 +40,14 @@
 //! ```
 #![warn(missing_docs)]
 
+// The layers below the engines, from `medddpm-ops`, under the paths they always had here.
+pub(crate) use medddpm_ops::{agreement, capture, compute, device_error, dtype};
+pub use medddpm_ops::{panics, primitive, reference, seeded};
+
 pub mod adam;
-mod agreement;
 mod backends;
-mod capture;
 pub mod channels;
 pub mod collective;
-mod compute;
 pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
@@ -58,18 +59,12 @@ mod cuda;
 mod cuda_graph;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
-mod device_error;
-mod dtype;
 mod extension;
 pub mod graph;
 pub mod norm;
-pub mod panics;
 #[cfg(feature = "cuda")]
 mod pinned;
-pub mod primitive;
 pub mod product;
-pub mod reference;
-pub mod seeded;
 pub mod upsample;
 
 pub use adam::{adam_step, AdamOutput, AdamStep, AdamTensors};

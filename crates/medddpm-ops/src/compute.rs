@@ -145,7 +145,7 @@ pub enum ConvEngine {
     Auto,
     /// NVIDIA's cuDNN (CUDA only; `libcudnn.so.9` at run time).
     Cudnn,
-    /// Our portable CubeCL kernels (`crate::cube::conv`) on the GPU backends, CUDA and wgpu
+    /// Our portable CubeCL kernels (`medddpm_kernels::cube::conv`) on the GPU backends, CUDA and wgpu
     /// alike. Until 2026-11-26 this name meant burn's kernels, now [`ConvEngine::Burn`].
     Cubecl,
     /// burn 0.21's own convolutions: its CubeCL kernels on the GPU backends, Flex's on the CPU
@@ -235,7 +235,7 @@ impl FromStr for NormEngine {
 /// Everything that decides how the network's operations compute.
 ///
 /// Built once by the command line (or a test) and handed down: the U-Net keeps it, and every
-/// heavy operation in [`crate::KernelBackend`] receives it. `conv_engine` is [`ConvEngine::Auto`]
+/// heavy operation in `medddpm_kernels::KernelBackend` receives it. `conv_engine` is [`ConvEngine::Auto`]
 /// until the backend set-up resolves it to what actually runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Compute {

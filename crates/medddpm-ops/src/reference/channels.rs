@@ -22,7 +22,7 @@ pub fn pad_last<B: Backend, const D: usize>(x: Tensor<B, D>, channels: usize) ->
 }
 
 /// The join on primitives (rank-free): burn's `cat`, the trait's provided body.
-pub(crate) fn cat_last_primitive<B: Backend>(
+pub fn cat_last_primitive<B: Backend>(
     a: burn::tensor::ops::FloatTensor<B>,
     b: burn::tensor::ops::FloatTensor<B>,
 ) -> burn::tensor::ops::FloatTensor<B> {
@@ -32,7 +32,7 @@ pub(crate) fn cat_last_primitive<B: Backend>(
 }
 
 /// The padding on primitives: burn's `cat` with zeros.
-pub(crate) fn pad_last_primitive<B: Backend>(
+pub fn pad_last_primitive<B: Backend>(
     x: burn::tensor::ops::FloatTensor<B>,
     channels: usize,
 ) -> burn::tensor::ops::FloatTensor<B> {
@@ -50,7 +50,7 @@ pub(crate) fn pad_last_primitive<B: Backend>(
 }
 
 /// The split on primitives: burn's slices.
-pub(crate) fn split_last_primitive<B: Backend>(
+pub fn split_last_primitive<B: Backend>(
     x: burn::tensor::ops::FloatTensor<B>,
     first: usize,
 ) -> [burn::tensor::ops::FloatTensor<B>; 2] {

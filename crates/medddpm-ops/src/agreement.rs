@@ -3,7 +3,7 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 /// The larger of two errors, NaN counting as infinite (`f64::max` would drop it).
-pub(crate) fn worse(a: f64, b: f64) -> f64 {
+pub fn worse(a: f64, b: f64) -> f64 {
     let b = if b.is_nan() { f64::INFINITY } else { b };
     a.max(b)
 }

@@ -1,5 +1,5 @@
 //! What a backend hands back when it records a step as a graph, and why it might not: the types
-//! shared by the backend trait, the CUDA capture and the replaying front-end ([`crate::graph`]).
+//! shared by the backend trait, the CUDA capture and the replaying front-end (`medddpm_kernels::graph`).
 
 use std::any::Any;
 
@@ -23,22 +23,20 @@ pub enum GraphError {
 /// A backend's captured step: its input and output buffers and the backend's graph.
 pub struct Captured<B: Backend> {
     /// The buffers the graph reads its inputs from (held: the pool must not reuse them).
-    pub(crate) inputs: Vec<FloatTensor<B>>,
+    pub inputs: Vec<FloatTensor<B>>,
     /// The buffers the graph writes its outputs to.
-    pub(crate) outputs: Vec<FloatTensor<B>>,
+    pub outputs: Vec<FloatTensor<B>>,
     /// The backend's graph (for CUDA, `cubecl_cuda::CudaGraph` and where it replays).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) exec: Box<dyn Any + Send + Sync>,
+    pub exec: Box<dyn Any + Send + Sync>,
     /// Launches and copies in the graph.
-    pub(crate) nodes: usize,
+    pub nodes: usize,
     /// Its nodes by kind, e.g. `kernel 1097, memset 61`.
-    pub(crate) kinds: String,
+    pub kinds: String,
 }
 
 impl<B: Backend> Captured<B> {
     /// A backend's capture, as [`KernelBackend::graph_capture`] returns it.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn new(
+    pub fn new(
         inputs: Vec<FloatTensor<B>>,
         outputs: Vec<FloatTensor<B>>,
         exec: Box<dyn Any + Send + Sync>,

@@ -1,5 +1,5 @@
 //! The plain-burn-op upsampling and its adjoint: the forward (autodiff differentiates it) and
-//! backward that every backend gets as [`KernelBackend`](crate::KernelBackend)'s provided
+//! backward that every backend gets as `KernelBackend`'s provided
 //! bodies, and that the kernels are checked against.
 //! It never uses the trait (only burn and the crate's ground modules), so the trait can use it.
 

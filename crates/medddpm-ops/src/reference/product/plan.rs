@@ -6,8 +6,10 @@ use super::spec::ProductSpec;
 
 /// How one `[batch, rows, cols]` operand lies in memory, in elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Operand {
+pub struct Operand {
+    /// `[batch, rows, cols]`.
     pub dims: [usize; 3],
+    /// Element strides of the three axes.
     pub strides: [usize; 3],
 }
 
@@ -42,19 +44,30 @@ impl Operand {
 /// `C = op(A) · op(B)` in column-major terms, `C` contiguous `[batch, m, n]` row-major.
 /// `first` / `second` name which of the row-major operands the library's A and B are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ColumnMajor {
-    /// The library's A is the row-major `b` (always: see [`column_major`]).
+pub struct ColumnMajor {
+    /// The library's A is the row-major `b` (always: see [`column_major`]); transposed?
     pub trans_first: bool,
+    /// The library's B (the row-major `a`) transposed?
     pub trans_second: bool,
+    /// Rows of the column-major `C`.
     pub m: i32,
+    /// Columns of the column-major `C`.
     pub n: i32,
+    /// The contracted dimension.
     pub k: i32,
+    /// Leading dimension of the library's A.
     pub ld_first: i32,
+    /// Batch stride of the library's A.
     pub stride_first: i64,
+    /// Leading dimension of the library's B.
     pub ld_second: i32,
+    /// Batch stride of the library's B.
     pub stride_second: i64,
+    /// Leading dimension of `C`.
     pub ldc: i32,
+    /// Batch stride of `C`.
     pub stride_c: i64,
+    /// Matrices in the batch.
     pub batch: i32,
 }
 
@@ -63,11 +76,7 @@ pub(crate) struct ColumnMajor {
 /// `Cᵀ = op(B)ᵀ · op(A)ᵀ`: the library multiplies `b`'s buffer (first, with `b`'s
 /// transposition) by `a`'s (second, with `a`'s), `m` and `n` swapped. `Err` for shapes that
 /// do not multiply, empty products and sizes beyond 32 bits.
-pub(crate) fn column_major(
-    a: Operand,
-    b: Operand,
-    spec: ProductSpec,
-) -> Result<ColumnMajor, String> {
+pub fn column_major(a: Operand, b: Operand, spec: ProductSpec) -> Result<ColumnMajor, String> {
     let (m, k, n) = spec.sizes(a.dims, b.dims)?;
     let batch = a.dims[0];
     if [m, k, n, batch].contains(&0) {

@@ -1,4 +1,4 @@
-//! The plain-op twin of [`crate::KernelBackend::sum_f32`]: the micro-batches' gradients summed
+//! The plain-op twin of `medddpm_kernels::KernelBackend::sum_f32`: the micro-batches' gradients summed
 //! in f32 for one optimizer step.
 
 use burn::tensor::backend::Backend;
@@ -8,9 +8,7 @@ use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
 use crate::dtype::cast_to;
 
 /// The plain-op twin: per pair `[a, b]` (one shape, any float dtypes), `f32(a) + f32(b)`.
-pub(crate) fn sum_f32_primitive<B: Backend>(
-    pairs: Vec<[FloatTensor<B>; 2]>,
-) -> Vec<FloatTensor<B>> {
+pub fn sum_f32_primitive<B: Backend>(pairs: Vec<[FloatTensor<B>; 2]>) -> Vec<FloatTensor<B>> {
     pairs
         .into_iter()
         .map(|[a, b]| {

@@ -1,5 +1,5 @@
 //! Adam's operands and its plain-burn-op twin: the update that every backend gets as
-//! [`KernelBackend::adam_steps`](crate::KernelBackend::adam_steps)'s provided body, and that the
+//! `KernelBackend::adam_steps`'s provided body, and that the
 //! kernels are checked against.
 //! It never uses the trait (only burn and the crate's ground modules), so the trait can use it.
 
@@ -90,8 +90,8 @@ pub struct AdamTensors<B: Backend> {
 }
 
 /// [`adam_step_reference`] on each item's primitives (see [`adam_step_primitive`]; the copies
-/// to recycle are dropped): the provided body of [`crate::KernelBackend::adam_steps`].
-pub(crate) fn adam_steps_primitive<B: Backend>(
+/// to recycle are dropped): the provided body of `medddpm_kernels::KernelBackend::adam_steps`.
+pub fn adam_steps_primitive<B: Backend>(
     items: Vec<AdamTensors<B>>,
     step: AdamStep,
     copy: Option<DType>,
@@ -104,7 +104,7 @@ pub(crate) fn adam_steps_primitive<B: Backend>(
 
 /// [`adam_step_reference`] on primitives of any rank (viewed as vectors), the gradient first
 /// cast to the parameter's dtype, and with `copy` the updated parameter cast to that dtype.
-pub(crate) fn adam_step_primitive<B: Backend>(
+pub fn adam_step_primitive<B: Backend>(
     param: FloatTensor<B>,
     grad: FloatTensor<B>,
     moment_1: FloatTensor<B>,

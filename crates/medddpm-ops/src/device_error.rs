@@ -21,8 +21,7 @@ pub fn device_error() -> Option<String> {
 /// Keeps `message` as the device error (the first one since [`device_error`] last looked) and
 /// prints it: for other work handed to a device thread without waiting (the all-reduce
 /// across processes).
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn record_device_error(message: String) {
+pub fn record_device_error(message: String) {
     eprintln!("{message}");
     DEVICE_ERROR
         .lock()

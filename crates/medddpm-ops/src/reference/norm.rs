@@ -1,5 +1,5 @@
 //! GroupNorm's types and its plain-burn-op twins: the forward and backward pass that every
-//! backend gets as [`KernelBackend`](crate::KernelBackend)'s provided bodies, and that the
+//! backend gets as `KernelBackend`'s provided bodies, and that the
 //! kernels are checked against.
 //! It never uses the trait (only burn and the crate's ground modules), so the trait can use it.
 
@@ -68,7 +68,7 @@ pub fn block_len(n: usize) -> usize {
 /// result; the group sums come from these per-channel sums (a view that reduced the channels
 /// within a group first wrote an intermediate half the size of the input when a group has two
 /// channels).
-pub(crate) fn channel_sums<B: Backend>(t: Tensor<B, 5>, layout: Layout) -> Tensor<B, 2> {
+pub fn channel_sums<B: Backend>(t: Tensor<B, 5>, layout: Layout) -> Tensor<B, 2> {
     let shape = t.dims();
     let b = shape[0];
     let c = channels(shape, layout);
@@ -198,11 +198,10 @@ fn sigmoid<B: Backend>(a: Tensor<B, 5>) -> Tensor<B, 5> {
     a.neg().exp().add_scalar(1.0).recip()
 }
 
-/// The plain-op forward: the reference twin of [`KernelBackend::group_norm_forward`].
+/// The plain-op forward: the reference twin of `KernelBackend::group_norm_forward`.
 /// `shift` (`[b, c]`), when given, is added to `x` per batch item and channel first, in the
 /// statistics dtype.
 ///
-/// [`KernelBackend::group_norm_forward`]: crate::KernelBackend::group_norm_forward
 pub fn forward<B: Backend>(
     x: Tensor<B, 5>,
     shift: Option<Tensor<B, 2>>,
@@ -230,7 +229,7 @@ pub fn forward<B: Backend>(
     (cast_to(y, dtype), mean, rstd)
 }
 
-/// The plain-op backward: the reference twin of [`KernelBackend::group_norm_backward`].
+/// The plain-op backward: the reference twin of `KernelBackend::group_norm_backward`.
 /// Recomputes `x_hat` (and the SiLU input) from `x` and the statistics. Two reductions over the
 /// input's size: the per-channel sums of `dL/da` and of `dL/da * x_hat` give dbeta and dgamma
 /// and, weighted by gamma and summed per group, the two group means of dL/dx.
@@ -238,7 +237,6 @@ pub fn forward<B: Backend>(
 /// With a shift, dL/dshift is the per-(batch, channel) sum of dL/dx (before its rounding to
 /// `x`'s dtype).
 ///
-/// [`KernelBackend::group_norm_backward`]: crate::KernelBackend::group_norm_backward
 #[allow(clippy::too_many_arguments)]
 pub fn backward<B: Backend>(
     x: Tensor<B, 5>,
@@ -300,7 +298,7 @@ pub fn backward<B: Backend>(
     )
 }
 
-/// [`forward`] on primitives: the provided body of [`crate::KernelBackend::group_norm_forward`].
+/// [`forward`] on primitives: the provided body of `medddpm_kernels::KernelBackend::group_norm_forward`.
 pub fn forward_primitive<B: Backend>(
     x: FloatTensor<B>,
     shift: Option<FloatTensor<B>>,
@@ -323,7 +321,7 @@ pub fn forward_primitive<B: Backend>(
 }
 
 /// [`backward`] on primitives: the provided body of
-/// [`crate::KernelBackend::group_norm_backward`].
+/// `medddpm_kernels::KernelBackend::group_norm_backward`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_primitive<B: Backend>(
     x: FloatTensor<B>,

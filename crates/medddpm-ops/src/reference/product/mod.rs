@@ -1,9 +1,7 @@
-//! The plain-op twin of [`KernelBackend::product`](crate::KernelBackend::product): burn's
+//! The plain-op twin of `KernelBackend::product`: burn's
 //! `matmul` on the transposed views, and the products of its backward pass.
 
-// Only the cuBLAS engine (feature `cuda`) and the tests use the plan.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) mod plan;
+pub mod plan;
 pub mod spec;
 
 use burn::tensor::backend::Backend;
@@ -25,7 +23,7 @@ pub fn product<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>, spec: ProductSpec) 
 /// of at least [`MIN_CHUNK`] and summed: burn runs one product with few outputs in one or two
 /// thread blocks, however long its inner size (over the 2M voxels of a 128^3 volume, tens of
 /// milliseconds), while the batches spread over the whole GPU.
-pub(crate) fn product_primitive<B: Backend>(
+pub fn product_primitive<B: Backend>(
     a: FloatTensor<B>,
     b: FloatTensor<B>,
     spec: ProductSpec,
@@ -44,11 +42,11 @@ pub(crate) fn product_primitive<B: Backend>(
 }
 
 /// Fewest rows of a batch in [`product_primitive`]'s split.
-pub(crate) const MIN_CHUNK: usize = 4096;
+pub const MIN_CHUNK: usize = 4096;
 
 /// Batches for an inner size `k`: the largest power of two dividing `k` that leaves at least
 /// [`MIN_CHUNK`] per batch (one for small sizes).
-pub(crate) fn chunks_of(k: usize) -> usize {
+pub fn chunks_of(k: usize) -> usize {
     let mut c = 1;
     while k.is_multiple_of(2 * c) && k / (2 * c) >= MIN_CHUNK {
         c *= 2;
@@ -60,7 +58,7 @@ pub(crate) fn chunks_of(k: usize) -> usize {
 /// order) that compute them: `(dL/da, dL/db)`, each `(first, second, spec)`, where `true` in
 /// the operand slots means `grad` and `false` the other operand. Every case is again one
 /// product of the stored operands, so no transposed copy is made.
-pub(crate) fn backward_plan(spec: ProductSpec) -> (GradProduct, GradProduct) {
+pub fn backward_plan(spec: ProductSpec) -> (GradProduct, GradProduct) {
     let (ta, tb) = (spec.trans_a, spec.trans_b);
     let da = match ta {
         // dA = G · op(B)ᵀ
@@ -91,7 +89,7 @@ pub(crate) fn backward_plan(spec: ProductSpec) -> (GradProduct, GradProduct) {
 
 /// One gradient of a product, as a product of the incoming gradient and the other operand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GradProduct {
+pub struct GradProduct {
     /// The incoming gradient is the first operand (else the second).
     pub grad_first: bool,
     /// The product's transpositions.

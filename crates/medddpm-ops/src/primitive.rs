@@ -1,5 +1,5 @@
 //! Between burn's `Tensor` and the backend primitives that the methods of
-//! [`KernelBackend`](crate::KernelBackend) take and return (used by the trait, its reference
+//! `KernelBackend` take and return (used by the trait, its reference
 //! twins and the engines alike, so it sits below all of them).
 
 use burn::tensor::backend::Backend;

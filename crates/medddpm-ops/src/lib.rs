@@ -1,0 +1,24 @@
+//! What the U-Net's heavy operations are, on burn alone: the settings that decide how they
+//! compute ([`compute`]), each operation's spec and plain-burn-op twin ([`reference`]), and the
+//! helpers the engines and their agreement checks share. `medddpm-kernels` builds the backend
+//! extension (the trait whose provided methods are these twins, and the engines) on top and
+//! re-exports all of this.
+//!
+//! # Example
+//! ```
+//! use burn::{backend::Flex, tensor::Tensor};
+//! let x = Tensor::<Flex, 5>::ones([1, 2, 4, 4, 4], &Default::default());
+//! let y = medddpm_ops::reference::upsample::upsample_trilinear_x2(x);
+//! assert_eq!(y.dims(), [1, 2, 8, 8, 8]);
+//! ```
+#![warn(missing_docs)]
+
+pub mod agreement;
+pub mod capture;
+pub mod compute;
+pub mod device_error;
+pub mod dtype;
+pub mod panics;
+pub mod primitive;
+pub mod reference;
+pub mod seeded;
