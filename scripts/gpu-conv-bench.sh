@@ -4,7 +4,8 @@
 #
 # Usage, from the repository root on the GPU machine, with the binaries carried as
 # .device-bin/conv-cuda.xz (cargo bench -p medddpm-kernels --features test-cuda --bench conv
-# --no-run) and .device-bin/portable_{conv,wgrad}-cuda.xz (cargo test --release ... --no-run):
+# --no-run) and .device-bin/portable_{conv,wgrad}-cuda.xz (cargo test --release -p medddpm-cube
+# --features test-cuda --test portable_conv --no-run, and portable_wgrad):
 #   TESTS="SETTING ..." scripts/gpu-conv-bench.sh OUTDIR [bench arguments...]
 # TESTS: settings for MEDDDPM_CONV_TUNING ("default" for none) under which both test binaries
 # run first. Records OUTDIR/conv.jsonl, bench.log and tests.tgz.

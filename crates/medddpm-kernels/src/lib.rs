@@ -50,7 +50,7 @@ pub mod channels;
 pub mod collective;
 pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub mod cube;
+pub use medddpm_cube as cube;
 #[cfg(feature = "cuda")]
 mod cublas;
 #[cfg(feature = "cuda")]

@@ -18,6 +18,7 @@ pub mod capture;
 pub mod compute;
 pub mod device_error;
 pub mod dtype;
+pub mod layout;
 pub mod panics;
 pub mod primitive;
 pub mod reference;

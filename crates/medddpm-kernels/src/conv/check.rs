@@ -4,13 +4,13 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::layout::in_layout;
 use super::ops::{conv3d, conv3d_data_grad, conv3d_weight_grad};
 use crate::agreement::{rel_l2, worse};
 use crate::compute::{Compute, Layout};
 use crate::extension::KernelBackend;
 use crate::reference::conv as reference;
 use crate::reference::conv_spec::Conv3dSpec;
+use medddpm_ops::layout::in_layout;
 
 /// One convolution geometry for agreement checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

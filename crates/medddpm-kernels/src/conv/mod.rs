@@ -15,7 +15,6 @@
 //! [`backward_profile`]); the engines are `crate::backends`.
 
 mod check;
-mod layout;
 mod ops;
 mod rewrites;
 
@@ -25,7 +24,7 @@ pub use crate::extension::{KernelAutodiffBackend, KernelBackend, MemoryStats};
 pub use crate::reference::conv as reference;
 pub use crate::reference::conv_spec::Conv3dSpec;
 pub use check::{engine_vs_reference, ConvCase};
-pub use layout::{channels_last, in_layout};
+pub use medddpm_ops::layout::{channels_last, in_layout};
 pub use ops::{conv3d, conv3d_data_grad, conv3d_weight_grad, upsample_x2};
 pub(crate) use rewrites::is_same_padded;
 pub use rewrites::{data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_padded};

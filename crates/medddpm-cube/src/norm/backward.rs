@@ -12,7 +12,7 @@ use super::finish::{finish, Finish};
 use super::parts::{group_and_channel, lane_params, row_block, shift_index, xhat_and_da};
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
-use crate::cube::elementwise;
+use crate::elementwise;
 use crate::reference::norm::GroupNormSpec;
 
 /// The same for the backward's reduction, whose threads do more per value (the backward's sums

@@ -11,7 +11,7 @@ use burn_ir::{CustomOpIr, OperationOutput};
 
 use super::{check, check_dtypes, conv3d_data_grad, conv3d_forward, five, CubeConvError};
 use crate::compute::Layout;
-use crate::cube::{register, Cube, Fused, Handles};
+use crate::{register, Cube, Fused, Handles};
 
 /// What a launch needs besides its two operands.
 #[derive(Debug, Clone, Copy)]

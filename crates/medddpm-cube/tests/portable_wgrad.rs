@@ -1,6 +1,6 @@
 //! The portable (CubeCL) weight gradient on wgpu against burn's own `conv3d_weight_backward`
 //! on the CPU (the crate's twin, `conv::reference::weight_grad`, computed in f64):
-//! `cargo test -p medddpm-kernels --features wgpu --test portable_wgrad` (CI runs it on
+//! `cargo test -p medddpm-cube --features wgpu --test portable_wgrad` (CI runs it on
 //! lavapipe, Mesa's software Vulkan driver).
 //!
 //! Shapes: the U-Net's convolutions (3x3x3 stride 1 and 2 with padding 1, 1x1x1) at small
@@ -24,13 +24,15 @@ use burn::backend::{
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
-use medddpm_kernels::conv::{channels_last, reference, Conv3dSpec};
-use medddpm_kernels::cube::conv::wgrad::{
+use medddpm_cube::conv::wgrad::{
     conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan, plan_narrow,
     plan_tensor_cores, WgradDevice, WgradError, WgradShape, CUBES_PER_UNIT, MAX_WORKSPACE_BYTES,
 };
-use medddpm_kernels::cube::conv::ConvTuning;
-use medddpm_kernels::{Compute, Layout};
+use medddpm_cube::conv::ConvTuning;
+use medddpm_ops::compute::{Compute, Layout};
+use medddpm_ops::layout::channels_last;
+use medddpm_ops::reference::conv as reference;
+use medddpm_ops::reference::conv_spec::Conv3dSpec;
 #[cfg(feature = "test-cuda")]
 use {
     burn::backend::{cuda::CudaDevice as GpuDevice, Cuda as Fused},

@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 
 use super::kernel::{advance, decompose, place, row_offsets, SIDE};
 use super::mma::{multiply, plane_place, plane_share, store_partial};
-use crate::cube::conv::mma_ldm::{accumulator_sets, products_ldm, store_partial_ldm};
+use crate::conv::mma_ldm::{accumulator_sets, products_ldm, store_partial_ldm};
 
 /// K rows one step of [`wgrad_partial_mma_vec`] stages: four times
 /// [`BK`](super::kernel::BK), so that each barrier pair covers four 16-deep products per

@@ -83,7 +83,7 @@ impl View {
         if !self.channels_last {
             return 1;
         }
-        crate::cube::widest_vector(t, &[self.q])
+        crate::widest_vector(t, &[self.q])
     }
 
     /// Values one group's statistics are taken over (per batch item).

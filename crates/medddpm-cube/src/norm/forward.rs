@@ -13,7 +13,7 @@ use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
 use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid};
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
-use crate::cube::elementwise;
+use crate::elementwise;
 use crate::reference::norm::GroupNormSpec;
 
 /// Values one thread adds before its partial sum is written, in the forward's reductions. 256

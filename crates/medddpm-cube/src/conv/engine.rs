@@ -11,8 +11,8 @@ use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use super::five;
 use super::fused::{data_grad_check, data_grad_checked, forward_check, forward_checked};
 use super::wgrad::{weight_grad_check, weight_grad_checked};
-use crate::cube::Fused;
 use crate::reference::conv_spec::Conv3dSpec;
+use crate::Fused;
 
 /// Says once per process that burn's kernels stood in for ours, and why.
 fn note_fallback(why: &dyn std::fmt::Display) {

@@ -10,8 +10,8 @@ use burn_fusion::FusionBackend;
 use burn_ir::{CustomOpIr, OperationOutput};
 
 use super::{check_shapes, conv3d_weight_grad, five, WgradError};
-use crate::cube::{register, Cube, Fused, Handles};
 use crate::reference::conv_spec::Conv3dSpec;
+use crate::{register, Cube, Fused, Handles};
 
 #[derive(Debug, Clone)]
 struct WgradOp<B> {

@@ -326,7 +326,7 @@ pub(super) fn arguments<R: CubeRuntime>(p: &Problem) -> Arguments<R> {
 #[cfg(test)]
 mod tests {
     use super::{vector_widths, Problem, VectorWidths};
-    use crate::cube::conv::tile::Tile;
+    use crate::conv::tile::Tile;
 
     /// A stride-1 3x3x3 product of `c_in` into `c_out` channels over an 8^3 grid, both
     /// activations channels-last (`[b, d, h, w, c]` buffers) and the weight

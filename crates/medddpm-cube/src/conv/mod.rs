@@ -18,7 +18,7 @@
 //!   of `dL/dx` (8 at stride 2), each a stride-1 correlation with that phase's sub-kernel.
 //! - `fused`: both as burn-fusion custom operations on burn's fused CubeCL backends (what
 //!   `burn::backend::Wgpu` and `burn::backend::Cuda` are), like the other kernels in
-//!   [`crate::cube`].
+//!   [`crate`].
 //!
 //! The weight gradient (split-K over the voxels) lives in its own module.
 //!

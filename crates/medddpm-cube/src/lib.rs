@@ -1,7 +1,11 @@
-//! CubeCL kernels for every CubeCL backend (CUDA and wgpu/Vulkan alike), registered as
-//! burn-fusion custom operations so they run in order with the fused stream around them (as
-//! burn-vision registers its kernels). Each has its plain-op reference twin in the module of
-//! the same name at the crate root, which the tests compare it to.
+//! Our portable CubeCL kernels for every CubeCL backend (CUDA and wgpu/Vulkan alike),
+//! registered as burn-fusion custom operations so they run in order with the fused stream
+//! around them (as burn-vision registers its kernels): the 3-D convolutions and their gradients
+//! (`conv`), GroupNorm + SiLU (`norm`), trilinear x2 upsampling, the channel join / split /
+//! padding, Adam and the f32 gradient sum. Each has its plain-op reference twin in
+//! `medddpm_ops::reference`, which the tests compare it to; `medddpm-kernels` calls them from
+//! its backend trait.
+#![warn(missing_docs)]
 
 pub mod adam;
 pub mod channels;
@@ -21,8 +25,10 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use cubecl::{CubeCount, CubeDim};
 
+// The layers below, under the paths the kernels were written with.
+pub(crate) use medddpm_ops::{compute, primitive, reference};
+
 use crate::compute::NormEngine;
-use crate::primitive;
 use crate::reference::adam::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
 use crate::reference::norm::{
     backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,

@@ -1,6 +1,6 @@
-//! Our portable CubeCL convolutions (`medddpm_kernels::cube::conv`) on burn's wgpu backend
+//! Our portable CubeCL convolutions (`medddpm_cube::conv`) on burn's wgpu backend
 //! against burn's own convolution and its data gradient on the CPU (Flex), in f32:
-//! `cargo test -p medddpm-kernels --features wgpu --test portable_conv` (CI: lavapipe, Mesa's
+//! `cargo test -p medddpm-cube --features wgpu --test portable_conv` (CI: lavapipe, Mesa's
 //! software Vulkan driver). The U-Net's convolutions at small sizes and odd ones (3, 5, 17
 //! and 33 channels, kernels 1 to 5 and non-cubic ones, strides 1 to 3, non-cubic volumes),
 //! in both layouts, in f32 and, where the device has them, f16 and bf16.
@@ -17,9 +17,12 @@ use {burn::backend::Cuda as Gpu, cubecl_cuda::CudaRuntime as GpuRuntime};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
-use medddpm_kernels::conv::{in_layout, reference, rel_l2, Conv3dSpec};
-use medddpm_kernels::cube::conv::{conv3d_data_grad_fused, conv3d_forward_fused, CubeConvError};
-use medddpm_kernels::{Compute, Layout};
+use medddpm_cube::conv::{conv3d_data_grad_fused, conv3d_forward_fused, CubeConvError};
+use medddpm_ops::agreement::rel_l2;
+use medddpm_ops::compute::{Compute, Layout};
+use medddpm_ops::layout::in_layout;
+use medddpm_ops::reference::conv as reference;
+use medddpm_ops::reference::conv_spec::Conv3dSpec;
 
 /// The boolean element of the backend's tensors.
 #[cfg(not(feature = "test-cuda"))]
@@ -234,7 +237,7 @@ fn sixteen_bit_convolutions_match_burns_on_the_cpu() {
 #[test]
 fn results_come_back_in_the_layout_asked_for() {
     use burn_cubecl::CubeBackend;
-    use medddpm_kernels::cube::conv::{conv3d_data_grad, conv3d_forward};
+    use medddpm_cube::conv::{conv3d_data_grad, conv3d_forward};
     type Cube = CubeBackend<GpuRuntime, f32, i32, GpuBool>;
     let x = Tensor::<Cube, 5>::from_data(normal([1, 6, 4, 5, 3], 1.0, 3), &Default::default());
     let w = Tensor::<Cube, 5>::from_data(normal([4, 6, 3, 3, 3], 0.1, 4), &Default::default());

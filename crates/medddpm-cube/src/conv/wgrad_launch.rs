@@ -10,7 +10,7 @@ use cubecl::{CubeCount, CubeDim};
 use super::super::launch::{channel_width, widest_vector};
 use super::kernel::{wgrad_partial, SIDE};
 use super::{mma, mma_vec, narrow, WgradPlan, WgradShape};
-use crate::cube::conv::MAX_NARROW_CHANNELS;
+use crate::conv::MAX_NARROW_CHANNELS;
 use crate::reference::conv_spec::Conv3dSpec;
 
 /// Elements per vector the tensor-core kernel can load from `x` and from `grad_out`, `(x,
