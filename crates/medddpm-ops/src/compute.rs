@@ -145,8 +145,8 @@ pub enum ConvEngine {
     Auto,
     /// NVIDIA's cuDNN (CUDA only; `libcudnn.so.9` at run time).
     Cudnn,
-    /// Our portable CubeCL kernels (`medddpm_kernels::cube::conv`) on the GPU backends, CUDA and wgpu
-    /// alike. Until 2026-11-26 this name meant burn's kernels, now [`ConvEngine::Burn`].
+    /// Our portable CubeCL kernels (`medddpm_cube::conv`) on the GPU backends, CUDA and wgpu
+    /// alike (burn's own CubeCL kernels are [`ConvEngine::Burn`]).
     Cubecl,
     /// burn 0.21's own convolutions: its CubeCL kernels on the GPU backends, Flex's on the CPU
     /// (where this is the only engine).

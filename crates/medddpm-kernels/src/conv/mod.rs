@@ -9,7 +9,7 @@
 //!
 //! Here, above the trait: `ops` (the calls on tensors, [`conv3d`] and its gradients),
 //! `rewrites` ([`data_grad_via_forward`], [`weight_grad_padded`]), `check`
-//! ([`engine_vs_reference`]) and `layout` ([`channels_last`]). Below it, re-exported:
+//! ([`engine_vs_reference`]); [`channels_last`] from `medddpm-ops`. Below it, re-exported:
 //! [`Conv3dSpec`] and the twins ([`reference`](mod@reference), `crate::reference`), the trait
 //! ([`KernelBackend`], `crate::extension`, with the autodiff backward passes and
 //! [`backward_profile`]); the engines are `crate::backends`.
