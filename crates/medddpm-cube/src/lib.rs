@@ -6,6 +6,8 @@
 //! `medddpm_ops::reference`, which the tests compare it to; `medddpm-kernels` calls them from
 //! its backend trait.
 #![warn(missing_docs)]
+// Empty without a GPU backend (see the crate's features).
+#![cfg(feature = "kernels")]
 
 pub mod adam;
 pub mod channels;
