@@ -41,20 +41,20 @@
 #![warn(missing_docs)]
 
 // The layers below the engines, from `medddpm-ops`, under the paths they always had here.
+pub use medddpm_collective as collective;
 pub(crate) use medddpm_ops::{agreement, capture, compute, device_error, dtype};
 pub use medddpm_ops::{panics, primitive, reference, seeded};
 
 pub mod adam;
 mod backends;
 pub mod channels;
-pub mod collective;
 pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use medddpm_cube as cube;
 #[cfg(feature = "cuda")]
 mod cublas;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) use medddpm_ops::cuda;
 #[cfg(feature = "cuda")]
 mod cuda_graph;
 #[cfg(feature = "cuda")]

@@ -35,7 +35,7 @@ pub struct Captured<B: Backend> {
 }
 
 impl<B: Backend> Captured<B> {
-    /// A backend's capture, as [`KernelBackend::graph_capture`] returns it.
+    /// A backend's capture, as `KernelBackend::graph_capture` returns it.
     pub fn new(
         inputs: Vec<FloatTensor<B>>,
         outputs: Vec<FloatTensor<B>>,

@@ -1,6 +1,7 @@
 //! What the U-Net's heavy operations are, on burn alone: the settings that decide how they
-//! compute ([`compute`]), each operation's spec and plain-burn-op twin ([`reference`]), and the
-//! helpers the engines and their agreement checks share. `medddpm-kernels` builds the backend
+//! compute ([`compute`]), each operation's spec and plain-burn-op twin ([`reference`](mod@reference)), and the
+//! helpers the engines and their agreement checks share (with feature `cuda`, also `cuda`:
+//! burn's CUDA backend by name, for the CUDA-only crates). `medddpm-kernels` builds the backend
 //! extension (the trait whose provided methods are these twins, and the engines) on top and
 //! re-exports all of this.
 //!
@@ -16,6 +17,8 @@
 pub mod agreement;
 pub mod capture;
 pub mod compute;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device_error;
 pub mod dtype;
 pub mod layout;

@@ -9,16 +9,16 @@ use burn_fusion::Fusion;
 use cubecl_cuda::CudaRuntime;
 
 /// burn's CUDA backend without fusion.
-pub(crate) type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
+pub type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 /// burn's CUDA backend as users run it (fusion on top).
-pub(crate) type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
+pub type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
 /// cubecl's CUDA compute server (what runs on the device thread).
-pub(crate) type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
+pub type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
 /// A handle on cubecl's device thread.
-pub(crate) type DeviceThread = cubecl::device_handle::DeviceHandle<CudaServer>;
+pub type DeviceThread = cubecl::device_handle::DeviceHandle<CudaServer>;
 
 /// cubecl's device thread of `device` (a handle kept per device).
-pub(crate) fn device_thread(device: &cubecl_cuda::CudaDevice) -> DeviceThread {
+pub fn device_thread(device: &cubecl_cuda::CudaDevice) -> DeviceThread {
     use cubecl::device::Device as _;
     static THREADS: Mutex<Option<HashMap<usize, DeviceThread>>> = Mutex::new(None);
     let mut threads = THREADS.lock().unwrap_or_else(|e| e.into_inner());

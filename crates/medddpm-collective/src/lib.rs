@@ -10,6 +10,8 @@
 //! its own thread: NCCL matches the calls of the ranks by their order, and a rank that calls
 //! something else (or nothing) leaves the others waiting on the GPU for ever.
 
+#![warn(missing_docs)]
+
 mod check;
 #[cfg(feature = "cuda")]
 mod fused;
@@ -17,6 +19,11 @@ mod fused;
 mod nccl;
 #[cfg(feature = "cuda")]
 mod nccl_process;
+
+// The layers below, under the paths this code was written with.
+pub(crate) use medddpm_ops::{compute, dtype, panics, primitive};
+#[cfg(feature = "cuda")]
+pub(crate) use medddpm_ops::{cuda, device_error};
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;
