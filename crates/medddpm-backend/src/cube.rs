@@ -150,7 +150,8 @@ where
 /// (every device of the run, the replicas' too: before any of them tunes), and says so.
 #[cfg(feature = "cuda")]
 fn seed_shipped_tuning(root: &Path, devices: &[usize]) -> Result<(), Error> {
-    let seeded = crate::shipped_tuning::seed(root, devices, crate::devices::cuda_capability)?;
+    let seeded =
+        crate::shipped_tuning::seed(root, devices, medddpm_kernels::cudnn::compute_capability)?;
     if seeded.files > 0 {
         eprintln!(
             "tuning: started {} from the {} results shipped for H100/H200 (compute capability 9.0; --no-shipped-tuning tunes from scratch)",

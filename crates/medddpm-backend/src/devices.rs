@@ -136,24 +136,6 @@ pub(crate) fn nccl_status() -> Result<String, String> {
     medddpm_kernels::collective::nccl_status().map_err(|e| e.to_string())
 }
 
-/// CUDA device `index`'s compute capability (major, minor); `None` where the driver cannot say.
-#[cfg(feature = "cuda")]
-pub(crate) fn cuda_capability(index: usize) -> Option<(i32, i32)> {
-    use cudarc::driver::{result, sys::CUdevice_attribute as A};
-    medddpm_kernels::panics::quiet_catch(|| {
-        result::init().ok()?;
-        let device = result::device::get(i32::try_from(index).ok()?).ok()?;
-        // SAFETY: the device handle is valid.
-        let attribute = |a| unsafe { result::device::get_attribute(device, a) }.ok();
-        Some((
-            attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        ))
-    })
-    .ok()
-    .flatten()
-}
-
 /// How many CUDA devices the driver reports; `None` where the driver does not start (then
 /// opening the first device says why, as for one device).
 #[cfg(feature = "cuda")]

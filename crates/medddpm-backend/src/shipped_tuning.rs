@@ -1,10 +1,11 @@
 //! Tuning results shipped in the binary for the GPU model the project measures on (compute
 //! capability 9.0: H100, H200), written into a tuning cache that lacks them.
 //!
-//! On a fresh machine the first bf16 training step of the whole-head model spends about half
-//! its time tuning: burn's kernels time their candidates (each compiled first) and cuDNN times
-//! its algorithms (docs/benchmarks/README.md, twenty-eighth session: 25.9 / 27.6 s with nothing
-//! cached, 13.8 / 12.4 s with the tuning results alone). The results are choices, not code: a
+//! On a fresh machine the first bf16 steps of the whole-head model spend about half their time
+//! tuning: burn's kernels time their candidates (each compiled first) and cuDNN times its
+//! algorithms. On one fresh H200 the first sampling step and training micro-step took 21.4 /
+//! 31.3 s tuning, 11.9 / 12.6 s starting from these results (docs/benchmarks/README.md,
+//! 2026-11-30, twenty-ninth session, call 1). The results are choices, not code: a
 //! wrong one is only slower, and cubecl re-tunes any whose candidates changed (each entry carries
 //! their checksum). They are written only where the cache has no such file, so a user's own
 //! results always win, and only on the GPU model they were measured on (another model's timings
@@ -116,30 +117,20 @@ fn targets(path: &str, devices: &[usize]) -> Vec<String> {
     }
 }
 
-/// Writes `bytes` to `path` unless it exists (or a link or folder of that name does); true when
-/// written. Through a temporary file and a rename, so that a run reading the cache, or another
-/// replica seeding it at the same time, never sees half a file.
+/// Writes `bytes` to `path` unless something of that name exists; true when written. Atomic
+/// (`medddpm-atomic`), so a run reading the cache never sees half a file; two replicas seeding
+/// the same file at once write the same bytes.
 fn write_new(path: &Path, bytes: &[u8]) -> Result<bool, Error> {
     if path.symlink_metadata().is_ok() {
         return Ok(false);
     }
-    let folder = path.parent().unwrap_or(Path::new("."));
     let failed = |source| Error::TuneCache {
         path: path.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(folder).map_err(failed)?;
-    let mut file = tempfile::NamedTempFile::new_in(folder).map_err(failed)?;
-    std::io::Write::write_all(&mut file, bytes).map_err(failed)?;
-    // `persist_noclobber`: a file another process wrote meanwhile stays.
-    match file.persist_noclobber(path) {
-        Ok(_) => Ok(true),
-        Err(e) if path.exists() => {
-            drop(e);
-            Ok(false)
-        }
-        Err(e) => Err(failed(e.error)),
-    }
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(failed)?;
+    medddpm_atomic::write(path, bytes).map_err(failed)?;
+    Ok(true)
 }
 
 /// Entries in a written file: lines of an autotune log, keys of a cuDNN table.

@@ -138,11 +138,14 @@ pub(super) fn open(device_index: usize) -> Result<Opened, CudnnUnavailable> {
     })
 }
 
-/// The primary context of `device_index` (retained, and made current on this thread) and the
-/// device's model.
-fn primary_context(
-    device_index: usize,
-) -> Result<(cudarc::driver::sys::CUcontext, GpuModel), String> {
+/// CUDA device `device_index`'s compute capability (major, minor), `None` where the driver
+/// cannot say: what the tuning results shipped for one GPU model are keyed by.
+pub fn compute_capability(device_index: usize) -> Option<(i32, i32)> {
+    gpu_model(device_index).ok().map(|m| m.capability)
+}
+
+/// The name and compute capability of CUDA device `device_index`.
+fn gpu_model(device_index: usize) -> Result<GpuModel, String> {
     use cudarc::driver::{result, sys::CUdevice_attribute as A};
     result::init().map_err(|e| format!("CUDA driver: {e}"))?;
     let device = result::device::get(device_index as i32).map_err(|e| e.to_string())?;
@@ -150,13 +153,23 @@ fn primary_context(
         // SAFETY: the device handle is valid.
         unsafe { result::device::get_attribute(device, a) }.map_err(|e| e.to_string())
     };
-    let model = GpuModel {
+    Ok(GpuModel {
         name: result::device::get_name(device).map_err(|e| e.to_string())?,
         capability: (
             attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         ),
-    };
+    })
+}
+
+/// The primary context of `device_index` (retained, and made current on this thread) and the
+/// device's model.
+fn primary_context(
+    device_index: usize,
+) -> Result<(cudarc::driver::sys::CUcontext, GpuModel), String> {
+    use cudarc::driver::result;
+    let model = gpu_model(device_index)?;
+    let device = result::device::get(device_index as i32).map_err(|e| e.to_string())?;
     // SAFETY: the device handle is valid; cubecl retains the same primary context.
     let ctx =
         unsafe { result::primary_ctx::retain(device) }.map_err(|e| format!("CUDA context: {e}"))?;

@@ -53,4 +53,4 @@ mod tests;
 
 pub use crate::device_error::device_error;
 pub use devices::init;
-pub use library::{CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};
+pub use library::{compute_capability, CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};
