@@ -117,18 +117,19 @@ impl Scheduler for DdimSampler {
         &self.timesteps
     }
 
-    fn adds_noise(&self, t: usize) -> bool {
-        self.eta > 0.0 && self.prev_timestep(t).is_some()
+    fn adds_noise(&self, _: usize, next: Option<usize>) -> bool {
+        self.eta > 0.0 && next.is_some()
     }
 
     fn step<B: Backend>(
         &self,
         eps: Tensor<B, 5>,
         t: usize,
+        next: Option<usize>,
         x_t: Tensor<B, 5>,
         noise: Tensor<B, 5>,
         _: &mut (),
     ) -> StepOutput<B, 5> {
-        self.step_to(eps, t, self.prev_timestep(t), x_t, noise)
+        self.step_to(eps, t, next, x_t, noise)
     }
 }

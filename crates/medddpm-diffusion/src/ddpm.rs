@@ -84,7 +84,7 @@ impl Scheduler for DdpmSampler {
         &self.timesteps
     }
 
-    fn adds_noise(&self, t: usize) -> bool {
+    fn adds_noise(&self, t: usize, _: Option<usize>) -> bool {
         t > 0
     }
 
@@ -92,6 +92,7 @@ impl Scheduler for DdpmSampler {
         &self,
         eps: Tensor<B, 5>,
         t: usize,
+        _: Option<usize>,
         x_t: Tensor<B, 5>,
         noise: Tensor<B, 5>,
         _: &mut (),

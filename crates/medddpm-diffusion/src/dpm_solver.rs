@@ -104,7 +104,7 @@ impl Scheduler for DpmSolverSampler {
         &self.timesteps
     }
 
-    fn adds_noise(&self, _: usize) -> bool {
+    fn adds_noise(&self, _: usize, _: Option<usize>) -> bool {
         false
     }
 
@@ -112,12 +112,13 @@ impl Scheduler for DpmSolverSampler {
         &self,
         eps: Tensor<B, 5>,
         t: usize,
+        next: Option<usize>,
         x_t: Tensor<B, 5>,
         _: Tensor<B, 5>,
         previous: &mut Self::State<B>,
     ) -> StepOutput<B, 5> {
         let x0 = self.x0(eps, t, x_t.clone());
-        let prev_sample = match self.prev_timestep(t) {
+        let prev_sample = match next {
             // The last network call returns its x0 prediction.
             None => x0.clone(),
             Some(next) => {

@@ -36,17 +36,19 @@ pub trait Scheduler {
     /// Timesteps in the order they are visited, from T - 1 down.
     fn timesteps(&self) -> &[usize];
 
-    /// Whether the step from `t` adds noise. Where it does not, the driver passes zeros without
-    /// drawing, so that a deterministic sampler leaves the generator as it found it.
-    fn adds_noise(&self, t: usize) -> bool;
+    /// Whether the step from `t` to `next` (the next visited timestep, `None` after the last)
+    /// adds noise. Where it does not, the driver passes zeros without drawing, so that a
+    /// deterministic sampler leaves the generator as it found it.
+    fn adds_noise(&self, t: usize, next: Option<usize>) -> bool;
 
-    /// One step from `x_t` at timestep `t` to the next visited timestep (x0 after the last),
-    /// given the predicted noise `eps`. `noise` is the step's z, passed in so that tests can
-    /// supply it.
+    /// One step from `x_t` at timestep `t` to `next`, the next visited timestep (x0 after the
+    /// last: `None`), given the predicted noise `eps`. The driver, which walks the list, gives
+    /// `next`. `noise` is the step's z, passed in so that tests can supply it.
     fn step<B: Backend>(
         &self,
         eps: Tensor<B, 5>,
         t: usize,
+        next: Option<usize>,
         x_t: Tensor<B, 5>,
         noise: Tensor<B, 5>,
         state: &mut Self::State<B>,
@@ -93,18 +95,20 @@ pub trait Scheduler {
         let shape = [b, image_channels, d, h, w];
         let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
         let mut state = Self::State::<B>::default();
-        for (i, &t) in self.timesteps().iter().enumerate() {
+        let timesteps = self.timesteps();
+        for (i, &t) in timesteps.iter().enumerate() {
+            let next = timesteps.get(i + 1).copied();
             let input = network_input(x.clone(), Some(cond.clone()));
             let output = denoiser.predict_noise(input, &vec![t; b]);
             let eps = self
                 .prediction()
                 .to_noise(self.schedule(), output, t, x.clone());
-            let noise = if self.adds_noise(t) {
+            let noise = if self.adds_noise(t, next) {
                 Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
             } else {
                 Tensor::zeros(shape, &device)
             };
-            x = self.step(eps, t, x, noise, &mut state).prev_sample;
+            x = self.step(eps, t, next, x, noise, &mut state).prev_sample;
             on_step(i + 1, &x);
         }
         x

@@ -134,11 +134,11 @@ impl Scheduler for Sampler {
         }
     }
 
-    fn adds_noise(&self, t: usize) -> bool {
+    fn adds_noise(&self, t: usize, next: Option<usize>) -> bool {
         match self {
-            Sampler::Ddpm(s) => s.adds_noise(t),
-            Sampler::Ddim(s) => s.adds_noise(t),
-            Sampler::DpmSolver(s) => s.adds_noise(t),
+            Sampler::Ddpm(s) => s.adds_noise(t, next),
+            Sampler::Ddim(s) => s.adds_noise(t, next),
+            Sampler::DpmSolver(s) => s.adds_noise(t, next),
         }
     }
 
@@ -146,14 +146,15 @@ impl Scheduler for Sampler {
         &self,
         eps: Tensor<B, 5>,
         t: usize,
+        next: Option<usize>,
         x_t: Tensor<B, 5>,
         noise: Tensor<B, 5>,
         state: &mut Self::State<B>,
     ) -> StepOutput<B, 5> {
         match self {
-            Sampler::Ddpm(s) => Scheduler::step(s, eps, t, x_t, noise, &mut ()),
-            Sampler::Ddim(s) => Scheduler::step(s, eps, t, x_t, noise, &mut ()),
-            Sampler::DpmSolver(s) => Scheduler::step(s, eps, t, x_t, noise, state),
+            Sampler::Ddpm(s) => Scheduler::step(s, eps, t, next, x_t, noise, &mut ()),
+            Sampler::Ddim(s) => Scheduler::step(s, eps, t, next, x_t, noise, &mut ()),
+            Sampler::DpmSolver(s) => Scheduler::step(s, eps, t, next, x_t, noise, state),
         }
     }
 }
