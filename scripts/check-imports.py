@@ -10,7 +10,7 @@ edge is lifted to the two siblings under the modules' lowest common ancestor: `a
 `b::y` means `a` uses `b`. Under each parent the siblings' graph must have no circle, which
 rules out both a circle of files and an import that runs back up between layers (`norm` using
 `conv` while `conv` uses `norm`). Crates themselves cannot form circles (cargo refuses them).
-Prints each circle with one edge of it and where that edge is written; exits 1 if any.
+Prints each circle with its edges and where each is written; exits 1 if any.
 Usage: python3 scripts/check-imports.py [crates]"""
 import os
 import re
@@ -18,7 +18,6 @@ import sys
 from collections import defaultdict
 
 root = sys.argv[1] if len(sys.argv) > 1 else 'crates'
-MOD_DECL = re.compile(r'^\s*(?:#\[path\s*=\s*"([^"]+)"\]\s*)?(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;', re.M)
 PATH_ATTR = re.compile(r'#\[path\s*=\s*"([^"]+)"\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;')
 PLAIN_MOD = re.compile(r'^\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;', re.M)
 PATH = re.compile(r'\b((?:crate|super|self)(?:::(?:super|\w+))+)')
@@ -60,11 +59,8 @@ def walk(path, module, found, is_root=False):
     explicit = {name: target for target, name in PATH_ATTR.findall(text)}
     for name in PLAIN_MOD.findall(text):
         if name in explicit:
-            child = os.path.normpath(os.path.join(here if (is_root or base == 'mod.rs') else folder, explicit[name]))
-            # #[path] is relative to the declaring file's folder for mod.rs/lib.rs, else to the
-            # folder named after the file.
-            if not os.path.exists(child):
-                child = os.path.normpath(os.path.join(here, explicit[name]))
+            # A `#[path]` on a file's module declaration is relative to that file's folder.
+            child = os.path.normpath(os.path.join(here, explicit[name]))
         else:
             child = os.path.join(folder, name + '.rs')
             if not os.path.exists(child):
@@ -118,54 +114,33 @@ def expand(body, prefix=''):
     return [(full, last)]
 
 
-def resolve(module, path, known, reexports=None, depth=0):
+def resolve(module, path, known, reexports, depth=0):
     """The deepest known module `path` (as written in `module`) reaches, or None; a name
     re-exported by that module (`pub use`) is followed to where it is defined."""
-    found = resolve_plain(module, path, known)
-    if found is None or reexports is None or depth > 8:
-        return found
-    rest = remaining(module, path, found)
-    if rest and (found, rest[0]) in reexports:
-        written = reexports[(found, rest[0])]
-        deeper = resolve(found, written, known, reexports, depth + 1)
+    found, rest = reach(module, path, known)
+    if found is not None and rest and (found, rest[0]) in reexports and depth < 8:
+        deeper = resolve(found, reexports[(found, rest[0])], known, reexports, depth + 1)
         if deeper is not None:
             return deeper
     return found
 
 
-def remaining(module, path, found):
-    """The names of `path` after the module it reached."""
+def reach(module, path, known):
+    """The deepest known module `path` (as written in `module`) reaches (None if none) and the
+    names after it."""
     parts = path.split('::')
-    at = () if parts[0] == 'crate' else module
-    rest = parts[1:] if parts[0] == 'crate' else parts
+    at, rest = ((), parts[1:]) if parts[0] == 'crate' else (module, parts)
     while rest and rest[0] in ('self', 'super'):
         at = at[:-1] if rest[0] == 'super' else at
         rest = rest[1:]
-    skip = len(found) - len(at)
-    return rest[skip:] if skip >= 0 else rest
-
-
-def resolve_plain(module, path, known):
-    """The deepest known module `path` (as written in `module`) reaches, or None."""
-    parts = path.split('::')
-    if parts[0] == 'crate':
-        at = ()
-        rest = parts[1:]
-    else:
-        at = module
-        rest = parts
-        while rest and rest[0] in ('self', 'super'):
-            if rest[0] == 'super':
-                at = at[:-1]
-            rest = rest[1:]
     best = at if at in known else None
-    for name in rest:
+    after = rest
+    for i, name in enumerate(rest):
         at = at + (name,)
-        if at in known:
-            best = at
-        else:
+        if at not in known:
             break
-    return best
+        best, after = at, rest[i + 1:]
+    return best, after
 
 
 def circles(graph):
