@@ -20,8 +20,9 @@
 //!    `agreement` (how far an engine is from its twin), `device_error`, `capture` (what a
 //!    recorded graph is), `seeded`; and 2. [`reference`]: what each operation is (its spec) and
 //!    its plain-burn-op twin; both in the crate `medddpm-ops`, re-exported here;
-//! 3. the engines' code: `cube` (portable CubeCL kernels), `cudnn`, `cublas`, `cuda_graph`,
-//!    `pinned` (CUDA), [`collective`] (the all-reduce and its NCCL engine);
+//! 3. the engines' code, each a crate of its own: `cube` (`medddpm-cube`: portable CubeCL
+//!    kernels), `cudnn` (`medddpm-cudnn`: cuDNN, cuBLAS, CUDA graphs and page-locked uploads on
+//!    CUDA), [`collective`] (`medddpm-collective`: the all-reduce and its NCCL engine);
 //! 4. `extension`: the trait [`KernelBackend`], its provided methods the twins, and the
 //!    autodiff backend's hand-written backward passes;
 //! 5. the operations as callers use them, through the trait, with their agreement checks:
@@ -52,18 +53,12 @@ pub mod conv;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use medddpm_cube as cube;
 #[cfg(feature = "cuda")]
-mod cublas;
+pub use medddpm_cudnn as cudnn;
 #[cfg(feature = "cuda")]
 pub(crate) use medddpm_ops::cuda;
-#[cfg(feature = "cuda")]
-mod cuda_graph;
-#[cfg(feature = "cuda")]
-pub mod cudnn;
 mod extension;
 pub mod graph;
 pub mod norm;
-#[cfg(feature = "cuda")]
-mod pinned;
 pub mod product;
 pub mod upsample;
 

@@ -123,11 +123,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
     }
 
     fn host_bytes(device: &Self::Device, parts: &[&[u8]]) -> Option<burn::tensor::Bytes> {
-        crate::pinned::host_bytes(device, parts)
+        crate::cudnn::pinned::host_bytes(device, parts)
     }
 
     fn float_from_host(data: burn::tensor::TensorData, device: &Self::Device) -> FloatTensor<Self> {
-        crate::pinned::float_from_host::<F, I, BT>(data, device)
+        crate::cudnn::pinned::float_from_host::<F, I, BT>(data, device)
     }
 
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
@@ -148,7 +148,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
 
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
         match spec.compute.uses_cudnn() {
-            true => crate::cublas::register_product::<F, I, BT>(a, b, spec),
+            true => crate::cudnn::cublas::register_product::<F, I, BT>(a, b, spec),
             false => product_primitive::<Self>(a, b, spec),
         }
     }
@@ -170,7 +170,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         inputs: Vec<FloatTensor<Self>>,
         step: &mut crate::capture::StepFn<'_, Self>,
     ) -> Vec<FloatTensor<Self>> {
-        crate::cuda_graph::warm_up::<F, I, BT>(inputs, step)
+        crate::cudnn::cuda_graph::warm_up::<F, I, BT>(inputs, step)
     }
 
     fn graph_capture(
@@ -178,14 +178,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         inputs: Vec<FloatTensor<Self>>,
         step: &mut crate::capture::StepFn<'_, Self>,
     ) -> Result<crate::capture::Captured<Self>, crate::capture::GraphError> {
-        crate::cuda_graph::capture::<F, I, BT>(device, inputs, step)
+        crate::cudnn::cuda_graph::capture::<F, I, BT>(device, inputs, step)
     }
 
     fn graph_replay(
         captured: &crate::capture::Captured<Self>,
         inputs: Vec<FloatTensor<Self>>,
     ) -> Vec<FloatTensor<Self>> {
-        crate::cuda_graph::replay::<F, I, BT>(captured, inputs)
+        crate::cudnn::cuda_graph::replay::<F, I, BT>(captured, inputs)
     }
 
     fn upsample_trilinear_x2_backward(

@@ -12,27 +12,29 @@ use super::algorithms::{find, Choice};
 use super::calls::{launch, workspace_size};
 use super::descriptors::{data_type, Descriptors};
 use super::device_thread::{enqueue, legacy_requested, Graph, OperandHandles};
+pub use super::devices::warn_fallback;
 use super::devices::{engine, DeviceState};
-use super::operands::{ConvOp, Ptrs};
-// Where burn-fusion's operations (`fusion.rs`) find it.
-pub(crate) use super::devices::warn_fallback;
 use super::graph::Geometry;
 use super::layout::{dims5, empty_like_layout, packed, strides5, Tensor};
 use super::library::check;
+use super::operands::{ConvOp, Ptrs};
 use crate::compute::Precision;
 use crate::reference::conv_spec::Conv3dSpec;
 
 /// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output
 /// for the forward pass and the incoming gradient otherwise.
-pub(crate) struct Operands {
+pub struct Operands {
+    /// The input.
     pub x: Tensor,
+    /// The weight.
     pub w: Tensor,
+    /// The incoming gradient (for the data and weight gradients).
     pub dy: Option<Tensor>,
 }
 
 /// Runs `op` with cuDNN on the device of the operands. `Err` means cuDNN refused this call (the
 /// caller falls back).
-pub(crate) fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, String> {
+pub fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, String> {
     let engine = engine(operands.x.device.index)?;
     let call = Call::new(op, operands, spec)?;
     let mut s = engine.lock();

@@ -1,4 +1,4 @@
-//! CUDA graphs of a step ([`crate::graph`]) on burn's fused CUDA backend: the step runs on a
+//! CUDA graphs of a step (`medddpm-kernels`' `graph`) on burn's fused CUDA backend: the step runs on a
 //! cubecl stream kept for graphs, captured there by the vendored cubecl-cuda
 //! (`CudaServer::begin_capture` / `end_capture`), and replayed by a burn-fusion custom operation
 //! that copies the inputs in, launches the graph and copies the outputs out, in the order of the
@@ -74,7 +74,9 @@ fn drain<F: FloatElement, I: IntElement, BT: BoolElement>(t: &FloatTensor<Fused<
     t.client.sync(|| ());
 }
 
-pub(crate) fn warm_up<F: FloatElement, I: IntElement, BT: BoolElement>(
+/// Runs `step` on the graphs' stream with copies of `inputs`, so that everything the captured
+/// step will use (kernels, algorithm choices, pool buffers) exists before capture begins.
+pub fn warm_up<F: FloatElement, I: IntElement, BT: BoolElement>(
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
     step: &mut StepFn<'_, Fused<F, I, BT>>,
 ) -> Vec<FloatTensor<Fused<F, I, BT>>> {
@@ -90,7 +92,8 @@ pub(crate) fn warm_up<F: FloatElement, I: IntElement, BT: BoolElement>(
     })
 }
 
-pub(crate) fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
+/// Captures one run of `step` on the graphs' stream as a CUDA graph with buffers of its own.
+pub fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
     device: &CudaDevice,
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
     step: &mut StepFn<'_, Fused<F, I, BT>>,
@@ -181,7 +184,9 @@ impl Addresses {
     }
 }
 
-pub(crate) fn replay<F: FloatElement, I: IntElement, BT: BoolElement>(
+/// Copies `inputs` into the captured graph's buffers, launches it and returns copies of its
+/// outputs, in the order of the caller's stream.
+pub fn replay<F: FloatElement, I: IntElement, BT: BoolElement>(
     captured: &Captured<Fused<F, I, BT>>,
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
 ) -> Vec<FloatTensor<Fused<F, I, BT>>> {

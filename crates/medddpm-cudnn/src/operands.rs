@@ -3,9 +3,12 @@
 
 /// The three convolution operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ConvOp {
+pub enum ConvOp {
+    /// `y = conv(x, w)`.
     Forward,
+    /// `dx` from `dy` and `w`.
     DataGrad,
+    /// `dw` from `x` and `dy`.
     WeightGrad,
 }
 

@@ -165,7 +165,7 @@ impl Engine {
 }
 
 /// Reports (once per shape and reason, over all devices) that cuDNN was not used.
-pub(crate) fn warn_fallback(why: &str) {
+pub fn warn_fallback(why: &str) {
     if ENGINES.get().is_none() {
         return;
     }

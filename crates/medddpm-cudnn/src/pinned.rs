@@ -113,7 +113,7 @@ fn pool(device: &CudaDevice) -> Arc<Pool> {
 /// `parts`, one after another, in page-locked memory for `device` from its pool (allocated on
 /// the device thread, where the device's context is current, when no idle buffer is large
 /// enough); `None` when the driver refuses.
-pub(crate) fn host_bytes(device: &CudaDevice, parts: &[&[u8]]) -> Option<Bytes> {
+pub fn host_bytes(device: &CudaDevice, parts: &[&[u8]]) -> Option<Bytes> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let pool = pool(device);
     let buffer = match pool.take(len) {
@@ -153,7 +153,7 @@ pub(crate) fn host_bytes(device: &CudaDevice, parts: &[&[u8]]) -> Option<Bytes> 
 
 /// `data` on `device`: copied asynchronously when it lies in page-locked memory (no wait for
 /// the stream), else as burn uploads any data.
-pub(crate) fn float_from_host<F: FloatElement, I: IntElement, BT: BoolElement>(
+pub fn float_from_host<F: FloatElement, I: IntElement, BT: BoolElement>(
     data: TensorData,
     device: &CudaDevice,
 ) -> FloatTensor<Fused<F, I, BT>> {

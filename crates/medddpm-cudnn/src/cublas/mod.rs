@@ -1,5 +1,5 @@
-//! Matrix products with cuBLAS on burn's CUDA backend ([`KernelBackend::product`] when the
-//! convolutions go to cuDNN).
+//! Matrix products with cuBLAS on burn's CUDA backend (`medddpm-kernels`' `KernelBackend::product`
+//! when the convolutions go to cuDNN).
 //!
 //! - **Library.** `libcublas.so` is loaded at run time (the file `MEDDDPM_CUBLAS` names, else
 //!   `libcublas.so.13`, `.12`, `libcublas.so` from the library path), so building needs no CUDA
@@ -10,16 +10,14 @@
 //!   without waiting: it resolves the buffers there and enqueues `cublasGemmStridedBatchedEx` on
 //!   the stream cubecl runs its own kernels on (one cuBLAS handle per device, used only by that
 //!   thread). A failure there cannot fall back; it is reported by
-//!   [`device_error`](crate::device_error) as the cuDNN engine's are.
+//!   [`device_error`](crate::device_error()) as the cuDNN engine's are.
 //! - **Operands.** Row-major `[batch, rows, cols]` with unit column stride are read in place
 //!   whatever their row stride (attention's `q`, `k`, `v` are column slices of one tensor);
 //!   others are made contiguous first. Transposition is cuBLAS's own (`ProductSpec`).
 //! - **Precision.** bf16 and f16 operands with f32 accumulation; f32 with TF32 tensor cores
-//!   only for [`Precision::Tf32`](crate::Precision::Tf32) (strict f32 otherwise); f64.
-//!
-//! [`KernelBackend::product`]: crate::KernelBackend::product
+//!   only for `Precision::Tf32` (strict f32 otherwise); f64.
 
 mod library;
 mod op;
 
-pub(crate) use op::register_product;
+pub use op::register_product;

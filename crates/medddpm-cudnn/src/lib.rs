@@ -1,4 +1,9 @@
-//! The cuDNN convolution engine on burn's CUDA backend.
+//! NVIDIA's libraries on burn's fused CUDA backend, for `medddpm-kernels`' CUDA implementation
+//! of its backend trait: cuDNN's 3-D convolutions with both gradients (this page), cuBLAS's
+//! matrix products ([`cublas`]), CUDA graphs of a whole step ([`cuda_graph`]) and uploads from
+//! page-locked host memory ([`pinned`]).
+//!
+//! The cuDNN convolution engine:
 //!
 //! - **Library.** `libcudnn.so.9` is loaded at run time through `cudarc` (the version
 //!   `cubecl-cuda` already uses), so building needs no CUDA toolkit; [`init`] says whether it
@@ -38,16 +43,26 @@
 //!   which the trainer (each step), the sampler (each sample) and the bench (each
 //!   synchronisation) check.
 
+#![warn(missing_docs)]
+// Empty without CUDA (see the crate's features).
+#![cfg(feature = "cuda")]
+
+// The layers below, under the paths the engine was written with.
+pub(crate) use medddpm_ops::{capture, compute, cuda, device_error, reference};
+
 mod algorithms;
 mod calls;
+pub mod cublas;
+pub mod cuda_graph;
 mod descriptors;
 mod device_thread;
 mod devices;
-pub(crate) mod engine;
+pub mod engine;
 mod graph;
 mod layout;
 mod library;
-pub(crate) mod operands;
+pub mod operands;
+pub mod pinned;
 #[cfg(test)]
 mod tests;
 

@@ -52,7 +52,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
 
 /// `op(a) · op(b)` as a custom operation of burn-fusion's stream, computed by cuBLAS (burn's
 /// `matmul` where cuBLAS cannot).
-pub(crate) fn register_product<F: FloatElement, I: IntElement, BT: BoolElement>(
+pub fn register_product<F: FloatElement, I: IntElement, BT: BoolElement>(
     a: FloatTensor<Fused<F, I, BT>>,
     b: FloatTensor<Fused<F, I, BT>>,
     spec: ProductSpec,
