@@ -153,7 +153,7 @@ fn seed_shipped_tuning(root: &Path, devices: &[usize]) -> Result<(), Error> {
     let seeded =
         crate::shipped_tuning::seed(root, devices, medddpm_kernels::cudnn::compute_capability)?;
     if seeded.files > 0 {
-        eprintln!(
+        log::info!(
             "tuning: started {} from the {} results shipped for H100/H200 (compute capability 9.0; --no-shipped-tuning tunes from scratch)",
             root.display(),
             seeded.entries
@@ -253,7 +253,7 @@ pub(crate) fn cuda_conv_engine(
     use medddpm_kernels::cudnn;
     match requested {
         ConvEngine::Cubecl | ConvEngine::Burn => {
-            eprintln!(
+            log::info!(
                 "convolutions: {} (--conv-engine {requested})",
                 engine_words(requested)
             );
@@ -266,7 +266,7 @@ pub(crate) fn cuda_conv_engine(
         match cudnn::init(device, Some(cache_dir)) {
             Ok(info) => started.push((device, info)),
             Err(why) if requested == ConvEngine::Auto => {
-                eprintln!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
+                log::info!("convolutions: burn's CubeCL kernels (--conv-engine auto: {why})");
                 return Ok(ConvEngine::Burn);
             }
             Err(cause) => return Err(Error::Cudnn { cause }),
@@ -279,7 +279,7 @@ pub(crate) fn cuda_conv_engine(
         1 => String::new(),
         _ => format!(" on CUDA devices {}", crate::error::device_list(devices)),
     };
-    eprintln!(
+    log::info!(
         "convolutions: cuDNN {}{on} (--conv-engine {requested}; {} algorithm choices cached in {})",
         first.version_string(),
         first.cached,
@@ -287,7 +287,7 @@ pub(crate) fn cuda_conv_engine(
     );
     for (device, info) in &started[1..] {
         if info.gpu != first.gpu {
-            eprintln!(
+            log::info!(
                 "cuDNN on CUDA device {device} ({}): another GPU model than device {} ({}), so it searches its own algorithms{}",
                 info.gpu,
                 started[0].0,
@@ -308,13 +308,13 @@ pub(crate) fn wgpu_conv_engine(requested: ConvEngine) -> Result<ConvEngine, Erro
             backend: BackendKind::Wgpu,
         }),
         ConvEngine::Auto => {
-            eprintln!(
+            log::info!(
                 "convolutions: burn's CubeCL kernels (--conv-engine auto: cuDNN is CUDA-only)"
             );
             Ok(ConvEngine::Burn)
         }
         ConvEngine::Cubecl | ConvEngine::Burn => {
-            eprintln!(
+            log::info!(
                 "convolutions: {} (--conv-engine {requested})",
                 engine_words(requested)
             );

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 pub use error::Error;
 pub use run::run_on;
 pub use task::{BackendTask, RunEnv};
+pub use tune_watch::TUNE_NOTES;
 
 /// `--backend`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ pub fn run_on<T: BackendTask>(settings: &ComputeSettings, task: T) -> Result<T::
         Err(Error::NoDevice { cause, .. }) if settings.backend == BackendKind::Auto => {
             // `auto` chose a GPU backend that has no device: the CPU, saying so. (Asked for by
             // name, it is a refusal: a GPU run silently on the CPU could take days.)
-            eprintln!(
+            log::warn!(
                 "no usable GPU for the {backend} backend ({cause}): running on the cpu backend"
             );
             run_resolved(BackendKind::Cpu, settings, &mut task)
@@ -117,8 +117,8 @@ fn devices_and_collective(
     let launch = resolve_launch(backend, settings.launch, settings.devices.len());
     if let Some(line) = line {
         match launch {
-            Launch::Processes => eprintln!("{line}, one process per device"),
-            _ => eprintln!("{line}"),
+            Launch::Processes => log::info!("{line}, one process per device"),
+            _ => log::info!("{line}"),
         }
     }
     Ok((collective, launch))

@@ -3,19 +3,21 @@
 //!
 //! cubecl appends one JSON line per tuned kernel to `<root>/autotune/<version>/<device>/
 //! <operation>-tune.json.log`, with every candidate's timing and the index of the fastest. The
-//! watcher polls those files and shows each new entry: on a terminal as a spinner, otherwise
-//! as a plain line, so device logs record it too.
+//! watcher polls those files and reports each new entry as a `log` record of target
+//! [`TUNE_NOTES`] (the binary shows them as a spinner on a terminal, as lines elsewhere).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, IsTerminal, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+
+/// The `log` target of the kernels being tuned, one record each.
+pub const TUNE_NOTES: &str = "medddpm::tune";
 
 /// One tuned kernel, as read from the cache.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -164,63 +166,37 @@ pub struct TuneWatcher {
 }
 
 impl TuneWatcher {
-    /// Starts polling `root` (every 250 ms); `show` false records without displaying.
+    /// Starts polling `root` (every 250 ms); `show` false records without reporting.
     pub fn start(root: PathBuf, show: bool) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut tail = Tail::new(root);
-            let terminal = std::io::stderr().is_terminal();
-            let spinner = (show && terminal).then(|| {
-                let s = ProgressBar::new_spinner();
-                s.set_style(
-                    ProgressStyle::with_template("{spinner} tuning kernels [{elapsed}] {msg}")
-                        .expect("valid template"),
-                );
-                s
-            });
             let mut all = Vec::new();
-            let mut last_new = Instant::now();
             loop {
                 let stopping = flag.load(Ordering::SeqCst);
                 for k in tail.poll() {
-                    let time = k
-                        .median_ms
-                        .map(|m| format!(" {m:.2} ms"))
-                        .unwrap_or_default();
-                    let msg = format!(
-                        "{} tuned; last: {} -> {}{} ({} candidates ran)",
-                        all.len() + 1,
-                        k.operation,
-                        k.fastest,
-                        time,
-                        k.candidates_ok
-                    );
-                    match &spinner {
-                        Some(s) => {
-                            s.set_message(msg);
-                            s.enable_steady_tick(Duration::from_millis(120));
-                        }
-                        None if show => eprintln!("[tune] {msg}"),
-                        None => {}
+                    if show {
+                        let time = k
+                            .median_ms
+                            .map(|m| format!(" {m:.2} ms"))
+                            .unwrap_or_default();
+                        log::info!(
+                            target: TUNE_NOTES,
+                            "{} tuned; last: {} -> {}{} ({} candidates ran)",
+                            all.len() + 1,
+                            k.operation,
+                            k.fastest,
+                            time,
+                            k.candidates_ok
+                        );
                     }
                     all.push(k);
-                    last_new = Instant::now();
-                }
-                if let Some(s) = &spinner {
-                    // Hide between bursts so other progress bars are not overdrawn.
-                    if last_new.elapsed() > Duration::from_secs(3) && !s.is_hidden() {
-                        s.disable_steady_tick();
-                        s.finish_and_clear();
-                    }
                 }
                 if stopping {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(250));
-            }
-            if let Some(s) = spinner {
-                s.finish_and_clear();
             }
             all
         });

@@ -27,7 +27,7 @@ impl BackendTask for SingleTask<'_> {
             &device,
             env,
             self.config,
-            |p| eprintln!("{p}"),
+            |p| log::info!("{p}"),
             |r| {
                 if let (Some(out), Ok(bytes)) = (out, serde_json::to_vec_pretty(r)) {
                     let _ = medddpm_atomic::write(out, &bytes);
@@ -75,7 +75,7 @@ pub(crate) fn run_single(options: &BenchOptions, config_path: &Path) -> Result<(
             } else {
                 RecordStatus::Failed
             };
-            eprintln!("{status:?}: {}", e.chain());
+            log::error!("{status:?}: {}", e.chain());
             placeholder(cell, &config, status, e.chain())
         }
     };

@@ -25,7 +25,7 @@ pub mod threads;
 pub use error::{Error, Result};
 pub use options::{BenchOptions, Model};
 pub use record::{BenchRecord, GraphRun, RecordBackend, RecordStatus, Source};
-pub use run::{run_bench, write_reports};
+pub use run::{run_bench, write_reports, BenchReport};
 pub use scaling::{
     run_scaling, LauncherFor, ScalingOptions, ScalingRecord, ScalingRun, ScalingTask,
 };

@@ -188,14 +188,14 @@ impl PassThrough {
     }
 }
 
-/// Prints `child`'s standard error prefixed with `[label]`, keeping its last lines.
+/// Reports `child`'s standard error (`log`) prefixed with `[label]`, keeping its last lines.
 fn pass_through(child: &mut Child, label: String) -> PassThrough {
     let tail = Arc::new(Mutex::new(Vec::<String>::new()));
     let kept = tail.clone();
     let stderr = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[{label}] {line}");
+            log::info!("[{label}] {line}");
             let mut t = kept.lock().unwrap();
             t.push(line);
             if t.len() > TAIL_LINES {

@@ -1,6 +1,8 @@
 //! The driver of `medddpm bench` and `medddpm check`: every configuration of the matrix in its
 //! own child process, each record appended to the JSON lines as it finishes, then the reports.
 
+use std::path::PathBuf;
+
 use crate::error::{Error, FileAction, Result};
 use crate::matrix::{placeholder, run_cell, Cell, ChildSpec};
 use crate::options::BenchOptions;
@@ -8,14 +10,32 @@ use crate::record::{BenchRecord, RecordStatus};
 use crate::report::{append_jsonl, read_jsonl, to_csv, to_markdown, write_png_chart};
 use crate::single::SingleConfig;
 
+/// What a bench run leaves its caller to show: the table of each configuration's latest
+/// record, where the reports went, and which configurations failed or disagreed.
+#[derive(Debug)]
+pub struct BenchReport {
+    /// The reports' table as Markdown (also `results.md`).
+    pub markdown: String,
+    /// The folder of `results.{jsonl,csv,md,png}`.
+    pub out: PathBuf,
+    outcome: Outcome,
+}
+
+impl BenchReport {
+    /// An error naming this run's configurations that failed or disagreed, so that scripts and
+    /// CI see them (the reports are written either way).
+    pub fn into_result(self) -> Result<()> {
+        self.outcome.into_result()
+    }
+}
+
 /// Runs the benchmark `options` ask for. `command` is how to start this program's `bench`
-/// subcommand again (for the child processes).
-///
-/// A failed or disagreeing configuration makes the result an error (after the reports are
-/// written), so that scripts and CI see it.
-pub fn run_bench(options: BenchOptions, command: Vec<String>) -> Result<()> {
+/// subcommand again (for the child processes). `None` when this process is one
+/// configuration's child (its record is its output).
+pub fn run_bench(options: BenchOptions, command: Vec<String>) -> Result<Option<BenchReport>> {
     if let Some(config_path) = &options.single_config {
-        return crate::child::run_single(&options, config_path);
+        crate::child::run_single(&options, config_path)?;
+        return Ok(None);
     }
     std::fs::create_dir_all(&options.out)
         .map_err(Error::io(FileAction::CreateOut, &options.out))?;
@@ -26,12 +46,11 @@ pub fn run_bench(options: BenchOptions, command: Vec<String>) -> Result<()> {
         run_matrix(&options, &config, command, &mut outcome)?;
     }
     let records = write_reports(&options)?;
-    println!("{}", to_markdown(&records));
-    eprintln!(
-        "wrote {}/results.{{jsonl,csv,md,png}}",
-        options.out.display()
-    );
-    outcome.into_result()
+    Ok(Some(BenchReport {
+        markdown: to_markdown(&records),
+        out: options.out,
+        outcome,
+    }))
 }
 
 /// What every configuration's child measures, once the options are known to be runnable.
@@ -67,7 +86,7 @@ fn single_config(options: &BenchOptions) -> Result<SingleConfig> {
 }
 
 /// The configurations of this run that failed or disagreed.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Outcome {
     failed: Vec<Cell>,
     disagreeing: Vec<Cell>,
@@ -139,7 +158,7 @@ fn run_one(
         precision,
         layout,
     } = cell;
-    eprintln!("== {backend} / {precision} / {layout}");
+    log::info!("== {backend} / {precision} / {layout}");
     let record = if backend.compiled_in() {
         run_cell(spec, cell, config, &options.out)
     } else {
@@ -150,7 +169,7 @@ fn run_one(
             format!("the {backend} backend is not compiled into this binary"),
         )
     };
-    eprintln!(
+    log::info!(
         "== {backend} / {precision} / {layout}: {:?}{}",
         record.status,
         record

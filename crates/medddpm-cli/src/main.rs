@@ -7,6 +7,7 @@ mod eval;
 mod experiments;
 mod gpu_trace;
 mod inspect;
+mod notes;
 mod oom;
 mod prepare;
 mod progress;
@@ -64,7 +65,15 @@ fn self_command(sub: &str) -> anyhow::Result<Vec<String>> {
 
 /// `medddpm bench` (and `check`, whose options are a bench run's) with these options.
 fn bench(options: medddpm_bench::BenchOptions) -> anyhow::Result<()> {
-    Ok(medddpm_bench::run_bench(options, self_command("bench")?)?)
+    let Some(report) = medddpm_bench::run_bench(options, self_command("bench")?)? else {
+        return Ok(());
+    };
+    println!("{}", report.markdown);
+    eprintln!(
+        "wrote {}/results.{{jsonl,csv,md,png}}",
+        report.out.display()
+    );
+    Ok(report.into_result()?)
 }
 
 /// `medddpm bench --devices`: data-parallel throughput on 1..N devices, each count in a
@@ -136,6 +145,7 @@ fn end_quietly_on_closed_pipe() {
 
 fn main() -> ExitCode {
     end_quietly_on_closed_pipe();
+    notes::install();
     oom::install_hook();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -118,7 +118,7 @@ fn save_cache(file: Option<&Path>, algos: &BTreeMap<String, Choice>) {
         return;
     };
     if let Err(e) = medddpm_atomic::write(file, text.as_bytes()) {
-        eprintln!(
+        log::warn!(
             "cannot write the cuDNN algorithm cache {}: {e}",
             file.display()
         );

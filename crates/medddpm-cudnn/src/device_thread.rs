@@ -208,11 +208,11 @@ impl DeviceSide {
     }
 }
 
-/// Prints the first graph API failure of the process (the calls concerned fall back to the
+/// Reports the first graph API failure of the process (the calls concerned fall back to the
 /// legacy functions, which compute the same convolution).
 fn note_once(message: String) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        eprintln!("{message}");
+        log::info!("{message}");
     }
 }

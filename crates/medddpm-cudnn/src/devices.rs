@@ -174,6 +174,6 @@ pub fn warn_fallback(why: &str) {
         .get_or_insert_with(HashSet::new)
         .insert(why.to_string())
     {
-        eprintln!("cuDNN not used for {why}; burn's kernel computes it instead");
+        log::info!("cuDNN not used for {why}; burn's kernel computes it instead");
     }
 }

@@ -19,10 +19,10 @@ pub fn device_error() -> Option<String> {
 }
 
 /// Keeps `message` as the device error (the first one since [`device_error`] last looked) and
-/// prints it: for other work handed to a device thread without waiting (the all-reduce
+/// reports it (`log`): for other work handed to a device thread without waiting (the all-reduce
 /// across processes).
 pub fn record_device_error(message: String) {
-    eprintln!("{message}");
+    log::error!("{message}");
     DEVICE_ERROR
         .lock()
         .unwrap_or_else(|e| e.into_inner())

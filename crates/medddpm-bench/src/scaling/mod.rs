@@ -215,7 +215,7 @@ pub fn run_scaling(
                     None if k == 1 => 1.0,
                     None => f64::NAN,
                 };
-                eprintln!(
+                log::info!(
                     "{k} device(s): {:.1} ms per step, {:.2} samples/s, efficiency {:.3}{}",
                     record.step_ms_median,
                     record.samples_per_s,
@@ -226,7 +226,7 @@ pub fn run_scaling(
                 records.push(record);
             }
             Err(e) => {
-                eprintln!("{k} device(s): failed: {e}");
+                log::error!("{k} device(s): failed: {e}");
                 failed.push(k);
             }
         }

@@ -257,6 +257,8 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
         assert!(out.join(file).is_file(), "{file} missing");
     }
     assert!(stdout.contains("cpu/fp32/ndhwc"), "{stdout}");
+    // The bench library's notes reach stderr through the binary's logger.
+    assert!(stderr.contains("== cpu / fp32 / ndhwc: Ok"), "{stderr}");
     // Reports can be rebuilt from the JSON lines alone.
     std::fs::remove_file(out.join("results.md")).unwrap();
     let (ok, _, stderr) = medddpm(&["bench", "--report-only", "--out", out.to_str().unwrap()]);

@@ -18,7 +18,7 @@ use crate::Fused;
 fn note_fallback(why: &dyn std::fmt::Display) {
     static NOTED: AtomicBool = AtomicBool::new(false);
     if !NOTED.swap(true, Ordering::Relaxed) {
-        eprintln!("convolutions: burn's kernels compute what ours do not take ({why})");
+        log::info!("convolutions: burn's kernels compute what ours do not take ({why})");
     }
 }
 

@@ -93,7 +93,7 @@ pub(super) fn tensor_cores<R: CubeRuntime>(a: &CubeTensor<R>) -> bool {
     let yes = planes && props.features.matmul.cmma.contains(&config);
     static NOTED: AtomicBool = AtomicBool::new(false);
     if yes && !NOTED.swap(true, Ordering::Relaxed) {
-        eprintln!(
+        log::info!(
             "convolutions: {:?} products on tensor cores (16x16x16 cooperative matrices, f32 sums)",
             a.dtype
         );

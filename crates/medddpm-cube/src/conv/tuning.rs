@@ -128,7 +128,7 @@ pub fn conv_tuning() -> ConvTuning {
     let mut slot = TUNING.write().unwrap_or_else(|e| e.into_inner());
     *slot.get_or_insert_with(|| match std::env::var("MEDDDPM_CONV_TUNING") {
         Ok(text) => ConvTuning::parse(&text).unwrap_or_else(|e| {
-            eprintln!("{e}; using the defaults");
+            log::warn!("{e}; using the defaults");
             ConvTuning::default()
         }),
         Err(_) => ConvTuning::default(),

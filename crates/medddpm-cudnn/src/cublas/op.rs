@@ -191,6 +191,6 @@ fn warn_fallback(why: &str) {
         .get_or_insert_with(Default::default)
         .insert(why.to_string())
     {
-        eprintln!("cuBLAS not used for a product ({why}); burn's matmul computes it instead");
+        log::info!("cuBLAS not used for a product ({why}); burn's matmul computes it instead");
     }
 }
