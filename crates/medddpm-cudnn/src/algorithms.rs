@@ -2,6 +2,7 @@
 //! candidates (`cudnnFind*Ex`, what PyTorch's `cudnn.benchmark` does), the winners shared by the
 //! devices of one GPU model, and the JSON cache file that keeps them across runs.
 
+use crate::error::{cubecl, EngineError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -132,14 +133,14 @@ pub(super) fn find(
     d: &Descriptors,
     p: &Ptrs,
     x: &Tensor,
-) -> Result<Choice, String> {
+) -> Result<Choice, EngineError> {
     // Heuristic candidates first, for the workspace they need.
     let ws_needed = heuristic_workspace(op, handle, d)?;
     let ws_handle = x.client.empty(ws_needed.max(256));
     let ws = x
         .client
         .get_resource(ws_handle.clone())
-        .map_err(|e| format!("workspace: {e:?}"))?
+        .map_err(cubecl("workspace"))?
         .resource()
         .ptr;
     let best = timed_search(op, handle, d, p, ws, ws_needed);
@@ -152,7 +153,7 @@ fn heuristic_workspace(
     op: ConvOp,
     handle: sys::cudnnHandle_t,
     d: &Descriptors,
-) -> Result<usize, String> {
+) -> Result<usize, EngineError> {
     // SAFETY: plain queries on live descriptors.
     let results = unsafe {
         match op {
@@ -194,7 +195,7 @@ fn timed_search(
     p: &Ptrs,
     ws: u64,
     ws_size: usize,
-) -> Result<Choice, String> {
+) -> Result<Choice, EngineError> {
     let (x, w, dy, out, ws) = (vp(p.x), vp(p.w), vp(p.dy), vp(p.out), vp(ws));
     // SAFETY: as in `launch`; the workspace buffer holds `ws_size` bytes.
     let results = unsafe {
@@ -240,7 +241,7 @@ type Candidate = (u32, sys::cudnnStatus_t, usize, f32);
 unsafe fn candidates<P: AlgoPerf>(
     what: &str,
     query: impl FnOnce(i32, &mut i32, *mut P) -> sys::cudnnStatus_t,
-) -> Result<Vec<Candidate>, String> {
+) -> Result<Vec<Candidate>, EngineError> {
     // SAFETY: cuDNN's result structs are plain C data, for which all zeros is a valid value.
     let mut perf: [P; CANDIDATES] = unsafe { std::mem::zeroed() };
     let mut returned = 0i32;
@@ -276,7 +277,7 @@ algo_perf!(
 );
 
 /// The fastest candidate that ran within the workspace, or what each candidate reported.
-fn pick(results: &[Candidate], ws: usize) -> Result<Choice, String> {
+fn pick(results: &[Candidate], ws: usize) -> Result<Choice, EngineError> {
     let ran =
         |r: &&Candidate| r.1 == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.2 <= ws && r.3 >= 0.0;
     let fastest = results
@@ -299,11 +300,11 @@ fn pick(results: &[Candidate], ws: usize) -> Result<Choice, String> {
                 .iter()
                 .map(|(a, st, m, _)| format!("algo {a}: {st:?}, {} MiB", m >> 20))
                 .collect();
-            format!(
+            EngineError::Unsupported(format!(
                 "no algorithm ran within a {} MiB workspace ({})",
                 ws >> 20,
                 tried.join("; ")
-            )
+            ))
         })
 }
 

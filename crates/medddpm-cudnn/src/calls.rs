@@ -1,6 +1,7 @@
 //! The three convolution calls (forward, data gradient, weight gradient) on raw device
 //! pointers, with a chosen algorithm and workspace.
 
+use crate::error::EngineError;
 use cudarc::cudnn::sys;
 
 use super::descriptors::Descriptors;
@@ -15,9 +16,11 @@ pub(super) fn workspace_size(
     handle: sys::cudnnHandle_t,
     d: &Descriptors,
     algo: u32,
-) -> Result<usize, String> {
+) -> Result<usize, EngineError> {
     if algo >= op.algo_count() {
-        return Err(format!("cached algorithm {algo} out of range"));
+        return Err(EngineError::Unsupported(format!(
+            "cached algorithm {algo} out of range"
+        )));
     }
     let mut bytes = 0usize;
     // SAFETY: plain queries on live descriptors; the algorithm is in range (checked above).
@@ -65,9 +68,11 @@ pub(super) fn launch(
     algo: u32,
     ws: u64,
     ws_size: usize,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     if algo >= op.algo_count() {
-        return Err(format!("cached algorithm {algo} out of range"));
+        return Err(EngineError::Unsupported(format!(
+            "cached algorithm {algo} out of range"
+        )));
     }
     let (alpha, beta) = (1.0f32, 0.0f32);
     let a = &alpha as *const f32 as *const std::ffi::c_void;

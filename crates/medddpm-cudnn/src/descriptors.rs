@@ -1,6 +1,7 @@
 //! cuDNN's descriptors of one convolution (input, output, filter, the convolution itself),
 //! with the data and math types that precision asks for.
 
+use crate::error::EngineError;
 use burn::tensor::DType;
 use cudarc::cudnn::sys;
 
@@ -63,7 +64,7 @@ impl Descriptors {
         w_dims: [usize; 5],
         spec: &Conv3dSpec,
         dtype: sys::cudnnDataType_t,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EngineError> {
         let mut d = Descriptors {
             x: std::ptr::null_mut(),
             y: std::ptr::null_mut(),

@@ -1,6 +1,7 @@
 //! Convolutions of already searched shapes handed to cubecl's device thread without waiting,
 //! and the record of the first one that failed there.
 
+use crate::error::{cubecl, driver, EngineError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -54,12 +55,12 @@ impl DeviceSide {
     pub(super) fn new(
         device: &cubecl_cuda::CudaDevice,
         ctx: cudarc::driver::sys::CUcontext,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EngineError> {
         use cubecl::device::Device as _;
-        let on_device = |e: String| format!("CUDA device {}: {e}", device.index);
+        let on_device = |e: EngineError| e.context(format!("CUDA device {}", device.index));
         // SAFETY: the primary context, retained in `init`, is made current first.
         unsafe { cudarc::driver::result::ctx::set_current(ctx) }
-            .map_err(|e| on_device(e.to_string()))?;
+            .map_err(|e| on_device(driver("CUDA context")(e)))?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: plain handle creation with the context current.
         check(unsafe { sys::cudnnCreate(&mut handle) }, "cudnnCreate").map_err(on_device)?;
@@ -96,10 +97,10 @@ pub(super) fn enqueue(
     use cubecl::server::ComputeServer as _;
     let stream_id = cubecl::stream_id::StreamId::current();
     side.thread.submit(move |server: &mut CudaServer| {
-        let mut resolve = |h: &cubecl::server::Handle| -> Result<(u64, usize), String> {
+        let mut resolve = |h: &cubecl::server::Handle| -> Result<(u64, usize), EngineError> {
             let managed = server
                 .get_resource(h.clone().binding(), stream_id)
-                .map_err(|e| format!("buffer: {e:?}"))?;
+                .map_err(cubecl("buffer"))?;
             let r = managed.resource();
             Ok((r.ptr, r.stream as usize))
         };
@@ -117,7 +118,7 @@ pub(super) fn enqueue(
             // SAFETY: the retained primary context; the handle is this thread's alone, and the
             // stream is the one cubecl enqueues these buffers' kernels on.
             unsafe { cudarc::driver::result::ctx::set_current(side.ctx) }
-                .map_err(|e| e.to_string())?;
+                .map_err(driver("CUDA context"))?;
             let stream = stream as sys::cudaStream_t;
             check(
                 unsafe { sys::cudnnSetStream(side.handle, stream) },

@@ -7,6 +7,7 @@
 //! Shared by the devices of one GPU model: the algorithm choices (see [`AlgoTable`]).
 //! Finding a device's state takes two atomic loads and no lock.
 
+use crate::error::EngineError;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -27,7 +28,7 @@ pub(super) struct Engine {
     pub ctx: cudarc::driver::sys::CUcontext,
     state: Mutex<DeviceState>,
     /// The device thread's side, made on the first hand-over.
-    side: OnceLock<Result<DeviceSide, String>>,
+    side: OnceLock<Result<DeviceSide, EngineError>>,
 }
 
 // The context is a driver handle valid on any thread; the cuDNN handle lives in the mutex.
@@ -127,12 +128,16 @@ pub(super) fn table_for(model: GpuModel, cache_dir: Option<&Path>) -> Arc<AlgoTa
 }
 
 /// The engine of CUDA device `device_index`, if [`init`] opened it.
-pub(super) fn engine(device_index: usize) -> Result<&'static Engine, String> {
+pub(super) fn engine(device_index: usize) -> Result<&'static Engine, EngineError> {
     ENGINES
         .get()
         .and_then(|slots| slots.get(device_index))
         .and_then(OnceLock::get)
-        .ok_or_else(|| format!("cuDNN is not initialised on CUDA device {device_index}"))
+        .ok_or_else(|| {
+            EngineError::Unsupported(format!(
+                "cuDNN is not initialised on CUDA device {device_index}"
+            ))
+        })
 }
 
 impl Engine {
@@ -156,7 +161,7 @@ impl Engine {
     pub fn side(
         &'static self,
         device: &cubecl_cuda::CudaDevice,
-    ) -> Result<&'static DeviceSide, String> {
+    ) -> Result<&'static DeviceSide, EngineError> {
         self.side
             .get_or_init(|| DeviceSide::new(device, self.ctx))
             .as_ref()
@@ -165,15 +170,13 @@ impl Engine {
 }
 
 /// Reports (once per shape and reason, over all devices) that cuDNN was not used.
-pub fn warn_fallback(why: &str) {
+pub fn warn_fallback(why: &EngineError) {
     if ENGINES.get().is_none() {
         return;
     }
+    let why = why.to_string();
     let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-    if warned
-        .get_or_insert_with(HashSet::new)
-        .insert(why.to_string())
-    {
+    if warned.get_or_insert_with(HashSet::new).insert(why.clone()) {
         log::info!("cuDNN not used for {why}; burn's kernel computes it instead");
     }
 }

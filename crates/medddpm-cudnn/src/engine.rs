@@ -2,6 +2,7 @@
 //! the operands, finds the shape's descriptors and algorithm, and either hands the call to the
 //! device thread or runs it here, waiting.
 
+use crate::error::{cubecl, driver, EngineError};
 use std::sync::Arc;
 
 use burn::tensor::DType;
@@ -34,7 +35,7 @@ pub struct Operands {
 
 /// Runs `op` with cuDNN on the device of the operands. `Err` means cuDNN refused this call (the
 /// caller falls back).
-pub fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, String> {
+pub fn run(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Tensor, EngineError> {
     let engine = engine(operands.x.device.index)?;
     let call = Call::new(op, operands, spec)?;
     let mut s = engine.lock();
@@ -86,7 +87,7 @@ impl DeviceState {
         key: &str,
         call: &Call,
         spec: &Conv3dSpec,
-    ) -> Result<Arc<Descriptors>, String> {
+    ) -> Result<Arc<Descriptors>, EngineError> {
         if let Some(d) = self.descriptors.get(key) {
             return Ok(d.clone());
         }
@@ -112,9 +113,9 @@ fn run_waiting(
     call: &Call,
     desc: &Descriptors,
     key: &str,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     // SAFETY: the primary context was retained in `init`; cubecl uses the same one.
-    unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
+    unsafe { cudarc::driver::result::ctx::set_current(ctx) }.map_err(driver("CUDA context"))?;
     let cached = s.proven.get(key).copied().or_else(|| s.algos.get(key));
     let choice = match cached {
         Some(c) => c,
@@ -126,21 +127,30 @@ fn run_waiting(
     let result = match (attempt(s, (call, desc, key), choice), cached) {
         (Err(refused), Some(_)) => {
             let fresh = search(s, call, desc, key)
-                .map_err(|e| format!("{refused}; searched again: {e}"))?;
+                .map_err(|e| e.context(format!("{refused}; searched again")))?;
             s.algos.replace(key, fresh);
-            attempt(s, (call, desc, key), fresh)
-                .map_err(|e| format!("{refused}; searched again, algorithm {}: {e}", fresh.algo))
+            attempt(s, (call, desc, key), fresh).map_err(|e| {
+                e.context(format!(
+                    "{refused}; searched again, algorithm {}",
+                    fresh.algo
+                ))
+            })
         }
         (result, _) => result,
     };
-    result.map_err(|e| format!("{key}: {e}"))
+    result.map_err(|e| e.context(key))
 }
 
 /// Times the candidate algorithms for `call` on its own buffers.
-fn search(s: &DeviceState, call: &Call, desc: &Descriptors, key: &str) -> Result<Choice, String> {
+fn search(
+    s: &DeviceState,
+    call: &Call,
+    desc: &Descriptors,
+    key: &str,
+) -> Result<Choice, EngineError> {
     let (ptrs, _, stream) = call.resolve(None)?;
     set_stream(s.handle, stream)?;
-    find(call.op, s.handle, desc, &ptrs, &call.x).map_err(|e| format!("{key}: {e}"))
+    find(call.op, s.handle, desc, &ptrs, &call.x).map_err(|e| e.context(key))
 }
 
 /// Calls cuDNN with `choice`, its workspace at least what this cuDNN asks for it; on success
@@ -149,7 +159,7 @@ fn attempt(
     s: &mut DeviceState,
     (call, desc, key): (&Call, &Descriptors, &str),
     choice: Choice,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     let needed = workspace_size(call.op, s.handle, desc, choice.algo)?;
     let choice = Choice {
         workspace: choice.workspace.max(needed),
@@ -181,7 +191,7 @@ fn attempt(
 fn set_stream(
     handle: sys::cudnnHandle_t,
     stream: cudarc::driver::sys::CUstream,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     // SAFETY: `stream` is cubecl's live stream for this thread.
     check(
         unsafe { sys::cudnnSetStream(handle, stream as sys::cudaStream_t) },
@@ -206,16 +216,17 @@ struct Call {
 impl Call {
     /// Checks the operands' dtypes and the gradient's shape, packs them and allocates the
     /// output.
-    fn new(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Self, String> {
+    fn new(op: ConvOp, operands: Operands, spec: &Conv3dSpec) -> Result<Self, EngineError> {
         let layout = spec.compute.layout;
         let dtype = operands.x.dtype;
         if operands.w.dtype != dtype || operands.dy.as_ref().is_some_and(|t| t.dtype != dtype) {
-            return Err(format!(
+            return Err(EngineError::Unsupported(format!(
                 "mixed dtypes (x {:?}, weight {:?})",
                 dtype, operands.w.dtype
-            ));
+            )));
         }
-        let cudnn_dtype = data_type(dtype).ok_or_else(|| format!("dtype {dtype:?}"))?;
+        let cudnn_dtype =
+            data_type(dtype).ok_or_else(|| EngineError::Unsupported(format!("dtype {dtype:?}")))?;
         let x = packed(operands.x, layout);
         let w_dims = dims5(&operands.w);
         // The filter in the same memory order as the activations: [k, kd, kh, kw, c] for
@@ -232,10 +243,10 @@ impl Call {
         let dy = operands.dy.map(|t| packed(t, layout));
         if let Some(dy) = &dy {
             if dims5(dy) != y_dims {
-                return Err(format!(
+                return Err(EngineError::Unsupported(format!(
                     "gradient shape {:?}, expected {y_dims:?}",
                     dims5(dy)
-                ));
+                )));
             }
         }
         let out = match op {
@@ -260,10 +271,13 @@ impl Call {
 
     /// What cuDNN's `y` descriptor describes: the output of the forward pass, the incoming
     /// gradient of the others.
-    fn y_like(&self) -> Result<&Tensor, String> {
+    fn y_like(&self) -> Result<&Tensor, EngineError> {
         match self.op {
             ConvOp::Forward => Ok(&self.out),
-            _ => Ok(self.dy.as_ref().ok_or("missing gradient")?),
+            _ => Ok(self
+                .dy
+                .as_ref()
+                .ok_or_else(|| EngineError::Unsupported("missing gradient".into()))?),
         }
     }
 
@@ -285,7 +299,7 @@ impl Call {
 
     /// The shape as the graph API's plans describe it: `(x, w, y)` in its terms (for the data
     /// gradient `x` is the output, for the weight gradient `w` is).
-    fn geometry(&self, spec: &Conv3dSpec) -> Result<Geometry, String> {
+    fn geometry(&self, spec: &Conv3dSpec) -> Result<Geometry, EngineError> {
         let of = |t: &Tensor| (dims5(t).map(|v| v as i64), strides5(t).map(|v| v as i64));
         let y_like = of(self.y_like()?);
         let (x, w) = match self.op {
@@ -321,7 +335,7 @@ impl Call {
     fn resolve(
         &self,
         workspace: Option<&cubecl::server::Handle>,
-    ) -> Result<(Ptrs, u64, cudarc::driver::sys::CUstream), String> {
+    ) -> Result<(Ptrs, u64, cudarc::driver::sys::CUstream), EngineError> {
         let mut handles = vec![self.x.handle.clone(), self.out.handle.clone()];
         if self.op != ConvOp::WeightGrad {
             handles.push(self.w.handle.clone());
@@ -360,24 +374,22 @@ impl Call {
 fn ptrs_of(
     client: &cubecl::client::ComputeClient<CudaRuntime>,
     handles: Vec<cubecl::server::Handle>,
-) -> Result<(Vec<u64>, cudarc::driver::sys::CUstream), String> {
+) -> Result<(Vec<u64>, cudarc::driver::sys::CUstream), EngineError> {
     let resolved = client
         .exclusive(|| {
             // On the device thread: these calls run inline, without a round trip each.
             let mut ptrs = Vec::with_capacity(handles.len());
             let mut stream = 0usize;
             for (i, h) in handles.into_iter().enumerate() {
-                let managed = client
-                    .get_resource(h)
-                    .map_err(|e| format!("buffer: {e:?}"))?;
+                let managed = client.get_resource(h).map_err(cubecl("buffer"))?;
                 let r = managed.resource();
                 if i == 0 {
                     stream = r.stream as usize;
                 }
                 ptrs.push(r.ptr);
             }
-            Ok::<_, String>((ptrs, stream))
+            Ok::<_, EngineError>((ptrs, stream))
         })
-        .map_err(|e| format!("device thread: {e:?}"))??;
+        .map_err(cubecl("device thread"))??;
     Ok((resolved.0, resolved.1 as cudarc::driver::sys::CUstream))
 }

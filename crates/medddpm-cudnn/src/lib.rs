@@ -58,6 +58,7 @@ mod descriptors;
 mod device_thread;
 mod devices;
 pub mod engine;
+mod error;
 mod graph;
 mod layout;
 mod library;
@@ -68,4 +69,5 @@ mod tests;
 
 pub use crate::device_error::device_error;
 pub use devices::init;
+pub use error::EngineError;
 pub use library::{compute_capability, CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use cudarc::cudnn::sys;
 
+pub(super) use crate::error::check;
+use crate::error::{driver, EngineError};
+
 /// Oldest cuDNN this engine accepts (the legacy convolution API of cuDNN 9).
 pub const MIN_CUDNN_VERSION: usize = 90000;
 
@@ -22,7 +25,7 @@ pub enum CudnnUnavailable {
     },
     /// cuDNN loaded but could not start.
     #[error("cuDNN could not start: {0}")]
-    Failed(String),
+    Failed(EngineError),
     /// The CUDA device asked for does not exist.
     #[error("there is no CUDA device {device} (this machine has {count}, numbered from 0)")]
     NoSuchDevice {
@@ -37,7 +40,7 @@ pub enum CudnnUnavailable {
         /// The device's index.
         device: usize,
         /// What failed.
-        cause: String,
+        cause: EngineError,
     },
 }
 
@@ -91,7 +94,9 @@ pub(super) fn load_library() -> Result<usize, CudnnUnavailable> {
     // A missing symbol panics inside cudarc's loader: turn it into an error.
     let probe = std::panic::catch_unwind(|| unsafe { sys::cudnnGetVersion() });
     let version = probe.map_err(|_| {
-        CudnnUnavailable::Failed("the library has no cudnnGetVersion symbol".into())
+        CudnnUnavailable::Failed(EngineError::Library(
+            "the library has no cudnnGetVersion symbol".into(),
+        ))
     })?;
     if version < MIN_CUDNN_VERSION {
         return Err(CudnnUnavailable::TooOld { found: version });
@@ -102,15 +107,15 @@ pub(super) fn load_library() -> Result<usize, CudnnUnavailable> {
 /// How many CUDA devices the driver reports.
 pub(super) fn device_count() -> Result<usize, CudnnUnavailable> {
     use cudarc::driver::result;
-    let driver = |e| CudnnUnavailable::Failed(format!("CUDA driver: {e}"));
-    result::init().map_err(driver)?;
-    Ok(result::device::get_count().map_err(driver)?.max(0) as usize)
+    let failed = |e| CudnnUnavailable::Failed(driver("CUDA driver")(e));
+    result::init().map_err(failed)?;
+    Ok(result::device::get_count().map_err(failed)?.max(0) as usize)
 }
 
 /// Creates a cuDNN handle on CUDA device `device_index`'s primary context (the library loaded
 /// by [`load_library`]). The thread's current context is left as it was, where it had one.
 pub(super) fn open(device_index: usize) -> Result<Opened, CudnnUnavailable> {
-    let failed = |cause: String| CudnnUnavailable::DeviceFailed {
+    let failed = |cause: EngineError| CudnnUnavailable::DeviceFailed {
         device: device_index,
         cause,
     };
@@ -122,15 +127,17 @@ pub(super) fn open(device_index: usize) -> Result<Opened, CudnnUnavailable> {
         let status = unsafe { sys::cudnnCreate(&mut handle) };
         (status, handle)
     })
-    .map_err(|_| CudnnUnavailable::Failed("the library has no cudnnCreate symbol".into()));
+    .map_err(|_| {
+        CudnnUnavailable::Failed(EngineError::Library(
+            "the library has no cudnnCreate symbol".into(),
+        ))
+    });
     if let Some(previous) = previous {
         // SAFETY: a context that was current on this thread a moment ago.
         let _ = unsafe { cudarc::driver::result::ctx::set_current(previous) };
     }
     let handle = handle?;
-    if handle.0 != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        return Err(failed(format!("cudnnCreate: {:?}", handle.0)));
-    }
+    check(handle.0, "cudnnCreate").map_err(failed)?;
     Ok(Opened {
         handle: handle.1,
         ctx,
@@ -145,16 +152,16 @@ pub fn compute_capability(device_index: usize) -> Option<(i32, i32)> {
 }
 
 /// The name and compute capability of CUDA device `device_index`.
-fn gpu_model(device_index: usize) -> Result<GpuModel, String> {
+fn gpu_model(device_index: usize) -> Result<GpuModel, EngineError> {
     use cudarc::driver::{result, sys::CUdevice_attribute as A};
-    result::init().map_err(|e| format!("CUDA driver: {e}"))?;
-    let device = result::device::get(device_index as i32).map_err(|e| e.to_string())?;
+    result::init().map_err(driver("CUDA driver"))?;
+    let device = result::device::get(device_index as i32).map_err(driver("CUDA device"))?;
     let attribute = |a| {
         // SAFETY: the device handle is valid.
-        unsafe { result::device::get_attribute(device, a) }.map_err(|e| e.to_string())
+        unsafe { result::device::get_attribute(device, a) }.map_err(driver("CUDA device attribute"))
     };
     Ok(GpuModel {
-        name: result::device::get_name(device).map_err(|e| e.to_string())?,
+        name: result::device::get_name(device).map_err(driver("CUDA device name"))?,
         capability: (
             attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -166,22 +173,12 @@ fn gpu_model(device_index: usize) -> Result<GpuModel, String> {
 /// device's model.
 fn primary_context(
     device_index: usize,
-) -> Result<(cudarc::driver::sys::CUcontext, GpuModel), String> {
+) -> Result<(cudarc::driver::sys::CUcontext, GpuModel), EngineError> {
     use cudarc::driver::result;
     let model = gpu_model(device_index)?;
-    let device = result::device::get(device_index as i32).map_err(|e| e.to_string())?;
+    let device = result::device::get(device_index as i32).map_err(driver("CUDA device"))?;
     // SAFETY: the device handle is valid; cubecl retains the same primary context.
-    let ctx =
-        unsafe { result::primary_ctx::retain(device) }.map_err(|e| format!("CUDA context: {e}"))?;
-    unsafe { result::ctx::set_current(ctx) }.map_err(|e| format!("CUDA context: {e}"))?;
+    let ctx = unsafe { result::primary_ctx::retain(device) }.map_err(driver("CUDA context"))?;
+    unsafe { result::ctx::set_current(ctx) }.map_err(driver("CUDA context"))?;
     Ok((ctx, model))
-}
-
-/// `Err("what: status")` unless cuDNN reported success.
-pub(super) fn check(status: sys::cudnnStatus_t, what: &str) -> Result<(), String> {
-    if status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what}: {status:?}"))
-    }
 }

@@ -90,3 +90,25 @@ fn a_shape_is_searched_once_and_its_plan_kept_beside_the_algorithms() {
     assert_eq!(reopened.plans.claim("bwd-data"), None);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn an_engine_error_reads_as_where_then_what_then_the_status() {
+    use crate::error::{check, EngineError};
+    use cudarc::cudnn::sys::cudnnStatus_t;
+    assert!(check(cudnnStatus_t::CUDNN_STATUS_SUCCESS, "forward").is_ok());
+    let refused = check(cudnnStatus_t::CUDNN_STATUS_BAD_PARAM, "forward")
+        .unwrap_err()
+        .context("fwd 512->256 8^3");
+    assert_eq!(
+        refused.to_string(),
+        "fwd 512->256 8^3: forward: CUDNN_STATUS_BAD_PARAM"
+    );
+    let cublas = EngineError::Cublas {
+        what: "cublasCreate",
+        status: 1,
+    };
+    assert_eq!(
+        cublas.context("cuBLAS on CUDA device 1").to_string(),
+        "cuBLAS on CUDA device 1: cublasCreate failed with cuBLAS status 1"
+    );
+}

@@ -1,6 +1,7 @@
 //! cuBLAS loaded at run time: the library (once per process), a handle per device, and the
 //! strided batched product.
 
+use crate::error::{driver, EngineError};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -64,7 +65,7 @@ const WORKSPACE: usize = 32 << 20;
 
 /// The workspace of `stream` (allocated on its first product, kept for the process; the
 /// device thread that enqueues the products is the only user).
-fn workspace_of(stream: u64) -> Result<u64, String> {
+fn workspace_of(stream: u64) -> Result<u64, EngineError> {
     static WORKSPACES: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
     let mut all = WORKSPACES.lock().unwrap_or_else(|e| e.into_inner());
     let all = all.get_or_insert_with(HashMap::new);
@@ -73,7 +74,7 @@ fn workspace_of(stream: u64) -> Result<u64, String> {
     }
     // SAFETY: a plain allocation in the current context (the stream's).
     let ptr = unsafe { cudarc::driver::result::malloc_sync(WORKSPACE) }
-        .map_err(|e| format!("cuBLAS workspace of {WORKSPACE} bytes: {e}"))?;
+        .map_err(driver("cuBLAS workspace (32 MiB)"))?;
     all.insert(stream, ptr);
     Ok(ptr)
 }
@@ -89,12 +90,12 @@ pub(super) struct Cublas {
 }
 
 /// The library, or why it could not be loaded (tried once).
-pub(super) fn library() -> Result<&'static Cublas, String> {
-    static LIBRARY: OnceLock<Result<Cublas, String>> = OnceLock::new();
+pub(super) fn library() -> Result<&'static Cublas, EngineError> {
+    static LIBRARY: OnceLock<Result<Cublas, EngineError>> = OnceLock::new();
     LIBRARY.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-fn load() -> Result<Cublas, String> {
+fn load() -> Result<Cublas, EngineError> {
     let names: Vec<String> = match std::env::var("MEDDDPM_CUBLAS") {
         Ok(path) => vec![path],
         Err(_) => ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
@@ -105,22 +106,22 @@ fn load() -> Result<Cublas, String> {
     for name in &names {
         // SAFETY: loading cuBLAS runs no initialisers that depend on our state.
         match unsafe { Library::new(name) } {
-            Ok(lib) => return resolve(lib).map_err(|e| format!("{name}: {e}")),
+            Ok(lib) => return resolve(lib).map_err(|e| e.context(name)),
             Err(e) => errors.push(format!("{name}: {e}")),
         }
     }
-    Err(format!(
+    Err(EngineError::Library(format!(
         "cuBLAS could not be loaded (put libcublas.so on LD_LIBRARY_PATH or name the file in MEDDDPM_CUBLAS): {}",
         errors.join("; ")
-    ))
+    )))
 }
 
-fn resolve(lib: Library) -> Result<Cublas, String> {
-    fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+fn resolve(lib: Library) -> Result<Cublas, EngineError> {
+    fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, EngineError> {
         // SAFETY: each name is declared above with cuBLAS's C signature.
         unsafe { lib.get::<T>(name.as_bytes()) }
             .map(|s| *s)
-            .map_err(|e| format!("lacks {name}: {e}"))
+            .map_err(|e| EngineError::Library(format!("lacks {name}: {e}")))
     }
     Ok(Cublas {
         create: symbol(&lib, "cublasCreate_v2")?,
@@ -131,10 +132,10 @@ fn resolve(lib: Library) -> Result<Cublas, String> {
     })
 }
 
-fn check(call: &str, status: c_int) -> Result<(), String> {
+fn check(call: &'static str, status: c_int) -> Result<(), EngineError> {
     match status {
         0 => Ok(()),
-        s => Err(format!("{call} failed with cuBLAS status {s}")),
+        status => Err(EngineError::Cublas { what: call, status }),
     }
 }
 
@@ -149,7 +150,7 @@ pub(super) struct Types {
 impl Cublas {
     /// The handle of CUDA device `device` (made on its first call, with the device's primary
     /// context current), for cubecl's device thread of that device only.
-    pub fn handle(&self, device: usize) -> Result<usize, String> {
+    pub fn handle(&self, device: usize) -> Result<usize, EngineError> {
         static HANDLES: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
         let mut handles = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
         let handles = handles.get_or_insert_with(HashMap::new);
@@ -157,13 +158,14 @@ impl Cublas {
             return Ok(*h);
         }
         use cudarc::driver::result;
-        let on = |e: String| format!("cuBLAS on CUDA device {device}: {e}");
-        let dev = result::device::get(device as c_int).map_err(|e| on(e.to_string()))?;
+        let on = |e: EngineError| e.context(format!("cuBLAS on CUDA device {device}"));
+        let dev = result::device::get(device as c_int).map_err(|e| on(driver("CUDA device")(e)))?;
         // SAFETY: the device's primary context (the one cubecl uses), made current on this
         // thread before the handle is created on it.
         unsafe {
-            let ctx = result::primary_ctx::retain(dev).map_err(|e| on(e.to_string()))?;
-            result::ctx::set_current(ctx).map_err(|e| on(e.to_string()))?;
+            let ctx =
+                result::primary_ctx::retain(dev).map_err(|e| on(driver("CUDA context")(e)))?;
+            result::ctx::set_current(ctx).map_err(|e| on(driver("CUDA context")(e)))?;
         }
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: plain handle creation with the context current.
@@ -184,7 +186,7 @@ impl Cublas {
         plan: &ColumnMajor,
         [first, second, c]: [u64; 3],
         types: Types,
-    ) -> Result<(), String> {
+    ) -> Result<(), EngineError> {
         let handle = handle as Handle;
         check(
             "cublasSetStream",

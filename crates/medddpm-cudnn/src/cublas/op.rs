@@ -1,6 +1,7 @@
 //! The product as one operation of burn-fusion's stream, and its hand-over to cubecl's device
 //! thread.
 
+use crate::error::{cubecl, EngineError};
 use std::sync::Mutex;
 
 use burn::tensor::ops::FloatTensor;
@@ -43,7 +44,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         let a = handles.get_float_tensor::<Cube<F, I, BT>>(a);
         let b = handles.get_float_tensor::<Cube<F, I, BT>>(b);
         let out = run(a.clone(), b.clone(), self.spec).unwrap_or_else(|e| {
-            warn_fallback(&e);
+            warn_fallback(&e.to_string());
             product_primitive::<Cube<F, I, BT>>(a, b, self.spec)
         });
         handles.register_float_tensor::<Cube<F, I, BT>>(&c.id, out);
@@ -104,11 +105,14 @@ fn operand(t: Tensor) -> (Tensor, Operand) {
 
 /// The product on cuBLAS, handed to the device thread; `Err` says why cuBLAS is not used for
 /// it (the caller computes it with burn's `matmul`).
-fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, String> {
+fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, EngineError> {
     let cublas = library()?;
     let dtype = a.dtype;
     if b.dtype != dtype {
-        return Err(format!("mixed dtypes ({dtype:?} and {:?})", b.dtype));
+        return Err(EngineError::Unsupported(format!(
+            "mixed dtypes ({dtype:?} and {:?})",
+            b.dtype
+        )));
     }
     let (data, compute) = match (dtype, spec.compute.precision) {
         (DType::BF16, _) => (data_type::R_16BF, compute_type::F32),
@@ -116,11 +120,11 @@ fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, String> {
         (DType::F32, Precision::Tf32) => (data_type::R_32F, compute_type::F32_FAST_TF32),
         (DType::F32, _) => (data_type::R_32F, compute_type::F32),
         (DType::F64, _) => (data_type::R_64F, compute_type::F64),
-        (other, _) => return Err(format!("dtype {other:?}")),
+        (other, _) => return Err(EngineError::Unsupported(format!("dtype {other:?}"))),
     };
     let (a, a_layout) = operand(a);
     let (b, b_layout) = operand(b);
-    let g = column_major(a_layout, b_layout, spec)?;
+    let g = column_major(a_layout, b_layout, spec).map_err(EngineError::Unsupported)?;
     let out = empty_device_contiguous_dtype(
         a.client.clone(),
         a.device.clone(),
@@ -157,7 +161,7 @@ fn enqueue(
             for (i, h) in buffers.iter().enumerate() {
                 let managed = server
                     .get_resource(h.clone().binding(), stream_id)
-                    .map_err(|e| format!("buffer: {e:?}"))?;
+                    .map_err(cubecl("buffer"))?;
                 let r = managed.resource();
                 ptrs[i] = r.ptr;
                 if i == 0 {

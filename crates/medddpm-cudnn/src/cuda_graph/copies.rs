@@ -1,15 +1,18 @@
 //! The driver's copies and stream ordering a replay uses: device-to-device copies (batched
 //! where the driver can), and one stream made to wait for another.
 
+use crate::error::{driver, EngineError};
 use cudarc::driver::sys::{self, CUstream};
 
 /// Copies `len` bytes from `src` to `dst` on `cuda`.
-pub(super) fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), String> {
+pub(super) fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), EngineError> {
     // SAFETY: two live buffers of at least `len` bytes, held by the caller until enqueued.
     let copied = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, cuda) };
     match copied {
         sys::CUresult::CUDA_SUCCESS => Ok(()),
-        other => Err(format!("cuMemcpyDtoDAsync: {other:?}")),
+        other => Err(driver("cuMemcpyDtoDAsync")(cudarc::driver::DriverError(
+            other,
+        ))),
     }
 }
 
@@ -56,7 +59,7 @@ fn batch_copy() -> Option<BatchV2> {
 /// Enqueues the device-to-device copies `(dst, src, len)` on `cuda`: one driver call for all
 /// of them where the driver has batched copies, else a call each (a replay copies a few
 /// hundred tensors each way).
-pub(super) fn memcpy_all(copies: &[(u64, u64, usize)], cuda: CUstream) -> Result<(), String> {
+pub(super) fn memcpy_all(copies: &[(u64, u64, usize)], cuda: CUstream) -> Result<(), EngineError> {
     if copies.is_empty() {
         return Ok(());
     }
@@ -104,15 +107,15 @@ pub(super) fn memcpy_all(copies: &[(u64, u64, usize)], cuda: CUstream) -> Result
 }
 
 /// Makes `waiter` wait for the work enqueued on `signaller` so far.
-pub(super) fn order(signaller: CUstream, waiter: CUstream) -> Result<(), String> {
+pub(super) fn order(signaller: CUstream, waiter: CUstream) -> Result<(), EngineError> {
     use cudarc::driver::result::{event, stream};
     // SAFETY: an event made, recorded, waited on and destroyed here, on two live streams.
     unsafe {
         let e = event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| format!("{e:?}"))?;
-        event::record(e, signaller).map_err(|e| format!("{e:?}"))?;
+            .map_err(driver("CUDA event"))?;
+        event::record(e, signaller).map_err(driver("CUDA event"))?;
         stream::wait_event(waiter, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-            .map_err(|e| format!("{e:?}"))?;
-        event::destroy(e).map_err(|e| format!("{e:?}"))
+            .map_err(driver("CUDA event"))?;
+        event::destroy(e).map_err(driver("CUDA event"))
     }
 }

@@ -4,6 +4,7 @@
 //! that copies the inputs in, launches the graph and copies the outputs out, in the order of the
 //! caller's stream.
 
+use crate::error::{cubecl, EngineError};
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::ops::FloatTensor;
@@ -147,8 +148,12 @@ pub fn capture<F: FloatElement, I: IntElement, BT: BoolElement>(
     let exec = CudaStepGraph {
         graph: Mutex::new(Some(graph)),
         thread,
-        inputs: in_slots.take().map_err(GraphError::Capture)?,
-        outputs: out_slots.take().map_err(GraphError::Capture)?,
+        inputs: in_slots
+            .take()
+            .map_err(|e| GraphError::Capture(e.to_string()))?,
+        outputs: out_slots
+            .take()
+            .map_err(|e| GraphError::Capture(e.to_string()))?,
     };
     Ok(Captured::new(
         buffers,
@@ -175,11 +180,16 @@ impl Addresses {
         self.0.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(value);
     }
 
-    fn take(&self) -> Result<Vec<Address>, String> {
+    fn take(&self) -> Result<Vec<Address>, EngineError> {
         let slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
         slots
             .iter()
-            .map(|s| s.ok_or_else(|| "a buffer copy did not run".to_string()))
+            .map(|s| {
+                s.ok_or_else(|| EngineError::Cubecl {
+                    what: "buffer copy",
+                    message: "it did not run".into(),
+                })
+            })
             .collect()
     }
 }
@@ -340,7 +350,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
         let record = self.record.clone();
         device_thread(&device).submit(move |server: &mut CudaServer| {
             let copied = (|| {
-                let cuda = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+                let cuda = server.cuda_stream(stream).map_err(cubecl("stream"))?;
                 let (s, d) = (
                     address(server, &src_h, stream)?,
                     address(server, &dst_h, stream)?,
@@ -368,12 +378,12 @@ fn address(
     server: &mut CudaServer,
     h: &cubecl::server::Handle,
     stream: StreamId,
-) -> Result<u64, String> {
+) -> Result<u64, EngineError> {
     use cubecl::server::ComputeServer as _;
     server
         .get_resource(h.clone().binding(), stream)
         .map(|m| m.resource().ptr)
-        .map_err(|e| format!("buffer: {e:?}"))
+        .map_err(cubecl("buffer"))
 }
 
 /// The device addresses of `bindings` as cubecl's `stream` sees them (one lookup for all).
@@ -381,10 +391,10 @@ fn addresses(
     server: &mut CudaServer,
     bindings: Vec<cubecl::server::Binding>,
     stream: StreamId,
-) -> Result<Vec<u64>, String> {
+) -> Result<Vec<u64>, EngineError> {
     server
         .addresses(bindings, stream)
-        .map_err(|e| format!("buffers: {e:?}"))
+        .map_err(cubecl("buffers"))
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
@@ -442,7 +452,7 @@ fn copy_in_and_launch(
     exec: &CudaStepGraph,
     given: Vec<cubecl::server::Binding>,
     stream: StreamId,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
     let (caller, graphs) = streams(server, stream)?;
     let since = std::time::Instant::now();
@@ -454,11 +464,17 @@ fn copy_in_and_launch(
     order(caller, graphs)?;
     IN_CALL[GRAPH_COPIES].add(since);
     let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
-    let graph = graph.as_ref().ok_or("the graph was released")?;
+    let graph = graph.as_ref().ok_or_else(|| EngineError::Cubecl {
+        what: "graph",
+        message: "the graph was released".into(),
+    })?;
     let since = std::time::Instant::now();
     // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph is released
     // while the caller holds `exec`), and only graphs run there.
-    unsafe { graph.launch(graphs) }?;
+    unsafe { graph.launch(graphs) }.map_err(|message| EngineError::Cubecl {
+        what: "graph launch",
+        message,
+    })?;
     IN_CALL[GRAPH_LAUNCH].add(since);
     Ok(())
 }
@@ -470,7 +486,7 @@ fn copy_out(
     exec: &CudaStepGraph,
     fresh: Vec<cubecl::server::Binding>,
     stream: StreamId,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
     let (caller, graphs) = streams(server, stream)?;
     let since = std::time::Instant::now();
@@ -485,10 +501,10 @@ fn copy_out(
 }
 
 /// The CUDA streams of cubecl's `stream` (the caller's) and of the graphs.
-fn streams(server: &mut CudaServer, stream: StreamId) -> Result<(CUstream, CUstream), String> {
-    let caller = server.cuda_stream(stream).map_err(|e| format!("{e:?}"))?;
+fn streams(server: &mut CudaServer, stream: StreamId) -> Result<(CUstream, CUstream), EngineError> {
+    let caller = server.cuda_stream(stream).map_err(cubecl("stream"))?;
     let graphs = server
         .cuda_stream(GRAPH_STREAM)
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(cubecl("graphs' stream"))?;
     Ok((caller, graphs))
 }

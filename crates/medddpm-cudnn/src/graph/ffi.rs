@@ -1,5 +1,6 @@
 //! The graph API's descriptors: creation (owned, destroyed together) and attributes.
 
+use crate::error::EngineError;
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
@@ -20,7 +21,7 @@ impl Owned {
     }
 
     /// A new descriptor of `kind`, owned here.
-    pub(super) fn make(&mut self, kind: D) -> Result<Desc, String> {
+    pub(super) fn make(&mut self, kind: D) -> Result<Desc, EngineError> {
         let mut d: Desc = std::ptr::null_mut();
         // SAFETY: creates a descriptor into a local.
         check(
@@ -51,26 +52,26 @@ pub(super) unsafe fn set<V>(
     ty: T,
     n: usize,
     values: *const V,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     check(
         unsafe { sys::cudnnBackendSetAttribute(d, name, ty, n as i64, values as *const c_void) },
-        &format!("set {name:?}"),
+        format!("set {name:?}"),
     )
 }
 
 /// Sets attribute `name` of `d` to one value of a C enum of type `ty` (4 bytes, as cuDNN's
 /// enums are laid out).
-pub(super) fn set_enum(d: Desc, name: A, ty: T, value: u32) -> Result<(), String> {
+pub(super) fn set_enum(d: Desc, name: A, ty: T, value: u32) -> Result<(), EngineError> {
     // SAFETY: one u32.
     unsafe { set(d, name, ty, 1, &value) }
 }
 
-pub(super) fn set_i64(d: Desc, name: A, values: &[i64]) -> Result<(), String> {
+pub(super) fn set_i64(d: Desc, name: A, values: &[i64]) -> Result<(), EngineError> {
     // SAFETY: `values` is a live slice of i64.
     unsafe { set(d, name, T::CUDNN_TYPE_INT64, values.len(), values.as_ptr()) }
 }
 
-pub(super) fn set_desc(d: Desc, name: A, values: &[Desc]) -> Result<(), String> {
+pub(super) fn set_desc(d: Desc, name: A, values: &[Desc]) -> Result<(), EngineError> {
     // SAFETY: `values` is a live slice of descriptors.
     unsafe {
         set(
@@ -83,22 +84,22 @@ pub(super) fn set_desc(d: Desc, name: A, values: &[Desc]) -> Result<(), String> 
     }
 }
 
-pub(super) fn set_float(d: Desc, name: A, value: f32) -> Result<(), String> {
+pub(super) fn set_float(d: Desc, name: A, value: f32) -> Result<(), EngineError> {
     // SAFETY: one f32.
     unsafe { set(d, name, T::CUDNN_TYPE_FLOAT, 1, &value) }
 }
 
-pub(super) fn set_handle(d: Desc, name: A, handle: sys::cudnnHandle_t) -> Result<(), String> {
+pub(super) fn set_handle(d: Desc, name: A, handle: sys::cudnnHandle_t) -> Result<(), EngineError> {
     // SAFETY: one handle.
     unsafe { set(d, name, T::CUDNN_TYPE_HANDLE, 1, &handle) }
 }
 
-pub(super) fn finalize(d: Desc, what: &str) -> Result<(), String> {
+pub(super) fn finalize(d: Desc, what: &str) -> Result<(), EngineError> {
     // SAFETY: a descriptor with its attributes set.
     check(unsafe { sys::cudnnBackendFinalize(d) }, what)
 }
 
-pub(super) fn get_i64(d: Desc, name: A) -> Result<i64, String> {
+pub(super) fn get_i64(d: Desc, name: A) -> Result<i64, EngineError> {
     let (mut v, mut n) = (0i64, 0i64);
     // SAFETY: room for one i64.
     check(
@@ -112,7 +113,7 @@ pub(super) fn get_i64(d: Desc, name: A) -> Result<i64, String> {
                 &mut v as *mut i64 as *mut c_void,
             )
         },
-        &format!("get {name:?}"),
+        format!("get {name:?}"),
     )?;
     Ok(v)
 }

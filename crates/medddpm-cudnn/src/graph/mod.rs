@@ -20,6 +20,7 @@ mod op_graph;
 mod search;
 mod table;
 
+use crate::error::EngineError;
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
@@ -92,7 +93,7 @@ impl Plan {
         handle: sys::cudnnHandle_t,
         geometry: &Geometry,
         choice: &PlanChoice,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EngineError> {
         let mut graph = OpGraph::new(handle, geometry)?;
         let cfg = graph.config(choice.engine, &choice.knobs)?;
         let (plan, ws) = graph.plan(handle, cfg)?;
@@ -111,7 +112,7 @@ impl Plan {
         op: ConvOp,
         p: &Ptrs,
         ws: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), EngineError> {
         execute(handle, self.plan, op, p, ws)
     }
 }
@@ -139,7 +140,7 @@ fn execute(
     op: ConvOp,
     p: &Ptrs,
     ws: u64,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     let mut owned = Owned::new();
     let pack = owned.make(D::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
     let (x, w, y) = operands(op, p);

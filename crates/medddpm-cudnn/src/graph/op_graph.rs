@@ -1,5 +1,6 @@
 //! The operation graph of one convolution, the engine configurations for it and their plans.
 
+use crate::error::EngineError;
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
@@ -18,7 +19,7 @@ pub(super) struct OpGraph {
 }
 
 impl OpGraph {
-    pub(super) fn new(handle: sys::cudnnHandle_t, g: &Geometry) -> Result<Self, String> {
+    pub(super) fn new(handle: sys::cudnnHandle_t, g: &Geometry) -> Result<Self, EngineError> {
         let mut owned = Owned::new();
         let x = tensor(&mut owned, g, X, &g.x)?;
         let w = tensor(&mut owned, g, W, &g.w)?;
@@ -42,7 +43,7 @@ impl OpGraph {
 
     /// The engine configurations the heuristics propose, best first, with what each is built
     /// from.
-    pub(super) fn proposals(&mut self) -> Result<Vec<Desc>, String> {
+    pub(super) fn proposals(&mut self) -> Result<Vec<Desc>, EngineError> {
         let heur = self.owned.make(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
         set_desc(
             heur,
@@ -81,7 +82,7 @@ impl OpGraph {
     }
 
     /// What `cfg` (a heuristics result) is made of: its engine's global index and knobs.
-    pub(super) fn describe(&mut self, cfg: Desc) -> Result<(i64, Vec<(u32, i64)>), String> {
+    pub(super) fn describe(&mut self, cfg: Desc) -> Result<(i64, Vec<(u32, i64)>), EngineError> {
         let engine = self.owned.make(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
         let mut n = 0i64;
         let mut out = engine;
@@ -142,7 +143,11 @@ impl OpGraph {
     }
 
     /// The engine configuration `choice` names, rebuilt.
-    pub(super) fn config(&mut self, engine: i64, knobs: &[(u32, i64)]) -> Result<Desc, String> {
+    pub(super) fn config(
+        &mut self,
+        engine: i64,
+        knobs: &[(u32, i64)],
+    ) -> Result<Desc, EngineError> {
         let e = self.owned.make(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
         set_desc(e, A::CUDNN_ATTR_ENGINE_OPERATION_GRAPH, &[self.graph])?;
         set_i64(e, A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX, &[engine])?;
@@ -174,7 +179,7 @@ impl OpGraph {
         &mut self,
         handle: sys::cudnnHandle_t,
         cfg: Desc,
-    ) -> Result<(Desc, i64), String> {
+    ) -> Result<(Desc, i64), EngineError> {
         let plan = self
             .owned
             .make(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
@@ -192,7 +197,7 @@ fn tensor(
     g: &Geometry,
     id: i64,
     (dims, strides): &([i64; 5], [i64; 5]),
-) -> Result<Desc, String> {
+) -> Result<Desc, EngineError> {
     let t = owned.make(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     let dtype = g.dtype as u32;
     set_enum(
@@ -210,7 +215,7 @@ fn tensor(
 }
 
 /// The convolution descriptor of `g` (f32 accumulation, cross-correlation, no dilation).
-fn convolution(owned: &mut Owned, g: &Geometry) -> Result<Desc, String> {
+fn convolution(owned: &mut Owned, g: &Geometry) -> Result<Desc, EngineError> {
     let conv = owned.make(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
     let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT as u32;
     let mode = sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION as u32;

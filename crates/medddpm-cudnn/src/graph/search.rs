@@ -1,5 +1,6 @@
 //! Choosing a shape's plan: the heuristics' proposals timed on the call's own buffers.
 
+use crate::error::{driver, EngineError};
 use cudarc::cudnn::sys;
 use cudarc::driver::result::{event, free_sync, malloc_sync};
 use cudarc::driver::sys::CUstream;
@@ -23,21 +24,21 @@ pub(in super::super) fn search(
     geometry: &Geometry,
     p: &Ptrs,
     stream: CUstream,
-) -> Result<(Plan, PlanChoice), String> {
+) -> Result<(Plan, PlanChoice), EngineError> {
     let mut graph = OpGraph::new(handle, geometry)?;
     let plans = candidates(&mut graph, handle)?;
     let max_ws = plans
         .iter()
         .map(|c| c.1)
         .max()
-        .ok_or("no engine configuration builds")?;
+        .ok_or_else(|| EngineError::Unsupported("no engine configuration builds".into()))?;
     // SAFETY: a plain device allocation, freed below.
-    let ws = unsafe { malloc_sync(max_ws.max(256)) }.map_err(|e| e.to_string())?;
+    let ws = unsafe { malloc_sync(max_ws.max(256)) }.map_err(driver("plan search workspace"))?;
     let times = time_each(handle, geometry, p, stream, &plans, ws);
     // SAFETY: cubecl's live stream, then the allocation above, unused once the stream is done.
     unsafe {
         let _ = cudarc::driver::result::stream::synchronize(stream);
-        free_sync(ws).map_err(|e| e.to_string())?;
+        free_sync(ws).map_err(driver("plan search workspace"))?;
     }
     let times = times?;
     let fastest = times.iter().map(|t| t.1).fold(f32::INFINITY, f32::min);
@@ -45,7 +46,7 @@ pub(in super::super) fn search(
         .iter()
         .filter(|t| t.1 <= fastest * NEAR_FASTEST)
         .min_by_key(|t| plans[t.0].1)
-        .ok_or("no engine configuration ran")?;
+        .ok_or_else(|| EngineError::Unsupported("no engine configuration ran".into()))?;
     let (_, workspace, (engine, knobs)) = &plans[i];
     let choice = PlanChoice {
         engine: *engine,
@@ -58,7 +59,10 @@ pub(in super::super) fn search(
 }
 
 /// The proposals that build a plan within the workspace cap (the others are skipped).
-fn candidates(graph: &mut OpGraph, handle: sys::cudnnHandle_t) -> Result<Vec<Candidate>, String> {
+fn candidates(
+    graph: &mut OpGraph,
+    handle: sys::cudnnHandle_t,
+) -> Result<Vec<Candidate>, EngineError> {
     let mut plans = Vec::new();
     for cfg in graph.proposals()? {
         let Ok((plan, ws)) = graph.plan(handle, cfg) else {
@@ -83,10 +87,10 @@ fn time_each(
     stream: CUstream,
     plans: &[Candidate],
     ws: u64,
-) -> Result<Vec<(usize, f32)>, String> {
+) -> Result<Vec<(usize, f32)>, EngineError> {
     let flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
-    let start = event::create(flags).map_err(|e| e.to_string())?;
-    let end = event::create(flags).map_err(|e| e.to_string())?;
+    let start = event::create(flags).map_err(driver("CUDA event"))?;
+    let end = event::create(flags).map_err(driver("CUDA event"))?;
     let mut times = Vec::new();
     for (i, (plan, _, _)) in plans.iter().enumerate() {
         // SAFETY: events of this context, recorded on cubecl's stream around runs of a plan on
@@ -95,14 +99,14 @@ fn time_each(
             if execute(handle, *plan, geometry.op, p, ws).is_err() {
                 continue;
             }
-            event::record(start, stream).map_err(|e| e.to_string())?;
+            event::record(start, stream).map_err(driver("CUDA event"))?;
             let ok = (0..RUNS).all(|_| execute(handle, *plan, geometry.op, p, ws).is_ok());
-            event::record(end, stream).map_err(|e| e.to_string())?;
-            event::synchronize(end).map_err(|e| e.to_string())?;
+            event::record(end, stream).map_err(driver("CUDA event"))?;
+            event::synchronize(end).map_err(driver("CUDA event"))?;
             if !ok {
                 continue;
             }
-            event::elapsed(start, end).map_err(|e| e.to_string())? / RUNS as f32
+            event::elapsed(start, end).map_err(driver("CUDA event"))? / RUNS as f32
         };
         times.push((i, ms));
     }
