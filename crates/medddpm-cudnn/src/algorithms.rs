@@ -2,7 +2,6 @@
 //! candidates (`cudnnFind*Ex`, what PyTorch's `cudnn.benchmark` does), the winners shared by the
 //! devices of one GPU model, and the JSON cache file that keeps them across runs.
 
-use crate::error::{cubecl, EngineError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -14,6 +13,7 @@ use super::descriptors::Descriptors;
 use super::layout::Tensor;
 use super::library::{check, GpuModel};
 use super::operands::{vp, ConvOp, Ptrs};
+use crate::error::{cubecl, EngineError};
 
 /// Largest workspace an algorithm may use, in bytes. At 128^3 the precomputed-index implicit
 /// GEMM that strict FP32 needs in channels-last asks for about 1 GiB for the 64-channel

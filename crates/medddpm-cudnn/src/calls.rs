@@ -1,12 +1,12 @@
 //! The three convolution calls (forward, data gradient, weight gradient) on raw device
 //! pointers, with a chosen algorithm and workspace.
 
-use crate::error::EngineError;
 use cudarc::cudnn::sys;
 
 use super::descriptors::Descriptors;
 use super::library::check;
 use super::operands::{vp, ConvOp, Ptrs};
+use crate::error::EngineError;
 
 /// The workspace `op` needs with algorithm `algo` on these descriptors, as this cuDNN and GPU
 /// see it (a choice read from the cache was timed by another run, perhaps on another GPU, and

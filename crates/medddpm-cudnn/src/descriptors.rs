@@ -1,13 +1,13 @@
 //! cuDNN's descriptors of one convolution (input, output, filter, the convolution itself),
 //! with the data and math types that precision asks for.
 
-use crate::error::EngineError;
 use burn::tensor::DType;
 use cudarc::cudnn::sys;
 
 use super::layout::{dims5, strides5, Tensor};
 use super::library::check;
 use crate::compute::{Layout, Precision};
+use crate::error::EngineError;
 use crate::reference::conv_spec::Conv3dSpec;
 
 /// cuDNN's data type for `dtype`, if it has one.

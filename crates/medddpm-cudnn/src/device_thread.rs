@@ -1,7 +1,6 @@
 //! Convolutions of already searched shapes handed to cubecl's device thread without waiting,
 //! and the record of the first one that failed there.
 
-use crate::error::{cubecl, driver, EngineError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -15,6 +14,7 @@ use super::library::check;
 use super::operands::{ConvOp, Ptrs};
 
 use crate::cuda::CudaServer;
+use crate::error::{cubecl, driver, EngineError};
 
 /// What one device's device-thread tasks use: a cuDNN handle of their own (only that thread
 /// calls it, one task at a time, so it needs no lock, and the first-call path's handle can be

@@ -7,7 +7,6 @@
 //! Shared by the devices of one GPU model: the algorithm choices (see [`AlgoTable`]).
 //! Finding a device's state takes two atomic loads and no lock.
 
-use crate::error::EngineError;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -19,6 +18,7 @@ use super::descriptors::Descriptors;
 use super::device_thread::DeviceSide;
 use super::graph::PlanChoice;
 use super::library::{self, CudnnInfo, CudnnUnavailable, GpuModel};
+use crate::error::EngineError;
 
 /// cuDNN on one CUDA device.
 pub(super) struct Engine {

@@ -2,7 +2,6 @@
 //! the operands, finds the shape's descriptors and algorithm, and either hands the call to the
 //! device thread or runs it here, waiting.
 
-use crate::error::{cubecl, driver, EngineError};
 use std::sync::Arc;
 
 use burn::tensor::DType;
@@ -20,6 +19,7 @@ use super::layout::{dims5, empty_like_layout, packed, strides5, Tensor};
 use super::library::check;
 use super::operands::{ConvOp, Ptrs};
 use crate::compute::Precision;
+use crate::error::{cubecl, driver, EngineError};
 use crate::reference::conv_spec::Conv3dSpec;
 
 /// The operands of one call, packed for cuDNN: `(x, w, y_or_dy)` where the last is the output

@@ -1,13 +1,13 @@
 //! cuBLAS loaded at run time: the library (once per process), a handle per device, and the
 //! strided batched product.
 
-use crate::error::{driver, EngineError};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::{Mutex, OnceLock};
 
 use libloading::Library;
 
+use crate::error::{driver, EngineError};
 use crate::reference::product::plan::ColumnMajor;
 
 type Handle = *mut c_void;

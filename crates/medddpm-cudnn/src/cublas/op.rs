@@ -1,7 +1,6 @@
 //! The product as one operation of burn-fusion's stream, and its hand-over to cubecl's device
 //! thread.
 
-use crate::error::{cubecl, EngineError};
 use std::sync::Mutex;
 
 use burn::tensor::ops::FloatTensor;
@@ -22,6 +21,7 @@ use crate::reference::product::product_primitive;
 use crate::reference::product::spec::ProductSpec;
 
 use crate::cuda::{device_thread, Cube, CudaServer, Fused};
+use crate::error::{cubecl, EngineError};
 type Tensor = CubeTensor<CudaRuntime>;
 
 #[derive(Debug, Clone)]

@@ -1,8 +1,13 @@
-//! The driver's copies and stream ordering a replay uses: device-to-device copies (batched
-//! where the driver can), and one stream made to wait for another.
+//! A replay's two halves on the device thread (inputs copied in and the graph launched; the
+//! outputs copied out), and the driver's copies and stream ordering they use: device-to-device
+//! copies (batched where the driver can), and one stream made to wait for another.
 
-use crate::error::{driver, EngineError};
+use cubecl::stream_id::StreamId;
 use cudarc::driver::sys::{self, CUstream};
+
+use super::{addresses, CudaStepGraph, GRAPH_STREAM};
+use crate::cuda::CudaServer;
+use crate::error::{cubecl, driver, EngineError};
 
 /// Copies `len` bytes from `src` to `dst` on `cuda`.
 pub(super) fn memcpy(dst: u64, src: u64, len: usize, cuda: CUstream) -> Result<(), EngineError> {
@@ -118,4 +123,68 @@ pub(super) fn order(signaller: CUstream, waiter: CUstream) -> Result<(), EngineE
             .map_err(driver("CUDA event"))?;
         event::destroy(e).map_err(driver("CUDA event"))
     }
+}
+
+/// A replay's first half on the device thread: `given` (the inputs, on the caller's `stream`)
+/// copied into the graph's input buffers, then the graph launched on its own stream after them.
+pub(super) fn copy_in_and_launch(
+    server: &mut CudaServer,
+    exec: &CudaStepGraph,
+    given: Vec<cubecl::server::Binding>,
+    stream: StreamId,
+) -> Result<(), EngineError> {
+    use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
+    let (caller, graphs) = streams(server, stream)?;
+    let since = std::time::Instant::now();
+    let sources = addresses(server, given, stream)?;
+    let copies: Vec<_> = (exec.inputs.iter().zip(sources))
+        .map(|(&(dst, len), src)| (dst, src, len))
+        .collect();
+    memcpy_all(&copies, caller)?;
+    order(caller, graphs)?;
+    IN_CALL[GRAPH_COPIES].add(since);
+    let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
+    let graph = graph.as_ref().ok_or_else(|| EngineError::Cubecl {
+        what: "graph",
+        message: "the graph was released".into(),
+    })?;
+    let since = std::time::Instant::now();
+    // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph is released
+    // while the caller holds `exec`), and only graphs run there.
+    unsafe { graph.launch(graphs) }.map_err(|message| EngineError::Cubecl {
+        what: "graph launch",
+        message,
+    })?;
+    IN_CALL[GRAPH_LAUNCH].add(since);
+    Ok(())
+}
+
+/// A replay's second half: the graph's outputs copied into `fresh` on the caller's `stream`,
+/// once the graph has run.
+pub(super) fn copy_out(
+    server: &mut CudaServer,
+    exec: &CudaStepGraph,
+    fresh: Vec<cubecl::server::Binding>,
+    stream: StreamId,
+) -> Result<(), EngineError> {
+    use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
+    let (caller, graphs) = streams(server, stream)?;
+    let since = std::time::Instant::now();
+    order(graphs, caller)?;
+    let targets = addresses(server, fresh, stream)?;
+    let copies: Vec<_> = (exec.outputs.iter().zip(targets))
+        .map(|(&(src, len), dst)| (dst, src, len))
+        .collect();
+    memcpy_all(&copies, caller)?;
+    IN_CALL[GRAPH_COPIES].add(since);
+    Ok(())
+}
+
+/// The CUDA streams of cubecl's `stream` (the caller's) and of the graphs.
+fn streams(server: &mut CudaServer, stream: StreamId) -> Result<(CUstream, CUstream), EngineError> {
+    let caller = server.cuda_stream(stream).map_err(cubecl("stream"))?;
+    let graphs = server
+        .cuda_stream(GRAPH_STREAM)
+        .map_err(cubecl("graphs' stream"))?;
+    Ok((caller, graphs))
 }

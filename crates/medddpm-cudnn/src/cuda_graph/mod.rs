@@ -4,7 +4,6 @@
 //! that copies the inputs in, launches the graph and copies the outputs out, in the order of the
 //! caller's stream.
 
-use crate::error::{cubecl, EngineError};
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::ops::FloatTensor;
@@ -19,12 +18,12 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorI
 use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
 
+use crate::capture::{Captured, GraphError, StepFn};
 use crate::cuda::{device_thread, Cube, CudaServer, DeviceThread, Fused};
-use cudarc::driver::sys::CUstream;
+use crate::error::{cubecl, EngineError};
 
 mod copies;
-use crate::capture::{Captured, GraphError, StepFn};
-use copies::{memcpy, memcpy_all, order};
+use copies::{copy_in_and_launch, copy_out, memcpy};
 
 /// The cubecl stream graphs run on: the last of cubecl's 128 (the vendored cubecl-common never
 /// gives a thread a stream id that lands there), so only graphs use its memory pool.
@@ -443,68 +442,4 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
             handles.register_float_tensor::<Cube<F, I, BT>>(&ir.id, t);
         }
     }
-}
-
-/// A replay's first half on the device thread: `given` (the inputs, on the caller's `stream`)
-/// copied into the graph's input buffers, then the graph launched on its own stream after them.
-fn copy_in_and_launch(
-    server: &mut CudaServer,
-    exec: &CudaStepGraph,
-    given: Vec<cubecl::server::Binding>,
-    stream: StreamId,
-) -> Result<(), EngineError> {
-    use cubecl_common::busy::{GRAPH_COPIES, GRAPH_LAUNCH, IN_CALL};
-    let (caller, graphs) = streams(server, stream)?;
-    let since = std::time::Instant::now();
-    let sources = addresses(server, given, stream)?;
-    let copies: Vec<_> = (exec.inputs.iter().zip(sources))
-        .map(|(&(dst, len), src)| (dst, src, len))
-        .collect();
-    memcpy_all(&copies, caller)?;
-    order(caller, graphs)?;
-    IN_CALL[GRAPH_COPIES].add(since);
-    let graph = exec.graph.lock().unwrap_or_else(|e| e.into_inner());
-    let graph = graph.as_ref().ok_or_else(|| EngineError::Cubecl {
-        what: "graph",
-        message: "the graph was released".into(),
-    })?;
-    let since = std::time::Instant::now();
-    // SAFETY: the graph stream's pool keeps every buffer of the capture (no graph is released
-    // while the caller holds `exec`), and only graphs run there.
-    unsafe { graph.launch(graphs) }.map_err(|message| EngineError::Cubecl {
-        what: "graph launch",
-        message,
-    })?;
-    IN_CALL[GRAPH_LAUNCH].add(since);
-    Ok(())
-}
-
-/// A replay's second half: the graph's outputs copied into `fresh` on the caller's `stream`,
-/// once the graph has run.
-fn copy_out(
-    server: &mut CudaServer,
-    exec: &CudaStepGraph,
-    fresh: Vec<cubecl::server::Binding>,
-    stream: StreamId,
-) -> Result<(), EngineError> {
-    use cubecl_common::busy::{GRAPH_COPIES, IN_CALL};
-    let (caller, graphs) = streams(server, stream)?;
-    let since = std::time::Instant::now();
-    order(graphs, caller)?;
-    let targets = addresses(server, fresh, stream)?;
-    let copies: Vec<_> = (exec.outputs.iter().zip(targets))
-        .map(|(&(src, len), dst)| (dst, src, len))
-        .collect();
-    memcpy_all(&copies, caller)?;
-    IN_CALL[GRAPH_COPIES].add(since);
-    Ok(())
-}
-
-/// The CUDA streams of cubecl's `stream` (the caller's) and of the graphs.
-fn streams(server: &mut CudaServer, stream: StreamId) -> Result<(CUstream, CUstream), EngineError> {
-    let caller = server.cuda_stream(stream).map_err(cubecl("stream"))?;
-    let graphs = server
-        .cuda_stream(GRAPH_STREAM)
-        .map_err(cubecl("graphs' stream"))?;
-    Ok((caller, graphs))
 }

@@ -1,11 +1,11 @@
 //! The graph API's descriptors: creation (owned, destroyed together) and attributes.
 
-use crate::error::EngineError;
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
 
 use super::super::library::check;
+use crate::error::EngineError;
 
 pub(super) type Desc = sys::cudnnBackendDescriptor_t;
 pub(super) use sys::cudnnBackendAttributeName_t as A;

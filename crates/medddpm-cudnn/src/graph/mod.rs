@@ -20,7 +20,6 @@ mod op_graph;
 mod search;
 mod table;
 
-use crate::error::EngineError;
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
@@ -28,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::library::check;
 use super::operands::{ConvOp, Ptrs};
+use crate::error::EngineError;
 use ffi::{finalize, set, set_i64, Desc, Owned, A, D, T};
 use op_graph::OpGraph;
 pub(super) use search::search;

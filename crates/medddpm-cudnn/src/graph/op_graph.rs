@@ -1,6 +1,5 @@
 //! The operation graph of one convolution, the engine configurations for it and their plans.
 
-use crate::error::EngineError;
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys;
@@ -11,6 +10,7 @@ use super::ffi::{
     finalize, get_i64, set_desc, set_enum, set_float, set_handle, set_i64, Desc, Owned, A, D, T,
 };
 use super::{Geometry, ALIGNMENT, CANDIDATES, W, X, Y};
+use crate::error::EngineError;
 
 /// The operation graph of one convolution (owning its descriptors).
 pub(super) struct OpGraph {

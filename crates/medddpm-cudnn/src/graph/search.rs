@@ -1,6 +1,5 @@
 //! Choosing a shape's plan: the heuristics' proposals timed on the call's own buffers.
 
-use crate::error::{driver, EngineError};
 use cudarc::cudnn::sys;
 use cudarc::driver::result::{event, free_sync, malloc_sync};
 use cudarc::driver::sys::CUstream;
@@ -8,6 +7,7 @@ use cudarc::driver::sys::CUstream;
 use super::super::operands::Ptrs;
 use super::ffi::Desc;
 use super::{execute, Geometry, OpGraph, Plan, PlanChoice, MAX_WORKSPACE, NEAR_FASTEST};
+use crate::error::{driver, EngineError};
 
 /// Timed runs of each candidate (after one untimed run).
 const RUNS: usize = 2;
