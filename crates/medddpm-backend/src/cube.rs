@@ -175,8 +175,12 @@ where
     // cubecl panics when it finds no device (wgpu without a Vulkan driver, CUDA without the
     // driver library): a `NoDevice` error instead, without the panic's trace on stderr (the
     // task is still in its option then, for `run_on`'s fallback).
-    let client = medddpm_kernels::panics::quiet_catch(|| R::client(device))
-        .map_err(|cause| Error::NoDevice { backend, cause })?;
+    let client = medddpm_kernels::panics::quiet_catch(|| R::client(device)).map_err(|p| {
+        Error::NoDevice {
+            backend,
+            cause: p.0,
+        }
+    })?;
     let lacks = |reason| Error::PrecisionUnsupported {
         backend,
         precision,

@@ -2,7 +2,7 @@
 //! checked against the backend and the machine, and `--collective` resolved (never `auto`
 //! after this).
 
-use medddpm_kernels::{Collective, Launch};
+use medddpm_kernels::{Collective, CollectiveUnavailable, Launch};
 
 use crate::{BackendKind, Error};
 
@@ -68,7 +68,7 @@ pub(crate) fn resolve_collective(
     backend: BackendKind,
     requested: Collective,
     devices: usize,
-    nccl: impl FnOnce() -> Result<String, String>,
+    nccl: impl FnOnce() -> Result<String, CollectiveUnavailable>,
 ) -> Result<(Collective, Option<String>), Error> {
     let group_of_one = backend == BackendKind::Cuda && requested == Collective::Nccl;
     if devices <= 1 && !group_of_one {
@@ -132,8 +132,8 @@ pub(crate) fn one_device(command: &str, devices: &[usize]) -> Result<(), Error> 
 
 /// Whether NCCL loads on this machine: `Ok` with its version, or why not (and how to provide
 /// it).
-pub(crate) fn nccl_status() -> Result<String, String> {
-    medddpm_kernels::collective::nccl_status().map_err(|e| e.to_string())
+pub(crate) fn nccl_status() -> Result<String, CollectiveUnavailable> {
+    medddpm_kernels::collective::nccl_status()
 }
 
 /// How many CUDA devices the driver reports; `None` where the driver does not start (then

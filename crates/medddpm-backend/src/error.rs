@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use medddpm_kernels::CollectiveUnavailable;
+
 use crate::{BackendKind, Precision};
 
 /// Why a backend could not be set up for a task.
@@ -133,7 +135,7 @@ pub enum Error {
     )]
     Nccl {
         /// Why NCCL is unavailable.
-        cause: String,
+        cause: CollectiveUnavailable,
     },
     /// A command that runs on one device was given several.
     #[error(

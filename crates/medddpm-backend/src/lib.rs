@@ -110,7 +110,7 @@ fn nvidia_present() -> bool {
 
 pub use medddpm_kernels::{
     Collective, Compute, ComputeConfig, ConvEngine, KernelAutodiffBackend, KernelBackend, Launch,
-    Layout, NormEngine, Precision,
+    Layout, NormEngine, Precision, UnknownChoice,
 };
 
 impl fmt::Display for BackendKind {
@@ -120,13 +120,13 @@ impl fmt::Display for BackendKind {
 }
 
 impl FromStr for BackendKind {
-    type Err = String;
+    type Err = UnknownChoice;
     /// A name of [`BackendKind::ALL`], in any case.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         BackendKind::ALL
             .into_iter()
             .find(|b| b.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown backend '{s}' (expected auto, cuda, wgpu or cpu)"))
+            .ok_or_else(|| UnknownChoice::new("backend", s, "auto, cuda, wgpu or cpu"))
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use medddpm_kernels::Launch;
+use medddpm_kernels::{CollectiveUnavailable, Launch};
 
 #[test]
 fn names_round_trip() {
@@ -214,9 +214,14 @@ fn several_cuda_devices_run_a_process_each_unless_told_otherwise() {
 #[test]
 fn the_collective_resolves_to_nccl_only_on_cuda_with_several_devices() {
     use crate::devices::resolve_collective;
-    let never = || -> Result<String, String> { unreachable!("NCCL must not be asked") };
+    let never =
+        || -> Result<String, CollectiveUnavailable> { unreachable!("NCCL must not be asked") };
     let loads = || Ok("NCCL 2.21.5".to_string());
-    let missing = || Err("libnccl.so.2 was not found".to_string());
+    let missing = || {
+        Err(CollectiveUnavailable(
+            "libnccl.so.2 was not found".to_string(),
+        ))
+    };
     // One device: nothing to average, unless NCCL is asked for by name (a group of one).
     for requested in [Collective::Auto, Collective::Host] {
         let r = resolve_collective(BackendKind::Cuda, requested, 1, never).unwrap();
@@ -243,7 +248,7 @@ fn the_collective_resolves_to_nccl_only_on_cuda_with_several_devices() {
     let err = resolve_collective(BackendKind::Cuda, Collective::Nccl, 2, missing).unwrap_err();
     assert!(err.is_unsupported());
     assert!(
-        matches!(&err, Error::Nccl { cause } if cause.contains("libnccl")),
+        matches!(&err, Error::Nccl { cause } if cause.0.contains("libnccl")),
         "{err}"
     );
 }

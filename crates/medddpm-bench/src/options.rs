@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision};
+use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, UnknownChoice};
 use medddpm_unet::{ActivationCheckpointing, Layout, UNetConfig};
 use serde::{Deserialize, Serialize};
 
@@ -83,13 +83,13 @@ impl fmt::Display for Model {
 }
 
 impl FromStr for Model {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         Model::ALL
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown model '{s}' (expected whole-head, brats, whole-head-c32 or tiny)")
+                UnknownChoice::new("model", s, "whole-head, brats, whole-head-c32 or tiny")
             })
     }
 }

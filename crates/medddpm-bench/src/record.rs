@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, RunEnv};
+use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, RunEnv, UnknownChoice};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 use serde::{Deserialize, Serialize};
 
@@ -116,10 +116,10 @@ impl fmt::Display for RecordBackend {
 }
 
 impl FromStr for RecordBackend {
-    type Err = String;
+    type Err = UnknownChoice;
     /// A label as [`fmt::Display`] writes it (`cuda+cudnn`, `wgpu+cubecl`, `cpu+normops`,
     /// `pytorch`).
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         if s == "pytorch" {
             return Ok(RecordBackend::PyTorch {
                 cudnn_benchmark: false,
@@ -139,7 +139,13 @@ impl FromStr for RecordBackend {
         let backend = BackendKind::ALL
             .into_iter()
             .find(|b| b.name() == name)
-            .ok_or_else(|| format!("unknown backend '{s}' in a benchmark record"))?;
+            .ok_or_else(|| {
+                UnknownChoice::new(
+                    "backend in a benchmark record",
+                    s,
+                    "cuda, wgpu or cpu, then +cudnn or +cubecl, then +normops; or pytorch",
+                )
+            })?;
         Ok(RecordBackend::Burn {
             backend,
             conv,

@@ -66,9 +66,8 @@ pub(super) fn missing_library_message(candidates: &[String]) -> String {
 
 /// See [`super::nccl_status`].
 pub(super) fn status() -> Result<String, CollectiveUnavailable> {
-    static STATUS: OnceLock<Result<i32, String>> = OnceLock::new();
-    let version = STATUS.get_or_init(load).clone();
-    let code = version.map_err(CollectiveUnavailable)?;
+    static STATUS: OnceLock<Result<i32, CollectiveUnavailable>> = OnceLock::new();
+    let code = STATUS.get_or_init(load).clone()?;
     if code < MIN_NCCL_VERSION {
         return Err(CollectiveUnavailable(format!(
             "NCCL {} is too old: the mean all-reduce needs NCCL {} or newer",
@@ -80,18 +79,23 @@ pub(super) fn status() -> Result<String, CollectiveUnavailable> {
 }
 
 /// Opens the library cudarc opens and asks its version.
-fn load() -> Result<i32, String> {
+fn load() -> Result<i32, CollectiveUnavailable> {
     // SAFETY: probing for the library only opens it.
     if !unsafe { cudarc::nccl::sys::is_culib_present() } {
         let mut names = cudarc::get_lib_name_candidates("nccl");
         names.dedup();
-        return Err(missing_library_message(&names));
+        return Err(CollectiveUnavailable(missing_library_message(&names)));
     }
     // A missing symbol panics inside cudarc's loader.
     match quiet_catch(cudarc::nccl::result::get_nccl_version) {
         Ok(Ok(code)) => Ok(code),
-        Ok(Err(e)) => Err(format!("ncclGetVersion failed: {:?}", e.0)),
-        Err(panic) => Err(format!("NCCL loaded but is unusable: {panic}")),
+        Ok(Err(e)) => Err(CollectiveUnavailable(format!(
+            "ncclGetVersion failed: {:?}",
+            e.0
+        ))),
+        Err(panic) => Err(CollectiveUnavailable(format!(
+            "NCCL loaded but is unusable: {panic}"
+        ))),
     }
 }
 

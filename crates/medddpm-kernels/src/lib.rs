@@ -69,7 +69,9 @@ pub use collective::{
     nccl_unique_id, Collective, CollectiveBackend, CollectiveUnavailable, Launch, NcclId,
     ProcessGroup,
 };
-pub use compute::{Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision};
+pub use compute::{
+    Compute, ComputeConfig, ConvEngine, Layout, NormEngine, Precision, UnknownChoice,
+};
 pub use conv::{
     conv3d, upsample_x2, Conv3dSpec, KernelAutodiffBackend, KernelBackend, MemoryStats,
 };

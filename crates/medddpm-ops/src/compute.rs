@@ -71,13 +71,37 @@ impl fmt::Display for Precision {
     }
 }
 
+/// A name that is none of a setting's choices: the error of the settings' `FromStr` (the
+/// command line's flags and the experiment files are read through it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {setting} '{given}' (expected {expected})")]
+pub struct UnknownChoice {
+    /// The setting (`precision`, `layout`, ...).
+    pub setting: &'static str,
+    /// What was given.
+    pub given: String,
+    /// The choices, as a sentence (`fp32, tf32, bf16 or f16`).
+    pub expected: &'static str,
+}
+
+impl UnknownChoice {
+    /// `given` is none of `setting`'s choices, `expected`.
+    pub fn new(setting: &'static str, given: &str, expected: &'static str) -> Self {
+        Self {
+            setting,
+            given: given.to_string(),
+            expected,
+        }
+    }
+}
+
 impl FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         Precision::ALL
             .into_iter()
             .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown precision '{s}' (expected fp32, tf32, bf16 or f16)"))
+            .ok_or_else(|| UnknownChoice::new("precision", s, "fp32, tf32, bf16 or f16"))
     }
 }
 
@@ -124,14 +148,12 @@ impl fmt::Display for Layout {
 }
 
 impl FromStr for Layout {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         match s.to_ascii_lowercase().as_str() {
             "ncdhw" | "channels-first" => Ok(Layout::Ncdhw),
             "ndhwc" | "channels-last" => Ok(Layout::Ndhwc),
-            other => Err(format!(
-                "unknown layout '{other}' (expected ncdhw or ndhwc)"
-            )),
+            _ => Err(UnknownChoice::new("layout", s, "ncdhw or ndhwc")),
         }
     }
 }
@@ -180,13 +202,13 @@ impl fmt::Display for ConvEngine {
 }
 
 impl FromStr for ConvEngine {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         ConvEngine::ALL
             .into_iter()
             .find(|e| e.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("unknown convolution engine '{s}' (expected auto, cudnn, cubecl or burn)")
+                UnknownChoice::new("convolution engine", s, "auto, cudnn, cubecl or burn")
             })
     }
 }
@@ -223,12 +245,12 @@ impl fmt::Display for NormEngine {
 }
 
 impl FromStr for NormEngine {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         NormEngine::ALL
             .into_iter()
             .find(|e| e.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown normalisation engine '{s}' (expected kernel or ops)"))
+            .ok_or_else(|| UnknownChoice::new("normalisation engine", s, "kernel or ops"))
     }
 }
 

@@ -275,9 +275,9 @@ pub fn read_config(checkpoint: &Path) -> Result<crate::ExperimentConfig, TrainEr
         path: Some(path.clone()),
         message: e.to_string(),
     })?;
-    crate::ExperimentConfig::from_toml(&text).map_err(|message| TrainError::Config {
+    crate::ExperimentConfig::from_toml(&text).map_err(|e| TrainError::Config {
         path: Some(path),
-        message,
+        message: e.to_string(),
     })
 }
 

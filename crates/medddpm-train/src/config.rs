@@ -193,6 +193,17 @@ impl TrainSettings {
     }
 }
 
+/// Why an experiment's TOML text does not read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigTextError {
+    /// Not TOML, or a field of the wrong kind or name.
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// It sets nothing.
+    #[error("the experiment sets nothing (an empty file?): start from one of experiments/*.toml, or name a built-in experiment")]
+    Empty,
+}
+
 impl ExperimentConfig {
     /// The experiment of the reference's released whole-head model (`model_128.pt`): its
     /// network, T = 250, and the whole-head layout's data defaults (128^3, whole-head labels).
@@ -223,21 +234,21 @@ impl ExperimentConfig {
     /// Reads an experiment file.
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
-        Self::from_toml(&text).map_err(|message| TrainError::Config {
+        Self::from_toml(&text).map_err(|e| TrainError::Config {
             path: Some(path.to_path_buf()),
-            message,
+            message: e.to_string(),
         })
     }
 
     /// Parses TOML text.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_toml(text: &str) -> Result<Self, ConfigTextError> {
+        let table: toml::Table = toml::from_str(text)?;
         if table.is_empty() {
             // Every field has a default, so an empty file would quietly mean the 40M-parameter
             // whole-head model for 100,000 steps on data in the default folders.
-            return Err("the experiment sets nothing (an empty file?): start from one of experiments/*.toml, or name a built-in experiment".into());
+            return Err(ConfigTextError::Empty);
         }
-        toml::from_str(text).map_err(|e| e.to_string())
+        Ok(toml::from_str(text)?)
     }
 
     /// The resolved configuration as TOML (what a run folder keeps as `config.toml`).

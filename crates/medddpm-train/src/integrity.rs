@@ -313,7 +313,7 @@ pub fn decode_record<B: Backend, R: burn::record::Record<B>>(
         |why: String| TrainError::checkpoint(file, format!("not a readable record: {why}"));
     // The decoder allocates what a length prefix claims before it finds the bytes missing (a
     // flipped bit made it reserve 2 GiB for a 30 kB file): every claim is checked first.
-    msgpack_lengths_fit(&bytes).map_err(unreadable)?;
+    msgpack_lengths_fit(&bytes).map_err(|e| unreadable(e.0))?;
     // burn panics on some malformed records instead of returning an error (a parameter id
     // that does not parse: "Invalid id."), found by the fuzz test.
     quiet_catch(|| {
@@ -323,7 +323,7 @@ pub fn decode_record<B: Backend, R: burn::record::Record<B>>(
             device,
         )
     })
-    .map_err(unreadable)?
+    .map_err(|p| unreadable(p.0))?
     .map_err(|e| unreadable(e.to_string()))
 }
 
@@ -339,30 +339,36 @@ pub fn load_record_bytes<B: Backend, M: Module<B>>(
     let record: M::Record = decode_record::<B, M::Record>(bytes, file, device)?;
     let unreadable =
         |why: String| TrainError::checkpoint(file, format!("not a readable record: {why}"));
-    let loaded = quiet_catch(|| configured.clone().load_record(record)).map_err(unreadable)?;
+    let loaded =
+        quiet_catch(|| configured.clone().load_record(record)).map_err(|p| unreadable(p.0))?;
     // A record whose data disagrees with its shape panics where the data is first read.
     quiet_catch(|| check_weights(configured, &loaded, "the weights", file))
-        .map_err(unreadable)??;
+        .map_err(|p| unreadable(p.0))??;
     Ok(loaded)
 }
+
+/// Where a MessagePack document claims more than it holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MalformedRecord(pub String);
 
 /// Walks a MessagePack document without decoding it and checks that every length it claims
 /// (strings, binaries, extensions, array and map counts) fits in the bytes that remain, so a
 /// decoder that trusts those lengths cannot allocate more than a few times the input.
-pub fn msgpack_lengths_fit(bytes: &[u8]) -> Result<(), String> {
+pub fn msgpack_lengths_fit(bytes: &[u8]) -> Result<(), MalformedRecord> {
     let mut at = 0usize;
     // Values still to read: the document is one value; containers add their elements.
     let mut pending: u64 = 1;
-    let read = |at: usize, n: usize| -> Result<u64, String> {
-        let b = bytes
-            .get(at..at + n)
-            .ok_or_else(|| format!("the record ends inside a value at byte {at}"))?;
+    let read = |at: usize, n: usize| -> Result<u64, MalformedRecord> {
+        let b = bytes.get(at..at + n).ok_or_else(|| {
+            MalformedRecord(format!("the record ends inside a value at byte {at}"))
+        })?;
         Ok(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64))
     };
     while pending > 0 {
-        let marker = *bytes
-            .get(at)
-            .ok_or_else(|| format!("the record ends at byte {at} with values missing"))?;
+        let marker = *bytes.get(at).ok_or_else(|| {
+            MalformedRecord(format!("the record ends at byte {at} with values missing"))
+        })?;
         at += 1;
         pending -= 1;
         // (bytes of the length field, payload bytes known now, extra values it holds)
@@ -392,7 +398,12 @@ pub fn msgpack_lengths_fit(bytes: &[u8]) -> Result<(), String> {
             0xdd => (4, 0, 0),
             0xde => (2, 0, 0),
             0xdf => (4, 0, 0),
-            0xc1 => return Err(format!("byte {}: 0xc1 is not a MessagePack value", at - 1)),
+            0xc1 => {
+                return Err(MalformedRecord(format!(
+                    "byte {}: 0xc1 is not a MessagePack value",
+                    at - 1
+                )))
+            }
         };
         let claimed = if len_bytes > 0 {
             let n = read(at, len_bytes)?;
@@ -408,18 +419,18 @@ pub fn msgpack_lengths_fit(bytes: &[u8]) -> Result<(), String> {
             _ => (fixed.saturating_add(claimed), values),
         };
         if payload > remaining || values > remaining.saturating_sub(payload) + 1 {
-            return Err(format!(
+            return Err(MalformedRecord(format!(
                 "a length at byte {} claims {} where {remaining} bytes remain",
                 at - len_bytes - 1,
                 payload.max(values)
-            ));
+            )));
         }
         at += payload as usize;
         pending = pending.saturating_add(values);
         if pending > remaining.saturating_sub(payload) + 1 {
-            return Err(format!(
+            return Err(MalformedRecord(format!(
                 "the record claims {pending} more values than its {remaining} remaining bytes can hold"
-            ));
+            )));
         }
     }
     Ok(())
@@ -441,6 +452,7 @@ mod tests {
         huge.splice(14..16, [0xc6, 0x80, 0, 0, 0]);
         assert!(msgpack_lengths_fit(&huge)
             .unwrap_err()
+            .0
             .contains("claims 2147483648"));
         // An array of 65,535 values in 19 bytes.
         let mut many = doc.to_vec();

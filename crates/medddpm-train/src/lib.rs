@@ -20,7 +20,9 @@ mod seeding;
 pub mod trainer;
 
 pub use checkpoint::RunDir;
-pub use config::{DiffusionConfig, ExperimentConfig, LrSchedule, NonFiniteLoss, TrainSettings};
+pub use config::{
+    ConfigTextError, DiffusionConfig, ExperimentConfig, LrSchedule, NonFiniteLoss, TrainSettings,
+};
 pub use error::{DataError, TrainError};
 pub use gradient_sum::GradientSum;
 pub use optim::{FusedAdam, FusedAdamOptimizer};

@@ -29,7 +29,7 @@ use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
-use medddpm_kernels::{backward_seeded, KernelAutodiffBackend};
+use medddpm_kernels::{backward_seeded, KernelAutodiffBackend, UnknownChoice};
 use serde::{Deserialize, Serialize};
 
 use crate::exec::Ctx;
@@ -69,14 +69,12 @@ impl fmt::Display for ActivationCheckpointing {
 }
 
 impl FromStr for ActivationCheckpointing {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         Self::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| {
-                format!("unknown activation checkpointing '{s}' (expected none or blocks)")
-            })
+            .ok_or_else(|| UnknownChoice::new("activation checkpointing", s, "none or blocks"))
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use libloading::Library;
 
-use super::{Activity, Work};
+use super::{Activity, TraceError, Work};
 
 const KIND_MEMCPY: u32 = 1;
 const KIND_MEMSET: u32 = 2;
@@ -61,7 +61,7 @@ pub(super) struct Session {
     lib: &'static Library,
 }
 
-fn library() -> Result<&'static Library, String> {
+fn library() -> Result<&'static Library, TraceError> {
     let mut slot = LIBRARY.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(lib) = *slot {
         return Ok(lib);
@@ -84,24 +84,24 @@ fn library() -> Result<&'static Library, String> {
             Err(e) => errors.push(format!("{name}: {e}")),
         }
     }
-    Err(format!(
+    Err(TraceError::Library(format!(
         "CUPTI could not be loaded (put libcupti.so on LD_LIBRARY_PATH or name it in MEDDDPM_CUPTI): {}",
         errors.join("; ")
-    ))
+    )))
 }
 
-fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, TraceError> {
     // SAFETY: each name is declared above with CUPTI's C signature.
     unsafe { lib.get::<T>(name.as_bytes()) }
         .map(|s| *s)
-        .map_err(|e| format!("CUPTI lacks {name}: {e}"))
+        .map_err(|e| TraceError::Library(format!("CUPTI lacks {name}: {e}")))
 }
 
-fn check(call: &str, code: i32) -> Result<(), String> {
+fn check(call: &'static str, code: i32) -> Result<(), TraceError> {
     if code == 0 {
         Ok(())
     } else {
-        Err(format!("{call} failed with CUPTI error {code}"))
+        Err(TraceError::Cupti { call, code })
     }
 }
 
@@ -176,7 +176,7 @@ unsafe fn read_record(record: *const u8) -> Option<Activity> {
 }
 
 impl Session {
-    pub(super) fn start() -> Result<Self, String> {
+    pub(super) fn start() -> Result<Self, TraceError> {
         let lib = library()?;
         COLLECTED.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let register: RegisterCallbacks = symbol(lib, "cuptiActivityRegisterCallbacks")?;
@@ -196,7 +196,7 @@ impl Session {
 
     /// Stops recording and hands over what was recorded (the device is synchronised first by
     /// the caller, so every activity has ended).
-    pub(super) fn finish(self) -> Result<Vec<Activity>, String> {
+    pub(super) fn finish(self) -> Result<Vec<Activity>, TraceError> {
         let disable: KindCall = symbol(self.lib, "cuptiActivityDisable")?;
         let flush: FlushAll = symbol(self.lib, "cuptiActivityFlushAll")?;
         // SAFETY: plain calls into the loaded library.

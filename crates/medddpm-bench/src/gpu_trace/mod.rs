@@ -282,6 +282,25 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
     }
 }
 
+/// Why the device's activities cannot be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TraceError {
+    /// This build has no CUDA backend.
+    #[error("this build has no CUDA backend (feature `cuda`)")]
+    NoCuda,
+    /// CUPTI did not load, or lacks a function.
+    #[error("{0}")]
+    Library(String),
+    /// A CUPTI call failed.
+    #[error("{call} failed with CUPTI error {code}")]
+    Cupti {
+        /// The function.
+        call: &'static str,
+        /// CUPTI's error number.
+        code: i32,
+    },
+}
+
 /// Records the device's activities from [`Tracer::start`] to [`Tracer::finish`].
 pub struct Tracer {
     #[cfg(feature = "cuda")]
@@ -290,7 +309,7 @@ pub struct Tracer {
 
 impl Tracer {
     /// Starts recording, or says why it cannot (no CUDA in this build, CUPTI not found).
-    pub fn start() -> Result<Self, String> {
+    pub fn start() -> Result<Self, TraceError> {
         #[cfg(feature = "cuda")]
         {
             Ok(Self {
@@ -299,12 +318,12 @@ impl Tracer {
         }
         #[cfg(not(feature = "cuda"))]
         {
-            Err("this build has no CUDA backend (feature `cuda`)".into())
+            Err(TraceError::NoCuda)
         }
     }
 
     /// Stops recording (the caller has synchronised the device) and returns the activities.
-    pub fn finish(self) -> Result<Vec<Activity>, String> {
+    pub fn finish(self) -> Result<Vec<Activity>, TraceError> {
         #[cfg(feature = "cuda")]
         {
             self.inner.finish()

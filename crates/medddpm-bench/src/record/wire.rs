@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use medddpm_backend::UnknownChoice;
 use medddpm_unet::ActivationCheckpointing;
 
 use crate::gpu_trace::GpuTime;
@@ -134,9 +135,9 @@ impl From<BenchRecord> for Record {
 }
 
 impl TryFrom<Record> for BenchRecord {
-    type Error = String;
+    type Error = UnknownChoice;
 
-    fn try_from(r: Record) -> Result<Self, String> {
+    fn try_from(r: Record) -> Result<Self, UnknownChoice> {
         let mut backend: RecordBackend = r.backend.parse()?;
         let layout = match r.layout.strip_suffix("+cudnn.benchmark") {
             Some(layout) if matches!(backend, RecordBackend::PyTorch { .. }) => {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::ms_since;
 use crate::error::Result;
-use crate::gpu_trace::{summarise, GpuTime, Tracer};
+use crate::gpu_trace::{summarise, GpuTime, TraceError, Tracer};
 
 /// One kind of step, run again and again.
 pub(super) trait Case {
@@ -79,7 +79,7 @@ pub(super) fn timed_steps<C: Case, T>(
 pub(super) fn traced_steps<C: Case>(
     case: &mut C,
     steps: usize,
-) -> Result<std::result::Result<GpuTime, String>> {
+) -> Result<std::result::Result<GpuTime, TraceError>> {
     case.sync()?;
     let tracer = match Tracer::start() {
         Ok(t) => t,

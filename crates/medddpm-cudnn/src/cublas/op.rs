@@ -124,7 +124,8 @@ fn run(a: Tensor, b: Tensor, spec: ProductSpec) -> Result<Tensor, EngineError> {
     };
     let (a, a_layout) = operand(a);
     let (b, b_layout) = operand(b);
-    let g = column_major(a_layout, b_layout, spec).map_err(EngineError::Unsupported)?;
+    let g = column_major(a_layout, b_layout, spec)
+        .map_err(|e| EngineError::Unsupported(e.to_string()))?;
     let out = empty_device_contiguous_dtype(
         a.client.clone(),
         a.device.clone(),

@@ -2,7 +2,7 @@
 //! that the CPU tests check it: which operand goes first, their transpositions, leading
 //! dimensions and batch strides.
 
-use super::spec::ProductSpec;
+use super::spec::{ProductShapeError, ProductSpec};
 
 /// How one `[batch, rows, cols]` operand lies in memory, in elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,13 +76,23 @@ pub struct ColumnMajor {
 /// `Cᵀ = op(B)ᵀ · op(A)ᵀ`: the library multiplies `b`'s buffer (first, with `b`'s
 /// transposition) by `a`'s (second, with `a`'s), `m` and `n` swapped. `Err` for shapes that
 /// do not multiply, empty products and sizes beyond 32 bits.
-pub fn column_major(a: Operand, b: Operand, spec: ProductSpec) -> Result<ColumnMajor, String> {
+pub fn column_major(
+    a: Operand,
+    b: Operand,
+    spec: ProductSpec,
+) -> Result<ColumnMajor, ProductShapeError> {
     let (m, k, n) = spec.sizes(a.dims, b.dims)?;
     let batch = a.dims[0];
     if [m, k, n, batch].contains(&0) {
-        return Err(format!("empty product {:?} x {:?}", a.dims, b.dims));
+        return Err(ProductShapeError::Empty {
+            a: a.dims,
+            b: b.dims,
+        });
     }
-    let too_big = || format!("sizes beyond 32 bits: {:?} x {:?}", a.dims, b.dims);
+    let too_big = || ProductShapeError::TooBig {
+        a: a.dims,
+        b: b.dims,
+    };
     let int = |v: usize| i32::try_from(v).map_err(|_| too_big());
     let long = |v: usize| i64::try_from(v).map_err(|_| too_big());
     Ok(ColumnMajor {
