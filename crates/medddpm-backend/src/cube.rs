@@ -46,7 +46,7 @@ fn configure_cache(root: &PathBuf) -> Result<(), Error> {
 /// unless the user chose a place (`CUDA_CACHE_PATH`). cubecl caches PTX, but loading PTX still
 /// runs the driver's compiler, whose own cache (256 MiB in `~/.nv` by default) is lost on a fresh
 /// machine and may be too small for these kernels. On an H100 the first bf16 training step took
-/// 11.6 s with it cold and 1.5 s warm (docs/benchmarks/README.md, fourth session, call 1).
+/// 11.6 s with it cold and 1.5 s warm (docs/benchmarks/README.md).
 /// The driver reads the variables once, when it starts (`cuInit`): set after that, the cache
 /// stays in `~/.nv`, which a fresh machine does not have. [`before_the_driver`] calls this.
 fn driver_jit_cache(root: &Path) {
@@ -66,7 +66,7 @@ fn driver_jit_cache(root: &Path) {
 /// went from 11,132 to 10,236 MiB at the same speed; buckets of our own (a buffer per size class,
 /// 1.125x to 2x apart, never freed) peaked at 10,300-10,364 MiB, probably because cubecl's
 /// buckets free buffers unused for a while into the driver's stream-ordered pool, where other
-/// sizes reuse the memory (docs/benchmarks/README.md, twenty-fourth session). Takes effect for
+/// sizes reuse the memory (docs/benchmarks/README.md). Takes effect for
 /// the devices whose first client opens after it.
 #[cfg(feature = "cuda")]
 fn exclusive_memory_pages() {

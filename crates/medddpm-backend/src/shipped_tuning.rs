@@ -4,9 +4,8 @@
 //! On a fresh machine the first bf16 steps of the whole-head model spend about half their time
 //! tuning: burn's kernels time their candidates (each compiled first) and cuDNN times its
 //! algorithms. On one fresh H200 the first sampling step and training micro-step took 21.4 /
-//! 31.3 s tuning, 11.9 / 12.6 s starting from these results (docs/benchmarks/README.md,
-//! 2026-11-30, twenty-ninth session, call 1). The results are choices, not code: a
-//! wrong one is only slower, and cubecl re-tunes any whose candidates changed (each entry carries
+//! 31.3 s tuning, 11.9 / 12.6 s starting from these results (docs/benchmarks/README.md).
+//! The results are choices, not code: a wrong one is only slower, and cubecl re-tunes any whose candidates changed (each entry carries
 //! their checksum). They are written only where the cache has no such file, so a user's own
 //! results always win, and only on the GPU model they were measured on (another model's timings
 //! would choose badly, and kernels it lacks could be chosen).

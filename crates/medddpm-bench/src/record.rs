@@ -50,7 +50,7 @@ impl RecordStatus {
 pub enum RecordBackend {
     /// burn on `backend`. The engines are part of what is measured: rows whose convolutions
     /// cuDNN computed are labelled `cuda+cudnn`, our portable kernels `+cubecl` (burn's own
-    /// kernels, the engine of every row before 2026-11-26 that says neither, add nothing), rows
+    /// kernels add nothing, as do the oldest records, which did not name the engine), rows
     /// with GroupNorm as burn's plain ops `+normops`.
     Burn {
         /// The backend.

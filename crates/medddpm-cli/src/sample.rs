@@ -83,7 +83,7 @@ pub struct SampleArgs {
     /// network's output is the same bit for bit, whole samples differ in the last bits: up to
     /// 1.6e-4 after 250 DDPM steps, probably because without graphs the network's last
     /// elementwise operations fuse into the sampler's update). Off by default: on an H200 it did not make
-    /// the sampling step faster (22.0 against 21.7 ms; docs/benchmarks, twenty-sixth session).
+    /// the sampling step faster (22.0 against 21.7 ms; docs/benchmarks).
     #[arg(long)]
     cuda_graphs: bool,
     #[command(flatten)]

@@ -48,7 +48,7 @@ pub struct TrainArgs {
     /// Replay each micro-step from a CUDA graph after two warm-up steps (CUDA, one device,
     /// no activation checkpointing; the same losses and weights bit for bit). Off by default:
     /// on an H200 a replayed optimizer step took 157 ms against 146 ms as it comes, the
-    /// graph's launch costing the host 12 ms (docs/benchmarks, twenty-sixth session).
+    /// graph's launch costing the host 12 ms (docs/benchmarks).
     #[arg(long)]
     cuda_graphs: bool,
     #[command(flatten)]

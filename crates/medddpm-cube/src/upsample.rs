@@ -256,7 +256,7 @@ pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool)
         input.dtype,
     );
     // Neighbouring channels in one vector load: the scalar kernels ran at a tenth of the H200's
-    // bandwidth (1.6 ms forward, 1.1 ms backward per bf16 training step, twenty-first session).
+    // bandwidth (1.6 ms forward, 1.1 ms backward per bf16 training step).
     let vector = super::widest_vector(&input, &[q]);
     let q = q / vector;
     let (count, dim) = super::elementwise(&input, out.meta.num_elements() / vector);

@@ -370,7 +370,7 @@ impl Call {
 /// buffers alive until the work is enqueued). One blocking call to cubecl's device thread for
 /// all of them: each `get_resource` from the fusion thread waits until the device thread has
 /// launched everything queued before it, so this makes one wait per convolution instead of one
-/// per operand (about five). No change in step time was measured (docs/benchmarks, call 8).
+/// per operand (about five). No change in step time was measured (docs/benchmarks).
 fn ptrs_of(
     client: &cubecl::client::ComputeClient<CudaRuntime>,
     handles: Vec<cubecl::server::Handle>,

@@ -28,7 +28,7 @@
 //!   cuDNN, in order with the kernels queued before it. Waiting for the device thread instead
 //!   (one round trip per call) tied the fusion thread to the GPU's progress at every
 //!   convolution: on an H100, 132 waits of about 0.4 ms per bf16 training step, 55 ms of the
-//!   fusion thread's 123 (docs/benchmarks, eighth session).
+//!   fusion thread's 123 (docs/benchmarks).
 //! - **Plans.** For 16-bit precisions the device thread's calls run execution plans of cuDNN's
 //!   graph API, built once per shape (`graph.rs`): the legacy functions finalize a plan inside
 //!   every call, about 80 us of the device thread's time each. The first device-thread call of a

@@ -66,7 +66,7 @@ pub struct ScalingRecord {
     /// asked for by name: a group of one).
     pub collective: String,
     /// Where the replicas ran: `processes` (one per device) or `threads` (of one process; also
-    /// every record from before 2026-11-26's process launch).
+    /// what a record without this field means: it predates launching processes).
     #[serde(default = "threads")]
     pub launch: String,
     /// Backend, precision, layout and convolution engine.

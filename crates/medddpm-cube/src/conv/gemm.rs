@@ -138,7 +138,7 @@ pub(super) fn conv_gemm<X: Float, W: Float, Y: Float>(
 /// A tensor-core tile of 32-channel steps in runs of 8 (rows 80 bytes apart) swaps the low
 /// bits of the row so that the eight units of one 16-byte store phase take rows `r` and `r +
 /// 4` (whose 64 bytes fall in disjoint banks) instead of `r` and `r + 1` (which share one: a
-/// two-way conflict on every store, Nsight Compute, eighteenth session).
+/// two-way conflict on every store, Nsight Compute).
 #[cube]
 pub(super) fn a_slot(r: u32, #[comptime] tile: Tile) -> (u32, u32) {
     let runs = comptime!(tile.bk / tile.a_run);

@@ -2,7 +2,7 @@
 //! `ldmatrix` loads of the staged tiles and `mma.sync` 16 x 8 x 16 products on registers the
 //! kernel holds, where the cooperative-matrix path ([`multiply`](super::mma)) compiles to
 //! generic loads, byte permutes and transposes (NVRTC's `wmma::load_matrix_sync` for bf16:
-//! 42 % of the forward kernel's instructions on an H100, Nsight Compute, eighteenth session).
+//! 42 % of the forward kernel's instructions on an H100, Nsight Compute).
 //!
 //! Register layouts (PTX ISA, `mma.m16n8k16` with 16-bit operands): lane `l` holds, with `g =
 //! l / 4` and `t = l % 4`, A's elements `(g, 2t..2t+1)`, `(g + 8, ..)`, `(g, 2t + 8..)`, `(g +

@@ -2,8 +2,8 @@
 //! four), read from a channels-last input in vectors of channels, on the FMA units.
 //!
 //! As a GEMM this product is `positions x (c_in taps) x c_out` with `c_out` of 1 to 4: a
-//! tensor-core tile pads it to 16 columns (the sixteenth session's choice, 3.1 ms for 64 -> 1
-//! at 128^3 on an H100 where cuDNN takes 1.7: docs/benchmarks, seventeenth session), and the
+//! tensor-core tile pads it to 16 columns (3.1 ms for 64 -> 1
+//! at 128^3 on an H100 where cuDNN takes 1.7: docs/benchmarks), and the
 //! FMA GEMM's scalar gathers were slower still. What bounds it is reading the input 27 times
 //! (once per tap, mostly from L1), so here [`LANES`] units share one output voxel, each
 //! loading every `LANES`-th vector of its channels: a plane's load is four voxels' channels,

@@ -146,7 +146,7 @@ impl Tile {
     /// barriers), else 16 (zeros past the last channel). Four output channels or fewer (the
     /// last convolution, and the first's data gradient) still take 16-channel blocks: the
     /// padding costs products, which are cheap here, while the FMA kernel's scalar gather made
-    /// the last convolution alone 7.8 ms of an H100's forward pass (sixteenth session). Cubes
+    /// the last convolution alone 7.8 ms of an H100's forward pass. Cubes
     /// of 128 units were measured too: no faster on CUDA, slower on Vulkan. Shared memory: at
     /// most 25 KiB staged plus 8 KiB of epilogue scratch.
     pub fn choose_tensor_cores(

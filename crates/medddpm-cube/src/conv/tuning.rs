@@ -38,7 +38,7 @@ pub struct ConvTuning {
     pub rotate: bool,
 }
 
-/// What measured fastest on an H100 (docs/benchmarks, seventeenth session): the register cap
+/// What measured fastest on an H100 (docs/benchmarks): the register cap
 /// (two cubes per SM instead of one) and the weight gradient's two stages; two stages or
 /// 64-channel steps in the forward kernel, and 256-column weight-gradient tiles, were slower.
 impl Default for ConvTuning {

@@ -285,7 +285,7 @@ pub fn plan_narrow(
 /// compute unit (see the module's documentation), or `slices` where given. The slices are
 /// rounded down, so that the cubes fill whole waves: one cube past them (76 slices of 14
 /// tiles, 1064 cubes for 1056 places) runs a wave of its own, a fifth of the kernel's time at
-/// the U-Net's top level (Nsight Compute, seventeenth session).
+/// the U-Net's top level (Nsight Compute).
 fn split(
     shape: WgradShape,
     device: WgradDevice,

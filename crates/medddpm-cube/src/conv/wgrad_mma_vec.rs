@@ -1,8 +1,8 @@
 //! The tensor-core weight gradient ([`wgrad_partial_mma`](super::mma::wgrad_partial_mma)) for
 //! channels-last inputs, every load a vector of channels: one 16-bit vector load and one
 //! shared-memory store where the scalar kernel makes eight of each (that kernel executed 3.7
-//! to 4.2 G instructions a launch at the U-Net's top level: Nsight Compute, docs/benchmarks,
-//! sixteenth session). Products, planes and the partial sums' store are the scalar kernel's.
+//! to 4.2 G instructions a launch at the U-Net's top level: Nsight Compute, docs/benchmarks).
+//! Products, planes and the partial sums' store are the scalar kernel's.
 
 use cubecl::prelude::*;
 
@@ -28,7 +28,7 @@ pub(super) fn vectors_per_unit(width: usize, v: usize) -> usize {
 /// low three bits rotated, so that the eight units of one 16-byte store phase take rows `r`
 /// and `r + 4`, whose vectors fall in disjoint banks (staged rows are an odd number of 16
 /// bytes apart, and each unit of a row takes every fourth vector), where rows `r` and `r + 1`
-/// shared banks (Nsight Compute, eighteenth session: two-way conflicts on every store).
+/// shared banks (Nsight Compute: two-way conflicts on every store).
 #[cube]
 pub(super) fn staged_row(u: usize, #[comptime] rotate: bool) -> usize {
     let mut row = u;

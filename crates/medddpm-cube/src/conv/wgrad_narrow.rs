@@ -3,7 +3,7 @@
 //!
 //! With `M` of 1 to 4 the product `dL/dw = dy^T x_cols` is a sum of `K` outer products of a
 //! tiny `dy` row with a long `x` row: the tensor-core kernels pad `M` to 16 rows (4.0 ms for
-//! 64 -> 1 at 128^3 on an H100 where cuDNN takes 2.4: docs/benchmarks, seventeenth session).
+//! 64 -> 1 at 128^3 on an H100 where cuDNN takes 2.4: docs/benchmarks).
 //! Here each unit owns one vector of columns (`NV` input channels of one tap) and all `M`
 //! rows, and walks its cube's slice of `K` one position at a time: per position the cube's
 //! units load neighbouring vectors of neighbouring taps (whole cache lines of the input, most

@@ -151,7 +151,7 @@ pub(super) fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
 /// The SiLU's sigmoid. The kernels that take it run with `fast_math = FastMath::all()`, whose
 /// only effect there is the exponential and the division as the GPU's approximate instructions
 /// (`__expf`, `__fdividef` on CUDA: a few ulp): IEEE `expf` and division were most of the
-/// backward's per-value work (H200, bf16 training micro-step, twenty-fifth session: the
+/// backward's per-value work (H200, bf16 training micro-step: the
 /// backward sums took 3.6 ms where their reads would take about 1.5 ms at 4 TB/s, by arithmetic). Where `exp(-a)` overflows
 /// (a < -88) the division still gives 0, the sigmoid's limit.
 #[cube]

@@ -8,7 +8,7 @@
 //! and tile, so the finishing launches read fewer partial sums than with a column per thread
 //! (at 128^3 x 64 channels 4x fewer in the forward, 16x in the backward). The
 //! one-column-per-thread kernels took 2.18 ms (block moments) and 3.87 ms (backward sums) a bf16
-//! training micro-step on an H200 (twenty-fourth session), where their reads would take about
+//! training micro-step on an H200, where their reads would take about
 //! 0.7 and 1.5 ms at 4 TB/s by arithmetic: a thread had one 2-byte load in flight.
 
 use burn::tensor::Shape;

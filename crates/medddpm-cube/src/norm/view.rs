@@ -78,7 +78,7 @@ impl View {
     /// Channels one thread of the elementwise passes handles side by side (one vector load per
     /// row): channels-last, the widest vector that divides the channel count; channels-first, 1
     /// (a column is one channel's slice there). The scalar passes ran at 30-50 % of the H200's
-    /// bandwidth (twenty-first session's trace).
+    /// bandwidth (a GPU trace).
     pub(super) fn vector_size<R: CubeRuntime>(&self, t: &CubeTensor<R>) -> usize {
         if !self.channels_last {
             return 1;

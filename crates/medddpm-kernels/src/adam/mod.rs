@@ -3,7 +3,7 @@
 //! burn's Adam spends about a dozen tensor operations per parameter tensor and step; with a
 //! few hundred parameter tensors that is thousands of operations whose host-side cost, not
 //! their arithmetic, made the optimizer phase 15.7-18.9 ms of a bf16 training step on an H100
-//! (9.9 ms with one operation per tensor; docs/benchmarks/README.md, fourth session).
+//! (9.9 ms with one operation per tensor; docs/benchmarks/README.md).
 //! [`crate::KernelBackend::adam_steps`] updates a whole list of tensors in one operation (on
 //! the CubeCL backends one kernel launch per few dozen tensors), with [`adam_step_reference`]
 //! per tensor as its plain-op twin.

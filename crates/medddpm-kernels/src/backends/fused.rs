@@ -296,7 +296,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
 /// convolution (64 -> 1 channels, 3x3x3, 128^3, channels-last) its search picked algorithms
 /// that took 34.7 ms in bf16 (13.6 ms in tf32); padded to 8 output channels, 163.8 ms (6.3 ms);
 /// the 64 -> 64 convolution of the same size takes 1.2 ms (5.4 ms): cuDNN's own timings on an
-/// H100, 2026-11-23.
+/// H100.
 const PADDED_OUT_CHANNELS: usize = 64;
 
 /// 16-bit channels-last forward convolutions with fewer than this many input channels, not a

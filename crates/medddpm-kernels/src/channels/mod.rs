@@ -3,7 +3,7 @@
 //! each. burn's `cat` writes each part with its own strided kernel, and autodiff's backward
 //! takes each part's gradient with a slice that cannot be a view (a channel offset is not a
 //! multiple of the CUDA pool's 512-byte alignment), so it copies with a one-element-per-thread
-//! kernel: 2.9 ms of a bf16 whole-head training step on an H200 (twenty-first session). The
+//! kernel: 2.9 ms of a bf16 whole-head training step on an H200. The
 //! CubeCL kernels copy vectors of channels, one launch each way. Zero-padding channels (a
 //! small convolution widened for cuDNN) is one more such copy: burn's `cat` with a tensor of
 //! zeros took three launches, two of them one element per thread, 1.5 ms a training step.

@@ -77,7 +77,7 @@ pub fn is_strided_same(kernel: [usize; 3], spec: &Conv3dSpec) -> bool {
 ///
 /// Why: on the H100 cuDNN's strided data gradient in channels-last took 195 ms in FP32 for the
 /// 64-channel 128^3 downsampling, where the stride-1 forward convolution of the same size took
-/// 12 ms (`docs/benchmarks/README.md`, 2026-11-23); burn's own strided data gradient falls back
+/// 12 ms (`docs/benchmarks/README.md`); burn's own strided data gradient falls back
 /// to a direct kernel without tensor cores.
 ///
 /// `x_spatial` is the input's `[d, h, w]`; `weight` and `grad_out` are as for

@@ -385,7 +385,7 @@ mod medddpm_tests {
 /// medddpm-rs patch: whether NVRTC has automatic precompiled headers (12.8 and later): with
 /// `-pch` the first include (`cuda_runtime.h`) is parsed once per process, not once per kernel.
 /// On an H200 the first bf16 sampling step and training micro-step on a fresh machine took
-/// 28.1 and 39.6 s with it, 32.4 and 50.7 s without (docs/benchmarks, twenty-eighth session).
+/// 28.1 and 39.6 s with it, 32.4 and 50.7 s without (docs/benchmarks).
 fn nvrtc_has_pch() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {

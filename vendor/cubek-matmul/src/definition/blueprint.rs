@@ -103,7 +103,7 @@ pub fn f32_tensor_cores() -> bool {
 /// Whether 16-bit (f16/bf16) products may use the PTX `mma` tile kernels (medddpm-rs patch).
 ///
 /// On an H100 with burn 0.21, bf16 convolutions whose autotuned kernel was an `*_mma` variant
-/// produced NaN for some shapes (medddpm-rs, 2026-11-22). With this switch off, `mma` tiles
+/// produced NaN for some shapes (medddpm-rs's benchmarks). With this switch off, `mma` tiles
 /// fail their availability check for 16-bit operands and the tuner picks among the `cmma`
 /// (WMMA) and non-accelerated kernels instead.
 static HALF_MMA: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
