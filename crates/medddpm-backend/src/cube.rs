@@ -89,7 +89,7 @@ pub(crate) struct Placement<D> {
 pub(crate) fn run<R, B, T>(
     backend: BackendKind,
     placement: Placement<R::Device>,
-    settings: &ComputeSettings,
+    (settings, precision): (&ComputeSettings, Precision),
     conv_engine: impl FnOnce(&Path) -> Result<ConvEngine, Error>,
     task: &mut Option<T>,
 ) -> Ran<T>
@@ -98,8 +98,7 @@ where
     B: KernelAutodiffBackend<Device = R::Device>,
     T: BackendTask,
 {
-    let precision = settings.precision;
-    let root = tuning_cache(backend, settings)?;
+    let root = tuning_cache(backend, settings, precision)?;
     #[cfg(feature = "cuda")]
     if backend == BackendKind::Cuda {
         exclusive_memory_pages();
@@ -213,13 +212,17 @@ where
 
 /// Sets the precision switches of burn's kernels and points cubecl's caches at this backend
 /// and precision's folder of the tuning cache (created); returns the folder.
-fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<PathBuf, Error> {
+fn tuning_cache(
+    backend: BackendKind,
+    settings: &ComputeSettings,
+    precision: Precision,
+) -> Result<PathBuf, Error> {
     // Must precede the first tuned kernel: the cache does not record the setting.
-    cubek_matmul::definition::set_f32_tensor_cores(settings.precision != Precision::Fp32);
+    cubek_matmul::definition::set_f32_tensor_cores(precision != Precision::Fp32);
     // bf16 convolutions tuned to burn's `*_mma` kernels gave NaN on an H100
     // (docs/benchmarks/README.md): 16-bit operands stay on the WMMA (`cmma`) kernels.
     cubek_matmul::definition::set_half_mma(false);
-    let root = tuning_root(backend, settings);
+    let root = tuning_root(backend, settings, precision);
     std::fs::create_dir_all(&root).map_err(|source| Error::TuneCache {
         path: root.clone(),
         source,
@@ -229,19 +232,23 @@ fn tuning_cache(backend: BackendKind, settings: &ComputeSettings) -> Result<Path
 }
 
 /// This backend and precision's folder of the tuning cache.
-fn tuning_root(backend: BackendKind, settings: &ComputeSettings) -> PathBuf {
+fn tuning_root(backend: BackendKind, settings: &ComputeSettings, precision: Precision) -> PathBuf {
     settings
         .tune_cache
         .clone()
         .unwrap_or_else(default_tune_cache)
-        .join(format!("{backend}-{}", settings.precision))
+        .join(format!("{backend}-{precision}"))
 }
 
 /// What must happen before anything starts the CUDA driver (counting devices does): its cache
 /// of machine code pointed at the tuning cache's folder.
-pub(crate) fn before_the_driver(backend: BackendKind, settings: &ComputeSettings) {
+pub(crate) fn before_the_driver(
+    backend: BackendKind,
+    settings: &ComputeSettings,
+    precision: Precision,
+) {
     if backend == BackendKind::Cuda {
-        driver_jit_cache(&tuning_root(backend, settings));
+        driver_jit_cache(&tuning_root(backend, settings, precision));
     }
 }
 

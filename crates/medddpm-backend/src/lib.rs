@@ -135,8 +135,10 @@ impl FromStr for BackendKind {
 pub struct ComputeSettings {
     /// Which backend.
     pub backend: BackendKind,
-    /// Precision of convolutions and products.
-    pub precision: Precision,
+    /// Precision of convolutions and products; `None` is the default of the backend that
+    /// runs ([`default_precision`]), decided once `auto` is (so that `auto` falling back to the
+    /// CPU gets the CPU's).
+    pub precision: Option<Precision>,
     /// Activation layout inside the network.
     pub layout: Layout,
     /// Library for the 3-D convolutions (`auto` is resolved when the backend starts).
@@ -172,7 +174,7 @@ impl Default for ComputeSettings {
     fn default() -> Self {
         Self {
             backend: BackendKind::Auto,
-            precision: Precision::Fp32,
+            precision: None,
             layout: Layout::Ncdhw,
             conv_engine: ConvEngine::Auto,
             norm_engine: NormEngine::Kernel,
@@ -224,10 +226,7 @@ impl ComputeRequest {
     pub fn settings_with(&self, config: &ComputeConfig) -> ComputeSettings {
         ComputeSettings {
             backend: self.backend,
-            precision: self
-                .precision
-                .or(config.precision)
-                .unwrap_or_else(|| default_precision(self.backend)),
+            precision: self.precision.or(config.precision),
             layout: self.layout.or(config.layout).unwrap_or_default(),
             conv_engine: self.conv_engine.or(config.conv_engine).unwrap_or_default(),
             norm_engine: self.norm_engine.or(config.norm_engine).unwrap_or_default(),
@@ -242,7 +241,8 @@ impl ComputeRequest {
     }
 }
 
-/// The precision used when none is asked for: TF32 on CUDA, strict FP32 elsewhere.
+/// The precision used when none is asked for: TF32 on CUDA, strict FP32 elsewhere (`auto`:
+/// what it resolves to on this machine).
 pub fn default_precision(backend: BackendKind) -> Precision {
     match backend.resolve() {
         BackendKind::Cuda => Precision::Tf32,

@@ -8,7 +8,10 @@ use crate::cube::Placement;
 use crate::devices::check_count;
 use crate::devices::{check_devices, nccl_status, resolve_collective, resolve_launch};
 use crate::task::{BackendTask, Ran, RunEnv};
-use crate::{BackendKind, Collective, ComputeSettings, ConvEngine, Error, Launch, Precision};
+use crate::{
+    default_precision, BackendKind, Collective, ComputeSettings, ConvEngine, Error, Launch,
+    Precision,
+};
 
 /// Resolves `auto`, configures precision and tuning, checks the device supports the precision,
 /// and runs `task`.
@@ -38,11 +41,15 @@ fn run_resolved<T: BackendTask>(
     if !backend.compiled_in() {
         return Err(Error::NotCompiledIn { backend });
     }
+    // The one place a precision left to the backend is decided: the backend is known now.
+    let precision = settings
+        .precision
+        .unwrap_or_else(|| default_precision(backend));
     #[cfg(any(feature = "cuda", feature = "wgpu"))]
-    crate::cube::before_the_driver(backend, settings);
+    crate::cube::before_the_driver(backend, settings, precision);
     let (collective, launch) = devices_and_collective(backend, settings)?;
     match backend {
-        BackendKind::Cpu => run_cpu(settings, (collective, launch), task),
+        BackendKind::Cpu => run_cpu(settings, precision, (collective, launch), task),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
             // With a process per device, this one opens only the first.
@@ -65,7 +72,7 @@ fn run_resolved<T: BackendTask>(
                     collective,
                     launch,
                 },
-                settings,
+                (settings, precision),
                 |cache| crate::cube::cuda_conv_engine(settings.conv_engine, indices, cache),
                 task,
             )
@@ -84,7 +91,7 @@ fn run_resolved<T: BackendTask>(
                     collective,
                     launch,
                 },
-                settings,
+                (settings, precision),
                 |_| crate::cube::wgpu_conv_engine(settings.conv_engine),
                 task,
             )
@@ -127,14 +134,15 @@ fn devices_and_collective(
 /// [`run_resolved`] on burn's Flex CPU backend.
 fn run_cpu<T: BackendTask>(
     settings: &ComputeSettings,
+    precision: Precision,
     (collective, launch): (Collective, Launch),
     task: &mut Option<T>,
 ) -> Ran<T> {
     let backend = BackendKind::Cpu;
-    if settings.precision == Precision::Tf32 {
+    if precision == Precision::Tf32 {
         return Err(Error::PrecisionUnsupported {
             backend,
-            precision: settings.precision,
+            precision,
             on_device: false,
             reason: "TF32 is a GPU tensor-core format; the CPU computes in IEEE f32 (use --precision fp32)",
         });
@@ -144,7 +152,7 @@ fn run_cpu<T: BackendTask>(
     }
     let env = RunEnv {
         backend,
-        precision: settings.precision,
+        precision,
         layout: settings.layout,
         // Flex's own convolutions: the CPU's only engine, whatever else was asked for.
         conv_engine: ConvEngine::Burn,

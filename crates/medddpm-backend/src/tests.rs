@@ -35,7 +35,7 @@ fn switches_win_over_the_experiment_file() {
     assert_eq!(
         (s.precision, s.layout, s.conv_engine, s.norm_engine),
         (
-            Precision::Bf16,
+            Some(Precision::Bf16),
             Layout::Ndhwc,
             ConvEngine::Cubecl,
             NormEngine::Ops
@@ -48,8 +48,33 @@ fn switches_win_over_the_experiment_file() {
     };
     let s = request.settings_with(&file);
     assert_eq!((s.layout, s.conv_engine), (Layout::Ncdhw, ConvEngine::Auto));
+    // No precision asked for anywhere: the backend that runs decides (below).
     let s = request.settings();
-    assert_eq!(s.precision, Precision::Fp32);
+    assert_eq!(s.precision, None);
+}
+
+/// A precision left to the backend is decided by the backend that runs, once it is known:
+/// the CPU's is FP32 (so that `auto` falling back to the CPU never inherits CUDA's TF32).
+#[test]
+fn a_precision_left_to_the_backend_is_the_running_backends_default() {
+    struct InForce;
+    impl BackendTask for InForce {
+        type Output = Precision;
+        type Error = Error;
+        fn run<B: KernelAutodiffBackend>(
+            self,
+            _: B::Device,
+            env: &RunEnv,
+        ) -> Result<Precision, Error> {
+            Ok(env.precision)
+        }
+    }
+    let settings = ComputeSettings {
+        backend: BackendKind::Cpu,
+        ..Default::default()
+    };
+    assert_eq!(settings.precision, None);
+    assert_eq!(run_on(&settings, InForce).unwrap(), Precision::Fp32);
 }
 
 #[test]
@@ -71,7 +96,7 @@ fn cpu_refuses_tf32_with_a_reason() {
     }
     let settings = ComputeSettings {
         backend: BackendKind::Cpu,
-        precision: Precision::Tf32,
+        precision: Some(Precision::Tf32),
         ..Default::default()
     };
     let err = run_on(&settings, Never).unwrap_err();

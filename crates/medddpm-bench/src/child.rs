@@ -54,7 +54,7 @@ pub(crate) fn run_single(options: &BenchOptions, config_path: &Path) -> Result<(
     let cell = the_cell(options)?;
     let settings = ComputeSettings {
         backend: cell.backend,
-        precision: cell.precision,
+        precision: Some(cell.precision),
         layout: cell.layout,
         conv_engine: config.conv_engine,
         norm_engine: config.norm_engine,

@@ -36,7 +36,7 @@ fn measures_every_precision_and_layout_the_cpu_runs() {
         for layout in Layout::ALL {
             let settings = ComputeSettings {
                 backend: BackendKind::Cpu,
-                precision,
+                precision: Some(precision),
                 layout,
                 conv_engine: Default::default(),
                 norm_engine: Default::default(),
@@ -143,7 +143,7 @@ fn a_correct_backend_has_no_deviating_operation() {
 fn measures_a_checkpointed_training_step_and_records_the_choice() {
     let settings = ComputeSettings {
         backend: BackendKind::Cpu,
-        precision: Precision::Bf16,
+        precision: Some(Precision::Bf16),
         layout: Layout::Ndhwc,
         conv_engine: Default::default(),
         norm_engine: Default::default(),

@@ -204,7 +204,7 @@ impl BenchArgs {
         }
         let settings = ComputeSettings {
             backend: self.backends[0].into(),
-            precision: self.precisions[0],
+            precision: Some(self.precisions[0]),
             layout: self.layouts[0],
             conv_engine: self.conv_engine,
             norm_engine: self.norm_engine,

@@ -122,7 +122,7 @@ const ADAM_TOLERANCE: f64 = 1e-5;
 #[derive(Debug, Serialize)]
 struct Report {
     backend: String,
-    precision: String,
+    precision: Precision,
     conv_engine: String,
     rows: Vec<Row>,
     product_rows: Vec<ProductRow>,
@@ -190,7 +190,7 @@ impl BackendTask for Task {
     ) -> anyhow::Result<Report> {
         Ok(Report {
             backend: env.backend.to_string(),
-            precision: env.precision.to_string(),
+            precision: env.precision,
             conv_engine: env.conv_engine.to_string(),
             rows: conv_rows::<B>(&device, env, self.scale),
             product_rows: product_rows::<B>(&device, env, self.scale),
@@ -403,9 +403,7 @@ pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
     let backend = args.backend.into();
     let settings = ComputeSettings {
         backend,
-        precision: args
-            .precision
-            .unwrap_or_else(|| medddpm_backend::default_precision(backend)),
+        precision: args.precision,
         layout: Layout::Ncdhw,
         conv_engine: args.conv_engine,
         norm_engine: args.norm_engine,
@@ -433,8 +431,8 @@ pub fn run(args: CheckKernelsArgs) -> anyhow::Result<()> {
         report.norm_engine,
         report.cases() - failed,
         report.cases(),
-        tolerance(settings.precision),
-        norm_tolerance(settings.precision)
+        tolerance(report.precision),
+        norm_tolerance(report.precision)
     );
     if failed > 0 {
         bail!("{failed} cases outside tolerance");

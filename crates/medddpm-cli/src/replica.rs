@@ -30,7 +30,7 @@ impl SelfLauncher {
     }
 
     fn args(&self, spec: &ReplicaSpec) -> Vec<String> {
-        let e = &self.env;
+        let (e, c) = (&self.env, &spec.compute);
         let mut args: Vec<String> = [
             "replica",
             "--lead",
@@ -44,13 +44,13 @@ impl SelfLauncher {
             "--devices",
             &spec.device.to_string(),
             "--precision",
-            &e.precision.to_string(),
+            &c.precision.to_string(),
             "--layout",
-            &e.layout.to_string(),
+            &c.layout.to_string(),
             "--conv-engine",
-            &e.conv_engine.to_string(),
+            &c.conv_engine.to_string(),
             "--norm-engine",
-            &e.norm_engine.to_string(),
+            &c.norm_engine.to_string(),
         ]
         .map(String::from)
         .to_vec();
@@ -89,13 +89,29 @@ pub struct ReplicaArgs {
     compute: crate::compute_args::ComputeArgs,
 }
 
-struct ReplicaTask(ReplicaSpec);
+/// The replica's part of the run, once its backend is up; it computes as its command line
+/// said (the lead's resolved settings, through the backend's set-up as any command's).
+struct ReplicaTask {
+    rank: usize,
+    world: usize,
+    device: usize,
+    lead: String,
+    token: String,
+}
 
 impl BackendTask for ReplicaTask {
     type Output = ();
     type Error = anyhow::Error;
-    fn run<B: KernelAutodiffBackend>(self, device: B::Device, _: &RunEnv) -> anyhow::Result<()> {
-        Ok(train_replica::<B>(&self.0, &device)?)
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> anyhow::Result<()> {
+        let spec = ReplicaSpec {
+            rank: self.rank,
+            world: self.world,
+            device: self.device,
+            lead: self.lead,
+            token: self.token,
+            compute: env.compute(),
+        };
+        Ok(train_replica::<B>(&spec, &device)?)
     }
 }
 
@@ -118,14 +134,14 @@ pub fn run(args: ReplicaArgs) -> anyhow::Result<()> {
         [d] => *d,
         other => anyhow::bail!("a replica runs on one device, not {other:?}"),
     };
-    let spec = ReplicaSpec {
+    let task = ReplicaTask {
         rank: args.rank,
         world: args.world,
         device,
         lead: args.lead,
         token,
     };
-    run_on(&settings, ReplicaTask(spec))
+    run_on(&settings, task)
 }
 
 #[cfg(test)]
@@ -164,6 +180,7 @@ mod tests {
             device: 5,
             lead: "127.0.0.1:4000".into(),
             token: "secret".into(),
+            compute: env.compute(),
         };
         let launcher = SelfLauncher::new(&env, Some("/tmp/tune".into()));
         let args = launcher.args(&spec);
@@ -183,7 +200,7 @@ mod tests {
             ),
             (
                 env.backend,
-                env.precision,
+                Some(env.precision),
                 env.layout,
                 env.conv_engine,
                 env.norm_engine

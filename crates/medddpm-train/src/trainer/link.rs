@@ -13,6 +13,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use medddpm_kernels::Compute;
+
 use super::exchange::Aborted;
 
 /// Frame tags.
@@ -38,6 +40,9 @@ pub struct ReplicaSpec {
     pub lead: String,
     /// A secret of this run that the replica presents, so that no other process can join.
     pub token: String,
+    /// How the run computes (the lead's, resolved): a replica process gets it on its command
+    /// line, and nowhere else.
+    pub compute: Compute,
 }
 
 /// One end of a connection, framed: a tag byte, a little-endian u64 length, the bytes.
@@ -98,14 +103,20 @@ impl Rendezvous {
         })
     }
 
-    /// What replica `rank` (on device `device`) needs to join.
-    pub fn spec(&self, rank: usize, device: usize) -> std::io::Result<ReplicaSpec> {
+    /// What replica `rank` (on device `device`, computing as `compute`) needs to join.
+    pub fn spec(
+        &self,
+        rank: usize,
+        device: usize,
+        compute: Compute,
+    ) -> std::io::Result<ReplicaSpec> {
         Ok(ReplicaSpec {
             rank,
             world: self.world,
             device,
             lead: self.listener.local_addr()?.to_string(),
             token: self.token.clone(),
+            compute,
         })
     }
 
@@ -359,7 +370,7 @@ mod tests {
         let rendezvous = Rendezvous::bind(world).unwrap();
         let handles = (1..world)
             .map(|rank| {
-                let spec = rendezvous.spec(rank, rank).unwrap();
+                let spec = rendezvous.spec(rank, rank, Compute::default()).unwrap();
                 std::thread::spawn(move || (rank, ProcessLink::connect(&spec).unwrap()))
             })
             .collect();
@@ -428,7 +439,7 @@ mod tests {
     #[test]
     fn strangers_and_wrong_tokens_are_not_replicas() {
         let rendezvous = Rendezvous::bind(2).unwrap();
-        let mut wrong = rendezvous.spec(1, 1).unwrap();
+        let mut wrong = rendezvous.spec(1, 1, Compute::default()).unwrap();
         wrong.token = "guess".into();
         let _stranger = ProcessLink::connect(&wrong).unwrap();
         let err = rendezvous

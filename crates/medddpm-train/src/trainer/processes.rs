@@ -76,7 +76,6 @@ pub trait ReplicaLauncher {
 #[derive(Debug, Serialize, Deserialize)]
 struct Start {
     config_toml: String,
-    compute: Compute,
     collective: Collective,
     /// The step the session stops at.
     end: usize,
@@ -108,10 +107,11 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         device: format!("{device:?}"),
         message,
     };
-    let (replicas, link) = start_replicas(devices, launcher).map_err(|e| match e {
-        Started::Lead(message) => lead_error(message),
-        Started::Replica(e) => e,
-    })?;
+    let (replicas, link) =
+        start_replicas(devices, options.compute, launcher).map_err(|e| match e {
+            Started::Lead(message) => lead_error(message),
+            Started::Replica(e) => e,
+        })?;
     observer.message(&format!(
         "{}, one process per device",
         super::parallel::describe(config, &shard, collective)
@@ -122,7 +122,6 @@ pub fn train_processes<B: KernelAutodiffBackend>(
     };
     let start = Start {
         config_toml: config.to_toml(),
-        compute: options.compute,
         collective,
         end: end_step(config, options, s.state.step),
         from: StartPoint::of(&s.state),
@@ -175,6 +174,7 @@ enum Started {
 /// connected.
 fn start_replicas(
     devices: &[usize],
+    compute: Compute,
     launcher: &dyn ReplicaLauncher,
 ) -> Result<(Replicas, ProcessLink), Started> {
     let rendezvous = Rendezvous::bind(devices.len())
@@ -182,7 +182,7 @@ fn start_replicas(
     let mut replicas = Replicas(Vec::new());
     for (rank, &index) in devices.iter().enumerate().skip(1) {
         let spec = rendezvous
-            .spec(rank, index)
+            .spec(rank, index, compute)
             .map_err(|e| Started::Lead(e.to_string()))?;
         let child = launcher.launch(&spec).map_err(|e| {
             Started::Replica(TrainError::Replica {
@@ -310,7 +310,7 @@ fn replica_session<B: KernelAutodiffBackend>(
     // reductions over every parameter would make this process tune kernels the lead never
     // runs (on the H100, longer than a minute in TF32).
     let from_lead = Path::new("<the lead's weights>");
-    let configured: UNet<B> = config.model.init(device)?.with_compute(start.compute);
+    let configured: UNet<B> = config.model.init(device)?.with_compute(spec.compute);
     let model = configured.load_record(decode_record(model_bytes, from_lead, device)?);
     let optim = decode_record(optim_bytes, Path::new("<the lead's Adam state>"), device)?;
     let worker = Worker::new((spec.rank, device), &config, model, optim, start.from)?;
@@ -321,7 +321,7 @@ fn replica_session<B: KernelAutodiffBackend>(
         None => None,
     };
     let options = SessionOptions {
-        compute: start.compute,
+        compute: spec.compute,
         collective: start.collective,
         ..Default::default()
     };
