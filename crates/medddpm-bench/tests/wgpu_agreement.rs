@@ -27,6 +27,32 @@ fn on_wgpu<T: BackendTask<Error = anyhow::Error>>(task: T) -> T::Output {
     })
 }
 
+/// A comparison on wgpu that lists what disagrees.
+trait Check {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> Vec<String>;
+}
+
+/// A [`Check`] as the task [`on_wgpu`] runs.
+struct CheckTask<C>(C);
+
+impl<C: Check> BackendTask for CheckTask<C> {
+    type Output = Vec<String>;
+    type Error = anyhow::Error;
+    fn run<B: KernelAutodiffBackend>(
+        self,
+        device: B::Device,
+        env: &RunEnv,
+    ) -> anyhow::Result<Vec<String>> {
+        Ok(self.0.run::<B>(device, env))
+    }
+}
+
+/// Runs `check` on wgpu and wants nothing to disagree.
+fn assert_agrees(check: impl Check) {
+    let bad = on_wgpu(CheckTask(check));
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
 /// Normal values from a generator of the caller's own (xorshift and Box-Muller): burn's CPU
 /// generator is one for the whole process, shared by the tests that run in parallel, so its
 /// draws, and with them the inputs and the errors compared here, changed from run to run.
@@ -55,6 +81,20 @@ fn normal<B: Backend, const D: usize>(
     Tensor::from_data(burn::tensor::TensorData::new(values, shape), device)
 }
 
+/// Adds to `bad`, as `{at} {what}: {e:e}`, each named error that is NaN or reaches `tol`.
+fn flag(
+    bad: &mut Vec<String>,
+    at: impl std::fmt::Display,
+    errors: impl IntoIterator<Item = (&'static str, f64)>,
+    tol: f64,
+) {
+    for (what, e) in errors {
+        if e.is_nan() || e >= tol {
+            bad.push(format!("{at} {what}: {e:e}"));
+        }
+    }
+}
+
 fn rel_l2(a: Vec<f32>, b: Vec<f32>) -> f64 {
     let num: f64 = a
         .iter()
@@ -71,17 +111,11 @@ fn rel_l2(a: Vec<f32>, b: Vec<f32>) -> f64 {
 /// vendored fix (vendor/cubek-matmul/README.medddpm.md) these were off by sqrt(8 / k).
 struct Products;
 
-impl BackendTask for Products {
-    type Output = Vec<(usize, usize, f64)>;
-    type Error = anyhow::Error;
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        _: &RunEnv,
-    ) -> anyhow::Result<Self::Output> {
+impl Check for Products {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, _: &RunEnv) -> Vec<String> {
         type Cpu = burn::backend::Flex;
         let cpu = Default::default();
-        let mut errors = Vec::new();
+        let mut bad = Vec::new();
         for m in [512, 4096] {
             for k in [8, 16, 24, 40, 48] {
                 let n = 16;
@@ -96,18 +130,18 @@ impl BackendTask for Products {
                     got.into_data().to_vec().unwrap(),
                     expected.into_data().to_vec().unwrap(),
                 );
-                errors.push((m, k, e));
+                if e.is_nan() || e >= 1e-5 {
+                    bad.push(format!("[1, {m}, {k}] x [{k}, 16]: rel. L2 {e:.2e}"));
+                }
             }
         }
-        Ok(errors)
+        bad
     }
 }
 
 #[test]
 fn matrix_products_with_an_odd_number_of_k_stages_are_right() {
-    for (m, k, e) in on_wgpu(Products) {
-        assert!(e < 1e-5, "[1, {m}, {k}] x [{k}, 16]: rel. L2 {e:.2e}");
-    }
+    assert_agrees(Products);
 }
 
 /// `x · wᵀ`, the right operand a transposed view.
@@ -190,14 +224,8 @@ fn the_small_network_agrees_with_float64_in_f16() {
 /// geometries and odd ones.
 struct Convolutions;
 
-impl BackendTask for Convolutions {
-    type Output = Vec<String>;
-    type Error = anyhow::Error;
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        env: &RunEnv,
-    ) -> anyhow::Result<Self::Output> {
+impl Check for Convolutions {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, env: &RunEnv) -> Vec<String> {
         let mut bad = Vec::new();
         for conv_engine in [ConvEngine::Burn, ConvEngine::Cubecl] {
             for layout in Layout::ALL {
@@ -219,14 +247,13 @@ impl BackendTask for Convolutions {
                 }
             }
         }
-        Ok(bad)
+        bad
     }
 }
 
 #[test]
 fn convolutions_and_their_gradients_agree_with_the_cpu() {
-    let bad = on_wgpu(Convolutions);
-    assert!(bad.is_empty(), "{bad:#?}");
+    assert_agrees(Convolutions);
 }
 
 /// GroupNorm (SiLU fused) through the extension on wgpu: output and the three gradients against
@@ -300,15 +327,13 @@ impl BackendTask for GroupNormAndMemory {
                 v1(gg.grad(&grads).unwrap()),
                 v1(bg.grad(&grads).unwrap()),
             ];
-            for (what, (g, w)) in ["y", "dx", "dgamma", "dbeta"]
-                .iter()
-                .zip(got.into_iter().zip(want))
-            {
-                let e = rel_l2(g, w);
-                if e.is_nan() || e >= 1e-4 {
-                    bad.push(format!("{layout} {what}: {e:e}"));
-                }
-            }
+            let errs = got.into_iter().zip(want).map(|(g, w)| rel_l2(g, w));
+            flag(
+                &mut bad,
+                layout,
+                ["y", "dx", "dgamma", "dbeta"].into_iter().zip(errs),
+                1e-4,
+            );
         }
         // A tensor alive and written while the pools are read: in use is then this test's own
         // memory, not whatever the process's other tests hold at that moment (all of this
@@ -336,15 +361,8 @@ fn group_norm_agrees_with_the_cpu_and_memory_statistics_are_read() {
 /// twin on the CPU: every standard case, both layouts, forward and the three gradients, f32.
 struct GroupNormKernels;
 
-impl BackendTask for GroupNormKernels {
-    type Output = Vec<String>;
-    type Error = anyhow::Error;
-
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        _: &RunEnv,
-    ) -> anyhow::Result<Vec<String>> {
+impl Check for GroupNormKernels {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, _: &RunEnv) -> Vec<String> {
         use medddpm_kernels::norm::{engine_vs_reference, NormCase};
         use medddpm_kernels::NormEngine;
         let mut bad = Vec::new();
@@ -359,37 +377,27 @@ impl BackendTask for GroupNormKernels {
                         DType::F32,
                         i as u64,
                     );
-                    for (what, e) in ["y", "dx", "dgamma", "dbeta", "dshift"].iter().zip(errs) {
-                        if e.is_nan() || e >= 5e-6 {
-                            bad.push(format!("{engine} {layout} {case:?} {what}: {e:e}"));
-                        }
-                    }
+                    let at = format!("{engine} {layout} {case:?}");
+                    let names = ["y", "dx", "dgamma", "dbeta", "dshift"];
+                    flag(&mut bad, at, names.into_iter().zip(errs), 5e-6);
                 }
             }
         }
-        Ok(bad)
+        bad
     }
 }
 
 #[test]
 fn group_norm_kernels_agree_with_their_reference_twin() {
-    let bad = on_wgpu(GroupNormKernels);
-    assert!(bad.is_empty(), "{bad:#?}");
+    assert_agrees(GroupNormKernels);
 }
 
 /// The CubeCL trilinear x2 upsampling and its backward against the plain-op twins on the CPU:
 /// both layouts, axes of 1 to 5 voxels, f32.
 struct UpsampleKernels;
 
-impl BackendTask for UpsampleKernels {
-    type Output = Vec<String>;
-    type Error = anyhow::Error;
-
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        _: &RunEnv,
-    ) -> anyhow::Result<Vec<String>> {
+impl Check for UpsampleKernels {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, _: &RunEnv) -> Vec<String> {
         use burn::tensor::ops::FloatTensor;
         use medddpm_kernels::upsample::{
             upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in,
@@ -432,25 +440,26 @@ impl BackendTask for UpsampleKernels {
                         layout,
                     ),
                 );
-                for (what, got, want) in [
-                    ("y", got_y, want_y.into_data().to_vec::<f32>().unwrap()),
-                    ("dx", got_dx, want_dx.into_data().to_vec::<f32>().unwrap()),
-                ] {
-                    let e = rel_l2(got, want);
-                    if e.is_nan() || e >= 1e-6 {
-                        bad.push(format!("{layout} {shape:?} {what}: {e:e}"));
-                    }
-                }
+                let errs = [
+                    (
+                        "y",
+                        rel_l2(got_y, want_y.into_data().to_vec::<f32>().unwrap()),
+                    ),
+                    (
+                        "dx",
+                        rel_l2(got_dx, want_dx.into_data().to_vec::<f32>().unwrap()),
+                    ),
+                ];
+                flag(&mut bad, format!("{layout} {shape:?}"), errs, 1e-6);
             }
         }
-        Ok(bad)
+        bad
     }
 }
 
 #[test]
 fn upsampling_kernels_agree_with_their_reference_twins() {
-    let bad = on_wgpu(UpsampleKernels);
-    assert!(bad.is_empty(), "{bad:#?}");
+    assert_agrees(UpsampleKernels);
 }
 
 /// f32, and f16 where the device stores it (lavapipe has no bf16).
@@ -467,15 +476,8 @@ fn float_dtypes<B: Backend>(device: &B::Device) -> Vec<DType> {
 /// and only 1, f32 and (where the device stores it) f16; exact copies.
 struct ChannelKernels;
 
-impl BackendTask for ChannelKernels {
-    type Output = Vec<String>;
-    type Error = anyhow::Error;
-
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        _: &RunEnv,
-    ) -> anyhow::Result<Vec<String>> {
+impl Check for ChannelKernels {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, _: &RunEnv) -> Vec<String> {
         let mut bad = Vec::new();
         for dtype in float_dtypes::<B::InnerBackend>(&device) {
             for (i, (rows, a, b)) in [(5, 8, 8), (7, 3, 5), (3, 16, 24), (999, 64, 12)]
@@ -492,14 +494,13 @@ impl BackendTask for ChannelKernels {
                 }
             }
         }
-        Ok(bad)
+        bad
     }
 }
 
 #[test]
 fn channel_join_split_and_pad_kernels_copy_exactly() {
-    let bad = on_wgpu(ChannelKernels);
-    assert!(bad.is_empty(), "{bad:#?}");
+    assert_agrees(ChannelKernels);
 }
 
 /// The CubeCL Adam update against its plain-op twin on the CPU: four steps with the learning
@@ -508,15 +509,8 @@ fn channel_join_split_and_pad_kernels_copy_exactly() {
 /// of micro-batches (`sum_f32`) over the same tensors.
 struct AdamKernel;
 
-impl BackendTask for AdamKernel {
-    type Output = Vec<String>;
-    type Error = anyhow::Error;
-
-    fn run<B: KernelAutodiffBackend>(
-        self,
-        device: B::Device,
-        _: &RunEnv,
-    ) -> anyhow::Result<Vec<String>> {
+impl Check for AdamKernel {
+    fn run<B: KernelAutodiffBackend>(self, device: B::Device, _: &RunEnv) -> Vec<String> {
         let mut bad = Vec::new();
         // f32 gradients; and f16 ones with an f16 working copy (mixed precision; lavapipe
         // has no bf16), where the device stores f16.
@@ -549,12 +543,11 @@ impl BackendTask for AdamKernel {
                 }
             }
         }
-        Ok(bad)
+        bad
     }
 }
 
 #[test]
 fn adam_and_gradient_sum_kernels_agree_with_their_reference_twins() {
-    let bad = on_wgpu(AdamKernel);
-    assert!(bad.is_empty(), "{bad:#?}");
+    assert_agrees(AdamKernel);
 }

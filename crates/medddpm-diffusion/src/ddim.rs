@@ -7,22 +7,17 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::process::Prediction;
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepOutput};
 use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
 #[derive(Debug, Clone)]
 pub struct DdimSampler {
-    schedule: CosineSchedule,
-    timesteps: Vec<usize>,
+    /// Schedule, timesteps, clamping and what the network predicts.
+    pub chain: Chain,
     /// Noise scale: 0 is deterministic DDIM, 1 gives each step DDPM's posterior variance.
     pub eta: f64,
-    /// Clamp x0 to [-1, 1] at every step (as the reference's DDPM sampler does).
-    pub clip_denoised: bool,
-    /// What the network predicts (the reference's: the noise).
-    pub prediction: Prediction,
 }
 
 impl DdimSampler {
@@ -33,11 +28,8 @@ impl DdimSampler {
         }
         let timesteps = trailing_timesteps(schedule.num_timesteps(), steps)?;
         Ok(Self {
-            schedule,
-            timesteps,
+            chain: Chain::new(schedule, timesteps),
             eta,
-            clip_denoised: true,
-            prediction: Prediction::Epsilon,
         })
     }
 
@@ -45,7 +37,7 @@ impl DdimSampler {
     /// ("trailing" spacing: the first step always starts from pure noise at T - 1; with
     /// `steps = T` they are all of them).
     pub fn set_timesteps(&mut self, steps: usize) -> Result<(), SamplerError> {
-        self.timesteps = trailing_timesteps(self.schedule.num_timesteps(), steps)?;
+        self.chain.timesteps = trailing_timesteps(self.schedule().num_timesteps(), steps)?;
         Ok(())
     }
 
@@ -66,14 +58,10 @@ impl DdimSampler {
         x_t: Tensor<B, D>,
         noise: Tensor<B, D>,
     ) -> StepOutput<B, D> {
-        let s = &self.schedule;
-        let abar_t = s.alphas_cumprod[t];
-        let abar_prev = prev_t.map_or(1.0, |p| s.alphas_cumprod[p]);
-        let mut x0 = x_t.clone().mul_scalar(s.sqrt_recip_alphas_cumprod[t])
-            - eps.clone().mul_scalar(s.sqrt_recipm1_alphas_cumprod[t]);
-        if self.clip_denoised {
-            x0 = x0.clamp(-1.0, 1.0);
-        }
+        let abar = &self.schedule().alphas_cumprod;
+        let abar_t = abar[t];
+        let abar_prev = prev_t.map_or(1.0, |p| abar[p]);
+        let x0 = self.chain.x0(eps, t, x_t.clone());
         let Some(_) = prev_t else {
             return StepOutput {
                 prev_sample: x0.clone(),
@@ -105,16 +93,8 @@ impl DdimSampler {
 impl Scheduler for DdimSampler {
     type State<B: Backend> = ();
 
-    fn schedule(&self) -> &CosineSchedule {
-        &self.schedule
-    }
-
-    fn prediction(&self) -> Prediction {
-        self.prediction
-    }
-
-    fn timesteps(&self) -> &[usize] {
-        &self.timesteps
+    fn chain(&self) -> &Chain {
+        &self.chain
     }
 
     fn adds_noise(&self, _: usize, next: Option<usize>) -> bool {

@@ -2,30 +2,23 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::process::Prediction;
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepOutput};
 
 /// The reference's sampler: epsilon prediction, x0 clamped to [-1, 1], "fixed small" variance.
 #[derive(Debug, Clone)]
 pub struct DdpmSampler {
-    schedule: CosineSchedule,
-    timesteps: Vec<usize>,
-    /// Clamp x0 to [-1, 1] at every step (`clip_denoised=True` in the reference).
-    pub clip_denoised: bool,
-    /// What the network predicts (the reference's: the noise).
-    pub prediction: Prediction,
+    /// Schedule, timesteps, clamping and what the network predicts.
+    pub chain: Chain,
 }
 
 impl DdpmSampler {
     /// A sampler over every timestep of `schedule`, T - 1 down to 0, with the reference's
     /// clamping.
     pub fn new(schedule: CosineSchedule) -> Self {
+        let timesteps = (0..schedule.num_timesteps()).rev().collect();
         Self {
-            timesteps: (0..schedule.num_timesteps()).rev().collect(),
-            schedule,
-            clip_denoised: true,
-            prediction: Prediction::Epsilon,
+            chain: Chain::new(schedule, timesteps),
         }
     }
 
@@ -41,14 +34,9 @@ impl DdpmSampler {
         x_t: Tensor<B, D>,
         noise: Tensor<B, D>,
     ) -> StepOutput<B, D> {
-        let s = &self.schedule;
-        // 1. x0 from the noise estimate: x0 = sqrt(1/abar_t) x_t - sqrt(1/abar_t - 1) eps.
-        let mut x0 = x_t.clone().mul_scalar(s.sqrt_recip_alphas_cumprod[t])
-            - eps.mul_scalar(s.sqrt_recipm1_alphas_cumprod[t]);
-        // 2. The data lives in [-1, 1]; clamping keeps early, poor estimates in range.
-        if self.clip_denoised {
-            x0 = x0.clamp(-1.0, 1.0);
-        }
+        let s = self.schedule();
+        // 1-2. x0 from the noise estimate, clamped to [-1, 1].
+        let x0 = self.chain.x0(eps, t, x_t.clone());
         // 3. Posterior mean (DDPM eq. 7): coef1 x0 + coef2 x_t.
         let mean = x0.clone().mul_scalar(s.posterior_mean_coef1[t])
             + x_t.mul_scalar(s.posterior_mean_coef2[t]);
@@ -72,16 +60,8 @@ impl DdpmSampler {
 impl Scheduler for DdpmSampler {
     type State<B: Backend> = ();
 
-    fn schedule(&self) -> &CosineSchedule {
-        &self.schedule
-    }
-
-    fn prediction(&self) -> Prediction {
-        self.prediction
-    }
-
-    fn timesteps(&self) -> &[usize] {
-        &self.timesteps
+    fn chain(&self) -> &Chain {
+        &self.chain
     }
 
     fn adds_noise(&self, t: usize, _: Option<usize>) -> bool {

@@ -11,21 +11,16 @@
 
 use burn::tensor::{backend::Backend, Tensor};
 
-use crate::process::Prediction;
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepOutput};
 use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DPM-Solver++(2M) over a subsequence of the training timesteps (trailing spacing, as
 /// [`crate::DdimSampler`]).
 #[derive(Debug, Clone)]
 pub struct DpmSolverSampler {
-    schedule: CosineSchedule,
-    timesteps: Vec<usize>,
-    /// Clamp x0 to [-1, 1] at every step (as the reference's DDPM sampler does).
-    pub clip_denoised: bool,
-    /// What the network predicts (the reference's: the noise).
-    pub prediction: Prediction,
+    /// Schedule, timesteps, clamping and what the network predicts.
+    pub chain: Chain,
 }
 
 impl DpmSolverSampler {
@@ -33,34 +28,14 @@ impl DpmSolverSampler {
     pub fn new(schedule: CosineSchedule, steps: usize) -> Result<Self, SamplerError> {
         let timesteps = trailing_timesteps(schedule.num_timesteps(), steps)?;
         Ok(Self {
-            schedule,
-            timesteps,
-            clip_denoised: true,
-            prediction: Prediction::Epsilon,
+            chain: Chain::new(schedule, timesteps),
         })
     }
 
     /// `lambda_t = ln(alpha_t / sigma_t)`, the half log signal-to-noise ratio.
     pub fn lambda(&self, t: usize) -> f64 {
-        let abar = self.schedule.alphas_cumprod[t];
+        let abar = self.schedule().alphas_cumprod[t];
         0.5 * (abar.ln() - (1.0 - abar).ln())
-    }
-
-    /// The (clamped) x0 prediction from the predicted noise at timestep `t`.
-    pub fn x0<B: Backend, const D: usize>(
-        &self,
-        eps: Tensor<B, D>,
-        t: usize,
-        x_t: Tensor<B, D>,
-    ) -> Tensor<B, D> {
-        let s = &self.schedule;
-        let x0 = x_t.mul_scalar(s.sqrt_recip_alphas_cumprod[t])
-            - eps.mul_scalar(s.sqrt_recipm1_alphas_cumprod[t]);
-        if self.clip_denoised {
-            x0.clamp(-1.0, 1.0)
-        } else {
-            x0
-        }
     }
 
     /// One step from `x_s` at timestep `s` to timestep `t`, given the x0 prediction at `s` and,
@@ -73,7 +48,7 @@ impl DpmSolverSampler {
         x0: Tensor<B, D>,
         previous: Option<(usize, Tensor<B, D>)>,
     ) -> Tensor<B, D> {
-        let abar = &self.schedule.alphas_cumprod;
+        let abar = &self.schedule().alphas_cumprod;
         let (alpha_t, sigma_t) = (abar[t].sqrt(), (1.0 - abar[t]).sqrt());
         let sigma_s = (1.0 - abar[s]).sqrt();
         let h = self.lambda(t) - self.lambda(s);
@@ -92,16 +67,8 @@ impl Scheduler for DpmSolverSampler {
     /// The previous timestep and its x0 prediction, from the second step on.
     type State<B: Backend> = Option<(usize, Tensor<B, 5>)>;
 
-    fn schedule(&self) -> &CosineSchedule {
-        &self.schedule
-    }
-
-    fn prediction(&self) -> Prediction {
-        self.prediction
-    }
-
-    fn timesteps(&self) -> &[usize] {
-        &self.timesteps
+    fn chain(&self) -> &Chain {
+        &self.chain
     }
 
     fn adds_noise(&self, _: usize, _: Option<usize>) -> bool {
@@ -117,7 +84,7 @@ impl Scheduler for DpmSolverSampler {
         _: Tensor<B, 5>,
         previous: &mut Self::State<B>,
     ) -> StepOutput<B, 5> {
-        let x0 = self.x0(eps, t, x_t.clone());
+        let x0 = self.chain.x0(eps, t, x_t.clone());
         let prev_sample = match next {
             // The last network call returns its x0 prediction.
             None => x0.clone(),
@@ -186,7 +153,7 @@ mod tests {
         let device = Default::default();
         let x = Tensor::<B, 5>::random([1, 1, 2, 3, 4], Distribution::Normal(0.0, 1.0), &device);
         let eps = Tensor::<B, 5>::random([1, 1, 2, 3, 4], Distribution::Normal(0.0, 1.0), &device);
-        let x0 = dpm.x0(eps.clone(), 249, x.clone());
+        let x0 = dpm.chain.x0(eps.clone(), 249, x.clone());
         let a = dpm.update(x.clone(), 249, 224, x0, None);
         let b = ddim
             .step_to(
@@ -227,7 +194,7 @@ mod tests {
                 x_ddim = ddim
                     .step_to(eps_at(&x_ddim, t), t, next, x_ddim.clone(), one(0.0))
                     .prev_sample;
-                let x0 = dpm.x0(eps_at(&x_dpm, t), t, x_dpm.clone());
+                let x0 = dpm.chain.x0(eps_at(&x_dpm, t), t, x_dpm.clone());
                 x_dpm = match next {
                     None => x0,
                     Some(n) => {

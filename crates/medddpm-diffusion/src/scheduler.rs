@@ -19,6 +19,51 @@ pub struct StepOutput<B: Backend, const D: usize> {
     pub log_variance: f64,
 }
 
+/// What every sampler walks and how it reads the network: one place for the fields and the x0
+/// prediction the samplers share.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    /// The training schedule the timesteps index.
+    pub schedule: CosineSchedule,
+    /// Timesteps in the order they are visited, from T - 1 down.
+    pub timesteps: Vec<usize>,
+    /// Clamp x0 to [-1, 1] at every step (`clip_denoised=True` in the reference).
+    pub clip_denoised: bool,
+    /// What the network predicts (the reference's: the noise).
+    pub prediction: Prediction,
+}
+
+impl Chain {
+    /// The reference's reading (noise prediction, x0 clamped) over `timesteps`.
+    pub fn new(schedule: CosineSchedule, timesteps: Vec<usize>) -> Self {
+        Self {
+            schedule,
+            timesteps,
+            clip_denoised: true,
+            prediction: Prediction::Epsilon,
+        }
+    }
+
+    /// x0 from the noise estimate at timestep `t`: `sqrt(1/abar_t) x_t - sqrt(1/abar_t - 1) eps`,
+    /// clamped where asked (the data lives in [-1, 1]; clamping keeps early, poor estimates in
+    /// range).
+    pub fn x0<B: Backend, const D: usize>(
+        &self,
+        eps: Tensor<B, D>,
+        t: usize,
+        x_t: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let s = &self.schedule;
+        let x0 = x_t.mul_scalar(s.sqrt_recip_alphas_cumprod[t])
+            - eps.mul_scalar(s.sqrt_recipm1_alphas_cumprod[t]);
+        if self.clip_denoised {
+            x0.clamp(-1.0, 1.0)
+        } else {
+            x0
+        }
+    }
+}
+
 /// A reverse process as diffusers splits it: the scheduler never sees the model, so one driver
 /// ([`Scheduler::sample`]) serves every sampler and tests can step one by hand.
 pub trait Scheduler {
@@ -27,14 +72,8 @@ pub trait Scheduler {
     /// scheduler can be shared between runs.
     type State<B: Backend>: Default;
 
-    /// The training schedule the timesteps index.
-    fn schedule(&self) -> &CosineSchedule;
-
-    /// What the network predicts; the driver turns it into the noise `step` takes.
-    fn prediction(&self) -> Prediction;
-
-    /// Timesteps in the order they are visited, from T - 1 down.
-    fn timesteps(&self) -> &[usize];
+    /// The schedule, timesteps and reading of the network this scheduler walks with.
+    fn chain(&self) -> &Chain;
 
     /// Whether the step from `t` to `next` (the next visited timestep, `None` after the last)
     /// adds noise. Where it does not, the driver passes zeros without drawing, so that a
@@ -53,6 +92,21 @@ pub trait Scheduler {
         noise: Tensor<B, 5>,
         state: &mut Self::State<B>,
     ) -> StepOutput<B, 5>;
+
+    /// The training schedule the timesteps index.
+    fn schedule(&self) -> &CosineSchedule {
+        &self.chain().schedule
+    }
+
+    /// What the network predicts; the driver turns it into the noise `step` takes.
+    fn prediction(&self) -> Prediction {
+        self.chain().prediction
+    }
+
+    /// Timesteps in the order they are visited, from T - 1 down.
+    fn timesteps(&self) -> &[usize] {
+        &self.chain().timesteps
+    }
 
     /// The timestep visited after `t`, `None` after the last.
     fn prev_timestep(&self, t: usize) -> Option<usize> {

@@ -8,7 +8,7 @@ use crate::ddpm::DdpmSampler;
 use crate::dpm_solver::DpmSolverSampler;
 use crate::process::Prediction;
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepOutput};
 use crate::steps::SamplerError;
 
 /// Which reverse process to run, and how many network calls it takes.
@@ -97,11 +97,12 @@ impl Sampler {
 
     /// The same sampler for a network that predicts `prediction` (the default: the noise).
     pub fn with_prediction(mut self, prediction: Prediction) -> Self {
-        match &mut self {
-            Sampler::Ddpm(s) => s.prediction = prediction,
-            Sampler::Ddim(s) => s.prediction = prediction,
-            Sampler::DpmSolver(s) => s.prediction = prediction,
-        }
+        let chain = match &mut self {
+            Sampler::Ddpm(s) => &mut s.chain,
+            Sampler::Ddim(s) => &mut s.chain,
+            Sampler::DpmSolver(s) => &mut s.chain,
+        };
+        chain.prediction = prediction;
         self
     }
 }
@@ -110,27 +111,11 @@ impl Scheduler for Sampler {
     /// Only DPM-Solver++ carries anything from one step to the next.
     type State<B: Backend> = <DpmSolverSampler as Scheduler>::State<B>;
 
-    fn schedule(&self) -> &CosineSchedule {
+    fn chain(&self) -> &Chain {
         match self {
-            Sampler::Ddpm(s) => s.schedule(),
-            Sampler::Ddim(s) => s.schedule(),
-            Sampler::DpmSolver(s) => s.schedule(),
-        }
-    }
-
-    fn prediction(&self) -> Prediction {
-        match self {
-            Sampler::Ddpm(s) => s.prediction(),
-            Sampler::Ddim(s) => s.prediction(),
-            Sampler::DpmSolver(s) => s.prediction(),
-        }
-    }
-
-    fn timesteps(&self) -> &[usize] {
-        match self {
-            Sampler::Ddpm(s) => s.timesteps(),
-            Sampler::Ddim(s) => s.timesteps(),
-            Sampler::DpmSolver(s) => s.timesteps(),
+            Sampler::Ddpm(s) => &s.chain,
+            Sampler::Ddim(s) => &s.chain,
+            Sampler::DpmSolver(s) => &s.chain,
         }
     }
 

@@ -130,20 +130,29 @@ fn step_adds_scaled_noise_before_the_last_step() {
     assert!((got - want).abs() < 1e-6, "{got} vs {want}");
 }
 
-#[test]
-fn sampling_with_an_exact_denoiser_recovers_the_image() {
-    let schedule = CosineSchedule::new(50);
-    let sampler = DdpmSampler::new(schedule.clone());
+/// Samples (seed 7) a batch of two from the oracle of the constant 0.25, checks that `sampler`
+/// made `calls` network calls and gave the constant back, and returns the sample's shape.
+fn recovers_the_oracle_image(sampler: &impl Scheduler, calls: usize) -> [usize; 5] {
+    let schedule = sampler.schedule().clone();
     let device = Default::default();
     B::seed(&device, 7);
     let cond = Tensor::<B, 5>::zeros([2, 2, 2, 3, 4], &device);
-    let mut calls = 0;
-    let x = sampler.sample(&Oracle { schedule, c: 0.25 }, cond, 1, |done| calls = done);
-    assert_eq!(calls, 50);
-    assert_eq!(x.dims(), [2, 1, 2, 3, 4]);
+    let mut done_calls = 0;
+    let x = sampler.sample(&Oracle { schedule, c: 0.25 }, cond, 1, |done| {
+        done_calls = done
+    });
+    assert_eq!(done_calls, calls);
+    let dims = x.dims();
     for v in values(x) {
         assert!((v - 0.25).abs() < 1e-4, "{v}");
     }
+    dims
+}
+
+#[test]
+fn sampling_with_an_exact_denoiser_recovers_the_image() {
+    let sampler = DdpmSampler::new(CosineSchedule::new(50));
+    assert_eq!(recovers_the_oracle_image(&sampler, 50), [2, 1, 2, 3, 4]);
 }
 
 mod ddim {
@@ -236,17 +245,8 @@ mod ddim {
 
     #[test]
     fn deterministic_sampling_with_an_exact_denoiser_recovers_the_image() {
-        let schedule = CosineSchedule::new(250);
-        let sampler = DdimSampler::new(schedule.clone(), 10, 0.0).unwrap();
-        let device = Default::default();
-        B::seed(&device, 7);
-        let cond = Tensor::<B, 5>::zeros([2, 2, 2, 3, 4], &device);
-        let mut calls = 0;
-        let x = sampler.sample(&Oracle { schedule, c: 0.25 }, cond, 1, |done| calls = done);
-        assert_eq!(calls, 10);
-        for v in values(x) {
-            assert!((v - 0.25).abs() < 1e-4, "{v}");
-        }
+        let sampler = DdimSampler::new(CosineSchedule::new(250), 10, 0.0).unwrap();
+        recovers_the_oracle_image(&sampler, 10);
     }
 }
 

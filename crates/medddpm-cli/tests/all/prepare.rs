@@ -125,19 +125,26 @@ fn prepare_brats_end_to_end() {
     assert!(ok, "{stdout}\n{stderr}");
 }
 
+/// `medddpm prepare brats --raw RAW --out OUT`, then `extra`.
+fn prepare_brats(raw: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec![
+        "prepare",
+        "brats",
+        "--raw",
+        raw.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    medddpm(&args)
+}
+
 #[test]
 fn prepare_errors_name_the_file_and_the_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("no-such-raw");
     let out = tmp.path().join("out");
-    let (ok, _, stderr) = medddpm(&[
-        "prepare",
-        "brats",
-        "--raw",
-        missing.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (ok, _, stderr) = prepare_brats(&missing, &out, &[]);
     assert!(!ok);
     assert!(
         stderr.contains("no-such-raw") && stderr.contains("folder not found"),
@@ -147,32 +154,17 @@ fn prepare_errors_name_the_file_and_the_problem() {
     // Every case skipped: a failure, with the reasons printed.
     let raw = tmp.path().join("raw");
     raw_case(&raw, "only", Some("seg"));
-    let (ok, stdout, stderr) = medddpm(&[
-        "prepare",
-        "brats",
-        "--raw",
-        raw.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--grid",
-        "16",
-    ]);
+    let (ok, stdout, stderr) = prepare_brats(&raw, &out, &["--grid", "16"]);
     assert!(!ok);
     assert!(stdout.contains("only_seg.nii.gz"), "{stdout}");
     assert!(stderr.contains("no case could be prepared"), "{stderr}");
 
     let list = tmp.path().join("missing.csv");
-    let (ok, _, stderr) = medddpm(&[
-        "prepare",
-        "brats",
-        "--raw",
-        raw.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--cases",
-        list.to_str().unwrap(),
-        "--overwrite",
-    ]);
+    let (ok, _, stderr) = prepare_brats(
+        &raw,
+        &out,
+        &["--cases", list.to_str().unwrap(), "--overwrite"],
+    );
     assert!(!ok);
     assert!(stderr.contains("missing.csv"), "{stderr}");
 

@@ -213,33 +213,7 @@ fn phantom_labels(dims: [usize; 3]) -> Vec<u32> {
         dims[1] as f64 / 2.0,
         dims[2] as f64 / 2.0,
     ];
-    let mut out = Vec::new();
-    for k in 0..dims[2] {
-        for j in 0..dims[1] {
-            for i in 0..dims[0] {
-                let r = ((i as f64 - c[0]).powi(2)
-                    + (j as f64 - c[1]).powi(2)
-                    + (k as f64 - c[2]).powi(2))
-                .sqrt();
-                out.push(if r < 6.0 {
-                    2
-                } else if r < 10.0 {
-                    1
-                } else {
-                    0
-                });
-            }
-        }
-    }
-    out
-}
-
-fn phantom_image(labels: &[u32], means: [f64; 3], noise: f64, seed: u64) -> Vec<f32> {
-    let mut r = Rng(seed);
-    labels
-        .iter()
-        .map(|&l| (means[l as usize] + noise * r.sym()) as f32)
-        .collect()
+    ball_labels(dims, c, 10.0, 6.0)
 }
 
 #[test]
@@ -247,8 +221,8 @@ fn classifier_recovers_well_separated_labels() {
     let dims = [24, 24, 24];
     let labels = phantom_labels(dims);
     let means = [-1.0, -0.2, 0.5];
-    let r1 = phantom_image(&labels, means, 0.05, 1);
-    let r2 = phantom_image(&labels, means, 0.05, 2);
+    let r1 = labelled_image(&labels, means, 0.05, 1);
+    let r2 = labelled_image(&labels, means, 0.05, 2);
     let clf = TissueClassifier::fit(&[(&r1, &labels), (&r2, &labels)]).unwrap();
     assert_eq!(clf.labels(), [0, 1, 2]);
     // Well separated: k-means keeps the label means as centres.
@@ -261,13 +235,13 @@ fn classifier_recovers_well_separated_labels() {
         (t[0] + 0.6).abs() < 0.01 && (t[1] - 0.15).abs() < 0.01,
         "{t:?}"
     );
-    let sample = phantom_image(&labels, means, 0.05, 3);
+    let sample = labelled_image(&labels, means, 0.05, 3);
     let pred = clf.classify(&sample);
     for (l, d) in per_label_dice(&labels, &pred).unwrap() {
         assert!(d.unwrap() > 0.99, "label {l}: {d:?}");
     }
     // Swapped tissue intensities: the shell and core are misclassified.
-    let swapped = phantom_image(&labels, [-1.0, 0.5, -0.2], 0.05, 4);
+    let swapped = labelled_image(&labels, [-1.0, 0.5, -0.2], 0.05, 4);
     let d = per_label_dice(&labels, &clf.classify(&swapped)).unwrap();
     assert!(d[0].1.unwrap() > 0.99);
     assert!(d[1].1.unwrap() < 0.1 && d[2].1.unwrap() < 0.1, "{d:?}");

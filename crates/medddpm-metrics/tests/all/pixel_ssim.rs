@@ -257,33 +257,31 @@ fn ms_case(dims: [usize; 3]) -> (Vec<f32>, Vec<f32>) {
     (a, b)
 }
 
+// Odd and unequal dims check the axis order and the floor in the pooling: 17x16x18 -> 8x8x9.
+const ODD_DIMS: [usize; 3] = [17, 16, 18];
+
+/// MS-SSIM of the odd-sized case with `scales` and `sigma`, checked against the brute force.
+fn ms_ssim_matches_brute_force(scales: usize, sigma: f64) -> f64 {
+    let (a, b) = ms_case(ODD_DIMS);
+    let opts = MsSsimOptions { scales, sigma };
+    let got = ms_ssim3d_with(&a, &b, ODD_DIMS, 2.0, &opts).unwrap();
+    let want = brute::ms_ssim(&a, &b, ODD_DIMS, 2.0, scales, sigma);
+    assert!((got - want).abs() < 1e-10, "{got} vs {want}");
+    got
+}
+
 #[test]
 fn ms_ssim_matches_brute_force_two_scales() {
-    // Odd and unequal dims check the axis order and the floor in the pooling: 17x16x18 -> 8x8x9.
-    let dims = [17, 16, 18];
-    let (a, b) = ms_case(dims);
-    let opts = MsSsimOptions {
-        scales: 2,
-        sigma: 1.5,
-    };
-    let got = ms_ssim3d_with(&a, &b, dims, 2.0, &opts).unwrap();
-    let want = brute::ms_ssim(&a, &b, dims, 2.0, 2, 1.5);
-    assert!((got - want).abs() < 1e-10, "{got} vs {want}");
+    let got = ms_ssim_matches_brute_force(2, 1.5);
     assert!(got > 0.05 && got < 0.99, "{got}");
 }
 
 #[test]
 fn ms_ssim_matches_brute_force_three_scales_small_window() {
-    let dims = [17, 16, 18];
-    let (a, b) = ms_case(dims);
-    let opts = MsSsimOptions {
-        scales: 3,
-        sigma: 0.5,
-    };
-    let got = ms_ssim3d_with(&a, &b, dims, 2.0, &opts).unwrap();
-    let want = brute::ms_ssim(&a, &b, dims, 2.0, 3, 0.5);
-    assert!((got - want).abs() < 1e-10, "{got} vs {want}");
+    ms_ssim_matches_brute_force(3, 0.5);
     // Plain SSIM agrees with the brute force too.
+    let dims = ODD_DIMS;
+    let (a, b) = ms_case(dims);
     let ssim = ssim3d_with(&a, &b, dims, None, 2.0, &GaussianWindow::new(0.5).unwrap()).unwrap();
     let af: Vec<f64> = a.iter().map(|&v| v as f64).collect();
     let bf: Vec<f64> = b.iter().map(|&v| v as f64).collect();

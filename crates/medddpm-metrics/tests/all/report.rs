@@ -6,34 +6,11 @@ use medddpm_metrics::*;
 const DIMS: [usize; 3] = [16, 16, 16];
 
 fn sphere(center: [f64; 3], r_head: f64, r_core: f64) -> Vec<u32> {
-    let mut out = Vec::new();
-    for k in 0..DIMS[2] {
-        for j in 0..DIMS[1] {
-            for i in 0..DIMS[0] {
-                let r = ((i as f64 - center[0]).powi(2)
-                    + (j as f64 - center[1]).powi(2)
-                    + (k as f64 - center[2]).powi(2))
-                .sqrt();
-                out.push(if r < r_core {
-                    2
-                } else if r < r_head {
-                    1
-                } else {
-                    0
-                });
-            }
-        }
-    }
-    out
+    ball_labels(DIMS, center, r_head, r_core)
 }
 
 fn image(labels: &[u32], seed: u64, noise: f64) -> Vec<f32> {
-    let means = [-1.0, 0.0, 0.6];
-    let mut r = Rng(seed);
-    labels
-        .iter()
-        .map(|&l| (means[l as usize] + noise * r.sym()) as f32)
-        .collect()
+    labelled_image(labels, [-1.0, 0.0, 0.6], noise, seed)
 }
 
 fn input() -> EvalInput {

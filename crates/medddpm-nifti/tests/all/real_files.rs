@@ -22,39 +22,27 @@ const BRATS_ORIGIN: [f64; 3] = [-24.0, 215.0, 6.0];
 const MNI_ORIGIN: [f64; 3] = [-98.0, -134.0, -72.0];
 const COLIN_ORIGIN: [f64; 3] = [-90.0, -125.0, -71.0];
 
-fn expectations() -> Vec<Expect> {
-    let wh = |rel, dtype, sum| Expect {
+/// The files of one source share dims, spacing and affine.
+fn family(
+    dims: [usize; 3],
+    spacing: f64,
+    affine: [[f64; 4]; 4],
+) -> impl Fn(&'static str, DataType, f64) -> Expect {
+    move |rel, dtype, sum| Expect {
         rel,
-        dims: [128; 3],
+        dims,
         dtype,
-        spacing: 1.5,
-        affine: diag_affine(WH_DIAG, WH_ORIGIN),
+        spacing,
+        affine,
         sum,
-    };
-    let brats = |rel, sum| Expect {
-        rel,
-        dims: [192, 192, 144],
-        dtype: DataType::F64,
-        spacing: 1.0,
-        affine: diag_affine(BRATS_DIAG, BRATS_ORIGIN),
-        sum,
-    };
-    let mni = |rel, sum| Expect {
-        rel,
-        dims: [197, 233, 189],
-        dtype: DataType::U8,
-        spacing: 1.0,
-        affine: diag_affine([1.0; 3], MNI_ORIGIN),
-        sum,
-    };
-    let colin = |rel, sum| Expect {
-        rel,
-        dims: [181, 217, 181],
-        dtype: DataType::U8,
-        spacing: 1.0,
-        affine: diag_affine([1.0; 3], COLIN_ORIGIN),
-        sum,
-    };
+    }
+}
+
+fn expectations() -> Vec<Expect> {
+    let wh = family([128; 3], 1.5, diag_affine(WH_DIAG, WH_ORIGIN));
+    let brats = family([192, 192, 144], 1.0, diag_affine(BRATS_DIAG, BRATS_ORIGIN));
+    let mni = family([197, 233, 189], 1.0, diag_affine([1.0; 3], MNI_ORIGIN));
+    let colin = family([181, 217, 181], 1.0, diag_affine([1.0; 3], COLIN_ORIGIN));
     vec![
         wh(
             "medddpm-samples/whole_head/image/sample_3.nii.gz",
@@ -83,43 +71,52 @@ fn expectations() -> Vec<Expect> {
         ),
         brats(
             "medddpm-samples/brats2021/t1/BraTS2021_01306_t1.nii.gz",
+            DataType::F64,
             -3884084.3895044825,
         ),
         brats(
             "medddpm-samples/brats2021/t1ce/BraTS2021_01306_t1ce.nii.gz",
+            DataType::F64,
             -4727336.588845259,
         ),
         brats(
             "medddpm-samples/brats2021/t2/BraTS2021_01306_t2.nii.gz",
+            DataType::F64,
             -4504028.405635847,
         ),
         brats(
             "medddpm-samples/brats2021/flair/BraTS2021_01306_flair.nii.gz",
+            DataType::F64,
             -4371451.015632826,
         ),
         brats(
             "medddpm-samples/brats2021/seg/BraTS2021_01306_seg.nii.gz",
+            DataType::F64,
             4764191.0,
         ),
         brats(
             "medddpm-samples/brats2021/seg/BraTS2021_00529_seg.nii.gz",
+            DataType::F64,
             6329405.0,
         ),
         mni(
             "mni152-2009/mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz",
+            DataType::U8,
             333468829.0,
         ),
         mni(
             "mni152-2009/mni_icbm152_gm_tal_nlin_sym_09a_converted.nii.gz",
+            DataType::U8,
             257090788.0,
         ),
         mni(
             "mni152-2009/mni_icbm152_wm_tal_nlin_sym_09a_converted.nii.gz",
+            DataType::U8,
             170935158.0,
         ),
-        colin("colin27/ch2.nii.gz", 317151210.0),
-        colin("colin27/ch2bet.nii.gz", 158526435.0),
-        colin("colin27/aal.nii.gz", 76656511.0),
+        colin("colin27/ch2.nii.gz", DataType::U8, 317151210.0),
+        colin("colin27/ch2bet.nii.gz", DataType::U8, 158526435.0),
+        colin("colin27/aal.nii.gz", DataType::U8, 76656511.0),
     ]
 }
 

@@ -67,3 +67,35 @@ pub fn add_noise(v: &[f32], scale: f64, seed: u64) -> Vec<f32> {
         .map(|&x| (x as f64 + scale * r.sym()) as f32)
         .collect()
 }
+
+/// Head-like labels in file order: 2 within `r_core` of `center`, 1 within `r_head`, 0 beyond.
+pub fn ball_labels(dims: [usize; 3], center: [f64; 3], r_head: f64, r_core: f64) -> Vec<u32> {
+    let mut out = Vec::new();
+    for k in 0..dims[2] {
+        for j in 0..dims[1] {
+            for i in 0..dims[0] {
+                let r = ((i as f64 - center[0]).powi(2)
+                    + (j as f64 - center[1]).powi(2)
+                    + (k as f64 - center[2]).powi(2))
+                .sqrt();
+                out.push(if r < r_core {
+                    2
+                } else if r < r_head {
+                    1
+                } else {
+                    0
+                });
+            }
+        }
+    }
+    out
+}
+
+/// An image of `labels`: each voxel its label's mean plus uniform noise of half-width `noise`.
+pub fn labelled_image(labels: &[u32], means: [f64; 3], noise: f64, seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    labels
+        .iter()
+        .map(|&l| (means[l as usize] + noise * r.sym()) as f32)
+        .collect()
+}
