@@ -9,13 +9,12 @@
 
 use burn::tensor::DType;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
 use super::lists;
-
+use crate::empty;
 use crate::reference::adam::{AdamStep, AdamTensors};
 
 /// One parameter tensor's inputs, as CubeCL tensors.
@@ -193,14 +192,7 @@ fn outputs_of<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     dtype: DType,
     copy: Option<DType>,
 ) -> Vec<CubeTensor<R>> {
-    let out = |like: &CubeTensor<R>, dtype: DType| {
-        empty_device_contiguous_dtype::<R>(
-            like.client.clone(),
-            like.device.clone(),
-            like.meta.shape().clone(),
-            dtype,
-        )
-    };
+    let out = |like: &CubeTensor<R>, dtype: DType| empty(like, like.meta.shape().clone(), dtype);
     let mut o = vec![
         out(&t.param, dtype),
         out(&t.param, dtype),

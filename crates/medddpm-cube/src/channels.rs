@@ -5,15 +5,13 @@
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::stream::Operation;
-use burn_fusion::FusionBackend;
-use burn_ir::{CustomOpIr, OperationOutput};
+use burn_ir::OperationOutput;
 use cubecl::prelude::*;
 
-use super::{elementwise, register, widest_vector, Cube, Fused, Handles};
+use super::{elementwise, fixed, register, widest_vector, Fused, Kernel};
+use crate::empty;
 use crate::reference::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 
 /// `out[r, 0..qa] = a[r]`, `out[r, qa..] = b[r]` (sizes in vectors).
@@ -97,12 +95,7 @@ fn pad_last_kernel<F: Float, N: Size>(
 pub fn pad<R: CubeRuntime>(x: CubeTensor<R>, channels: usize) -> CubeTensor<R> {
     let x = into_contiguous(x);
     let c = last(x.meta.shape());
-    let out = empty_device_contiguous_dtype::<R>(
-        x.client.clone(),
-        x.device.clone(),
-        with_last(x.meta.shape(), channels),
-        x.dtype,
-    );
+    let out = empty(&x, with_last(x.meta.shape(), channels), x.dtype);
     let vector = widest_vector(&x, &[channels]);
     let (count, dim) = elementwise(&x, out.meta.num_elements() / vector);
     let client = x.client.clone();
@@ -135,12 +128,7 @@ fn with_last(shape: &Shape, c: usize) -> Shape {
 pub fn join<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> CubeTensor<R> {
     let (a, b) = (into_contiguous(a), into_contiguous(b));
     let (ca, cb) = (last(a.meta.shape()), last(b.meta.shape()));
-    let out = empty_device_contiguous_dtype::<R>(
-        a.client.clone(),
-        a.device.clone(),
-        with_last(a.meta.shape(), ca + cb),
-        a.dtype,
-    );
+    let out = empty(&a, with_last(a.meta.shape(), ca + cb), a.dtype);
     let vector = widest_vector(&a, &[ca, cb]);
     let (count, dim) = elementwise(&a, out.meta.num_elements() / vector);
     let client = a.client.clone();
@@ -165,14 +153,7 @@ pub fn split<R: CubeRuntime>(x: CubeTensor<R>, first: usize) -> [CubeTensor<R>; 
     let x = into_contiguous(x);
     let c = last(x.meta.shape());
     let (ca, cb) = (first, c - first);
-    let part = |c| {
-        empty_device_contiguous_dtype::<R>(
-            x.client.clone(),
-            x.device.clone(),
-            with_last(x.meta.shape(), c),
-            x.dtype,
-        )
-    };
+    let part = |c| empty(&x, with_last(x.meta.shape(), c), x.dtype);
     let (a, b) = (part(ca), part(cb));
     let vector = widest_vector(&x, &[ca, cb]);
     let (count, dim) = elementwise(&x, x.meta.num_elements() / vector);
@@ -198,7 +179,7 @@ fn runs(dtype: DType, ca: usize, cb: usize) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && ca > 0 && cb > 0
 }
 
-/// Which copy a [`Channels`] operation makes.
+/// Which copy a channel operation makes (the [`Kernel`] it registers).
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Join,
@@ -208,34 +189,23 @@ enum Kind {
     Pad(usize),
 }
 
-#[derive(Debug, Clone)]
-struct Channels<B> {
-    desc: CustomOpIr,
-    what: Kind,
-    _b: core::marker::PhantomData<B>,
-}
-
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for Channels<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let get = |h: &mut Handles<R, F, I, BT>, t| h.get_float_tensor::<Cube<R, F, I, BT>>(t);
-        match self.what {
+impl Kernel for Kind {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
+        match *self {
             Kind::Join => {
-                let ([a, b], [out]) = self.desc.as_fixed();
-                let (a, b) = (get(handles, a), get(handles, b));
-                handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, join(a, b));
+                let [a, b] = fixed(inputs);
+                vec![join(a, b)]
             }
             Kind::Split(first) => {
-                let ([x], [a_ir, b_ir]) = self.desc.as_fixed();
-                let [a, b] = split(get(handles, x), first);
-                handles.register_float_tensor::<Cube<R, F, I, BT>>(&a_ir.id, a);
-                handles.register_float_tensor::<Cube<R, F, I, BT>>(&b_ir.id, b);
+                let [x] = fixed(inputs);
+                split(x, first).into()
             }
             Kind::Pad(channels) => {
-                let ([x], [out]) = self.desc.as_fixed();
-                let out_t = pad(get(handles, x), channels);
-                handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, out_t);
+                let [x] = fixed(inputs);
+                vec![pad(x, channels)]
             }
         }
     }
@@ -258,11 +228,7 @@ pub fn cat_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         "medddpm_cat_last",
         vec![a, b],
         vec![(shape, dtype)],
-        |desc| Channels::<Cube<R, F, I, BT>> {
-            desc,
-            what: Kind::Join,
-            _b: core::marker::PhantomData,
-        },
+        Kind::Join,
     )
     .outputs();
     out
@@ -282,14 +248,7 @@ pub fn split_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         (with_last(&x.shape, first), dtype),
         (with_last(&x.shape, c - first), dtype),
     ];
-    register::<R, F, I, BT, _>("medddpm_split_last", vec![x], shapes, |desc| Channels::<
-        Cube<R, F, I, BT>,
-    > {
-        desc,
-        what: Kind::Split(first),
-        _b: core::marker::PhantomData,
-    })
-    .outputs()
+    register::<R, F, I, BT, _>("medddpm_split_last", vec![x], shapes, Kind::Split(first)).outputs()
 }
 
 /// [`crate::KernelBackend::pad_last`] on burn's fused CubeCL backends.
@@ -303,14 +262,12 @@ pub fn pad_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     }
     let dtype = x.dtype;
     let shape = with_last(&x.shape, channels);
-    let [out] =
-        register::<R, F, I, BT, _>("medddpm_pad_last", vec![x], vec![(shape, dtype)], |desc| {
-            Channels::<Cube<R, F, I, BT>> {
-                desc,
-                what: Kind::Pad(channels),
-                _b: core::marker::PhantomData,
-            }
-        })
-        .outputs();
+    let [out] = register::<R, F, I, BT, _>(
+        "medddpm_pad_last",
+        vec![x],
+        vec![(shape, dtype)],
+        Kind::Pad(channels),
+    )
+    .outputs();
     out
 }

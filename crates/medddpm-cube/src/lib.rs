@@ -20,6 +20,7 @@ pub mod upsample;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
@@ -49,69 +50,77 @@ fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
     spec.engine == NormEngine::Kernel && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// A custom operation's float inputs, in order.
-fn float_inputs<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    desc: &CustomOpIr,
-    handles: &mut Handles<R, F, I, BT>,
-) -> std::vec::IntoIter<CubeTensor<R>> {
-    desc.inputs
-        .iter()
-        .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
-        .collect::<Vec<_>>()
-        .into_iter()
+/// What one of our fusion operations computes: its outputs, in the order they were registered,
+/// from its float inputs in theirs. [`CustomOp`] runs any of them.
+trait Kernel: core::fmt::Debug + Send + Sync + 'static {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>>;
 }
 
-/// The GroupNorm forward as a fusion operation: inputs `x, gamma, beta` and the shift last
-/// when there is one; outputs `y, mean, rstd`.
-#[derive(Debug, Clone)]
-struct GroupNormForward<B> {
+/// A [`Kernel`] registered as a burn-fusion custom operation ([`register`]).
+#[derive(Debug)]
+struct CustomOp<B, K> {
     desc: CustomOpIr,
-    spec: GroupNormSpec,
+    kernel: K,
     _b: core::marker::PhantomData<B>,
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>
     Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime>
-    for GroupNormForward<Cube<R, F, I, BT>>
+    for CustomOp<Cube<R, F, I, BT>, K>
 {
     fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let mut inputs = float_inputs::<R, F, I, BT>(&self.desc, handles);
-        let mut next = || inputs.next().expect("the inputs registered");
-        let (x, gamma, beta) = (next(), next(), next());
-        let shift = inputs.next();
-        let (y, mean, rstd) = norm::forward(x, shift, gamma, beta, &self.spec);
-        let [y_ir, mean_ir, rstd_ir] = [0, 1, 2].map(|i| &self.desc.outputs[i]);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&y_ir.id, y);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&mean_ir.id, mean);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&rstd_ir.id, rstd);
+        let inputs = self
+            .desc
+            .inputs
+            .iter()
+            .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
+            .collect();
+        let outputs = self.kernel.run::<R, F, I, BT>(inputs);
+        for (ir, t) in self.desc.outputs.iter().zip(outputs) {
+            handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
+        }
     }
 }
 
-#[derive(Debug, Clone)]
-struct GroupNormBackward<B> {
-    desc: CustomOpIr,
-    spec: GroupNormSpec,
-    _b: core::marker::PhantomData<B>,
+/// A fixed number of inputs, as registered.
+fn fixed<const N: usize, T>(inputs: Vec<T>) -> [T; N] {
+    let got = inputs.len();
+    inputs
+        .try_into()
+        .unwrap_or_else(|_| panic!("{N} inputs registered, {got} given"))
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime>
-    for GroupNormBackward<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let mut inputs = float_inputs::<R, F, I, BT>(&self.desc, handles);
+/// The GroupNorm forward as a fusion operation: inputs `x, gamma, beta` and the shift last
+/// when there is one; outputs `y, mean, rstd`. Or, `backward`, its backward: inputs `x, gamma,
+/// beta, mean, rstd, dy` and the shift last when there is one; outputs the gradients of `x,
+/// gamma, beta` and of the shift.
+#[derive(Debug)]
+struct GroupNorm {
+    spec: GroupNormSpec,
+    backward: bool,
+}
+
+impl Kernel for GroupNorm {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
+        let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
-        let (x, gamma, beta, mean, rstd, dy) = (next(), next(), next(), next(), next(), next());
+        let (x, gamma, beta) = (next(), next(), next());
+        if !self.backward {
+            let shift = inputs.next();
+            let (y, mean, rstd) = norm::forward(x, shift, gamma, beta, &self.spec);
+            return vec![y, mean, rstd];
+        }
+        let (mean, rstd, dy) = (next(), next(), next());
         let shift = inputs.next();
         let (dx, dgamma, dbeta, dshift) =
             group_norm_backward_cube::<R>(x, shift, gamma, beta, mean, rstd, dy, &self.spec);
-        let outputs = &self.desc.outputs;
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[0].id, dx);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[1].id, dgamma);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[2].id, dbeta);
-        if let Some(dshift) = dshift {
-            handles.register_float_tensor::<Cube<R, F, I, BT>>(&outputs[3].id, dshift);
-        }
+        [dx, dgamma, dbeta].into_iter().chain(dshift).collect()
     }
 }
 
@@ -153,6 +162,15 @@ fn group_norm_backward_cube<R: CubeRuntime>(
     (dx, d_gamma, d_beta, d_shift)
 }
 
+/// A new contiguous tensor of `shape` and `dtype` on `like`'s device.
+pub(crate) fn empty<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    shape: Shape,
+    dtype: DType,
+) -> CubeTensor<R> {
+    empty_device_contiguous_dtype::<R>(like.client.clone(), like.device.clone(), shape, dtype)
+}
+
 /// The launch of one thread per each of `n` items, in cubes of 256 threads (the elementwise
 /// passes of GroupNorm, the upsampling and the channel copies).
 pub(crate) fn elementwise<R: CubeRuntime>(t: &CubeTensor<R>, n: usize) -> (CubeCount, CubeDim) {
@@ -173,15 +191,14 @@ pub(crate) fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>, counts: &[usize])
         .unwrap_or(1)
 }
 
-fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, O>(
+/// Registers `kernel` as a fusion operation named `name` on `inputs`, giving tensors of
+/// `outputs`.
+fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>(
     name: &'static str,
     inputs: Vec<FloatTensor<Fused<R, F, I, BT>>>,
     outputs: Vec<(Shape, DType)>,
-    make: impl FnOnce(CustomOpIr) -> O,
-) -> Vec<FloatTensor<Fused<R, F, I, BT>>>
-where
-    O: Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
-{
+    kernel: K,
+) -> Vec<FloatTensor<Fused<R, F, I, BT>>> {
     let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());
     let outs: Vec<TensorIr> = outputs
@@ -190,31 +207,29 @@ where
         .collect();
     let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new(name, &irs, &outs);
-    client.register(streams, OperationIr::Custom(desc.clone()), make(desc))
+    let op = CustomOp::<Cube<R, F, I, BT>, K> {
+        desc: desc.clone(),
+        kernel,
+        _b: core::marker::PhantomData,
+    };
+    client.register(streams, OperationIr::Custom(desc), op)
 }
 
-#[derive(Debug, Clone)]
-struct Upsample<B> {
-    desc: CustomOpIr,
+/// The upsampling (or, `backward`, its backward) as a fusion operation.
+#[derive(Debug)]
+struct Upsample {
     layout: crate::compute::Layout,
     backward: bool,
-    _b: core::marker::PhantomData<B>,
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for Upsample<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let ([input], [out_ir]) = self.desc.as_fixed();
-        let input = handles.get_float_tensor::<Cube<R, F, I, BT>>(input);
-        let out = upsample::run(input, self.layout, self.backward);
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&out_ir.id, out);
+impl Kernel for Upsample {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
+        let [input] = fixed(inputs);
+        vec![upsample::run(input, self.layout, self.backward)]
     }
-}
-
-/// Whether the CubeCL upsampling handles `dtype` (f64 stays on the plain ops).
-fn upsample_runs(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// [`crate::KernelBackend::upsample_trilinear_x2`] on burn's fused CubeCL backends: the CubeCL
@@ -223,14 +238,7 @@ pub fn upsample_trilinear_x2<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     x: FloatTensor<Fused<R, F, I, BT>>,
     layout: crate::compute::Layout,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if upsample_runs(x.dtype) {
-        upsample_fused::<R, F, I, BT>(x, layout, false)
-    } else {
-        primitive::float(upsample_trilinear_x2_in::<Fused<R, F, I, BT>>(
-            primitive::tensor(x),
-            layout,
-        ))
-    }
+    upsample_fused::<R, F, I, BT>(x, layout, false)
 }
 
 /// [`crate::KernelBackend::upsample_trilinear_x2_backward`] on burn's fused CubeCL backends.
@@ -243,22 +251,24 @@ pub fn upsample_trilinear_x2_backward<
     grad: FloatTensor<Fused<R, F, I, BT>>,
     layout: crate::compute::Layout,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if upsample_runs(grad.dtype) {
-        upsample_fused::<R, F, I, BT>(grad, layout, true)
-    } else {
-        primitive::float(upsample_trilinear_x2_backward_in::<Fused<R, F, I, BT>>(
-            primitive::tensor(grad),
-            layout,
-        ))
-    }
+    upsample_fused::<R, F, I, BT>(grad, layout, true)
 }
 
-/// The upsampling kernel (or, `backward`, its backward) as a fusion custom operation.
+/// The upsampling kernel (or, `backward`, its backward) as a fusion custom operation; f64 on
+/// the plain ops.
 fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     layout: crate::compute::Layout,
     backward: bool,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
+    if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        let plain = if backward {
+            upsample_trilinear_x2_backward_in::<Fused<R, F, I, BT>>
+        } else {
+            upsample_trilinear_x2_in::<Fused<R, F, I, BT>>
+        };
+        return primitive::float(plain(primitive::tensor(x), layout));
+    }
     let out_shape = upsample::output_shape(&x.shape, layout, backward);
     let name = if backward {
         "medddpm_upsample_trilinear_x2_backward"
@@ -266,16 +276,13 @@ fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         "medddpm_upsample_trilinear_x2"
     };
     let dtype = x.dtype;
-    let [y] =
-        register::<R, F, I, BT, _>(name, vec![x], vec![(out_shape, dtype)], |desc| Upsample::<
-            Cube<R, F, I, BT>,
-        > {
-            desc,
-            layout,
-            backward,
-            _b: core::marker::PhantomData,
-        })
-        .outputs();
+    let [y] = register::<R, F, I, BT, _>(
+        name,
+        vec![x],
+        vec![(out_shape, dtype)],
+        Upsample { layout, backward },
+    )
+    .outputs();
     y
 }
 
@@ -331,15 +338,16 @@ fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     ];
     let mut inputs = vec![x, gamma, beta];
     inputs.extend(shift);
-    let [y, mean, rstd] =
-        register::<R, F, I, BT, _>("medddpm_group_norm_forward", inputs, outputs, |desc| {
-            GroupNormForward::<Cube<R, F, I, BT>> {
-                desc,
-                spec,
-                _b: core::marker::PhantomData,
-            }
-        })
-        .outputs();
+    let [y, mean, rstd] = register::<R, F, I, BT, _>(
+        "medddpm_group_norm_forward",
+        inputs,
+        outputs,
+        GroupNorm {
+            spec,
+            backward: false,
+        },
+    )
+    .outputs();
     GroupNormOutput { y, mean, rstd }
 }
 
@@ -365,15 +373,16 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     outputs.extend(shift.as_ref().map(|s| (s.shape.clone(), s.dtype)));
     let mut inputs = vec![x, gamma, beta, mean, rstd, grad];
     inputs.extend(shift);
-    let mut grads =
-        register::<R, F, I, BT, _>("medddpm_group_norm_backward", inputs, outputs, |desc| {
-            GroupNormBackward::<Cube<R, F, I, BT>> {
-                desc,
-                spec,
-                _b: core::marker::PhantomData,
-            }
-        })
-        .into_iter();
+    let mut grads = register::<R, F, I, BT, _>(
+        "medddpm_group_norm_backward",
+        inputs,
+        outputs,
+        GroupNorm {
+            spec,
+            backward: true,
+        },
+    )
+    .into_iter();
     let mut next = || grads.next().expect("the outputs registered");
     let (x, gamma, beta) = (next(), next(), next());
     GroupNormGrads {
@@ -384,21 +393,23 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     }
 }
 
-#[derive(Debug, Clone)]
-struct AdamOp<B> {
-    desc: CustomOpIr,
+/// The Adam update of a list of tensors as one fusion operation: per item `param, grad,
+/// moment_1, moment_2` and, where `recycled`, a copy to recycle; outputs as [`adam::run`] gives
+/// them.
+#[derive(Debug)]
+struct AdamOp {
     step: AdamStep,
     copy: Option<DType>,
     /// Per item, whether a copy to recycle follows its four inputs.
     recycled: Vec<bool>,
-    _b: core::marker::PhantomData<B>,
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for AdamOp<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let mut inputs = float_inputs::<R, F, I, BT>(&self.desc, handles);
+impl Kernel for AdamOp {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
+        let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let items = self
             .recycled
@@ -412,9 +423,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             })
             .collect();
         let results = adam::run(items, self.step, self.copy);
-        for (ir, t) in self.desc.outputs.iter().zip(results.into_iter().flatten()) {
-            handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
-        }
+        results.into_iter().flatten().collect()
     }
 }
 
@@ -447,16 +456,16 @@ pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         recycled.push(t.recycle.is_some());
         inputs.extend(t.recycle);
     }
-    let outputs =
-        register::<R, F, I, BT, _>("medddpm_adam_steps", inputs, outputs, |desc| AdamOp::<
-            Cube<R, F, I, BT>,
-        > {
-            desc,
+    let outputs = register::<R, F, I, BT, _>(
+        "medddpm_adam_steps",
+        inputs,
+        outputs,
+        AdamOp {
             step,
             copy,
             recycled,
-            _b: core::marker::PhantomData,
-        });
+        },
+    );
     let mut outputs = outputs.into_iter();
     let mut results = Vec::with_capacity(outputs.len() / per_item);
     while let (Some(param), Some(moment_1), Some(moment_2)) =

@@ -8,12 +8,9 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::stream::Operation;
-use burn_fusion::FusionBackend;
-use burn_ir::CustomOpIr;
 use cubecl::prelude::*;
 
-use super::{lists, register, Cube, Fused, Handles};
+use super::{lists, register, Fused, Kernel};
 use crate::reference::sum::sum_f32_primitive;
 
 /// The most pairs one launch sums (three bindings each).
@@ -99,30 +96,22 @@ fn launch<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>> 
     outputs
 }
 
-#[derive(Debug, Clone)]
-struct SumOp<B> {
-    desc: CustomOpIr,
-    _b: core::marker::PhantomData<B>,
-}
+/// The f32 sums of a list of pairs as one fusion operation: inputs the pairs' tensors in
+/// turn, outputs one sum per pair.
+#[derive(Debug)]
+struct SumOp;
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for SumOp<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let inputs: Vec<CubeTensor<R>> = self
-            .desc
-            .inputs
-            .iter()
-            .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
-            .collect();
+impl Kernel for SumOp {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
-        let mut pairs = Vec::with_capacity(self.desc.outputs.len());
+        let mut pairs = Vec::with_capacity(inputs.len() / 2);
         while let (Some(a), Some(b)) = (inputs.next(), inputs.next()) {
             pairs.push([a, b]);
         }
-        for (ir, t) in self.desc.outputs.iter().zip(run(pairs)) {
-            handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
-        }
+        run(pairs)
     }
 }
 
@@ -145,10 +134,5 @@ pub fn sum_f32<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         .map(|[a, _]| (a.shape.clone(), DType::F32))
         .collect();
     let inputs = pairs.into_iter().flatten().collect();
-    register::<R, F, I, BT, _>("medddpm_sum_f32", inputs, outputs, |desc| SumOp::<
-        Cube<R, F, I, BT>,
-    > {
-        desc,
-        _b: core::marker::PhantomData,
-    })
+    register::<R, F, I, BT, _>("medddpm_sum_f32", inputs, outputs, SumOp)
 }

@@ -15,12 +15,12 @@
 
 use burn::tensor::Shape;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use crate::compute::Layout;
+use crate::empty;
 
 /// The two inputs (and their weights) output `o` of an axis of `n` inputs reads.
 #[cube]
@@ -249,12 +249,7 @@ pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool)
         input.meta.shape()
     };
     let [_, d, h, w, q] = view(small, layout);
-    let out = empty_device_contiguous_dtype::<R>(
-        input.client.clone(),
-        input.device.clone(),
-        out_shape,
-        input.dtype,
-    );
+    let out = empty(&input, out_shape, input.dtype);
     // Neighbouring channels in one vector load: the scalar kernels ran at a tenth of the H200's
     // bandwidth (1.6 ms forward, 1.1 ms backward per bf16 training step).
     let vector = super::widest_vector(&input, &[q]);

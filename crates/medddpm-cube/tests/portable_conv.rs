@@ -9,58 +9,17 @@
 //! 16-bit operands go through the tensor-core kernels): the GPU machine runs them that way.
 #![cfg(any(feature = "wgpu", feature = "test-cuda"))]
 
-use burn::backend::Flex;
-#[cfg(not(feature = "test-cuda"))]
-use burn::backend::{wgpu::WgpuRuntime as GpuRuntime, Wgpu as Gpu};
-#[cfg(feature = "test-cuda")]
-use {burn::backend::Cuda as Gpu, cubecl_cuda::CudaRuntime as GpuRuntime};
+mod common;
 
+use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use common::{case, prim, zeros, Case, Fused as Gpu, GpuBool, GpuRuntime, NARROW_UNEVEN};
 use medddpm_cube::conv::{conv3d_data_grad_fused, conv3d_forward_fused, CubeConvError};
 use medddpm_ops::agreement::rel_l2;
-use medddpm_ops::compute::{Compute, Layout};
+use medddpm_ops::compute::Layout;
 use medddpm_ops::layout::in_layout;
 use medddpm_ops::reference::conv as reference;
-use medddpm_ops::reference::conv_spec::Conv3dSpec;
-
-/// The boolean element of the backend's tensors.
-#[cfg(not(feature = "test-cuda"))]
-type GpuBool = u32;
-#[cfg(feature = "test-cuda")]
-type GpuBool = u8;
-
-/// One convolution: batch, input and output channels, input size, kernel, stride, padding.
-#[derive(Debug, Clone, Copy)]
-struct Case {
-    batch: usize,
-    c_in: usize,
-    c_out: usize,
-    size: [usize; 3],
-    kernel: [usize; 3],
-    stride: [usize; 3],
-    padding: [usize; 3],
-}
-
-const fn case(
-    batch: usize,
-    c_in: usize,
-    c_out: usize,
-    size: [usize; 3],
-    k: usize,
-    s: usize,
-    p: usize,
-) -> Case {
-    Case {
-        batch,
-        c_in,
-        c_out,
-        size,
-        kernel: [k; 3],
-        stride: [s; 3],
-        padding: [p; 3],
-    }
-}
 
 /// The U-Net's convolutions (input, 3x3x3, downsampling, 1x1x1 skip, output) at 4^3 to 8^3,
 /// then odd ones. Together they use every tile the kernels choose (1 to 4, 5 to 16, 17 to 32
@@ -76,46 +35,16 @@ const CASES: [Case; 13] = [
     case(1, 5, 3, [6, 5, 4], 1, 2, 0),
     case(1, 3, 33, [9, 4, 5], 5, 3, 2),
     case(2, 33, 20, [3, 5, 4], 3, 1, 2),
-    Case {
-        batch: 1,
-        c_in: 17,
-        c_out: 33,
-        size: [5, 4, 7],
-        kernel: [3, 1, 2],
-        stride: [2, 1, 3],
-        padding: [1, 0, 1],
-    },
+    Case::new(1, 17, 33, [5, 4, 7], [3, 1, 2], [2, 1, 3], [1, 0, 1]),
     // Up to four output channels from a channels-last input (and 64 -> 1 above): the narrow
     // forward kernel, 40 channels as 5 or 10 vectors a tap, 8 as one or two.
     case(2, 40, 4, [5, 6, 7], 3, 2, 1),
-    Case {
-        batch: 1,
-        c_in: 8,
-        c_out: 2,
-        size: [6, 5, 7],
-        kernel: [2, 3, 1],
-        stride: [1, 2, 3],
-        padding: [0, 1, 1],
-    },
+    NARROW_UNEVEN,
 ];
 
-/// Normal values from a generator of our own (xorshift and Box-Muller), so the operands, and
-/// with them the errors, are the same from run to run.
+/// Normal values of `shape` (see [`common::normal`]).
 fn normal(shape: [usize; 5], std: f64, seed: u64) -> TensorData {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    let values: Vec<f32> = (0..shape.iter().product::<usize>())
-        .map(|_| {
-            let (u, v) = (uniform(), uniform());
-            (std * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-        })
-        .collect();
-    TensorData::new(values, shape)
+    TensorData::new(common::normal(shape.iter().product(), std, seed), shape)
 }
 
 /// `data` rounded to `dtype` and back, on the CPU: the operands both sides see.
@@ -149,16 +78,11 @@ fn errors(c: Case, dtype: DType, layout: Layout, seed: u64) -> [f64; 2] {
         ),
         dtype,
     );
-    let spec = Conv3dSpec {
-        stride: c.stride,
-        padding: c.padding,
-        compute: Compute::default(),
-    };
-    let [od, oh, ow] = spec.output_size(c.size, c.kernel);
+    let spec = c.spec();
+    let [od, oh, ow] = c.out_size();
     let dy = rounded(normal([c.batch, c.c_out, od, oh, ow], 1.0, seed + 2), dtype);
     let want_y = reference::forward(x.clone(), weight.clone(), spec);
     let want_dx = reference::data_grad(x.clone(), weight.clone(), dy.clone(), spec);
-    let prim = |t: Tensor<Gpu, 5>| t.into_primitive().tensor();
     let w_gpu = prim(on_gpu(&weight, dtype, Layout::Ncdhw));
     let y = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
         prim(on_gpu(&x, dtype, layout)),
@@ -241,7 +165,6 @@ fn results_come_back_in_the_layout_asked_for() {
     type Cube = CubeBackend<GpuRuntime, f32, i32, GpuBool>;
     let x = Tensor::<Cube, 5>::from_data(normal([1, 6, 4, 5, 3], 1.0, 3), &Default::default());
     let w = Tensor::<Cube, 5>::from_data(normal([4, 6, 3, 3, 3], 0.1, 4), &Default::default());
-    let prim = |t: Tensor<Cube, 5>| t.into_primitive().tensor();
     for layout in Layout::ALL {
         let xl = prim(in_layout(x.clone(), layout));
         let y = conv3d_forward(xl, prim(w.clone()), [2; 3], [1; 3], layout).unwrap();
@@ -271,19 +194,13 @@ fn results_come_back_in_the_layout_asked_for() {
 
 #[test]
 fn mismatched_operands_are_errors() {
-    let device = Default::default();
-    let prim = |t: Tensor<Gpu, 5>| t.into_primitive().tensor();
-    let x = prim(Tensor::<Gpu, 5>::zeros([1, 3, 4, 4, 4], &device));
-    let w = prim(Tensor::<Gpu, 5>::zeros([2, 4, 3, 3, 3], &device));
-    let e = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
-        x,
-        w.clone(),
-        [1; 3],
-        [1; 3],
-        Layout::Ncdhw,
-    );
+    let forward = |x, w, padding| {
+        conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(x, w, [1; 3], padding, Layout::Ncdhw)
+    };
+    let w = zeros::<Gpu>([2, 4, 3, 3, 3]);
+    let e = forward(zeros::<Gpu>([1, 3, 4, 4, 4]), w.clone(), [1; 3]);
     assert!(matches!(e, Err(CubeConvError::Channels { .. })), "{e:?}");
-    let dy = prim(Tensor::<Gpu, 5>::zeros([1, 2, 3, 4, 4], &device));
+    let dy = zeros::<Gpu>([1, 2, 3, 4, 4]);
     let e = conv3d_data_grad_fused::<GpuRuntime, f32, i32, GpuBool>(
         [1, 4, 4, 4, 4],
         w.clone(),
@@ -293,13 +210,6 @@ fn mismatched_operands_are_errors() {
         Layout::Ncdhw,
     );
     assert!(matches!(e, Err(CubeConvError::GradShape { .. })), "{e:?}");
-    let big = prim(Tensor::<Gpu, 5>::zeros([1, 4, 2, 2, 2], &device));
-    let e = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
-        big,
-        w,
-        [1; 3],
-        [0; 3],
-        Layout::Ncdhw,
-    );
+    let e = forward(zeros::<Gpu>([1, 4, 2, 2, 2]), w, [0; 3]);
     assert!(matches!(e, Err(CubeConvError::Window { .. })), "{e:?}");
 }

@@ -15,136 +15,47 @@
 //! 16-bit operands go through the tensor-core kernel): the GPU machine runs them that way.
 #![cfg(any(feature = "wgpu", feature = "test-cuda"))]
 
+mod common;
+
 use burn::backend::Flex;
-#[cfg(not(feature = "test-cuda"))]
-use burn::backend::{
-    wgpu::{WgpuDevice as GpuDevice, WgpuRuntime as GpuRuntime},
-    Wgpu as Fused,
-};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
+use common::{
+    case, normal, prim, zeros, Case, Fused, GpuBool, GpuDevice, GpuRuntime, NARROW_UNEVEN,
+};
 use medddpm_cube::conv::wgrad::{
     conv3d_weight_grad, conv3d_weight_grad_fused, conv3d_weight_grad_split, plan, plan_narrow,
     plan_tensor_cores, WgradDevice, WgradError, WgradShape, CUBES_PER_UNIT, MAX_WORKSPACE_BYTES,
 };
 use medddpm_cube::conv::ConvTuning;
-use medddpm_ops::compute::{Compute, Layout};
-use medddpm_ops::layout::channels_last;
+use medddpm_ops::compute::Layout;
+use medddpm_ops::layout::in_layout;
 use medddpm_ops::reference::conv as reference;
-use medddpm_ops::reference::conv_spec::Conv3dSpec;
-#[cfg(feature = "test-cuda")]
-use {
-    burn::backend::{cuda::CudaDevice as GpuDevice, Cuda as Fused},
-    cubecl_cuda::CudaRuntime as GpuRuntime,
-};
 
 type Gpu = CubeBackend<GpuRuntime, f32, i32, GpuBool>;
 
-/// The boolean element of the backend's tensors.
-#[cfg(not(feature = "test-cuda"))]
-type GpuBool = u32;
-#[cfg(feature = "test-cuda")]
-type GpuBool = u8;
-
-/// One weight gradient to check.
-#[derive(Debug, Clone, Copy)]
-struct Case {
-    batch: usize,
-    c_in: usize,
-    c_out: usize,
-    size: [usize; 3],
-    kernel: [usize; 3],
-    stride: [usize; 3],
-    padding: [usize; 3],
-}
-
-const fn case(
-    batch: usize,
-    c_in: usize,
-    c_out: usize,
-    size: [usize; 3],
-    k: usize,
-    s: usize,
-) -> Case {
-    Case {
-        batch,
-        c_in,
-        c_out,
-        size,
-        kernel: [k; 3],
-        stride: [s; 3],
-        padding: [k / 2; 3],
-    }
-}
-
 /// The U-Net's convolutions at small sizes, then odd ones.
 const CASES: [Case; 13] = [
-    case(1, 16, 16, [8, 8, 8], 3, 1),
-    case(1, 16, 32, [8, 8, 8], 3, 2),
-    case(1, 32, 16, [6, 6, 6], 1, 1),
-    case(2, 64, 64, [4, 6, 5], 3, 1),
-    case(1, 3, 250, [4, 5, 3], 3, 1),
-    case(2, 3, 5, [7, 5, 9], 3, 1),
-    case(1, 17, 3, [9, 6, 7], 3, 2),
-    case(1, 5, 17, [5, 8, 6], 1, 2),
+    case(1, 16, 16, [8, 8, 8], 3, 1, 1),
+    case(1, 16, 32, [8, 8, 8], 3, 2, 1),
+    case(1, 32, 16, [6, 6, 6], 1, 1, 0),
+    case(2, 64, 64, [4, 6, 5], 3, 1, 1),
+    case(1, 3, 250, [4, 5, 3], 3, 1, 1),
+    case(2, 3, 5, [7, 5, 9], 3, 1, 1),
+    case(1, 17, 3, [9, 6, 7], 3, 2, 1),
+    case(1, 5, 17, [5, 8, 6], 1, 2, 0),
     // K = 17,280 against M N = 15: split-K carries the work.
-    case(2, 3, 5, [24, 20, 18], 1, 1),
-    Case {
-        batch: 1,
-        c_in: 5,
-        c_out: 3,
-        size: [11, 9, 10],
-        kernel: [2, 3, 1],
-        stride: [1, 2, 3],
-        padding: [0, 1, 2],
-    },
+    case(2, 3, 5, [24, 20, 18], 1, 1, 0),
+    Case::new(1, 5, 3, [11, 9, 10], [2, 3, 1], [1, 2, 3], [0, 1, 2]),
     // The last convolution's shape: one output channel (scalar `dy` loads beside vector
     // loads of `x` on tensor cores).
-    case(1, 16, 1, [6, 7, 5], 3, 1),
+    case(1, 16, 1, [6, 7, 5], 3, 1, 1),
     // Up to four output channels from a channels-last input: the narrow FMA kernel, vectors
     // of channels dealt to 256 units (40 channels: 5 or 10 vectors a tap; 8: one or two).
-    case(2, 40, 4, [5, 6, 7], 3, 2),
-    Case {
-        batch: 1,
-        c_in: 8,
-        c_out: 2,
-        size: [6, 5, 7],
-        kernel: [2, 3, 1],
-        stride: [1, 2, 3],
-        padding: [0, 1, 1],
-    },
+    case(2, 40, 4, [5, 6, 7], 3, 2, 1),
+    NARROW_UNEVEN,
 ];
-
-impl Case {
-    fn spec(&self) -> Conv3dSpec {
-        Conv3dSpec {
-            stride: self.stride,
-            padding: self.padding,
-            compute: Compute::default(),
-        }
-    }
-    fn out_size(&self) -> [usize; 3] {
-        self.spec().output_size(self.size, self.kernel)
-    }
-}
-
-/// Normal values from a generator of our own (xorshift, Box-Muller), the same on every run.
-fn normal(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    (0..n)
-        .map(|_| {
-            let (u, v) = (uniform(), uniform());
-            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-        })
-        .collect()
-}
 
 /// `values` as a tensor of `dtype` and back to f32: what the kernel reads, for the twin.
 fn rounded(values: Vec<f32>, shape: [usize; 5], dtype: DType) -> TensorData {
@@ -170,11 +81,10 @@ fn on_gpu<B: Backend>(
     layout: Layout,
     device: &B::Device,
 ) -> Tensor<B, 5> {
-    let t = Tensor::<B, 5>::from_data(data.clone(), device).cast(dtype);
-    match layout {
-        Layout::Ncdhw => t,
-        Layout::Ndhwc => channels_last(t).permute([0, 4, 1, 2, 3]),
-    }
+    in_layout(
+        Tensor::<B, 5>::from_data(data.clone(), device).cast(dtype),
+        layout,
+    )
 }
 
 fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
@@ -190,8 +100,8 @@ fn operands(c: &Case, dtype: DType) -> (TensorData, TensorData, Vec<f64>) {
     let xs = [c.batch, c.c_in, d, h, w];
     let gs = [c.batch, c.c_out, od, oh, ow];
     let seed = (c.c_in * 131 + c.c_out * 7 + d) as u64;
-    let x = rounded(normal(xs.iter().product(), seed), xs, dtype);
-    let dy = rounded(normal(gs.iter().product(), seed + 1), gs, dtype);
+    let x = rounded(normal(xs.iter().product(), 1.0, seed), xs, dtype);
+    let dy = rounded(normal(gs.iter().product(), 1.0, seed + 1), gs, dtype);
     let want = expected(c, &x, &dy);
     (x, dy, want)
 }
@@ -216,12 +126,8 @@ fn error_of<B: Backend>(c: &Case, dw: Tensor<B, 5>, dtype: DType, want: &[f64]) 
 /// error.
 fn error(c: &Case, dtype: DType, layout: Layout, slices: Option<usize>, device: &GpuDevice) -> f64 {
     let (x, dy, want) = operands(c, dtype);
-    let xg = on_gpu::<Gpu>(&x, dtype, layout, device)
-        .into_primitive()
-        .tensor();
-    let dyg = on_gpu::<Gpu>(&dy, dtype, layout, device)
-        .into_primitive()
-        .tensor();
+    let xg = prim(on_gpu::<Gpu>(&x, dtype, layout, device));
+    let dyg = prim(on_gpu::<Gpu>(&dy, dtype, layout, device));
     let dw = conv3d_weight_grad_split(xg, dyg, c.kernel, &c.spec(), dtype, slices)
         .unwrap_or_else(|e| panic!("{c:?}: {e}"));
     error_of(
@@ -289,14 +195,9 @@ fn half_precision_storage_matches_the_twin() {
 
 #[test]
 fn a_mismatched_output_gradient_is_refused() {
-    let device = GpuDevice::default();
     let c = CASES[0];
-    let x = Tensor::<Gpu, 5>::zeros([1, 16, 8, 8, 8], &device)
-        .into_primitive()
-        .tensor();
-    let dy = Tensor::<Gpu, 5>::zeros([1, 16, 7, 8, 8], &device)
-        .into_primitive()
-        .tensor();
+    let x = zeros::<Gpu>([1, 16, 8, 8, 8]);
+    let dy = zeros::<Gpu>([1, 16, 7, 8, 8]);
     let e = conv3d_weight_grad(x, dy, c.kernel, &c.spec(), DType::F32).unwrap_err();
     assert!(matches!(e, WgradError::Shape(_)), "{e}");
 }
@@ -308,15 +209,10 @@ fn the_fusion_operation_matches_the_twin() {
         for i in [3, 6] {
             let c = &CASES[i];
             let (x, dy, want) = operands(c, DType::F32);
-            let x = on_gpu::<Fused>(&x, DType::F32, layout, &device)
-                .into_primitive()
-                .tensor();
-            let dy = on_gpu::<Fused>(&dy, DType::F32, layout, &device)
-                .into_primitive()
-                .tensor();
+            let x = prim(on_gpu::<Fused>(&x, DType::F32, layout, &device));
+            let dy = prim(on_gpu::<Fused>(&dy, DType::F32, layout, &device));
             let [kd, kh, kw] = c.kernel;
-            let w = Tensor::<Fused, 5>::zeros([c.c_out, c.c_in, kd, kh, kw], &device);
-            let w = w.into_primitive().tensor();
+            let w = zeros::<Fused>([c.c_out, c.c_in, kd, kh, kw]);
             let dw =
                 conv3d_weight_grad_fused::<GpuRuntime, f32, i32, GpuBool>(x, &w, dy, &c.spec())
                     .unwrap_or_else(|e| panic!("{c:?}: {e}"));
@@ -330,17 +226,10 @@ fn the_fusion_operation_matches_the_twin() {
 
 #[test]
 fn a_weight_of_another_shape_is_refused_when_registered() {
-    let device = GpuDevice::default();
     let c = CASES[0];
-    let x = Tensor::<Fused, 5>::zeros([1, 16, 8, 8, 8], &device)
-        .into_primitive()
-        .tensor();
-    let dy = Tensor::<Fused, 5>::zeros([1, 16, 8, 8, 8], &device)
-        .into_primitive()
-        .tensor();
-    let w = Tensor::<Fused, 5>::zeros([16, 15, 3, 3, 3], &device)
-        .into_primitive()
-        .tensor();
+    let x = zeros::<Fused>([1, 16, 8, 8, 8]);
+    let dy = zeros::<Fused>([1, 16, 8, 8, 8]);
+    let w = zeros::<Fused>([16, 15, 3, 3, 3]);
     let e = conv3d_weight_grad_fused::<GpuRuntime, f32, i32, GpuBool>(x, &w, dy, &c.spec())
         .unwrap_err();
     assert!(matches!(e, WgradError::Weight { .. }), "{e}");

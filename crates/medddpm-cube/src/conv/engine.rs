@@ -22,19 +22,27 @@ fn note_fallback(why: &dyn std::fmt::Display) {
     }
 }
 
+/// What `check` returns where `spec` asks for our kernels and they take the operands; `None`
+/// (burn's kernels compute it) otherwise, noting why where they refused.
+fn ours<T, E: std::fmt::Display>(
+    spec: &Conv3dSpec,
+    check: impl FnOnce() -> Result<T, E>,
+) -> Option<T> {
+    if !spec.compute.uses_portable_kernels() {
+        return None;
+    }
+    check().map_err(|why| note_fallback(&why)).ok()
+}
+
 /// `y = conv(x, weight)`.
 pub fn forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     weight: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if spec.compute.uses_portable_kernels() {
-        match forward_check::<R, F, I, BT>(&x, &weight, spec.stride, spec.padding) {
-            Ok(shapes) => {
-                return forward_checked::<R, F, I, BT>(x, weight, shapes, geometry(&spec))
-            }
-            Err(why) => note_fallback(&why),
-        }
+    let check = || forward_check::<R, F, I, BT>(&x, &weight, spec.stride, spec.padding);
+    if let Some(shapes) = ours(&spec, check) {
+        return forward_checked::<R, F, I, BT>(x, weight, shapes, geometry(&spec));
     }
     Fused::<R, F, I, BT>::conv3d(x, weight, None, spec.options())
 }
@@ -46,17 +54,13 @@ pub fn data_grad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if spec.compute.uses_portable_kernels() {
-        let checked = five(&x.shape, "input").and_then(|x_shape| {
-            data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, spec.stride, spec.padding)
-                .map(|()| x_shape)
-        });
-        match checked {
-            Ok(x_shape) => {
-                return data_grad_checked::<R, F, I, BT>(x_shape, weight, grad_out, geometry(&spec))
-            }
-            Err(why) => note_fallback(&why),
-        }
+    let check = || {
+        let x_shape = five(&x.shape, "input")?;
+        data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, spec.stride, spec.padding)
+            .map(|()| x_shape)
+    };
+    if let Some(x_shape) = ours(&spec, check) {
+        return data_grad_checked::<R, F, I, BT>(x_shape, weight, grad_out, geometry(&spec));
     }
     Fused::<R, F, I, BT>::conv3d_x_backward(x, weight, grad_out, spec.options())
 }
@@ -68,13 +72,9 @@ pub fn weight_grad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEleme
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    if spec.compute.uses_portable_kernels() {
-        match weight_grad_check::<R, F, I, BT>(&x, &weight, &grad_out, &spec) {
-            Ok(kernel) => {
-                return weight_grad_checked::<R, F, I, BT>(x, &weight, grad_out, kernel, &spec)
-            }
-            Err(why) => note_fallback(&why),
-        }
+    let check = || weight_grad_check::<R, F, I, BT>(&x, &weight, &grad_out, &spec);
+    if let Some(kernel) = ours(&spec, check) {
+        return weight_grad_checked::<R, F, I, BT>(x, &weight, grad_out, kernel, &spec);
     }
     Fused::<R, F, I, BT>::conv3d_weight_backward(x, weight, grad_out, spec.options())
 }

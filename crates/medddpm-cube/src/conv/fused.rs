@@ -4,16 +4,15 @@
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::Shape;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::stream::Operation;
-use burn_fusion::FusionBackend;
-use burn_ir::{CustomOpIr, OperationOutput};
+use burn_ir::OperationOutput;
 
 use super::{check, check_dtypes, conv3d_data_grad, conv3d_forward, five, CubeConvError};
 use crate::compute::Layout;
-use crate::{register, Cube, Fused, Handles};
+use crate::{fixed, register, Fused, Kernel};
 
-/// What a launch needs besides its two operands.
+/// What a launch needs besides its two operands (the [`Kernel`] a convolution registers).
 #[derive(Debug, Clone, Copy)]
 struct Geometry {
     stride: [usize; 3],
@@ -24,28 +23,19 @@ struct Geometry {
     data_grad: bool,
 }
 
-#[derive(Debug, Clone)]
-struct ConvOp<B> {
-    desc: CustomOpIr,
-    geometry: Geometry,
-    _b: core::marker::PhantomData<B>,
-}
-
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for ConvOp<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let ([a, w], [out]) = self.desc.as_fixed();
-        let a = handles.get_float_tensor::<Cube<R, F, I, BT>>(a);
-        let w = handles.get_float_tensor::<Cube<R, F, I, BT>>(w);
-        let g = self.geometry;
+impl Kernel for Geometry {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
+        let [a, w] = fixed(inputs);
+        let g = self;
         let result = if g.data_grad {
             conv3d_data_grad(g.x_shape, w, a, g.stride, g.padding, g.layout)
         } else {
             conv3d_forward(a, w, g.stride, g.padding, g.layout)
         };
-        let y = result.expect("the operands were checked when the operation was registered");
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, y);
+        vec![result.expect("the operands were checked when the operation was registered")]
     }
 }
 
@@ -186,13 +176,6 @@ fn registered<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
 ) -> FloatTensor<Fused<R, F, I, BT>> {
     let dtype = a.dtype;
     let [y] =
-        register::<R, F, I, BT, _>(name, vec![a, weight], vec![(out, dtype)], |desc| ConvOp::<
-            Cube<R, F, I, BT>,
-        > {
-            desc,
-            geometry,
-            _b: core::marker::PhantomData,
-        })
-        .outputs();
+        register::<R, F, I, BT, _>(name, vec![a, weight], vec![(out, dtype)], geometry).outputs();
     y
 }

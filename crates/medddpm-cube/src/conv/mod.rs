@@ -60,12 +60,12 @@ pub use tile::Tile;
 pub use tuning::{conv_tuning, set_conv_tuning, ConvTuning, TuningError};
 
 use burn::tensor::{DType, Shape};
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::ops::permute;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
 use crate::compute::Layout;
+use crate::empty;
 
 /// Why the kernels cannot convolve these operands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -187,16 +187,9 @@ fn empty_in_layout<R: CubeRuntime>(
     [b, c, d, h, w]: [usize; 5],
     layout: Layout,
 ) -> CubeTensor<R> {
-    let empty = |shape: [usize; 5]| {
-        empty_device_contiguous_dtype::<R>(
-            like.client.clone(),
-            like.device.clone(),
-            Shape::new(shape),
-            like.dtype,
-        )
-    };
+    let new = |shape: [usize; 5]| empty(like, Shape::new(shape), like.dtype);
     match layout {
-        Layout::Ncdhw => empty([b, c, d, h, w]),
-        Layout::Ndhwc => permute(empty([b, d, h, w, c]), &[0, 4, 1, 2, 3]),
+        Layout::Ncdhw => new([b, c, d, h, w]),
+        Layout::Ndhwc => permute(new([b, d, h, w, c]), &[0, 4, 1, 2, 3]),
     }
 }

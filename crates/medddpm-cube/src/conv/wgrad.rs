@@ -35,7 +35,6 @@ mod mma_vec;
 mod narrow;
 
 use burn::tensor::{DType, Shape};
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
@@ -43,6 +42,7 @@ use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use super::launch::manual_mma;
 use super::tuning::{conv_tuning, ConvTuning};
+use crate::empty;
 use crate::reference::conv_spec::Conv3dSpec;
 pub use fused::conv3d_weight_grad_fused;
 pub(crate) use fused::{weight_grad_check, weight_grad_checked};
@@ -438,8 +438,7 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
     let c_in = x.meta.shape()[1];
     let out_shape = Shape::new([shape.m, c_in, kernel[0], kernel[1], kernel[2]]);
     let client = x.client.clone();
-    let dw =
-        empty_device_contiguous_dtype::<R>(client.clone(), x.device.clone(), out_shape, out_dtype);
+    let dw = empty(&x, out_shape, out_dtype);
     if shape.m * shape.n == 0 {
         return Ok(dw);
     }
@@ -456,12 +455,7 @@ pub fn conv3d_weight_grad_split<R: CubeRuntime>(
     };
     // Channels-last when the channels are the input's innermost axis.
     let channels_last = x.meta.strides()[1] == 1 && c_in > 1;
-    let ws = empty_device_contiguous_dtype::<R>(
-        client.clone(),
-        x.device.clone(),
-        Shape::new([plan.slices, shape.m, shape.n]),
-        DType::F32,
-    );
+    let ws = empty(&x, Shape::new([plan.slices, shape.m, shape.n]), DType::F32);
     launch_partial(
         x,
         grad_out,

@@ -4,34 +4,31 @@
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::DType;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::stream::Operation;
-use burn_fusion::FusionBackend;
-use burn_ir::{CustomOpIr, OperationOutput};
+use burn_ir::OperationOutput;
 
 use super::{check_shapes, conv3d_weight_grad, five, WgradError};
 use crate::reference::conv_spec::Conv3dSpec;
-use crate::{register, Cube, Fused, Handles};
+use crate::{fixed, register, Fused, Kernel};
 
-#[derive(Debug, Clone)]
-struct WgradOp<B> {
-    desc: CustomOpIr,
+/// The weight gradient as a fusion operation: inputs `x, grad_out`.
+#[derive(Debug)]
+struct WgradOp {
     kernel: [usize; 3],
     spec: Conv3dSpec,
     out_dtype: DType,
-    _b: core::marker::PhantomData<B>,
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime> for WgradOp<Cube<R, F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<R, F, I, BT>) {
-        let ([x, grad_out], [out]) = self.desc.as_fixed();
-        let x = handles.get_float_tensor::<Cube<R, F, I, BT>>(x);
-        let grad_out = handles.get_float_tensor::<Cube<R, F, I, BT>>(grad_out);
+impl Kernel for WgradOp {
+    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        inputs: Vec<CubeTensor<R>>,
+    ) -> Vec<CubeTensor<R>> {
+        let [x, grad_out] = fixed(inputs);
         let dw = conv3d_weight_grad(x, grad_out, self.kernel, &self.spec, self.out_dtype)
             .expect("the operands were checked when the operation was registered");
-        handles.register_float_tensor::<Cube<R, F, I, BT>>(&out.id, dw);
+        vec![dw]
     }
 }
 
@@ -71,12 +68,10 @@ pub(crate) fn weight_grad_checked<
         "medddpm_cube_conv3d_weight_grad",
         vec![x, grad_out],
         outputs,
-        |desc| WgradOp::<Cube<R, F, I, BT>> {
-            desc,
+        WgradOp {
             kernel,
             spec,
             out_dtype,
-            _b: core::marker::PhantomData,
         },
     )
     .outputs();

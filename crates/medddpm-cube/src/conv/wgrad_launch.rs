@@ -99,37 +99,24 @@ pub(super) fn launch_partial<R: CubeRuntime>(
         (sd, sh, sw),
         (pd, ph, pw),
     );
-    if which == PartialKernel::Fma {
-        return launch_fma(x, grad_out, ws, count, scalars, plan, channels_last);
-    }
-    if let PartialKernel::Narrow { x: width } = which {
-        return launch_narrow(x, grad_out, ws, count, scalars, width);
-    }
-    if let PartialKernel::Vectors { x: width, dy } = which {
-        return launch_vectors(x, grad_out, ws, count, scalars, plan, (width, dy));
-    }
-    let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
-    let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
-    let (sizes, taps, stride, pad) = scalars;
-    // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
-    // `choose_kernel` checked the runtime multiplies on tensor cores.
-    unsafe {
-        mma::wgrad_partial_mma::launch_unchecked::<R>(
-            &x.client.clone(),
-            count,
-            dim,
-            x.into_tensor_arg(),
-            grad_out.into_tensor_arg(),
-            ws.clone().into_tensor_arg(),
-            sizes,
-            taps,
-            stride,
-            pad,
-            plan.tm,
-            plan.tn,
-            channels_last,
-            dtypes,
-        );
+    match which {
+        PartialKernel::Narrow { x: width } => launch_narrow(x, grad_out, ws, count, scalars, width),
+        PartialKernel::Vectors { x: width, dy } => {
+            launch_vectors(x, grad_out, ws, count, scalars, plan, (width, dy))
+        }
+        PartialKernel::Fma | PartialKernel::TensorCores => {
+            let tensor_cores = which == PartialKernel::TensorCores;
+            launch_scalar(
+                x,
+                grad_out,
+                ws,
+                count,
+                scalars,
+                plan,
+                channels_last,
+                tensor_cores,
+            )
+        }
     }
 }
 
@@ -154,7 +141,7 @@ fn launch_vectors<R: CubeRuntime>(
         ldmatrix: plan.ldmatrix,
         rotate_rows: plan.rotate_rows,
     };
-    // SAFETY: as in `launch_fma`; the staged type is both operands' 16-bit type, which
+    // SAFETY: as in `launch_scalar`; the staged type is both operands' 16-bit type, which
     // `choose_kernel` checked the runtime multiplies on tensor cores, and `vector_widths`
     // checked that every vector load lies whole inside one position's channels at an
     // offset that is a multiple of its width.
@@ -178,8 +165,11 @@ fn launch_vectors<R: CubeRuntime>(
     }
 }
 
-/// [`launch_partial`] on the FMA units ([`wgrad_partial`]).
-fn launch_fma<R: CubeRuntime>(
+/// [`launch_partial`] on the kernels that load one element at a time: the FMA units'
+/// ([`wgrad_partial`]) or, `tensor_cores`, the tensor cores' ([`mma::wgrad_partial_mma`]),
+/// which take the same operands.
+#[allow(clippy::too_many_arguments)]
+fn launch_scalar<R: CubeRuntime>(
     x: CubeTensor<R>,
     grad_out: CubeTensor<R>,
     ws: &CubeTensor<R>,
@@ -187,29 +177,49 @@ fn launch_fma<R: CubeRuntime>(
     scalars: Scalars,
     plan: WgradPlan,
     channels_last: bool,
+    tensor_cores: bool,
 ) {
     let (sizes, taps, stride, pad) = scalars;
     let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
+    let client = x.client.clone();
+    let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
+    let operands = (
+        x.into_tensor_arg(),
+        grad_out.into_tensor_arg(),
+        ws.clone().into_tensor_arg(),
+    );
+    macro_rules! launch {
+        ($launch:path, $dtypes:expr) => {
+            $launch(
+                &client,
+                count,
+                dim,
+                operands.0,
+                operands.1,
+                operands.2,
+                sizes,
+                taps,
+                stride,
+                pad,
+                plan.tm,
+                plan.tn,
+                channels_last,
+                $dtypes,
+            )
+        };
+    }
     // SAFETY: `check` bounded both operands' spans below 2^31 elements; every load is guarded
     // by its row's and column's bounds and every store by `m < M`, `n < N` in slice `z` of
-    // the `[slices, M, N]` workspace.
+    // the `[slices, M, N]` workspace. On tensor cores the staged type is both operands' 16-bit
+    // type, which `choose_kernel` checked the runtime multiplies on them.
     unsafe {
-        wgrad_partial::launch_unchecked::<R>(
-            &x.client.clone(),
-            count,
-            CubeDim::new_2d(SIDE as u32, SIDE as u32),
-            x.into_tensor_arg(),
-            grad_out.into_tensor_arg(),
-            ws.clone().into_tensor_arg(),
-            sizes,
-            taps,
-            stride,
-            pad,
-            plan.tm,
-            plan.tn,
-            channels_last,
-            dtypes,
-        );
+        if tensor_cores {
+            let [x_dtype, dy_dtype] = dtypes;
+            let staged = [x_dtype, dy_dtype, x_dtype];
+            launch!(mma::wgrad_partial_mma::launch_unchecked::<R>, staged)
+        } else {
+            launch!(wgrad_partial::launch_unchecked::<R>, dtypes)
+        }
     }
 }
 

@@ -3,7 +3,6 @@
 
 use burn::tensor::Shape;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
@@ -12,8 +11,8 @@ use super::finish::{finish, Finish};
 use super::parts::{group_and_channel, lane_params, row_block, shift_index, xhat_and_da};
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
-use crate::elementwise;
 use crate::reference::norm::GroupNormSpec;
+use crate::{elementwise, empty};
 
 /// The same for the backward's reduction, whose threads do more per value (the backward's sums
 /// and their finishing launches: 5.6 ms with 64, 7.3 ms with 256).
@@ -312,14 +311,7 @@ pub fn backward_param_grads<R: CubeRuntime>(
     let (batch, channels) = (dims[1], dims[2]);
     let groups = spec.num_groups;
     let stats = || f32_buffer(gamma, Shape::new([batch, groups]));
-    let new = |shape: Shape, like: &CubeTensor<R>| {
-        empty_device_contiguous_dtype::<R>(
-            gamma.client.clone(),
-            gamma.device.clone(),
-            shape,
-            like.dtype,
-        )
-    };
+    let new = |shape: Shape, like: &CubeTensor<R>| empty(gamma, shape, like.dtype);
     let (m1, m2) = (stats(), stats());
     let (d_gamma, d_beta) = (
         new(Shape::new([channels]), gamma),
@@ -371,22 +363,14 @@ pub fn backward_input_grad<R: CubeRuntime>(
     spec: &GroupNormSpec,
 ) -> CubeTensor<R> {
     let v = View::new(&x.meta.shape().clone(), spec);
-    let dx = empty_device_contiguous_dtype::<R>(
-        x.client.clone(),
-        x.device.clone(),
-        x.meta.shape().clone(),
-        x.dtype,
-    );
-    let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
-    let vector = v.vector_size(&x);
-    let (count, dim) = elementwise(&x, v.p * blocks * v.q / vector);
+    let pass = v.elementwise_pass(&x);
     let (shift_t, shifted) = shift_operand(shift, &gamma);
     let dtypes = [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()];
     input_grad::launch::<R>(
         &x.client.clone(),
-        count,
-        dim,
-        vector,
+        pass.count,
+        pass.dim,
+        pass.vector,
         x.into_tensor_arg(),
         dy.into_tensor_arg(),
         shift_t.clone().into_tensor_arg(),
@@ -396,11 +380,11 @@ pub fn backward_input_grad<R: CubeRuntime>(
         rstd.into_tensor_arg(),
         into_contiguous(m1).into_tensor_arg(),
         into_contiguous(m2).into_tensor_arg(),
-        dx.clone().into_tensor_arg(),
+        pass.out.clone().into_tensor_arg(),
         v.r,
         v.q,
         ELEMENTWISE_ROWS,
-        blocks,
+        pass.blocks,
         v.group_div(),
         v.channels,
         v.channels_last,
@@ -408,5 +392,5 @@ pub fn backward_input_grad<R: CubeRuntime>(
         shifted,
         dtypes,
     );
-    dx
+    pass.out
 }

@@ -3,7 +3,6 @@
 
 use burn::tensor::Shape;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
@@ -302,34 +301,26 @@ fn normalised<R: CubeRuntime>(
 ) -> CubeTensor<R> {
     let client = x.client.clone();
     let x_dtype: StorageType = x.dtype.into();
-    let y = empty_device_contiguous_dtype::<R>(
-        client.clone(),
-        x.device.clone(),
-        x.meta.shape().clone(),
-        x.dtype,
-    );
-    let blocks = v.r.div_ceil(ELEMENTWISE_ROWS);
-    let vector = v.vector_size(&x);
-    let (count, dim) = elementwise(&x, v.p * blocks * v.q / vector);
+    let pass = v.elementwise_pass(&x);
     let p_dtype: StorageType = gamma.dtype.into();
     let (shift_t, shifted) = shift_operand(shift, &gamma);
     let s_dtype: StorageType = shift_t.dtype.into();
     normalise::launch::<R>(
         &client,
-        count,
-        dim,
-        vector,
+        pass.count,
+        pass.dim,
+        pass.vector,
         x.into_tensor_arg(),
         shift_t.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),
         beta.into_tensor_arg(),
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
-        y.clone().into_tensor_arg(),
+        pass.out.clone().into_tensor_arg(),
         v.r,
         v.q,
         ELEMENTWISE_ROWS,
-        blocks,
+        pass.blocks,
         v.group_div(),
         v.channels,
         v.channels_last,
@@ -337,5 +328,5 @@ fn normalised<R: CubeRuntime>(
         shifted,
         [x_dtype, p_dtype, s_dtype],
     );
-    y
+    pass.out
 }

@@ -2,12 +2,13 @@
 //! introduction) and what the elementwise passes take per thread.
 
 use burn::tensor::{DType, Shape};
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
+use cubecl::{CubeCount, CubeDim};
 
 use crate::compute::Layout;
 use crate::reference::norm::GroupNormSpec;
+use crate::{elementwise, empty};
 
 /// Values one thread normalises (or differentiates) in the elementwise passes.
 pub(super) const ELEMENTWISE_ROWS: usize = 16;
@@ -86,15 +87,41 @@ impl View {
         crate::widest_vector(t, &[self.q])
     }
 
+    /// The normalising pass's and the input gradient's set-up for `x`: a thread takes
+    /// [`ELEMENTWISE_ROWS`] rows of a vector of columns.
+    pub(super) fn elementwise_pass<R: CubeRuntime>(&self, x: &CubeTensor<R>) -> Pass<R> {
+        let out = empty(x, x.meta.shape().clone(), x.dtype);
+        let blocks = self.r.div_ceil(ELEMENTWISE_ROWS);
+        let vector = self.vector_size(x);
+        let (count, dim) = elementwise(x, self.p * blocks * self.q / vector);
+        Pass {
+            out,
+            blocks,
+            vector,
+            count,
+            dim,
+        }
+    }
+
     /// Values one group's statistics are taken over (per batch item).
     pub(super) fn values_per_group(&self) -> usize {
         self.spatial * self.cpg()
     }
 }
 
+/// An elementwise pass ([`View::elementwise_pass`]): its output (`x`'s shape and dtype), its
+/// blocks of rows, its vector width and its launch's geometry.
+pub(super) struct Pass<R: CubeRuntime> {
+    pub out: CubeTensor<R>,
+    pub blocks: usize,
+    pub vector: usize,
+    pub count: CubeCount,
+    pub dim: CubeDim,
+}
+
 /// A new contiguous f32 buffer of `shape` on `like`'s device.
 pub(super) fn f32_buffer<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
-    empty_device_contiguous_dtype::<R>(like.client.clone(), like.device.clone(), shape, DType::F32)
+    empty(like, shape, DType::F32)
 }
 
 /// The shift operand of the kernels and their comptime `shifted`: the `[b, c]` shift, or where

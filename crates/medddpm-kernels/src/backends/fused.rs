@@ -118,9 +118,7 @@ fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F, I, BT> {
-    fn memory_usage(device: &Self::Device) -> Option<crate::extension::MemoryStats> {
-        crate::extension::cube_memory_usage::<CudaRuntime>(device)
-    }
+    cube_kernels!(CudaRuntime, F, I, BT);
 
     fn host_bytes(device: &Self::Device, parts: &[&[u8]]) -> Option<burn::tensor::Bytes> {
         crate::cudnn::pinned::host_bytes(device, parts)
@@ -130,39 +128,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         crate::cudnn::pinned::float_from_host::<F, I, BT>(data, device)
     }
 
-    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
-        crate::cube::upsample_trilinear_x2::<CudaRuntime, F, I, BT>(x, layout)
-    }
-
-    fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        crate::cube::channels::cat_last::<CudaRuntime, F, I, BT>(a, b)
-    }
-
-    fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
-        crate::cube::channels::split_last::<CudaRuntime, F, I, BT>(x, first)
-    }
-
-    fn pad_last(x: FloatTensor<Self>, channels: usize) -> FloatTensor<Self> {
-        crate::cube::channels::pad_last::<CudaRuntime, F, I, BT>(x, channels)
-    }
-
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
         match spec.compute.uses_cudnn() {
             true => crate::cudnn::cublas::register_product::<F, I, BT>(a, b, spec),
             false => product_primitive::<Self>(a, b, spec),
         }
-    }
-
-    fn adam_steps(
-        items: Vec<AdamTensors<Self>>,
-        step: AdamStep,
-        copy: Option<burn::tensor::DType>,
-    ) -> Vec<AdamOutput<Self>> {
-        crate::cube::adam_steps::<CudaRuntime, F, I, BT>(items, step, copy)
-    }
-
-    fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
-        crate::cube::sum::sum_f32::<CudaRuntime, F, I, BT>(pairs)
     }
 
     fn graph_warm_up(
@@ -186,36 +156,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         inputs: Vec<FloatTensor<Self>>,
     ) -> Vec<FloatTensor<Self>> {
         crate::cudnn::cuda_graph::replay::<F, I, BT>(captured, inputs)
-    }
-
-    fn upsample_trilinear_x2_backward(
-        grad: FloatTensor<Self>,
-        layout: Layout,
-    ) -> FloatTensor<Self> {
-        crate::cube::upsample_trilinear_x2_backward::<CudaRuntime, F, I, BT>(grad, layout)
-    }
-
-    fn group_norm_forward(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> GroupNormOutput<Self> {
-        crate::cube::group_norm_forward(x, shift, gamma, beta, spec)
-    }
-
-    fn group_norm_backward(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        mean: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> GroupNormGrads<Self> {
-        crate::cube::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec)
     }
 
     fn conv3d_forward(

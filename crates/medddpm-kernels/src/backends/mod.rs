@@ -1,6 +1,78 @@
 //! Which engine computes each operation on burn's Flex (CPU) and wgpu backends; burn's CUDA
 //! backend is in `crate::cudnn`.
 
+/// The [`KernelBackend`] methods both fused CubeCL backends (wgpu here, CUDA in `fused`) hand
+/// to our CubeCL kernels alike, on `$runtime` with element types `$f`, `$i`, `$bt` (the impl's
+/// module imports the types their signatures name).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+macro_rules! cube_kernels {
+    ($runtime:ty, $f:ty, $i:ty, $bt:ty) => {
+        fn memory_usage(device: &Self::Device) -> Option<$crate::extension::MemoryStats> {
+            $crate::extension::cube_memory_usage::<$runtime>(device)
+        }
+
+        fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+            $crate::cube::channels::cat_last::<$runtime, $f, $i, $bt>(a, b)
+        }
+
+        fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
+            $crate::cube::channels::split_last::<$runtime, $f, $i, $bt>(x, first)
+        }
+
+        fn pad_last(x: FloatTensor<Self>, channels: usize) -> FloatTensor<Self> {
+            $crate::cube::channels::pad_last::<$runtime, $f, $i, $bt>(x, channels)
+        }
+
+        fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
+            $crate::cube::upsample_trilinear_x2::<$runtime, $f, $i, $bt>(x, layout)
+        }
+
+        fn upsample_trilinear_x2_backward(
+            grad: FloatTensor<Self>,
+            layout: Layout,
+        ) -> FloatTensor<Self> {
+            $crate::cube::upsample_trilinear_x2_backward::<$runtime, $f, $i, $bt>(grad, layout)
+        }
+
+        fn group_norm_forward(
+            x: FloatTensor<Self>,
+            shift: Option<FloatTensor<Self>>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            spec: GroupNormSpec,
+        ) -> GroupNormOutput<Self> {
+            $crate::cube::group_norm_forward::<$runtime, $f, $i, $bt>(x, shift, gamma, beta, spec)
+        }
+
+        fn group_norm_backward(
+            x: FloatTensor<Self>,
+            shift: Option<FloatTensor<Self>>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            mean: FloatTensor<Self>,
+            rstd: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            spec: GroupNormSpec,
+        ) -> GroupNormGrads<Self> {
+            $crate::cube::group_norm_backward::<$runtime, $f, $i, $bt>(
+                x, shift, gamma, beta, mean, rstd, grad, spec,
+            )
+        }
+
+        fn adam_steps(
+            items: Vec<AdamTensors<Self>>,
+            step: AdamStep,
+            copy: Option<DType>,
+        ) -> Vec<AdamOutput<Self>> {
+            $crate::cube::adam_steps::<$runtime, $f, $i, $bt>(items, step, copy)
+        }
+
+        fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
+            $crate::cube::sum::sum_f32::<$runtime, $f, $i, $bt>(pairs)
+        }
+    };
+}
+
 #[cfg(feature = "cuda")]
 mod fused;
 
@@ -13,8 +85,6 @@ use burn::tensor::Tensor;
 use crate::compute::Layout;
 use crate::conv::{data_grad_via_forward, is_same_padded};
 use crate::extension::KernelBackend;
-#[cfg(feature = "wgpu")]
-use crate::extension::{cube_memory_usage, MemoryStats};
 use crate::primitive::{float, tensor};
 #[cfg(feature = "wgpu")]
 use crate::reference::adam::{AdamOutput, AdamStep, AdamTensors};
@@ -88,71 +158,5 @@ impl KernelBackend for burn::backend::Wgpu {
         )
     }
 
-    fn memory_usage(device: &Self::Device) -> Option<MemoryStats> {
-        cube_memory_usage::<burn::backend::wgpu::WgpuRuntime>(device)
-    }
-
-    fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        crate::cube::channels::cat_last::<WgpuRuntime, f32, i32, u32>(a, b)
-    }
-
-    fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
-        crate::cube::channels::split_last::<WgpuRuntime, f32, i32, u32>(x, first)
-    }
-
-    fn pad_last(x: FloatTensor<Self>, channels: usize) -> FloatTensor<Self> {
-        crate::cube::channels::pad_last::<WgpuRuntime, f32, i32, u32>(x, channels)
-    }
-
-    fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
-        crate::cube::upsample_trilinear_x2::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-            x, layout,
-        )
-    }
-
-    fn upsample_trilinear_x2_backward(
-        grad: FloatTensor<Self>,
-        layout: Layout,
-    ) -> FloatTensor<Self> {
-        crate::cube::upsample_trilinear_x2_backward::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-            grad, layout,
-        )
-    }
-
-    fn group_norm_forward(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> GroupNormOutput<Self> {
-        crate::cube::group_norm_forward(x, shift, gamma, beta, spec)
-    }
-
-    fn adam_steps(
-        items: Vec<AdamTensors<Self>>,
-        step: AdamStep,
-        copy: Option<DType>,
-    ) -> Vec<AdamOutput<Self>> {
-        crate::cube::adam_steps::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(
-            items, step, copy,
-        )
-    }
-
-    fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
-        crate::cube::sum::sum_f32::<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>(pairs)
-    }
-
-    fn group_norm_backward(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        mean: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> GroupNormGrads<Self> {
-        crate::cube::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec)
-    }
+    cube_kernels!(WgpuRuntime, f32, i32, u32);
 }
