@@ -63,43 +63,15 @@ fn driver_jit_cache(root: &Path) {
 /// default slices of pages sized from the device (a quarter of its memory divided by powers of
 /// four: on an H200 every tensor of 70-561 MB, a 128^3 activation of 16-128 bf16 channels, lands
 /// in a 2.2 GiB page, and the pool grows by whole pages). A bf16 training step's peak on an H200
-/// went from 11,132 to 10,236 MiB at the same speed with cubecl's `ExclusivePages` (24 buckets
-/// from 32 KiB to the largest page, 1.8x apart); buckets of our own that never freed a buffer
-/// peaked higher (10,300-10,364 MiB): freeing buffers unused for a while into the driver's
-/// stream-ordered pool lets other sizes reuse the memory (docs/benchmarks/README.md). Here
-/// cubecl's buckets and freeing, with [`BUCKETS`] buckets instead of 24: a buffer is sized at
-/// least at its bucket's running mean request, so buckets 1.3x apart instead of 1.8x leave less
-/// of each buffer unused. Takes effect for the devices whose first client opens after it.
+/// went from 11,132 to 10,236 MiB at the same speed; buckets of our own (a buffer per size class,
+/// 1.125x to 2x apart, never freed) peaked at 10,300-10,364 MiB, probably because cubecl's
+/// buckets free buffers unused for a while into the driver's stream-ordered pool, where other
+/// sizes reuse the memory (docs/benchmarks/README.md). Takes effect for
+/// the devices whose first client opens after it.
 #[cfg(feature = "cuda")]
 fn exclusive_memory_pages() {
-    cubecl::cuda::set_device_memory_pools(|properties| {
-        use cubecl_runtime::memory_management::{MemoryPoolOptions, PoolType};
-        // cubecl's smallest bucket and its rule for how long an unused buffer is kept (in
-        // allocations: 5,000, plus as many per GiB of the bucket's size).
-        const SMALLEST: f64 = 32.0 * 1024.0;
-        const GIB: f64 = (1u64 << 30) as f64;
-        let (largest, alignment) = (properties.max_page_size as f64, properties.alignment);
-        let step = (largest / SMALLEST).ln() / (BUCKETS - 1) as f64;
-        let mut sizes: Vec<u64> = (0..BUCKETS)
-            .map(|i| ((SMALLEST.ln() + step * i as f64).exp() as u64).next_multiple_of(alignment))
-            .collect();
-        sizes.dedup();
-        let pool_options = sizes
-            .into_iter()
-            .map(|size| MemoryPoolOptions {
-                pool_type: PoolType::ExclusivePages {
-                    max_alloc_size: size,
-                },
-                dealloc_period: Some((5000.0 * (1.0 + size as f64 / GIB).round()) as u64),
-            })
-            .collect();
-        cubecl::MemoryConfiguration::Custom { pool_options }
-    });
+    cubecl::cuda::set_device_memory_pools(|_| cubecl::MemoryConfiguration::ExclusivePages);
 }
-
-/// Size buckets of CUDA's memory pool (see [`exclusive_memory_pages`]).
-#[cfg(feature = "cuda")]
-const BUCKETS: usize = 48;
 
 /// The devices a run opens, each with its index (the first is the task's), and how their
 /// replicas average gradients (resolved).
