@@ -34,6 +34,10 @@ pub struct EvalArgs {
     /// Folder for `eval.json` and `eval.md` (written atomically); the table also goes to stdout.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Replace `eval.json` and `eval.md` in --out (without it, eval refuses to start when either
+    /// exists, so that an earlier evaluation is never lost).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 /// A NIfTI file's name without `.nii` / `.nii.gz`, or None for other files and hidden ones.
@@ -105,6 +109,17 @@ fn owner(stem: &str, masks: &[String]) -> Option<usize> {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    if let (Some(out), false) = (&args.out, args.overwrite) {
+        for name in ["eval.json", "eval.md"] {
+            let file = out.join(name);
+            if file.exists() {
+                bail!(
+                    "{} exists (an earlier evaluation): choose another --out, or add --overwrite to replace it",
+                    file.display()
+                );
+            }
+        }
+    }
     let (dims, masks) = load_masks(&args.masks)?;
     let names: Vec<String> = masks.iter().map(|m| m.name.clone()).collect();
     let synthetic = load_synthetic(&args, dims, &names)?;

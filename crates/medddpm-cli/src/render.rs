@@ -27,10 +27,12 @@ pub struct RenderArgs {
     /// Row titles, comma-separated (default: the file names).
     #[arg(long, value_delimiter = ',')]
     titles: Option<Vec<String>>,
-    /// The three-plane montage (PNG; radiological display: the subject's right on the left).
+    /// The three-plane montage (PNG; radiological display: the subject's right on the left); a
+    /// name ending in `.png`, so that no file of another kind (a volume) is ever replaced.
     #[arg(long)]
     out: PathBuf,
-    /// Also an animated GIF sweeping through the slices of one plane, all rows together.
+    /// Also an animated GIF sweeping through the slices of one plane, all rows together; a name
+    /// ending in `.gif`.
     #[arg(long)]
     gif: Option<PathBuf>,
     /// The plane the GIF sweeps.
@@ -55,7 +57,26 @@ fn parse_window(s: &str) -> Result<(f64, f64), String> {
     Ok((lo, hi))
 }
 
+/// Refuses an output whose name does not end in `extension` (case aside): a picture written
+/// over a volume (`--out VOL`, `--gif existing.nii.gz`) would replace the user's data.
+fn picture_name(flag: &str, path: &std::path::Path, extension: &str) -> anyhow::Result<()> {
+    let ok = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case(extension));
+    if !ok {
+        bail!(
+            "{flag} {}: the picture is written as a .{extension} file; give a name ending in .{extension} (a file of another kind is never replaced)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: RenderArgs) -> anyhow::Result<()> {
+    picture_name("--out", &args.out, "png")?;
+    if let Some(gif) = &args.gif {
+        picture_name("--gif", gif, "gif")?;
+    }
     let volumes: Vec<Volume> = args
         .volumes
         .iter()

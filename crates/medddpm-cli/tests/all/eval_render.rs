@@ -147,3 +147,86 @@ fn eval_ranks_samples_and_render_draws_them() {
     ]);
     assert!(!ok && stderr.contains("--titles"), "{stderr}");
 }
+
+/// The pictures and the report never replace what the user has: a volume named as `render`'s
+/// `--out` or `--gif`, an earlier `eval.json` (unless `--overwrite`).
+#[test]
+fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for d in ["mask", "synth"] {
+        std::fs::create_dir(dir.join(d)).unwrap();
+    }
+    let (mask, image) = phantom();
+    write(&dir.join("mask/case.nii.gz"), mask);
+    write(&dir.join("synth/case_sample-0.nii.gz"), image);
+    let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
+    let volume = std::fs::read(dir.join("synth/case_sample-0.nii.gz")).unwrap();
+    let mask_bytes = std::fs::read(dir.join("mask/case.nii.gz")).unwrap();
+
+    let (ok, _, stderr) = medddpm(&[
+        "render",
+        &p("synth/case_sample-0.nii.gz"),
+        "--out",
+        &p("synth/case_sample-0.nii.gz"),
+    ]);
+    assert!(
+        !ok && stderr.contains("--out") && stderr.contains(".png"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = medddpm(&[
+        "render",
+        &p("synth/case_sample-0.nii.gz"),
+        "--out",
+        &p("montage.png"),
+        "--gif",
+        &p("mask/case.nii.gz"),
+    ]);
+    assert!(
+        !ok && stderr.contains("--gif") && stderr.contains(".gif"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("synth/case_sample-0.nii.gz")).unwrap(),
+        volume
+    );
+    assert_eq!(
+        std::fs::read(dir.join("mask/case.nii.gz")).unwrap(),
+        mask_bytes
+    );
+    assert!(
+        !dir.join("montage.png").exists(),
+        "refused before anything is written"
+    );
+
+    let (masks, synth, out) = (p("mask"), p("synth"), p("eval"));
+    let eval = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--masks",
+            &masks,
+            "--synthetic",
+            &synth,
+            "--out",
+            &out,
+        ];
+        args.extend_from_slice(extra);
+        medddpm(&args)
+    };
+    let (ok, _, stderr) = eval(&[]);
+    assert!(ok, "{stderr}");
+    let first = std::fs::read(dir.join("eval/eval.json")).unwrap();
+    std::fs::write(dir.join("eval/eval.json"), b"{\"kept\": true}").unwrap();
+    let (ok, _, stderr) = eval(&[]);
+    assert!(
+        !ok && stderr.contains("eval.json") && stderr.contains("--overwrite"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("eval/eval.json")).unwrap(),
+        b"{\"kept\": true}"
+    );
+    let (ok, _, stderr) = eval(&["--overwrite"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(std::fs::read(dir.join("eval/eval.json")).unwrap(), first);
+}
