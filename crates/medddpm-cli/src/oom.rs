@@ -3,6 +3,8 @@
 //! panics of everything that waited on it. The panic hook turns the first into one error:
 //! what was running, with which settings, and what uses less memory; then the process exits
 //! (nothing can continue on that device, and checkpoints are only ever replaced atomically).
+//! The same hook turns `println!`'s panic on a standard output that cannot be written (`>
+//! /dev/full`) into one error line.
 
 use std::sync::Mutex;
 
@@ -32,12 +34,24 @@ pub fn hint(work: Option<&str>) -> String {
     )
 }
 
-/// Installs the hook: an out-of-memory panic becomes two error lines and exit status 1; every
-/// other panic goes to the default hook.
+/// Whether a panic message is `println!` failing to write standard output (a full disk, or
+/// `> /dev/full`; a closed pipe ends the process quietly instead, see `main`).
+pub fn is_stdout_failure(message: &str) -> bool {
+    message.starts_with("failed printing to stdout")
+}
+
+/// Installs the hook: an out-of-memory panic becomes two error lines and exit status 1, a
+/// standard output that cannot be written one line and status 1; every other panic goes to the
+/// default hook.
 pub fn install_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let message = medddpm_kernels::panics::panic_message(info.payload());
+        if is_stdout_failure(message) {
+            let cause = message.trim_start_matches("failed printing to stdout: ");
+            eprintln!("error: cannot write to standard output: {cause}");
+            std::process::exit(1);
+        }
         if !is_out_of_memory(message) {
             return default(info);
         }

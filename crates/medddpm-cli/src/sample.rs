@@ -36,8 +36,8 @@ pub struct SampleArgs {
     /// Output folder.
     #[arg(long)]
     out: PathBuf,
-    /// Samples per mask.
-    #[arg(long, default_value_t = 1)]
+    /// Samples per mask (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     samples_per_mask: usize,
     /// Seed of the sampling noise.
     #[arg(long, default_value_t = 0)]
@@ -67,7 +67,7 @@ pub struct SampleArgs {
     /// Also write `<mask>_seed-<seed>_sample-<n>_trajectory.gif` beside each sample: the
     /// denoising, three planes per frame (at most FRAMES frames, evenly spaced over the reverse
     /// steps).
-    #[arg(long, num_args = 0..=1, default_missing_value = "50", value_name = "FRAMES")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "50", value_name = "FRAMES", value_parser = at_least_one)]
     trajectory: Option<usize>,
     /// Replace files of the same names in --out (without it, sampling refuses to start when
     /// any of its outputs exists).
@@ -88,6 +88,15 @@ pub struct SampleArgs {
     cuda_graphs: bool,
     #[command(flatten)]
     compute: ComputeArgs,
+}
+
+/// A count that must be at least 1 (0 samples or 0 frames would write nothing and succeed).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("'{s}': {e}")),
+    }
 }
 
 fn parse_range(s: &str) -> Result<(f32, f32), String> {
@@ -267,7 +276,36 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_range;
+    use super::{parse_range, SampleArgs};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sample: SampleArgs,
+    }
+
+    /// Zero samples or zero trajectory frames would write nothing and report success.
+    #[test]
+    fn counts_of_zero_are_refused() {
+        let base = [
+            "x",
+            "--checkpoint",
+            "run",
+            "--masks",
+            "m.nii.gz",
+            "--out",
+            "o",
+        ];
+        let with = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        assert!(with(&[]).is_ok());
+        assert!(with(&["--samples-per-mask", "2", "--trajectory", "3"]).is_ok());
+        assert!(with(&["--trajectory"]).is_ok(), "the flag alone: 50 frames");
+        for bad in [["--samples-per-mask", "0"], ["--trajectory", "0"]] {
+            let err = with(&bad).err().expect("refused").to_string();
+            assert!(err.contains("at least 1"), "{bad:?}: {err}");
+        }
+    }
 
     #[test]
     fn rescale_ranges_are_finite_and_ordered() {

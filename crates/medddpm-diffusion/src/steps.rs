@@ -18,7 +18,7 @@ pub enum SamplerError {
     #[error("DDIM eta must be in [0, 1] (0: deterministic, 1: DDPM's variance), got {0}")]
     Eta(f64),
     /// A step count for the DDPM sampler other than the schedule's.
-    #[error("the DDPM sampler walks all {timesteps} timesteps (asked for {got}); use the DDIM sampler for fewer")]
+    #[error("the DDPM sampler walks all {timesteps} timesteps (asked for {got}); use the DDIM or DPM-Solver++ sampler for fewer")]
     DdpmSteps {
         /// Steps asked for.
         got: usize,

@@ -267,12 +267,18 @@ fn sampler_config_builds_the_sampler_it_names() {
         steps: Some(25),
         ..SamplerConfig::default()
     };
+    let err = Sampler::new(s, &short_ddpm).unwrap_err();
     assert_eq!(
-        Sampler::new(s, &short_ddpm).unwrap_err(),
+        err,
         SamplerError::DdpmSteps {
             got: 25,
             timesteps: 250
         }
+    );
+    // Both samplers that take fewer steps are named.
+    assert!(
+        err.to_string().contains("DDIM") && err.to_string().contains("DPM-Solver++"),
+        "{err}"
     );
     let parsed: SamplerConfig =
         serde_json::from_str(r#"{"kind": "ddim", "steps": 10, "eta": 0.5}"#).unwrap();

@@ -62,6 +62,26 @@ fn output_into_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
+fn output_that_cannot_be_written_is_one_error_line() {
+    // `medddpm inspect FILE > /dev/full`: every write fails with "no space left on device".
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return; // not a Linux machine
+    };
+    let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
+    let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
+        .args(["inspect", mask.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && stderr.contains("error: cannot write to standard output"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bench_exits_non_zero_when_a_configuration_fails() {
     // A zero timeout stops the configuration's process at once.
     let tmp = tempfile::tempdir().unwrap();
