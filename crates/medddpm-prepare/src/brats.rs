@@ -184,6 +184,7 @@ pub fn prepare_brats(
             role: "raw BraTS".into(),
         });
     }
+    files::check_out_not_inside(out, raw, "raw BraTS")?;
     let folders = case_folders(raw)?;
     let (cases, mut skipped, not_listed) = match cases_file {
         None => (folders, Vec::new(), 0),

@@ -26,6 +26,16 @@ pub enum PrepareError {
         /// What it should be.
         role: String,
     },
+    /// The output folder is the input folder or inside it.
+    #[error("{out} is inside the {role} folder {input}: the next run would read its outputs as input; choose an output folder outside it")]
+    OutputInsideInput {
+        /// The output folder given.
+        out: PathBuf,
+        /// The input folder it lies in.
+        input: PathBuf,
+        /// What the input folder holds ("raw BraTS", ...).
+        role: String,
+    },
     /// An input folder holds nothing to prepare.
     #[error("{path}: no {what} found")]
     NothingFound {

@@ -69,6 +69,41 @@ pub(crate) fn check_outputs(outputs: &[PathBuf], overwrite: bool) -> Result<(), 
     }
 }
 
+/// Fails with [`PrepareError::OutputInsideInput`] when `out` is `input` or lies inside it
+/// (through links too): checked before anything is written.
+pub(crate) fn check_out_not_inside(
+    out: &Path,
+    input: &Path,
+    role: &str,
+) -> Result<(), PrepareError> {
+    let Ok(input_abs) = input.canonicalize() else {
+        return Ok(()); // a missing input is refused by its own check
+    };
+    // `out` may not exist yet: its nearest existing ancestor, resolved, and the rest as given.
+    let absolute = std::path::absolute(out).map_err(PrepareError::io(out))?;
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+            break;
+        };
+        rest.push(name.to_os_string());
+        existing = parent;
+    }
+    let mut resolved = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    resolved.extend(rest.iter().rev());
+    if resolved.starts_with(&input_abs) {
+        return Err(PrepareError::OutputInsideInput {
+            out: out.to_path_buf(),
+            input: input.to_path_buf(),
+            role: role.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Creates `out` and its `subdirs`.
 pub(crate) fn create_dirs(out: &Path, subdirs: &[&str]) -> Result<(), PrepareError> {
     std::fs::create_dir_all(out).map_err(PrepareError::io(out))?;

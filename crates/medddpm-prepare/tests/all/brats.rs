@@ -229,6 +229,39 @@ fn case_lists_skipped_cases_and_the_overwrite_guard() {
     assert_eq!(report.cases_done, 2, "A and D; B still lacks its flair");
 }
 
+/// An output folder inside the raw one would make the next run read the outputs as cases.
+#[test]
+fn an_output_folder_inside_the_raw_one_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let raw = tmp.path().join("raw");
+    common::small_case(&raw, "A", [20, 20, 15], None);
+    for out in [
+        raw.join("prepared"),
+        raw.join("A/deeper/still"),
+        raw.clone(),
+    ] {
+        match prepare_brats(&raw, &out, None, &small_config(), &mut Silent) {
+            Err(PrepareError::OutputInsideInput { out: o, .. }) => assert_eq!(o, out),
+            other => panic!("{}: {other:?}", out.display()),
+        }
+        assert!(!raw.join("prepared").exists(), "nothing written");
+    }
+    // Through a link to the raw folder too.
+    #[cfg(unix)]
+    {
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&raw, &link).unwrap();
+        let out = link.join("prepared");
+        assert!(matches!(
+            prepare_brats(&raw, &out, None, &small_config(), &mut Silent),
+            Err(PrepareError::OutputInsideInput { .. })
+        ));
+    }
+    let beside = tmp.path().join("prepared");
+    let report = prepare_brats(&raw, &beside, None, &small_config(), &mut Silent).unwrap();
+    assert_eq!(report.cases_done, 1);
+}
+
 #[test]
 fn unreadable_files_bad_labels_grids_and_constant_images_skip_their_case() {
     let tmp = tempfile::tempdir().unwrap();
