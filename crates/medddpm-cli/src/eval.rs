@@ -120,11 +120,12 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let (dims, masks) = load_masks(&args.masks)?;
+    let (grid, masks) = load_masks(&args.masks)?;
+    let dims = grid.dims;
     let names: Vec<String> = masks.iter().map(|m| m.name.clone()).collect();
-    let synthetic = load_synthetic(&args, dims, &names)?;
+    let synthetic = load_synthetic(&args, &grid, &names)?;
     let real = match &args.real {
-        Some(dir) => load_real(&args, dir, dims, &names)?,
+        Some(dir) => load_real(&args, dir, &grid, &names)?,
         None => Vec::new(),
     };
     let scales = ms_ssim_scales(dims);
@@ -163,21 +164,39 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The voxel grid every volume of an evaluation shares: the first mask's dimensions and its
+/// voxel-to-world affine (a volume on the same dimensions but shifted or rotated is another
+/// place, and scoring it against the mask would be silently wrong).
+struct Grid {
+    dims: [usize; 3],
+    affine: [[f64; 4]; 4],
+    first: PathBuf,
+}
+
 /// The label maps of `--masks` (named by their case ids: file stems without `_seg`) and the grid they all share.
-fn load_masks(path: &Path) -> anyhow::Result<([usize; 3], Vec<NamedLabels>)> {
+fn load_masks(path: &Path) -> anyhow::Result<(Grid, Vec<NamedLabels>)> {
     let mask_files =
         list_masks(path).with_context(|| format!("finding masks in {}", path.display()))?;
-    let mut dims = None;
+    let mut grid: Option<Grid> = None;
     let mut masks = Vec::new();
     for path in &mask_files {
         let vol = Volume::read(path).with_context(|| format!("reading {}", path.display()))?;
-        check_grid(&mut dims, &vol, path)?;
+        match &grid {
+            None => {
+                grid = Some(Grid {
+                    dims: vol.dims(),
+                    affine: *vol.affine(),
+                    first: path.clone(),
+                })
+            }
+            Some(g) => check_grid(g, &vol, path)?,
+        }
         masks.push(NamedLabels {
             name: case_id(path),
             labels: labels_of(&vol, path)?,
         });
     }
-    Ok((dims.context("no masks")?, masks))
+    Ok((grid.context("no masks")?, masks))
 }
 
 /// Whether a file stem belongs to the `--channel` asked for (every stem without one).
@@ -192,7 +211,7 @@ fn has_channel(stem: &str, channel: Option<&str>) -> bool {
 /// sample without its mask, or no sample at all, is an error.
 fn load_synthetic(
     args: &EvalArgs,
-    dims: [usize; 3],
+    grid: &Grid,
     names: &[String],
 ) -> anyhow::Result<Vec<NamedImage>> {
     let mut synthetic = Vec::new();
@@ -209,7 +228,8 @@ fn load_synthetic(
             );
         };
         let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        check_grid(&mut Some(dims), &vol, &path)?;
+        check_grid(grid, &vol, &path)?;
+        check_finite(&vol, &path)?;
         synthetic.push(NamedImage {
             name: stem,
             mask_index: m,
@@ -234,7 +254,7 @@ fn load_synthetic(
 fn load_real(
     args: &EvalArgs,
     dir: &Path,
-    dims: [usize; 3],
+    grid: &Grid,
     names: &[String],
 ) -> anyhow::Result<Vec<NamedImage>> {
     let mut real = Vec::new();
@@ -247,7 +267,8 @@ fn load_real(
             continue;
         };
         let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        check_grid(&mut Some(dims), &vol, &path)?;
+        check_grid(grid, &vol, &path)?;
+        check_finite(&vol, &path)?;
         let vol = match normalization(&args.real_normalization, vol.data())? {
             Some(n) => vol
                 .normalized(n)
@@ -295,16 +316,41 @@ fn write_report(out: &Path, report: &EvalReport, markdown: &str) -> anyhow::Resu
     Ok(())
 }
 
-fn check_grid(dims: &mut Option<[usize; 3]>, vol: &Volume, path: &Path) -> anyhow::Result<()> {
-    match dims {
-        None => *dims = Some(vol.dims()),
-        Some(d) if *d != vol.dims() => bail!(
+/// Fails unless `vol` is on `grid`: the same dimensions, affines equal within 1e-3 (relative,
+/// 1e-3 mm for small entries), as `render` requires of a mask and its volume.
+fn check_grid(grid: &Grid, vol: &Volume, path: &Path) -> anyhow::Result<()> {
+    if vol.dims() != grid.dims {
+        bail!(
             "{}: grid {:?}, where the first mask's is {:?} (every volume must be on the masks' grid)",
             path.display(),
             vol.dims(),
-            d
-        ),
-        _ => {}
+            grid.dims
+        );
+    }
+    let (a, b) = (vol.affine(), grid.affine);
+    let close = a
+        .iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .all(|(x, y)| (x - y).abs() <= 1e-3 * x.abs().max(1.0));
+    if !close {
+        bail!(
+            "{}: its voxels lie elsewhere in space than the masks' (affine {a:?}, where {} has {b:?}): every volume must be on the masks' grid",
+            path.display(),
+            grid.first.display()
+        );
+    }
+    Ok(())
+}
+
+/// Fails on a volume holding NaN or infinite voxels (its scores would be NaN).
+fn check_finite(vol: &Volume, path: &Path) -> anyhow::Result<()> {
+    let bad = vol.data().iter().filter(|v| !v.is_finite()).count();
+    if bad > 0 {
+        bail!(
+            "{}: {bad} voxel(s) are NaN or infinite, so no score of it would mean anything",
+            path.display()
+        );
     }
     Ok(())
 }

@@ -230,3 +230,44 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
     assert!(ok, "{stderr}");
     assert_eq!(std::fs::read(dir.join("eval/eval.json")).unwrap(), first);
 }
+
+/// A volume on the masks' dimensions but elsewhere in space (shifted 10 mm), or holding a NaN
+/// voxel, is refused with its name: its scores would be silently wrong, or NaN.
+#[test]
+fn eval_refuses_a_volume_elsewhere_in_space_or_with_nan_voxels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for d in ["mask", "synth"] {
+        std::fs::create_dir(dir.join(d)).unwrap();
+    }
+    let (mask, image) = phantom();
+    write(&dir.join("mask/case.nii.gz"), mask);
+    let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
+    let eval = || medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]);
+    let shifted = [
+        [1.5, 0.0, 0.0, 10.0],
+        [0.0, 1.5, 0.0, 0.0],
+        [0.0, 0.0, 1.5, 0.0],
+        [0.0, 0.0, 0.0, 1.0],
+    ];
+    Volume::new([N; 3], image.clone(), shifted)
+        .unwrap()
+        .write(dir.join("synth/case_sample-0.nii.gz"))
+        .unwrap();
+    let (ok, _, stderr) = eval();
+    assert!(
+        !ok && stderr.contains("case_sample-0.nii.gz") && stderr.contains("elsewhere in space"),
+        "{stderr}"
+    );
+    let mut with_nan = image.clone();
+    with_nan[17] = f32::NAN;
+    write(&dir.join("synth/case_sample-0.nii.gz"), with_nan);
+    let (ok, _, stderr) = eval();
+    assert!(
+        !ok && stderr.contains("case_sample-0.nii.gz") && stderr.contains("NaN"),
+        "{stderr}"
+    );
+    write(&dir.join("synth/case_sample-0.nii.gz"), image);
+    let (ok, _, stderr) = eval();
+    assert!(ok, "{stderr}");
+}
