@@ -239,8 +239,25 @@ fn adherence_section(input: &EvalInput) -> Result<Option<AdherenceSection>> {
         })
         .collect();
     let clf = TissueClassifier::fit(&pairs)?;
+    // Each mask's real images, their labels' statistics together: what an image of that mask
+    // is compared with.
+    let paired: Vec<Option<Vec<LabelStats>>> = (0..input.masks.len())
+        .map(|m| {
+            let reals: Vec<&NamedImage> = input.real.iter().filter(|r| r.mask_index == m).collect();
+            if reals.is_empty() {
+                return Ok(None);
+            }
+            let image: Vec<f32> = reals.iter().flat_map(|r| r.data.iter().copied()).collect();
+            let labels: Vec<u32> = reals
+                .iter()
+                .flat_map(|_| input.masks[m].labels.iter().copied())
+                .collect();
+            label_stats(&image, &labels).map(Some)
+        })
+        .collect::<Result<_>>()?;
     let judge = |img: &NamedImage| -> Result<SampleAdherence> {
-        adherence_of(img, &input.masks[img.mask_index], &clf)
+        let real = paired[img.mask_index].as_deref();
+        adherence_of(img, &input.masks[img.mask_index], &clf, real)
     };
     let synthetic = input
         .synthetic
@@ -274,6 +291,7 @@ fn adherence_of(
     img: &NamedImage,
     mask: &NamedLabels,
     clf: &TissueClassifier,
+    paired_real: Option<&[LabelStats]>,
 ) -> Result<SampleAdherence> {
     let stats: Vec<LabelStats> = label_stats(&img.data, &mask.labels)?;
     let mut labels = clf.labels();
@@ -292,7 +310,9 @@ fn adherence_of(
                 voxels: s.map_or(0, |s| s.voxels),
                 mean: s.map(|s| s.mean),
                 std: s.map(|s| s.std),
-                real_mean: clf.class(label).map(|c| c.real.mean),
+                real_mean: paired_real
+                    .and_then(|p| p.iter().find(|s| s.label == label))
+                    .map(|s| s.mean),
                 dice: d,
             }
         })

@@ -110,7 +110,8 @@ pub struct LabelAdherence {
     pub mean: Option<f64>,
     /// Standard deviation there; `None` when the mask lacks the label.
     pub std: Option<f64>,
-    /// Mean over all real images for this label; `None` when no real image has it.
+    /// Mean of this label in the real image(s) of the image's own mask (its pair); `None`
+    /// when that mask has no real image or the label is absent there.
     pub real_mean: Option<f64>,
     /// Dice of the intensity classification with the mask; `None` when both are empty.
     pub dice: Option<f64>,

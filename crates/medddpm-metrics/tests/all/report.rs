@@ -240,3 +240,39 @@ fn evaluate_without_real_images_skips_real_sections() {
     let md = rep.to_markdown();
     assert!(md.contains("Needs real images"));
 }
+
+/// An image's "real mean" of a label is that label's mean in the real image of its own mask,
+/// not over every real image.
+#[test]
+fn each_images_real_mean_is_its_pairs() {
+    let mut input = input();
+    // The second real image brighter in the core: the two real images now differ there.
+    input.real[1].data = labelled_image(&input.masks[1].labels, [-1.0, 0.0, 0.9], 0.05, 2);
+    let rep = evaluate(&input).unwrap();
+    let adherence = rep.adherence.as_ref().expect("real images given");
+    let core_mean = |real: usize| {
+        let (data, labels) = (&input.real[real].data, &input.masks[real].labels);
+        let core: Vec<f64> = data
+            .iter()
+            .zip(labels)
+            .filter(|(_, &l)| l == 2)
+            .map(|(&v, _)| v as f64)
+            .collect();
+        core.iter().sum::<f64>() / core.len() as f64
+    };
+    for s in &adherence.synthetic {
+        let pair = if s.mask == "m0" { 0 } else { 1 };
+        let core = s.labels.iter().find(|l| l.label == 2).unwrap();
+        let got = core.real_mean.unwrap();
+        assert!(
+            (got - core_mean(pair)).abs() < 1e-9,
+            "{}: {got} vs {}",
+            s.name,
+            core_mean(pair)
+        );
+    }
+    assert!(
+        (core_mean(0) - core_mean(1)).abs() > 0.2,
+        "the pairs differ"
+    );
+}
