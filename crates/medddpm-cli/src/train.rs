@@ -8,7 +8,9 @@ use burn::tensor::backend::DeviceId;
 use clap::Args;
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::Launch;
-use medddpm_train::{train_on, train_processes, ExperimentConfig, RunDir, SessionOptions};
+use medddpm_train::{
+    train_on, train_processes, ExperimentConfig, RunDir, SessionOptions, TrainSummary,
+};
 
 use crate::compute_args::ComputeArgs;
 use crate::progress::TrainBar;
@@ -128,15 +130,7 @@ impl BackendTask for TrainTask {
             _ => train_on::<B>(&self.config, &self.run, &options, &devices, observer)?,
         };
         drop(bar);
-        eprintln!(
-            "trained steps {}..{}: loss {:.4} -> {:.4} (mean of the first and last {} steps); checkpoint {}",
-            summary.start_step,
-            summary.end_step,
-            summary.first_mean_loss,
-            summary.last_mean_loss,
-            summary.loss_window,
-            summary.checkpoint.display()
-        );
+        eprintln!("{}", summary_line(&summary, self.config.train.steps));
         for s in &summary.samples {
             eprintln!("sample written: {}", s.display());
         }
@@ -195,4 +189,59 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             cuda_graphs: args.cuda_graphs,
         },
     )
+}
+
+/// The session's last line: the steps trained and the loss's first and last means, or, when
+/// the run had already reached its end, that (a session of no steps has no loss to show).
+fn summary_line(summary: &TrainSummary, steps: usize) -> String {
+    if summary.end_step == summary.start_step {
+        return format!(
+            "nothing to train: the run is already at step {} of train.steps = {steps} (give a larger --steps to train on); checkpoint {}",
+            summary.end_step,
+            summary.checkpoint.display()
+        );
+    }
+    format!(
+        "trained steps {}..{}: loss {:.4} -> {:.4} (mean of the first and last {} steps); checkpoint {}",
+        summary.start_step,
+        summary.end_step,
+        summary.first_mean_loss,
+        summary.last_mean_loss,
+        summary.loss_window,
+        summary.checkpoint.display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(start_step: usize, end_step: usize, loss: f32) -> TrainSummary {
+        TrainSummary {
+            start_step,
+            end_step,
+            first_loss: loss,
+            last_loss: loss,
+            first_mean_loss: loss,
+            last_mean_loss: loss,
+            loss_window: end_step - start_step,
+            checkpoint: PathBuf::from("runs/q/checkpoints/step-40"),
+            samples: Vec::new(),
+        }
+    }
+
+    /// A run resumed at its end trains nothing: said so, without a NaN loss.
+    #[test]
+    fn a_session_of_no_steps_says_so_without_a_nan_loss() {
+        let done = summary_line(&summary(40, 40, f32::NAN), 40);
+        assert!(
+            !done.contains("NaN") && done.contains("already at step 40 of train.steps = 40"),
+            "{done}"
+        );
+        let trained = summary_line(&summary(0, 40, 0.5), 40);
+        assert!(
+            trained.starts_with("trained steps 0..40: loss 0.5000 -> 0.5000"),
+            "{trained}"
+        );
+    }
 }
