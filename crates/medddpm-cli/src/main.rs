@@ -33,6 +33,8 @@ enum Command {
     /// Train a model (or resume a run).
     Train(train::TrainArgs),
     /// Sample synthetic volumes from masks.
+    // One device: the data-parallel training switches stay out of its help.
+    #[command(mut_arg("collective", |a| a.hide(true)), mut_arg("launch", |a| a.hide(true)))]
     Sample(sample::SampleArgs),
     /// Judge generated volumes against real ones: PSNR, SSIM and MAE inside the mask,
     /// diversity (MS-SSIM among samples of one mask), MMD between the sets, and mask adherence.

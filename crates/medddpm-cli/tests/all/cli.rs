@@ -81,6 +81,26 @@ fn output_that_cannot_be_written_is_one_error_line() {
     );
 }
 
+/// `sample` runs on one device: its help leaves out the data-parallel training switches.
+#[test]
+fn sample_help_leaves_out_the_training_switches() {
+    let (ok, stdout, stderr) = medddpm(&["sample", "--help"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("--devices") && stdout.contains("--samples-per-mask"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("--collective") && !stdout.contains("--launch"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = medddpm(&["train", "--help"]);
+    assert!(
+        stdout.contains("--collective") && stdout.contains("--launch"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn bench_exits_non_zero_when_a_configuration_fails() {
     // A zero timeout stops the configuration's process at once.
