@@ -85,6 +85,19 @@ pub enum NiftiError {
         /// Bytes present after the offset.
         found: usize,
     },
+    /// The header claims more bytes than the compressed file could hold: refused before
+    /// inflating, so that a huge claim over a stream of zeros costs nothing.
+    #[error("{path}: the header claims {claimed} bytes of voxels, more than its {compressed} compressed bytes can hold (at most {possible}): the file is truncated or its header is wrong")]
+    ClaimTooLarge {
+        /// File being read.
+        path: PathBuf,
+        /// Voxel offset plus voxel bytes the header claims.
+        claimed: u64,
+        /// The file's size.
+        compressed: u64,
+        /// The most its gzip stream can inflate to.
+        possible: u64,
+    },
     /// The datatype code is not one this crate decodes (complex, RGB, float128, ...).
     #[error("{path}: unsupported NIfTI datatype code {code}")]
     UnsupportedDatatype {

@@ -22,6 +22,10 @@ fn read_bytes(path: &Path, limit: impl Fn(&[u8]) -> Option<u64>) -> Result<Vec<u
     inflate(raw, path, limit)
 }
 
+/// The most bytes one compressed byte of a deflate stream inflates to (its longest match, 258
+/// bytes, in under 2 bits; 1032:1 is the format's known bound).
+const MAX_DEFLATE_RATIO: u64 = 1032;
+
 /// [`read_bytes`] after the file is read: `raw` itself, or inflated when gzip.
 fn inflate(
     raw: Vec<u8>,
@@ -46,12 +50,22 @@ fn inflate(
         .take(NIFTI1_HEADER_SIZE as u64)
         .read_to_end(&mut out)
         .map_err(gzip_error)?;
+    // Deflate gives at most 1032 bytes for one compressed byte: a claim beyond that is refused
+    // before anything more is inflated (a 32767^3 claim over 512 MiB of zeros inflated 596 MB
+    // before the data ran out).
+    let claim = limit(&out).unwrap_or(u64::MAX);
+    let possible = (raw.len() as u64).saturating_mul(MAX_DEFLATE_RATIO);
+    if claim != u64::MAX && claim > possible {
+        return Err(NiftiError::ClaimTooLarge {
+            path: path.to_path_buf(),
+            claimed: claim,
+            compressed: raw.len() as u64,
+            possible,
+        });
+    }
     // One byte past the claim: a stream of exactly the claimed length is then read to its end,
     // so its CRC is checked.
-    let rest = limit(&out)
-        .unwrap_or(u64::MAX)
-        .saturating_sub(out.len() as u64)
-        .saturating_add(1);
+    let rest = claim.saturating_sub(out.len() as u64).saturating_add(1);
     decoder
         .take(rest)
         .read_to_end(&mut out)
@@ -358,5 +372,37 @@ mod tests {
         let inflated = inflate(bomb, &path, claimed_len).unwrap();
         assert_eq!(inflated.len(), 352 + 96 + 1);
         assert_eq!(&inflated[..raw.len()], &raw[..]);
+    }
+
+    /// A header that claims far more than its compressed stream can hold (32767^3 float voxels
+    /// over 16 MiB of zeros) is refused before the zeros are inflated.
+    #[test]
+    fn a_claim_beyond_what_the_stream_can_hold_is_refused_before_inflating() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.nii");
+        Volume::new([2, 2, 2], vec![0.0; 8], crate::IDENTITY)
+            .unwrap()
+            .write(&path)
+            .unwrap();
+        let mut raw = std::fs::read(&path).unwrap();
+        for (i, d) in [32767i16, 32767, 32767].iter().enumerate() {
+            let at = 42 + 2 * i; // dim[1..4], little-endian
+            raw[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&raw[..352]).unwrap();
+        gz.write_all(&vec![0u8; 16 << 20]).unwrap();
+        let bomb = gz.finish().unwrap();
+        let compressed = bomb.len() as u64;
+        match inflate(bomb, &path, claimed_len) {
+            Err(NiftiError::ClaimTooLarge {
+                claimed, possible, ..
+            }) => {
+                assert_eq!(claimed, 352 + 4 * 32767u64.pow(3));
+                assert_eq!(possible, compressed * MAX_DEFLATE_RATIO);
+            }
+            other => panic!("{:?}", other.map(|b| b.len())),
+        }
     }
 }
