@@ -211,6 +211,9 @@ pub fn prepare_brats(
     }
     let mut planned: Vec<PathBuf> = cases.iter().flat_map(|c| output_paths(out, c)).collect();
     planned.push(out.join(crate::REPORT_FILE));
+    // Each case writes four modalities and a segmentation on the grid.
+    let at_once = crate::runner::worker_count(config.jobs, cases.len());
+    files::check_memory(config.grid, 5, at_once)?;
     files::check_outputs(&planned, config.overwrite)?;
     let subdirs: Vec<&str> = MODALITIES.iter().copied().chain([SEG]).collect();
     files::create_dirs(out, &subdirs)?;

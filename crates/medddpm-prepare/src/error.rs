@@ -26,6 +26,20 @@ pub enum PrepareError {
         /// What it should be.
         role: String,
     },
+    /// The run would hold more than the memory the system has available.
+    #[error("the output grid {grid:?} needs at least {needed_gib:.1} GiB of memory ({volumes} float volumes a case, {cases} case(s) at once), more than the {available_gib:.1} GiB available: choose a smaller grid (or fewer jobs)")]
+    TooLarge {
+        /// The output grid.
+        grid: [usize; 3],
+        /// Volumes a case holds on that grid.
+        volumes: u64,
+        /// Cases prepared at once.
+        cases: usize,
+        /// The least memory that needs, GiB.
+        needed_gib: f64,
+        /// Memory available, GiB.
+        available_gib: f64,
+    },
     /// The output folder is the input folder or inside it.
     #[error("{out} is inside the {role} folder {input}: the next run would read its outputs as input; choose an output folder outside it")]
     OutputInsideInput {

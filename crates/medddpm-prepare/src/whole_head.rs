@@ -192,6 +192,12 @@ pub fn prepare_whole_head(
 ) -> Result<Report<WholeHeadRun, WholeHeadDone>, PrepareError> {
     config.validate()?;
     let (pairs, mut skipped) = pair(images, masks)?;
+    // Each case writes an image and a mask on the grid.
+    files::check_memory(
+        config.grid,
+        2,
+        crate::runner::worker_count(config.jobs, pairs.len()),
+    )?;
     let outputs = |stem: &str| {
         let name = format!("{stem}.nii.gz");
         (out.join("image").join(&name), out.join("mask").join(name))

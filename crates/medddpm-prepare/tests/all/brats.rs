@@ -262,6 +262,32 @@ fn an_output_folder_inside_the_raw_one_is_refused() {
     assert_eq!(report.cases_done, 1);
 }
 
+/// A grid no machine's memory holds is refused before anything is allocated or written.
+#[test]
+fn a_grid_beyond_the_machines_memory_is_refused_before_allocating() {
+    if !std::path::Path::new("/proc/meminfo").exists() {
+        return; // the check needs the system's figure
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (raw, out) = (tmp.path().join("raw"), tmp.path().join("out"));
+    common::small_case(&raw, "A", [20, 20, 15], None);
+    let huge = BratsConfig {
+        grid: [100_000; 3],
+        ..small_config()
+    };
+    match prepare_brats(&raw, &out, None, &huge, &mut Silent) {
+        Err(e @ PrepareError::TooLarge { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("[100000, 100000, 100000]") && text.contains("GiB"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!out.exists(), "nothing written");
+}
+
 #[test]
 fn unreadable_files_bad_labels_grids_and_constant_images_skip_their_case() {
     let tmp = tempfile::tempdir().unwrap();
