@@ -130,10 +130,11 @@ impl BackendTask for TrainTask {
             _ => train_on::<B>(&self.config, &self.run, &options, &devices, observer)?,
         };
         drop(bar);
-        eprintln!("{}", summary_line(&summary, self.config.train.steps));
+        // The session's samples before its summary, which ends the output.
         for s in &summary.samples {
             eprintln!("sample written: {}", s.display());
         }
+        eprintln!("{}", summary_line(&summary, self.config.train.steps));
         Ok(())
     }
 }
