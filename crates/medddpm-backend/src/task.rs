@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use burn::prelude::DeviceOps;
+use burn::tensor::backend::DeviceId;
 use burn::tensor::DType;
 use medddpm_kernels::{Collective, Compute, Launch};
 
@@ -51,6 +53,15 @@ impl RunEnv {
     /// The dtype to compute in.
     pub fn compute_dtype(&self) -> DType {
         self.precision.compute_dtype()
+    }
+
+    /// The run's devices on the backend of `first`, the device the task received.
+    pub fn devices_like<D: DeviceOps>(&self, first: &D) -> Vec<D> {
+        let type_id = first.to_id().type_id;
+        self.devices
+            .iter()
+            .map(|&i| D::from_id(DeviceId::new(type_id, i as u16)))
+            .collect()
     }
 
     /// [`Error::OneDevice`] unless the run has one device: for the tasks of commands that run

@@ -1,6 +1,17 @@
 use super::*;
 use medddpm_kernels::{CollectiveUnavailable, Launch};
 
+/// A task that only reads where it runs: what `run_on` decided.
+struct ReadEnv<T>(fn(&RunEnv) -> Result<T, Error>);
+
+impl<T> BackendTask for ReadEnv<T> {
+    type Output = T;
+    type Error = Error;
+    fn run<B: KernelAutodiffBackend>(self, _: B::Device, env: &RunEnv) -> Result<T, Error> {
+        (self.0)(env)
+    }
+}
+
 #[test]
 fn names_round_trip() {
     for p in Precision::ALL {
@@ -57,24 +68,15 @@ fn switches_win_over_the_experiment_file() {
 /// the CPU's is FP32 (so that `auto` falling back to the CPU never inherits CUDA's TF32).
 #[test]
 fn a_precision_left_to_the_backend_is_the_running_backends_default() {
-    struct InForce;
-    impl BackendTask for InForce {
-        type Output = Precision;
-        type Error = Error;
-        fn run<B: KernelAutodiffBackend>(
-            self,
-            _: B::Device,
-            env: &RunEnv,
-        ) -> Result<Precision, Error> {
-            Ok(env.precision)
-        }
-    }
     let settings = ComputeSettings {
         backend: BackendKind::Cpu,
         ..Default::default()
     };
     assert_eq!(settings.precision, None);
-    assert_eq!(run_on(&settings, InForce).unwrap(), Precision::Fp32);
+    assert_eq!(
+        run_on(&settings, ReadEnv(|env| Ok(env.precision))).unwrap(),
+        Precision::Fp32
+    );
 }
 
 #[test]
@@ -86,20 +88,13 @@ fn default_precision_is_tf32_only_on_cuda() {
 
 #[test]
 fn cpu_refuses_tf32_with_a_reason() {
-    struct Never;
-    impl BackendTask for Never {
-        type Output = ();
-        type Error = Error;
-        fn run<B: KernelAutodiffBackend>(self, _: B::Device, _: &RunEnv) -> Result<(), Error> {
-            unreachable!("must not run")
-        }
-    }
+    let never = || ReadEnv::<()>(|_| unreachable!("must not run"));
     let settings = ComputeSettings {
         backend: BackendKind::Cpu,
         precision: Some(Precision::Tf32),
         ..Default::default()
     };
-    let err = run_on(&settings, Never).unwrap_err();
+    let err = run_on(&settings, never()).unwrap_err();
     assert!(err.is_unsupported());
     let err = err.to_string();
     assert!(err.contains("tf32") && err.contains("cpu"), "{err}");
@@ -109,7 +104,7 @@ fn cpu_refuses_tf32_with_a_reason() {
         conv_engine: ConvEngine::Cudnn,
         ..Default::default()
     };
-    let err = run_on(&settings, Never).unwrap_err();
+    let err = run_on(&settings, never()).unwrap_err();
     assert!(err.is_unsupported());
     assert!(err.to_string().contains("cudnn"), "{err}");
 }
@@ -298,36 +293,32 @@ fn commands_of_one_device_refuse_several() {
 
 #[test]
 fn the_cpu_refuses_several_devices_and_a_task_learns_its_devices() {
-    struct Devices;
-    impl BackendTask for Devices {
-        type Output = (Vec<usize>, Collective);
-        type Error = Error;
-        fn run<B: KernelAutodiffBackend>(
-            self,
-            _: B::Device,
-            env: &RunEnv,
-        ) -> Result<Self::Output, Error> {
+    let devices = || {
+        ReadEnv(|env| {
             env.one_device("test")?;
             Ok((env.devices.clone(), env.collective))
-        }
-    }
+        })
+    };
     let cpu = ComputeSettings {
         backend: BackendKind::Cpu,
         ..Default::default()
     };
-    assert_eq!(run_on(&cpu, Devices).unwrap(), (vec![0], Collective::Host));
+    assert_eq!(
+        run_on(&cpu, devices()).unwrap(),
+        (vec![0], Collective::Host)
+    );
     let two = ComputeSettings {
         devices: vec![0, 1],
         ..cpu.clone()
     };
-    let err = run_on(&two, Devices).unwrap_err();
+    let err = run_on(&two, devices()).unwrap_err();
     assert!(matches!(err, Error::DevicesNeedCuda { .. }), "{err}");
     let twice = ComputeSettings {
         devices: vec![0, 0],
         ..cpu
     };
     assert!(matches!(
-        run_on(&twice, Devices).unwrap_err(),
+        run_on(&twice, devices()).unwrap_err(),
         Error::DuplicateDevice { device: 0, .. }
     ));
 }

@@ -25,7 +25,7 @@ pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
     {
         use cubecl_common::busy::{self, IN_CALL, RUNNING, WAITING};
         let ms = |s: f64| s * 1e3 / steps.max(1) as f64;
-        let rows = [
+        let threads = [
             ("fusion thread running", RUNNING[1].read()),
             ("device thread running", RUNNING[2].read()),
             ("caller waiting for the fusion thread", WAITING[0].read()),
@@ -33,59 +33,32 @@ pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
                 "fusion thread waiting for the device thread",
                 WAITING[1].read(),
             ),
-            (
-                "device thread: kernel launch tasks",
-                IN_CALL[busy::LAUNCH_TASK].read(),
-            ),
-            (
-                "device thread: in cuLaunchKernel",
-                IN_CALL[busy::DRIVER_LAUNCH].read(),
-            ),
-            (
-                "device thread: reserving memory",
-                IN_CALL[busy::RESERVE].read(),
-            ),
-            ("device thread: in cuDNN", IN_CALL[busy::CUDNN].read()),
-            ("device thread: in cuBLAS", IN_CALL[busy::CUBLAS].read()),
-            (
-                "device thread: in cuGraphLaunch",
-                IN_CALL[busy::GRAPH_LAUNCH].read(),
-            ),
-            (
-                "device thread: graph replay copies",
-                IN_CALL[busy::GRAPH_COPIES].read(),
-            ),
-            (
-                "device thread: launch, kernel id",
-                IN_CALL[busy::LAUNCH_ID].read(),
-            ),
-            (
-                "device thread: launch, command",
-                IN_CALL[busy::LAUNCH_COMMAND].read(),
-            ),
-            (
-                "device thread: launch, metadata",
-                IN_CALL[busy::LAUNCH_METADATA].read(),
-            ),
-            (
-                "device thread: launch, resources",
-                IN_CALL[busy::LAUNCH_RESOURCES].read(),
-            ),
-            (
-                "device thread: launch, kernel",
-                IN_CALL[busy::LAUNCH_KERNEL].read(),
-            ),
-            (
-                "device thread: launch, releasing staging buffers",
-                IN_CALL[busy::LAUNCH_FLUSH].read(),
-            ),
-        ];
-        if rows.iter().any(|(_, (n, _))| *n > 0) {
-            for (name, (n, s)) in rows {
-                out.insert(name.to_string(), ms(s));
-                if name.starts_with("device thread:") {
-                    out.insert(format!("{name}: calls"), n as f64 / steps.max(1) as f64);
-                }
+        ]
+        .map(|(name, read)| (name.to_string(), read));
+        // What the device thread's time went to: each also counts its calls.
+        let calls = [
+            ("kernel launch tasks", busy::LAUNCH_TASK),
+            ("in cuLaunchKernel", busy::DRIVER_LAUNCH),
+            ("reserving memory", busy::RESERVE),
+            ("in cuDNN", busy::CUDNN),
+            ("in cuBLAS", busy::CUBLAS),
+            ("in cuGraphLaunch", busy::GRAPH_LAUNCH),
+            ("graph replay copies", busy::GRAPH_COPIES),
+            ("launch, kernel id", busy::LAUNCH_ID),
+            ("launch, command", busy::LAUNCH_COMMAND),
+            ("launch, metadata", busy::LAUNCH_METADATA),
+            ("launch, resources", busy::LAUNCH_RESOURCES),
+            ("launch, kernel", busy::LAUNCH_KERNEL),
+            ("launch, releasing staging buffers", busy::LAUNCH_FLUSH),
+        ]
+        .map(|(what, kind)| (format!("device thread: {what}"), IN_CALL[kind].read()));
+        if threads.iter().chain(&calls).any(|(_, (n, _))| *n > 0) {
+            for (name, (_, s)) in threads {
+                out.insert(name, ms(s));
+            }
+            for (name, (n, s)) in calls {
+                out.insert(format!("{name}: calls"), n as f64 / steps.max(1) as f64);
+                out.insert(name, ms(s));
             }
         }
     }

@@ -340,10 +340,18 @@ mod tests {
     use super::*;
 
     fn kernel(name: &str, start: u64, end: u64) -> Activity {
+        activity(Work::Kernel(name.into()), start, end)
+    }
+
+    fn copy(what: &'static str, start: u64, end: u64) -> Activity {
+        activity(Work::Copy(what), start, end)
+    }
+
+    fn activity(work: Work, start_ns: u64, end_ns: u64) -> Activity {
         Activity {
-            work: Work::Kernel(name.into()),
-            start_ns: start,
-            end_ns: end,
+            work,
+            start_ns,
+            end_ns,
         }
     }
 
@@ -353,31 +361,19 @@ mod tests {
             kernel("a", 0, 10),
             kernel("b", 5, 15),
             kernel("c", 20, 30),
-            Activity {
-                work: Work::Copy("memset"),
-                start_ns: 25,
-                end_ns: 40,
-            },
+            copy("memset", 25, 40),
         ];
         assert_eq!(union_ns(&acts), 15 + 20);
         let t = summarise(&acts, 1, 1.0);
         assert_eq!(t.kernel_ms, 45.0 / 1e6);
         assert_eq!(t.launches, 3.0);
         assert_eq!(t.by_class_ms["copies"], 15.0 / 1e6);
-        assert!(
-            t.classes_text().starts_with("copies 0.0, other 0.0"),
-            "{}",
-            t.classes_text()
-        );
+        let text = t.classes_text();
+        assert!(text.starts_with("copies 0.0, other 0.0"), "{text}");
     }
 
     #[test]
     fn copies_are_named_in_the_top_list_without_counting_as_launches() {
-        let copy = |what, start, end| Activity {
-            work: Work::Copy(what),
-            start_ns: start,
-            end_ns: end,
-        };
         let acts = [
             kernel("a", 0, 10),
             copy("memcpy HtoD from pageable", 10, 40),
@@ -444,11 +440,8 @@ mod tests {
                 before: "c".into()
             }]
         );
-        assert!(
-            t.idle_text().starts_with("idle 0.0 ms: 0.0 in 0 gaps"),
-            "{}",
-            t.idle_text()
-        );
+        let text = t.idle_text();
+        assert!(text.starts_with("idle 0.0 ms: 0.0 in 0 gaps"), "{text}");
     }
 
     #[test]

@@ -17,8 +17,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::prelude::DeviceOps;
-use burn::tensor::backend::DeviceId;
 use medddpm_backend::{BackendTask, RunEnv};
 use medddpm_kernels::Launch;
 use medddpm_train::{ReplicaLauncher, RunDir, SessionOptions, StepMetrics, TrainObserver};
@@ -164,12 +162,7 @@ impl BackendTask for ScalingTask {
         env: &RunEnv,
     ) -> Result<ScalingRecord, Error> {
         let o = &self.0;
-        let type_id = device.to_id().type_id;
-        let devices: Vec<B::Device> = env
-            .devices
-            .iter()
-            .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
-            .collect();
+        let devices = env.devices_like(&device);
         let record = measure::<B>(o, env, &devices, &*self.1)?;
         let path = record_path(&o.out, devices.len());
         let bytes = serde_json::to_vec(&record).map_err(|e| Error::Scaling(e.to_string()))?;

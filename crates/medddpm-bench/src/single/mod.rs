@@ -286,13 +286,24 @@ impl<B: Backend> Run<'_, B> {
         (self.progress)(message)
     }
 
-    /// Says where the host's threads spent the first step (`what`) since the counters were
-    /// reset before it: with warm caches that is start-up work (libraries, plans, modules).
-    fn say_first_step_threads(&mut self, what: &str) {
+    /// Runs the first step of `case` (`first {what}`, which compiles and tunes `kernels`) and
+    /// says how long it took and where the host's threads spent it: with warm caches that is
+    /// start-up work (libraries, plans, modules).
+    fn first_step<C: case::Case>(
+        &mut self,
+        case: &mut C,
+        what: &str,
+        kernels: &str,
+    ) -> Result<f64> {
+        self.say(&format!("first {what} (compiles and autotunes {kernels})"));
+        crate::threads::reset();
+        let first = case::first_step(case)?;
+        self.say(&format!("first {what} took {first:.2} s; timing {what}s"));
         let spent = crate::threads::largest_s(&crate::threads::per_step(1), 8);
         if !spent.is_empty() {
-            self.say(&format!("{what}, host threads (s): {spent}"));
+            self.say(&format!("first {what}, host threads (s): {spent}"));
         }
+        Ok(first)
     }
 
     /// Hands the caller the record as it stands after `phase`: status `Failed`, the message

@@ -11,7 +11,7 @@ use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::{network_input, DdpmSampler};
 use medddpm_unet::{cast_compute_params, ForwardGraphs, OpProfile, UNet};
 
-use super::case::{first_step, step, timed_steps, Case};
+use super::case::{step, timed_steps, Case};
 use super::{median, sync, Inputs, Run, TIMESTEPS};
 use crate::error::{Error, Result};
 use crate::record::GraphRun;
@@ -92,14 +92,7 @@ pub(super) fn measure<A: KernelAutodiffBackend>(
     run: &mut Run<A>,
     case: &mut Sampling<A>,
 ) -> Result<()> {
-    run.say("first sampling step (compiles and autotunes kernels)");
-    crate::threads::reset();
-    let first = first_step(case)?;
-    run.record.first_sample_step_s = Some(first);
-    run.say(&format!(
-        "first sampling step took {first:.2} s; timing sampling steps"
-    ));
-    run.say_first_step_threads("first sampling step");
+    run.record.first_sample_step_s = Some(run.first_step(case, "sampling step", "kernels")?);
     let (steps, _) = timed_steps(case, run.config.warmup, run.config.steps, || Ok(()))?;
     let sample_ms: Vec<f64> = steps.iter().map(|s| s.ms).collect();
     // The chain walks down the schedule: trace only while timesteps remain.

@@ -16,7 +16,7 @@ use medddpm_train::{
 };
 use medddpm_unet::{ActivationCheckpointing, UNet};
 
-use super::case::{first_step, step, timed_steps, Case};
+use super::case::{step, timed_steps, Case};
 use super::{median, ms_since, sync, Inputs, Run, MEMORY_IN_USE, MEMORY_RESERVED};
 use crate::error::{Error, FileAction, Result};
 use crate::host_profile::HostProfile;
@@ -129,15 +129,9 @@ pub(super) fn measure<B: KernelAutodiffBackend>(
     run: &mut Run<B>,
     case: &mut Training<B>,
 ) -> Result<()> {
-    run.say("first training micro-step (compiles and autotunes backward kernels)");
-    crate::threads::reset();
-    let first = first_step(case)?;
+    let first = run.first_step(case, "training micro-step", "backward kernels")?;
     run.record.first_train_step_s = Some(first);
     run.save("the first training micro-step");
-    run.say(&format!(
-        "first training micro-step took {first:.2} s; timing training micro-steps"
-    ));
-    run.say_first_step_threads("first training micro-step");
     let (steps, profile) = timed_steps(case, run.config.warmup, run.config.steps, || {
         crate::threads::reset();
         start_host_profile(run)

@@ -71,11 +71,18 @@ fn list_nifti(dir: &Path, role: &str) -> Result<BTreeMap<String, PathBuf>, DataE
     Ok(out)
 }
 
-/// File name a missing partner would have: the same name as the file that has no partner.
-fn partner_name(file: &Path) -> String {
-    file.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
+/// A whole-head `file` without its partner, which would have the same name in `other_dir`.
+fn unpaired(file: PathBuf, role: &str, other_role: &str, other_dir: &Path) -> DataError {
+    DataError::Unpaired {
+        expected_name: file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        file,
+        role: role.into(),
+        other_role: other_role.into(),
+        other_dir: other_dir.to_path_buf(),
+    }
 }
 
 pub(super) fn pair_whole_head(mask_dir: &Path, image_dir: &Path) -> Result<Vec<Entry>, DataError> {
@@ -84,13 +91,7 @@ pub(super) fn pair_whole_head(mask_dir: &Path, image_dir: &Path) -> Result<Vec<E
     let mut entries = Vec::with_capacity(masks.len());
     for (id, mask) in masks {
         let Some(image) = images.remove(&id) else {
-            return Err(DataError::Unpaired {
-                expected_name: partner_name(&mask),
-                file: mask,
-                role: "mask".into(),
-                other_role: "image".into(),
-                other_dir: image_dir.to_path_buf(),
-            });
+            return Err(unpaired(mask, "mask", "image", image_dir));
         };
         entries.push(Entry {
             id,
@@ -99,13 +100,7 @@ pub(super) fn pair_whole_head(mask_dir: &Path, image_dir: &Path) -> Result<Vec<E
         });
     }
     if let Some((_, image)) = images.into_iter().next() {
-        return Err(DataError::Unpaired {
-            expected_name: partner_name(&image),
-            file: image,
-            role: "image".into(),
-            other_role: "mask".into(),
-            other_dir: mask_dir.to_path_buf(),
-        });
+        return Err(unpaired(image, "image", "mask", mask_dir));
     }
     Ok(entries)
 }

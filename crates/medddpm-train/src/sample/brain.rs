@@ -265,35 +265,27 @@ mod tests {
     #[test]
     fn a_mask_on_another_grid_or_empty_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let other = dir.path().join("other.nii.gz");
-        Volume::new([4, 4, 5], vec![1.0; 80], IDENTITY)
-            .unwrap()
-            .write(&other)
-            .unwrap();
-        let brats = LabelScheme::brats();
-        let err = ensure_brain_label(
-            &mut tumour_only(),
-            Path::new("s.nii"),
-            "s",
-            &brats,
-            Some(&BrainMasks(other)),
-        )
-        .unwrap_err();
+        // The refusal of a mask of `dims` voxels, each `value`.
+        let refusal = |name: &str, dims: [usize; 3], value: f32| {
+            let path = dir.path().join(name);
+            Volume::new(dims, vec![value; dims.iter().product()], IDENTITY)
+                .unwrap()
+                .write(&path)
+                .unwrap();
+            let brats = LabelScheme::brats();
+            let masks = BrainMasks(path);
+            ensure_brain_label(
+                &mut tumour_only(),
+                Path::new("s.nii"),
+                "s",
+                &brats,
+                Some(&masks),
+            )
+            .unwrap_err()
+        };
+        let err = refusal("other.nii.gz", [4, 4, 5], 1.0);
         assert!(matches!(err, TrainError::Nifti(_)), "{err}");
-
-        let empty = dir.path().join("empty.nii.gz");
-        Volume::new([4, 4, 4], vec![0.0; 64], IDENTITY)
-            .unwrap()
-            .write(&empty)
-            .unwrap();
-        let err = ensure_brain_label(
-            &mut tumour_only(),
-            Path::new("s.nii"),
-            "s",
-            &brats,
-            Some(&BrainMasks(empty)),
-        )
-        .unwrap_err();
+        let err = refusal("empty.nii.gz", [4, 4, 4], 0.0);
         assert!(matches!(problem(err), BrainLabelProblem::EmptyMask { .. }));
     }
 

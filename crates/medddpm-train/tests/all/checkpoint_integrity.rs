@@ -11,7 +11,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::{backend::Backend, Tensor};
 use medddpm_train::integrity::{verify_checkpoint, write_checksums, Verification};
-use medddpm_train::{load_sampling_model, RunDir, TrainError, WeightsSource};
+use medddpm_train::{load_sampling_model, ExperimentConfig, RunDir, TrainError, WeightsSource};
 use medddpm_unet::UNet;
 
 fn load(path: &Path) -> Result<(), TrainError> {
@@ -68,6 +68,12 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
         std::fs::remove_dir_all(&latest).unwrap();
         copy_dir(&pristine, &latest);
     };
+    // Resuming must refuse, before touching anything: what it says.
+    let resume_err = |config: &ExperimentConfig, max_steps| {
+        common::session(config, &run, true, max_steps)
+            .unwrap_err()
+            .to_string()
+    };
 
     // One flipped byte in the EMA weights.
     let ema = latest.join("ema.mpk");
@@ -82,10 +88,8 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
         err.contains("step-000002 is intact"),
         "offers the previous one: {err}"
     );
-    // Resuming says the same, before touching anything.
-    let err = common::session(&config, &run, true, None)
-        .unwrap_err()
-        .to_string();
+    // Resuming says the same.
+    let err = resume_err(&config, None);
     assert!(err.contains("ema.mpk does not match its checksum"), "{err}");
     load(&older).unwrap();
     restore();
@@ -142,9 +146,7 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
         err.contains("NaN or infinite") && err.contains("ema.mpk"),
         "{err}"
     );
-    let err = common::session(&config, &run, true, Some(1))
-        .unwrap_err()
-        .to_string();
+    let err = resume_err(&config, Some(1));
     assert!(
         err.contains("NaN or infinite") && err.contains("ema.mpk"),
         "{err}"
@@ -164,9 +166,7 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
     write_checksums(&latest).unwrap();
     let err = load(&latest).unwrap_err().to_string();
     assert!(err.contains("another architecture"), "{err}");
-    let err = common::session(&config, &run, true, Some(1))
-        .unwrap_err()
-        .to_string();
+    let err = resume_err(&config, Some(1));
     assert!(
         err.contains("another architecture") && err.contains("model.mpk"),
         "{err}"
@@ -174,9 +174,7 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
     restore();
 
     // A run config edited to another network before resuming.
-    let err = common::session(&wide, &run, true, Some(1))
-        .unwrap_err()
-        .to_string();
+    let err = resume_err(&wide, Some(1));
     assert!(err.contains("another [model]"), "{err}");
 
     // A checkpoint from before checksums (no manifest) still loads, reported unverified.

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use medddpm_mask::LabelScheme;
 use medddpm_nifti::Volume;
 use medddpm_train::data::{
-    list_masks, load_condition, DataConfig, DataError, DataSource, GridPolicy, NiftiDataset,
+    list_masks, load_condition, DataConfig, DataError, DataSource, Example, GridPolicy,
+    NiftiDataset,
 };
 
 /// The shared `datasets` folder.
@@ -26,6 +27,19 @@ fn distinct(v: &[f32]) -> BTreeSet<u32> {
 
 fn bits(v: &[f32]) -> BTreeSet<u32> {
     v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The data set's only whole-head example on a `size`^3 grid, checked for one image channel
+/// and two condition channels of -1 or 1; with its voxel count.
+fn whole_head_example(ds: &NiftiDataset, size: usize) -> (Example, usize) {
+    let ex = ds.get(0).unwrap();
+    let n = size * size * size;
+    assert_eq!(
+        (ex.image.len(), ex.cond.len(), ex.shape),
+        (n, 2 * n, [size; 3])
+    );
+    assert_eq!(distinct(&ex.cond), bits(&[-1.0, 1.0]));
+    (ex, n)
 }
 
 #[test]
@@ -48,13 +62,7 @@ fn whole_head_real_pair() {
     assert_eq!(ds.ids(), vec!["sample_3".to_string()]);
     assert_eq!((ds.image_channels(), ds.cond_channels()), (1, 2));
     assert_eq!(ds.shape(), [128, 128, 128]);
-    let ex = ds.get(0).unwrap();
-    let n = 128 * 128 * 128;
-    assert_eq!(
-        (ex.image.len(), ex.cond.len(), ex.shape),
-        (n, 2 * n, [128; 3])
-    );
-    assert_eq!(distinct(&ex.cond), bits(&[-1.0, 1.0]));
+    let (ex, n) = whole_head_example(&ds, 128);
     assert!(ex.image.iter().all(|v| (-1.0..=1.0).contains(v)));
     // Tumour channel: 1,145 voxels of label 2 (spec 6.2); head channel 1,152,632.
     let on = |c: usize| {
@@ -71,13 +79,7 @@ fn whole_head_real_pair() {
     cfg.grid_policy = GridPolicy::Resize;
     let ds = NiftiDataset::open(&cfg).unwrap();
     assert_eq!(ds.shape(), [64, 64, 64]);
-    let ex = ds.get(0).unwrap();
-    let n = 64 * 64 * 64;
-    assert_eq!(
-        (ex.image.len(), ex.cond.len(), ex.shape),
-        (n, 2 * n, [64; 3])
-    );
-    assert_eq!(distinct(&ex.cond), bits(&[-1.0, 1.0]));
+    let (ex, n) = whole_head_example(&ds, 64);
     assert!(
         ex.cond[n..].contains(&1.0),
         "tumour survives nearest resize"

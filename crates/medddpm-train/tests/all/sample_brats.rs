@@ -76,18 +76,21 @@ fn four_modalities_per_sample_and_the_brain_label_from_a_mask() {
     let seg = Volume::read(&seg_path).unwrap();
     let model = model();
     let device = Default::default();
+    let sample = |seg: &Path, out: &Path, brain_masks| {
+        sample_masks(
+            &model,
+            &[seg.to_path_buf()],
+            out,
+            &options(brain_masks),
+            &device,
+            |_, _, _| {},
+        )
+        .unwrap()
+    };
 
     // The segmentation as prepared (brain label 4 included).
     let full_out = tmp.path().join("with-label");
-    let sampled = sample_masks(
-        &model,
-        std::slice::from_ref(&seg_path),
-        &full_out,
-        &options(None),
-        &device,
-        |_, _, _| {},
-    )
-    .unwrap();
+    let sampled = sample(&seg_path, &full_out, None);
     // The CPU records no graphs: two warm-up passes, then every step as it comes.
     assert_eq!(sampled.graphs.captured, 0);
     let written = sampled.written;
@@ -123,16 +126,7 @@ fn four_modalities_per_sample_and_the_brain_label_from_a_mask() {
     let brain_dir = tmp.path().join("brains");
     write(&seg, brain, &brain_dir.join(format!("{CASE}_brain.nii.gz")));
     let split_out = tmp.path().join("with-mask");
-    let again = sample_masks(
-        &model,
-        std::slice::from_ref(&tumour_path),
-        &split_out,
-        &options(Some(BrainMasks(brain_dir))),
-        &device,
-        |_, _, _| {},
-    )
-    .unwrap()
-    .written;
+    let again = sample(&tumour_path, &split_out, Some(BrainMasks(brain_dir))).written;
     for (a, b) in written.iter().zip(&again) {
         assert_eq!(
             Volume::read(a).unwrap().data(),

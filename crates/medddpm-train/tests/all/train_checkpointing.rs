@@ -2,21 +2,11 @@
 //! step and the same weights, in f32 and in bf16 mixed precision channels-last.
 
 use crate::common;
-use crate::common::Losses;
+use crate::common::{rel_diff, Losses};
 
 use burn::backend::{Autodiff, Flex};
 use medddpm_train::{ExperimentConfig, RunDir, SessionOptions};
 use medddpm_unet::{ActivationCheckpointing, Compute, Layout, Precision};
-
-/// ||a - b|| / ||b|| over all weights.
-fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
-        num += ((x - y) as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    (num / den).sqrt()
-}
 
 /// The losses of every step and the final weights of a session.
 fn session(

@@ -3,16 +3,11 @@
 //! result, and both resume like a plain run.
 
 use crate::common;
-use burn::tensor::DType;
-use medddpm_train::{RunDir, SessionOptions};
+use crate::common::rel_diff;
+use medddpm_train::{ExperimentConfig, RunDir, SessionOptions, TrainSummary};
 use medddpm_unet::{Compute, Layout, Precision};
 
-fn options(compute_dtype: DType, layout: Layout) -> SessionOptions {
-    let precision = if compute_dtype == DType::BF16 {
-        Precision::Bf16
-    } else {
-        Precision::Fp32
-    };
+fn options(precision: Precision, layout: Layout) -> SessionOptions {
     SessionOptions {
         compute: Compute {
             precision,
@@ -23,31 +18,27 @@ fn options(compute_dtype: DType, layout: Layout) -> SessionOptions {
     }
 }
 
-/// ||a - b|| / ||b|| over all weights. (Not the largest difference: Adam turns a rounding
-/// difference in a near-zero gradient into a full learning-rate step, so single weights can
-/// move by ~lr while the network as a whole stays put.)
-fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
-        num += ((x - y) as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    (num / den).sqrt()
+/// A session of `config` in `dir`: its summary and final weights.
+fn trained(
+    config: &ExperimentConfig,
+    dir: &std::path::Path,
+    options: &SessionOptions,
+) -> (TrainSummary, Vec<Vec<f32>>) {
+    let summary = common::session_with(config, &RunDir::new(dir), options).unwrap();
+    let weights = common::saved_weights(config, &summary.checkpoint.join("model.mpk"));
+    (summary, weights)
 }
 
 #[test]
 fn channels_last_and_bf16_sessions_train_like_the_default() {
     let tmp = tempfile::tempdir().unwrap();
     let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
-    let run = |name: &str, dtype, layout| {
-        let dir = RunDir::new(tmp.path().join(name));
-        let summary = common::session_with(&config, &dir, &options(dtype, layout)).unwrap();
-        let weights = common::saved_weights(&config, &summary.checkpoint.join("model.mpk"));
-        (summary, weights)
+    let run = |name: &str, precision, layout| {
+        trained(&config, &tmp.path().join(name), &options(precision, layout))
     };
-    let (base, w_base) = run("f32-ncdhw", DType::F32, Layout::Ncdhw);
-    let (last, w_last) = run("f32-ndhwc", DType::F32, Layout::Ndhwc);
-    let (bf16, w_bf16) = run("bf16-ndhwc", DType::BF16, Layout::Ndhwc);
+    let (base, w_base) = run("f32-ncdhw", Precision::Fp32, Layout::Ncdhw);
+    let (last, w_last) = run("f32-ndhwc", Precision::Fp32, Layout::Ndhwc);
+    let (bf16, w_bf16) = run("bf16-ndhwc", Precision::Bf16, Layout::Ndhwc);
 
     // Same data, noise and steps: channels-last differs only by f32 summation order.
     let d_last = rel_diff(&w_last, &w_base);
@@ -71,13 +62,7 @@ fn channels_last_and_bf16_sessions_train_like_the_default() {
 }
 
 fn f16_options() -> SessionOptions {
-    SessionOptions {
-        compute: Compute {
-            precision: Precision::F16,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    options(Precision::F16, Layout::default())
 }
 
 /// f16 with loss scaling trains the f32 master weights to near the f32 run's, and keeps its
@@ -86,13 +71,9 @@ fn f16_options() -> SessionOptions {
 fn f16_sessions_with_loss_scaling_train_like_the_default() {
     let tmp = tempfile::tempdir().unwrap();
     let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
-    let base_dir = RunDir::new(tmp.path().join("f32"));
-    let base =
-        common::session_with(&config, &base_dir, &options(DType::F32, Layout::Ncdhw)).unwrap();
-    let w_base = common::saved_weights(&config, &base.checkpoint.join("model.mpk"));
-    let dir = RunDir::new(tmp.path().join("f16"));
-    let f16 = common::session_with(&config, &dir, &f16_options()).unwrap();
-    let w_f16 = common::saved_weights(&config, &f16.checkpoint.join("model.mpk"));
+    let f32_options = options(Precision::Fp32, Layout::Ncdhw);
+    let (base, w_base) = trained(&config, &tmp.path().join("f32"), &f32_options);
+    let (f16, w_f16) = trained(&config, &tmp.path().join("f16"), &f16_options());
     let d = rel_diff(&w_f16, &w_base);
     println!(
         "weights rel. difference: f16 {d:.2e}; losses {} vs {}",

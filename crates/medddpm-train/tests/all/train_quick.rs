@@ -119,15 +119,7 @@ fn overfitted_tiny_model_samples_follow_the_mask() {
     let run = RunDir::new(tmp.path().join("run"));
     let summary = common::session(&config, &run, false, None).unwrap();
 
-    let losses: Vec<f64> = std::fs::read_to_string(run.metrics_path())
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let losses: Vec<f64> = common::logged(&run, "loss");
     let first: f64 = losses[..10].iter().sum::<f64>() / 10.0;
     let last: f64 = losses[losses.len() - 10..].iter().sum::<f64>() / 10.0;
     println!("loss: first 10 steps {first:.4}, last 10 steps {last:.4}");

@@ -54,15 +54,7 @@ fn straight_and_resumed_runs_end_bitwise_identical() {
 
     // metrics.jsonl has each step once, in order, in both runs.
     for run in [&straight, &split] {
-        let steps: Vec<u64> = std::fs::read_to_string(run.metrics_path())
-            .unwrap()
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
-                    .as_u64()
-                    .unwrap()
-            })
-            .collect();
+        let steps: Vec<u64> = common::logged(run, "step");
         assert_eq!(steps, vec![1, 2, 3, 4]);
     }
 }

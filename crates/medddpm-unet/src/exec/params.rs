@@ -10,26 +10,40 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
 use medddpm_kernels::cast_to;
 
-/// Which parameters run in the compute dtype: all but GroupNorm's (its scale and shift stay
-/// f32, as its statistics do).
-struct ComputeParams {
-    in_norm: usize,
+/// What a compute-dtype pass does to one parameter of a convolution or linear layer.
+trait CastParam<B: Backend> {
+    fn cast<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>>;
 }
 
-impl ComputeParams {
-    fn enter(&mut self, container_type: &str) {
+/// Runs a [`CastParam`] on every parameter but GroupNorm's: its scale and shift stay f32, as
+/// its statistics do.
+struct OutsideNorm<C> {
+    in_norm: usize,
+    cast: C,
+}
+
+impl<B: Backend, C: CastParam<B>> ModuleMapper<B> for OutsideNorm<C> {
+    fn enter_module(&mut self, _name: &str, container_type: &str) {
         if container_type == "Struct:GroupNorm" {
             self.in_norm += 1;
         }
     }
-    fn exit(&mut self, container_type: &str) {
+    fn exit_module(&mut self, _name: &str, container_type: &str) {
         if container_type == "Struct:GroupNorm" {
             self.in_norm -= 1;
         }
     }
-    fn cast(&self) -> bool {
-        self.in_norm == 0
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if self.in_norm == 0 {
+            self.cast.cast(param)
+        } else {
+            param
+        }
     }
+}
+
+fn outside_norm<B: Backend, M: Module<B>>(module: M, cast: impl CastParam<B>) -> M {
+    module.map(&mut OutsideNorm { in_norm: 0, cast })
 }
 
 /// Casts the parameters of convolutions and linear layers to `dtype`, leaving GroupNorm's in
@@ -37,29 +51,14 @@ impl ComputeParams {
 /// out for) the original f32 parameters. Sampling uses this; training uses
 /// [`working_params`], which records no casts.
 pub fn cast_compute_params<B: Backend, M: Module<B>>(module: M, dtype: DType) -> M {
-    struct CastMapper {
-        dtype: DType,
-        params: ComputeParams,
-    }
-    impl<B: Backend> ModuleMapper<B> for CastMapper {
-        fn enter_module(&mut self, _name: &str, container_type: &str) {
-            self.params.enter(container_type);
-        }
-        fn exit_module(&mut self, _name: &str, container_type: &str) {
-            self.params.exit(container_type);
-        }
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-            if !self.params.cast() {
-                return param;
-            }
-            let dtype = self.dtype;
+    struct Cast(DType);
+    impl<B: Backend> CastParam<B> for Cast {
+        fn cast<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let dtype = self.0;
             param.map(|t| cast_to(t, dtype))
         }
     }
-    module.map(&mut CastMapper {
-        dtype,
-        params: ComputeParams { in_norm: 0 },
-    })
+    outside_norm(module, Cast(dtype))
 }
 
 /// The working copy of an f32 module for a forward pass in `dtype` (mixed-precision
@@ -77,22 +76,12 @@ where
     B: AutodiffBackend,
     M: Module<B>,
 {
-    struct WorkMapper<'a, B: AutodiffBackend> {
+    struct Work<'a, B: AutodiffBackend> {
         dtype: DType,
-        params: ComputeParams,
         copies: &'a mut HashMap<ParamId, FloatTensor<B::InnerBackend>>,
     }
-    impl<B: AutodiffBackend> ModuleMapper<B> for WorkMapper<'_, B> {
-        fn enter_module(&mut self, _name: &str, container_type: &str) {
-            self.params.enter(container_type);
-        }
-        fn exit_module(&mut self, _name: &str, container_type: &str) {
-            self.params.exit(container_type);
-        }
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-            if !self.params.cast() {
-                return param;
-            }
+    impl<B: AutodiffBackend> CastParam<B> for Work<'_, B> {
+        fn cast<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
             let (id, tensor, mapper) = param.consume();
             let require_grad = tensor.is_require_grad();
             let copy = match self.copies.remove(&id) {
@@ -111,11 +100,11 @@ where
     if dtype == DType::F32 {
         return module.clone();
     }
-    module.clone().map(&mut WorkMapper::<B> {
+    let work = Work::<B> {
         dtype,
-        params: ComputeParams { in_norm: 0 },
         copies: &mut copies,
-    })
+    };
+    outside_norm(module.clone(), work)
 }
 
 /// Replaces every weight with random values (zero-initialised output layers included), drawn

@@ -18,7 +18,7 @@ use medddpm_testdata::shared_dir;
 
 /// The fixture's network: `create_model(image_size=64, num_channels=32, num_res_blocks=1,
 /// channel_mult="1,1,2,3,4", attention_resolutions="8")`.
-fn fixture_config() -> UNetConfig {
+pub(crate) fn fixture_config() -> UNetConfig {
     UNetConfig {
         model_channels: 32,
         image_size: 64,

@@ -7,18 +7,10 @@ use burn::backend::Flex;
 use burn::tensor::Tensor;
 use medddpm_unet::{load_reference_checkpoint, UNetConfig, UNetError, WeightsEntry};
 
+use crate::golden_fixture::fixture_config;
+
 fn fixture() -> PathBuf {
     medddpm_testdata::fixture("medddpm_whole_head_c32.pt")
-}
-
-/// The fixture's own configuration.
-fn c32() -> UNetConfig {
-    UNetConfig {
-        model_channels: 32,
-        image_size: 64,
-        attention_resolutions: vec![8],
-        ..UNetConfig::whole_head()
-    }
 }
 
 fn load(config: UNetConfig, path: &std::path::Path) -> UNetError {
@@ -26,17 +18,26 @@ fn load(config: UNetConfig, path: &std::path::Path) -> UNetError {
     load_reference_checkpoint(unet, path, WeightsEntry::Ema).expect_err("import should fail")
 }
 
+/// The import of the fixture into its network with attention at `resolutions` instead.
+fn attention_at(resolutions: Vec<usize>) -> UNetError {
+    let config = UNetConfig {
+        attention_resolutions: resolutions,
+        ..fixture_config()
+    };
+    load(config, &fixture())
+}
+
 #[test]
 fn ema_and_model_entries_both_load_and_differ() {
     let device = Default::default();
     let (ema, report) = load_reference_checkpoint(
-        c32().init::<Flex>(&device).unwrap(),
+        fixture_config().init::<Flex>(&device).unwrap(),
         fixture(),
         WeightsEntry::Ema,
     )
     .unwrap();
     let (model, _) = load_reference_checkpoint(
-        c32().init::<Flex>(&device).unwrap(),
+        fixture_config().init::<Flex>(&device).unwrap(),
         fixture(),
         WeightsEntry::Model,
     )
@@ -70,7 +71,7 @@ fn more_blocks_than_the_checkpoint_is_a_shape_mismatch() {
     let err = load(
         UNetConfig {
             num_res_blocks: 2,
-            ..c32()
+            ..fixture_config()
         },
         &fixture(),
     );
@@ -94,13 +95,7 @@ fn more_blocks_than_the_checkpoint_is_a_shape_mismatch() {
 
 #[test]
 fn attention_the_network_lacks_is_unexpected_keys() {
-    let err = load(
-        UNetConfig {
-            attention_resolutions: vec![],
-            ..c32()
-        },
-        &fixture(),
-    );
+    let err = attention_at(vec![]);
     let msg = err.to_string();
     let UNetError::UnexpectedKeys { keys, .. } = &err else {
         panic!("{msg}")
@@ -116,13 +111,7 @@ fn attention_the_network_lacks_is_unexpected_keys() {
 #[test]
 fn attention_the_checkpoint_lacks_is_missing_keys() {
     // Attention at every level: the checkpoint has it only at level 3.
-    let err = load(
-        UNetConfig {
-            attention_resolutions: vec![64, 32, 16, 8],
-            ..c32()
-        },
-        &fixture(),
-    );
+    let err = attention_at(vec![64, 32, 16, 8]);
     let msg = err.to_string();
     let UNetError::MissingKeys { keys, .. } = &err else {
         panic!("{msg}")
@@ -138,11 +127,11 @@ fn a_file_that_is_no_checkpoint_is_a_read_error() {
     let dir = tempfile::tempdir().unwrap();
     let bogus = dir.path().join("model-7.pt");
     std::fs::write(&bogus, b"this is not a zip archive").unwrap();
-    let err = load(c32(), &bogus);
+    let err = load(fixture_config(), &bogus);
     assert!(matches!(err, UNetError::CheckpointRead { .. }), "{err}");
     assert!(err.to_string().contains("model-7.pt"), "{err}");
     let missing = dir.path().join("nowhere.pt");
-    let err = load(c32(), &missing);
+    let err = load(fixture_config(), &missing);
     assert!(
         err.to_string().contains("nowhere.pt") && err.to_string().contains("no such file"),
         "{err}"

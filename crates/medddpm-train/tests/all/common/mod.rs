@@ -80,6 +80,18 @@ impl<B: Backend> ModuleVisitor<B> for Flatten {
     }
 }
 
+/// ||a - b|| / ||b|| over all weights. (Not the largest difference: Adam turns a rounding
+/// difference in a near-zero gradient into a full learning-rate step, so single weights can
+/// move by ~lr while the network as a whole stays put.)
+pub fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
+        num += ((x - y) as f64).powi(2);
+        den += (*y as f64).powi(2);
+    }
+    (num / den).sqrt()
+}
+
 /// Every parameter of a saved module file (model.mpk or ema.mpk), in module order.
 pub fn saved_weights(config: &ExperimentConfig, file: &Path) -> Vec<Vec<f32>> {
     let device = Default::default();
@@ -94,6 +106,18 @@ pub fn saved_weights(config: &ExperimentConfig, file: &Path) -> Vec<Vec<f32>> {
     let mut f = Flatten { values: Vec::new() };
     unet.visit(&mut f);
     f.values
+}
+
+/// The value of `key` in every line of the run's metrics.jsonl.
+pub fn logged<T: serde::de::DeserializeOwned>(run: &medddpm_train::RunDir, key: &str) -> Vec<T> {
+    std::fs::read_to_string(run.metrics_path())
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let line: serde_json::Value = serde_json::from_str(l).unwrap();
+            serde_json::from_value(line[key].clone()).unwrap()
+        })
+        .collect()
 }
 
 /// One training session of `config` in `run` on the CPU backend.
