@@ -153,6 +153,22 @@ impl RunDir {
     pub fn latest_checkpoint(&self) -> Result<Option<PathBuf>, TrainError> {
         let dir = self.checkpoints();
         if let Ok(name) = std::fs::read_to_string(dir.join(LATEST)) {
+            // Only a folder of this run's checkpoints: `../../otherrun/...` would make resuming,
+            // sampling and `inspect` read another run without a word.
+            let mut parts = Path::new(name.trim()).components();
+            let one_folder = matches!(
+                (parts.next(), parts.next()),
+                (Some(std::path::Component::Normal(_)), None)
+            );
+            if !one_folder {
+                return Err(TrainError::checkpoint(
+                    &dir.join(LATEST),
+                    format!(
+                        "names {:?}, which is not a folder of this run's checkpoints (it must name one, e.g. step-00000010)",
+                        name.trim()
+                    ),
+                ));
+            }
             let path = dir.join(name.trim());
             if path.join(STATE_FILE).is_file() {
                 return Ok(Some(path));
@@ -326,5 +342,42 @@ mod full_disk {
             message.contains("/dev/full") && message.contains("No space left on device"),
             "{message}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `checkpoints/latest` naming a folder outside the run's checkpoints is refused, not
+    /// followed into another run; a name of one of them is followed.
+    #[test]
+    fn latest_names_a_folder_of_this_runs_checkpoints_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (this, other) = (tmp.path().join("this"), tmp.path().join("other"));
+        for run in [&this, &other] {
+            let ckpt = run.join("checkpoints/step-000010");
+            std::fs::create_dir_all(&ckpt).unwrap();
+            std::fs::write(ckpt.join(STATE_FILE), b"{}").unwrap();
+        }
+        let run = RunDir::new(&this);
+        let latest = this.join("checkpoints").join(LATEST);
+        std::fs::write(&latest, "step-000010\n").unwrap();
+        assert_eq!(
+            run.latest_checkpoint().unwrap(),
+            Some(this.join("checkpoints/step-000010"))
+        );
+        for outside in [
+            "../../other/checkpoints/step-000010",
+            "/tmp",
+            "step-000010/..",
+        ] {
+            std::fs::write(&latest, outside).unwrap();
+            let err = run.latest_checkpoint().unwrap_err().to_string();
+            assert!(
+                err.contains("latest") && err.contains("not a folder of this run"),
+                "{err}"
+            );
+        }
     }
 }

@@ -109,6 +109,19 @@ impl<B: KernelAutodiffBackend> Session<B> {
     ) -> Result<(), TrainError> {
         self.state = read_state(ckpt)?;
         check_same_network(config, ckpt)?;
+        // Checked before anything is written: the run folder's config.toml keeps its steps.
+        if config.train.steps < self.state.step {
+            return Err(TrainError::Config {
+                path: None,
+                message: format!(
+                    "train.steps = {} is below the step the run is at ({}, {}): training would run no step; give --steps {} or more",
+                    config.train.steps,
+                    self.state.step,
+                    ckpt.display(),
+                    self.state.step
+                ),
+            });
+        }
         if self.state.seed != config.train.seed {
             return Err(TrainError::checkpoint(
                 ckpt,

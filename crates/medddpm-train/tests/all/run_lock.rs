@@ -32,4 +32,28 @@ fn a_second_trainer_on_a_locked_run_folder_stops_with_the_holder() {
     drop(held);
     let s = common::session(&config, &run, true, None).unwrap();
     assert_eq!((s.start_step, s.end_step), (2, 4));
+    // A session that ended leaves no lock file behind.
+    assert!(!run.root.join(".lock").exists());
+}
+
+/// A lock taken while another session's lock file is being removed is still exclusive: the
+/// holder's lock and file are the ones in the folder, and a second taker is refused.
+#[test]
+fn the_lock_file_goes_with_its_holder_and_stays_exclusive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("run");
+    let first = RunLock::acquire(&root).unwrap();
+    assert!(first.path().is_file());
+    assert!(matches!(
+        RunLock::acquire(&root).unwrap_err(),
+        TrainError::Locked { .. }
+    ));
+    drop(first);
+    assert!(!root.join(".lock").exists());
+    let again = RunLock::acquire(&root).unwrap();
+    assert!(matches!(
+        RunLock::acquire(&root).unwrap_err(),
+        TrainError::Locked { .. }
+    ));
+    drop(again);
 }

@@ -22,6 +22,18 @@ fn straight_and_resumed_runs_end_bitwise_identical() {
     assert!(err.to_string().contains("resume"), "{err}");
     let second = common::session(&config, &split, true, None).unwrap();
     assert_eq!((second.start_step, second.end_step), (2, 4));
+    // Resuming with fewer steps than the run has made is refused, its config.toml untouched.
+    let before = std::fs::read_to_string(split.config_path()).unwrap();
+    let mut fewer = config.clone();
+    fewer.train.steps = 3;
+    let err = common::session(&fewer, &split, true, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("below the step the run is at (4"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(split.config_path()).unwrap(),
+        before
+    );
 
     let a = straight.latest_checkpoint().unwrap().unwrap();
     let b = split.latest_checkpoint().unwrap().unwrap();
