@@ -115,6 +115,10 @@ impl TrainObserver for TracingObserver<'_> {
     fn message(&mut self, text: &str) {
         self.inner.message(text);
     }
+
+    fn stop_requested(&mut self) -> bool {
+        self.inner.stop_requested()
+    }
 }
 
 #[cfg(all(test, not(feature = "cuda")))]

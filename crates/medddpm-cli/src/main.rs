@@ -14,6 +14,7 @@ mod progress;
 mod render;
 mod replica;
 mod sample;
+mod signals;
 mod train;
 
 use std::process::ExitCode;
@@ -153,7 +154,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // Stopped by a signal: the status a shell gives a process the signal ended.
+            match e.downcast_ref::<signals::StoppedBySignal>() {
+                Some(s) => ExitCode::from((128 + s.0) as u8),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -169,6 +169,10 @@ impl TrainObserver for TrainBar {
             self.bar.println(text);
         }
     }
+
+    fn stop_requested(&mut self) -> bool {
+        crate::signals::received().is_some()
+    }
 }
 
 impl Drop for TrainBar {

@@ -109,6 +109,10 @@ impl BackendTask for TrainTask {
             .iter()
             .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
             .collect();
+        // One device stops cleanly on SIGINT / SIGTERM (see `signals`).
+        if env.devices.len() == 1 {
+            crate::signals::catch_stop_signals();
+        }
         let mut bar = TrainBar::new();
         let mut traced;
         let observer: &mut dyn medddpm_train::TrainObserver = match self.gpu_trace {
@@ -135,7 +139,10 @@ impl BackendTask for TrainTask {
             eprintln!("sample written: {}", s.display());
         }
         eprintln!("{}", summary_line(&summary, self.config.train.steps));
-        Ok(())
+        match crate::signals::received() {
+            Some(signal) => Err(crate::signals::StoppedBySignal(signal).into()),
+            None => Ok(()),
+        }
     }
 }
 

@@ -207,3 +207,98 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
         "{text}"
     );
 }
+
+/// SIGTERM or SIGINT at pseudo-random moments of a one-device run: the session ends after the
+/// step under way with a checkpoint of that very step (no step lost), its lock released, and
+/// status 128 + the signal; the next session resumes there. A second signal ends it at once.
+#[cfg(unix)]
+#[test]
+fn a_signal_stops_training_at_a_step_boundary_without_losing_a_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let toml = tmp.path().join("signal.toml");
+    std::fs::write(&toml, experiment(tmp.path(), STEPS)).unwrap();
+    let run_dir = tmp.path().join("run");
+    let run = RunDir::new(&run_dir);
+    let bin = env!("CARGO_BIN_EXE_medddpm");
+    let start = |resume: bool| {
+        let mut cmd = Command::new(bin);
+        match resume {
+            true => cmd.args(["train", "--resume", run_dir.to_str().unwrap()]),
+            false => cmd.args([
+                "train",
+                "--experiment",
+                toml.to_str().unwrap(),
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+            ]),
+        };
+        cmd.args(["--backend", "cpu"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let signal = |child: &std::process::Child, sig: i32| {
+        // SAFETY: signals a child process of this test.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+    };
+    let mut done = 0usize;
+    for (round, (sig, extra_ms)) in [
+        (libc::SIGTERM, 0u64),
+        (libc::SIGINT, 37),
+        (libc::SIGTERM, 211),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let child = start(round > 0);
+        // Past the start: some steps of this session logged, then the pseudo-random moment.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while last_logged_step(&run_dir) < done + 2 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no step within 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(extra_ms));
+        signal(&child, sig);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(128 + sig),
+            "round {round}: {stderr}"
+        );
+        let latest = run.latest_checkpoint().unwrap().unwrap();
+        verify_checkpoint(&latest).unwrap();
+        let step = read_state(&latest).unwrap().step;
+        assert_eq!(
+            step,
+            last_logged_step(&run_dir),
+            "round {round}: a step lost: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("stopped at step {step}")),
+            "{stderr}"
+        );
+        assert!(
+            !run_dir.join(".lock").exists(),
+            "round {round}: the lock stayed"
+        );
+        assert!(step > done, "round {round}");
+        done = step;
+    }
+    // Two signals: the second ends the process at once, and what is on disk still holds.
+    let child = start(true);
+    while last_logged_step(&run_dir) < done + 1 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&child, libc::SIGTERM);
+    signal(&child, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    let latest = run.latest_checkpoint().unwrap().unwrap();
+    verify_checkpoint(&latest).unwrap();
+    assert!(read_state(&latest).unwrap().step >= done);
+}

@@ -60,6 +60,11 @@ pub trait TrainObserver {
     fn checkpoint(&mut self, _path: &Path) {}
     /// Something worth telling the user.
     fn message(&mut self, _text: &str) {}
+    /// Whether the session should stop now (a scheduler's SIGTERM, a Ctrl-C): asked after each
+    /// optimizer step of a one-device session, which then writes a checkpoint and ends.
+    fn stop_requested(&mut self) -> bool {
+        false
+    }
 }
 
 /// An observer that reports nothing.
@@ -234,11 +239,27 @@ fn lead<B: KernelAutodiffBackend>(
         progress.record(&mut s.state, loss, lr, observer)?;
 
         // 5. Checkpoint (and sample with the EMA weights) on the cadence and at the end.
-        if s.state.step.is_multiple_of(settings.save_every) || s.state.step == end_step {
+        let checkpointed =
+            s.state.step.is_multiple_of(settings.save_every) || s.state.step == end_step;
+        if checkpointed {
             let (path, drawn) =
                 periodic::checkpoint_and_sample(&s, config, run, options, device, observer)?;
             progress.last_checkpoint = Some(path);
             progress.samples.extend(drawn);
+        }
+        // 6. Asked to stop: this step's checkpoint, then the session ends.
+        if team.shard.world == 1 && s.state.step < end_step && observer.stop_requested() {
+            if !checkpointed {
+                // Off the cadence: the checkpoint and loss curve, no samples.
+                let (path, _) =
+                    periodic::checkpoint_and_sample(&s, config, run, options, device, observer)?;
+                progress.last_checkpoint = Some(path);
+            }
+            observer.message(&format!(
+                "stopped at step {} as asked; --resume continues from its checkpoint",
+                s.state.step
+            ));
+            break;
         }
     }
     if let Some(line) = graphs.borrow().status().summary() {
