@@ -190,7 +190,7 @@ fn one_device_hint(backend: BackendKind) -> &'static str {
         BackendKind::Cpu => {
             "the cpu backend is one device (it uses every core); leave --devices out"
         }
-        _ => "the wgpu backend runs on its default adapter; leave --devices out",
+        _ => "this run is on the wgpu backend (no CUDA GPU was found, or this build has no cuda feature), which runs on one device; leave --devices out, or on a machine with NVIDIA GPUs use a build with --features cuda",
     }
 }
 

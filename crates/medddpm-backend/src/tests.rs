@@ -313,6 +313,16 @@ fn the_cpu_refuses_several_devices_and_a_task_learns_its_devices() {
     };
     let err = run_on(&two, devices()).unwrap_err();
     assert!(matches!(err, Error::DevicesNeedCuda { .. }), "{err}");
+    // Where `auto` landed on wgpu (no CUDA GPU), the message says why, not only "adapter".
+    let wgpu = Error::DevicesNeedCuda {
+        backend: BackendKind::Wgpu,
+        devices: vec![0, 1],
+    }
+    .to_string();
+    assert!(
+        wgpu.contains("--devices 0,1 needs the cuda backend") && wgpu.contains("no CUDA GPU"),
+        "{wgpu}"
+    );
     let twice = ComputeSettings {
         devices: vec![0, 0],
         ..cpu

@@ -50,6 +50,7 @@ impl<B: Backend> ModuleMapper<B> for Poison {
 
 #[test]
 fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
     let run = RunDir::new(tmp.path().join("run"));

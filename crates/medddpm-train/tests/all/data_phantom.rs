@@ -22,6 +22,7 @@ fn mtime(p: &Path) -> SystemTime {
 
 #[test]
 fn same_seed_same_bytes_other_seed_other_data() {
+    let _serial = crate::common::one_at_a_time();
     let (a, b, c) = (
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
@@ -54,6 +55,7 @@ fn same_seed_same_bytes_other_seed_other_data() {
 
 #[test]
 fn labels_and_intensities_make_a_learnable_task() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let set = generate_phantoms(tmp.path(), 8, [32, 32, 32], 0).unwrap();
     for (m, i) in set.masks.iter().zip(&set.images) {
@@ -91,6 +93,7 @@ fn labels_and_intensities_make_a_learnable_task() {
 
 #[test]
 fn reuse_and_regeneration() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("phantoms");
     let first = generate_phantoms(&dir, 4, [16, 20, 24], 1).unwrap();
@@ -143,6 +146,7 @@ fn reuse_and_regeneration() {
 
 #[test]
 fn full_size_phantom() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let t = Instant::now();
     let set = generate_phantoms(tmp.path(), 1, [128; 3], 3).unwrap();
@@ -157,6 +161,7 @@ fn full_size_phantom() {
 
 #[test]
 fn phantom_source_opens_as_a_data_set() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ph");
     let text = format!(

@@ -44,6 +44,7 @@ fn whole_head_example(ds: &NiftiDataset, size: usize) -> (Example, usize) {
 
 #[test]
 fn whole_head_real_pair() {
+    let _serial = crate::common::one_at_a_time();
     let wh = datasets().join("medddpm-samples/whole_head");
     let tmp = tempfile::tempdir().unwrap();
     for sub in ["mask", "image"] {
@@ -102,6 +103,7 @@ const ALL: &[&str] = &["t1", "t1ce", "t2", "flair", "seg"];
 
 #[test]
 fn brats_case_stacks_modalities_in_reference_order() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let root = brats_root(tmp.path(), &[("01306", ALL)]);
     let mut cfg = DataConfig::new(DataSource::Brats { root: root.clone() });
@@ -139,6 +141,7 @@ fn brats_case_stacks_modalities_in_reference_order() {
 
 #[test]
 fn brats_case_without_modalities_is_named() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let root = brats_root(tmp.path(), &[("01306", ALL), ("00529", &["seg"])]);
     let err = NiftiDataset::open(&DataConfig::new(DataSource::Brats { root })).unwrap_err();
@@ -153,6 +156,7 @@ fn brats_case_without_modalities_is_named() {
 
 #[test]
 fn brats_empty_seg_folder_is_named() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let root = brats_root(tmp.path(), &[("01306", &["t1", "t1ce", "t2", "flair"])]);
     let err =
@@ -171,6 +175,7 @@ fn brats_empty_seg_folder_is_named() {
 
 #[test]
 fn list_masks_file_and_folder() {
+    let _serial = crate::common::one_at_a_time();
     let masks = datasets().join("medddpm-samples/whole_head/mask");
     let all = list_masks(&masks).unwrap();
     let names: Vec<_> = all
@@ -196,6 +201,7 @@ fn list_masks_file_and_folder() {
 
 #[test]
 fn load_condition_keeps_the_mask_geometry() {
+    let _serial = crate::common::one_at_a_time();
     let path = datasets().join("medddpm-samples/whole_head/mask/sample_0.nii.gz");
     let scheme = LabelScheme::whole_head();
     let (cond, shape, vol) = load_condition(&path, &scheme, [128; 3], GridPolicy::Exact).unwrap();

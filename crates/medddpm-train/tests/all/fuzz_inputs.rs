@@ -188,6 +188,7 @@ fn nifti_seeds() -> Vec<Vec<u8>> {
 
 #[test]
 fn fuzz_the_nifti_reader() {
+    let _serial = crate::common::one_at_a_time();
     let _serial = serial();
     let seeds = nifti_seeds();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -224,6 +225,7 @@ fn fuzz_the_nifti_reader() {
 
 #[test]
 fn fuzz_the_mask_encoder() {
+    let _serial = crate::common::one_at_a_time();
     let _serial = serial();
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     let schemes = [LabelScheme::whole_head(), LabelScheme::brats()];
@@ -282,6 +284,7 @@ fn fuzz_the_mask_encoder() {
 
 #[test]
 fn fuzz_the_experiment_parser() {
+    let _serial = crate::common::one_at_a_time();
     let _serial = serial();
     let seeds: Vec<String> = ["quickstart", "whole-head-128", "brats-192"]
         .iter()
@@ -379,6 +382,7 @@ impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for AllFi
 
 #[test]
 fn fuzz_the_checkpoint_loader() {
+    let _serial = crate::common::one_at_a_time();
     let _serial = serial();
     let device = Default::default();
     let config = UNetConfig {

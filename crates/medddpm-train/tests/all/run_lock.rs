@@ -7,6 +7,7 @@ use medddpm_train::{RunDir, TrainError};
 
 #[test]
 fn a_second_trainer_on_a_locked_run_folder_stops_with_the_holder() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
     let run = RunDir::new(tmp.path().join("run"));
@@ -40,6 +41,7 @@ fn a_second_trainer_on_a_locked_run_folder_stops_with_the_holder() {
 /// holder's lock and file are the ones in the folder, and a second taker is refused.
 #[test]
 fn the_lock_file_goes_with_its_holder_and_stays_exclusive() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("run");
     let first = RunLock::acquire(&root).unwrap();

@@ -20,6 +20,7 @@ fn session(
         ..Default::default()
     };
     let mut losses = Losses(Vec::new());
+    let _serial = crate::common::one_at_a_time();
     let summary = medddpm_train::train::<Autodiff<Flex>>(
         config,
         &run,
@@ -34,6 +35,7 @@ fn session(
 
 #[test]
 fn checkpointed_sessions_train_like_plain_ones() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
     // Attention at the second level too, so that every block kind is recomputed.

@@ -128,6 +128,7 @@ fn a_run_resumes_on_another_device_count() {
 
 #[test]
 fn a_step_that_does_not_divide_among_the_devices_is_refused() {
+    let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let config = config(tmp.path(), 1, 3);
     let run = tmp.path().join("uneven");
