@@ -121,7 +121,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         }
     }
     let (grid, masks) = load_masks(&args.masks)?;
-    let dims = grid.dims;
+    let dims = grid.first.dims();
     let names: Vec<String> = masks.iter().map(|m| m.name.clone()).collect();
     let synthetic = load_synthetic(&args, &grid, &names)?;
     let real = match &args.real {
@@ -168,9 +168,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
 /// voxel-to-world affine (a volume on the same dimensions but shifted or rotated is another
 /// place, and scoring it against the mask would be silently wrong).
 struct Grid {
-    dims: [usize; 3],
-    affine: [[f64; 4]; 4],
-    first: PathBuf,
+    first: Volume,
+    path: PathBuf,
 }
 
 /// The label maps of `--masks` (named by their case ids: file stems without `_seg`) and the grid they all share.
@@ -181,20 +180,19 @@ fn load_masks(path: &Path) -> anyhow::Result<(Grid, Vec<NamedLabels>)> {
     let mut masks = Vec::new();
     for path in &mask_files {
         let vol = Volume::read(path).with_context(|| format!("reading {}", path.display()))?;
-        match &grid {
-            None => {
-                grid = Some(Grid {
-                    dims: vol.dims(),
-                    affine: *vol.affine(),
-                    first: path.clone(),
-                })
-            }
-            Some(g) => check_grid(g, &vol, path)?,
+        if let Some(g) = &grid {
+            check_grid(g, &vol, path)?;
         }
         masks.push(NamedLabels {
             name: case_id(path),
             labels: labels_of(&vol, path)?,
         });
+        if grid.is_none() {
+            grid = Some(Grid {
+                first: vol,
+                path: path.clone(),
+            });
+        }
     }
     Ok((grid.context("no masks")?, masks))
 }
@@ -316,28 +314,24 @@ fn write_report(out: &Path, report: &EvalReport, markdown: &str) -> anyhow::Resu
     Ok(())
 }
 
-/// Fails unless `vol` is on `grid`: the same dimensions, affines equal within 1e-3 (relative,
-/// 1e-3 mm for small entries), as `render` requires of a mask and its volume.
+/// Fails unless `vol` is on `grid` ([`Volume::same_grid`], as `prepare` requires of a case's
+/// files).
 fn check_grid(grid: &Grid, vol: &Volume, path: &Path) -> anyhow::Result<()> {
-    if vol.dims() != grid.dims {
+    if vol.dims() != grid.first.dims() {
         bail!(
             "{}: grid {:?}, where the first mask's is {:?} (every volume must be on the masks' grid)",
             path.display(),
             vol.dims(),
-            grid.dims
+            grid.first.dims()
         );
     }
-    let (a, b) = (vol.affine(), grid.affine);
-    let close = a
-        .iter()
-        .flatten()
-        .zip(b.iter().flatten())
-        .all(|(x, y)| (x - y).abs() <= 1e-3 * x.abs().max(1.0));
-    if !close {
+    if !grid.first.same_grid(vol) {
         bail!(
-            "{}: its voxels lie elsewhere in space than the masks' (affine {a:?}, where {} has {b:?}): every volume must be on the masks' grid",
+            "{}: its voxels lie elsewhere in space than the masks' (affine {:?}, where {} has {:?}): every volume must be on the masks' grid",
             path.display(),
-            grid.first.display()
+            vol.affine(),
+            grid.path.display(),
+            grid.first.affine()
         );
     }
     Ok(())

@@ -3,8 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use burn::prelude::DeviceOps;
-use burn::tensor::backend::DeviceId;
 use clap::Args;
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::Launch;
@@ -103,12 +101,7 @@ impl BackendTask for TrainTask {
             cuda_graphs: self.cuda_graphs,
         };
         // The other devices of the run, on the backend of the first.
-        let type_id = device.to_id().type_id;
-        let devices: Vec<B::Device> = env
-            .devices
-            .iter()
-            .map(|&i| B::Device::from_id(DeviceId::new(type_id, i as u16)))
-            .collect();
+        let devices = env.devices_like(&device);
         // One device stops cleanly on SIGINT / SIGTERM (see `signals`).
         if env.devices.len() == 1 {
             crate::signals::catch_stop_signals();
