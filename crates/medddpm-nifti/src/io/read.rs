@@ -375,7 +375,8 @@ mod tests {
     }
 
     /// A header that claims far more than its compressed stream can hold (32767^3 float voxels
-    /// over 16 MiB of zeros) is refused before the zeros are inflated.
+    /// over 16 MiB of zeros) is refused before the zeros are inflated: bytes that are no gzip
+    /// follow them, which inflating would have met and reported as a corrupt stream.
     #[test]
     fn a_claim_beyond_what_the_stream_can_hold_is_refused_before_inflating() {
         use std::io::Write;
@@ -393,7 +394,8 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&raw[..352]).unwrap();
         gz.write_all(&vec![0u8; 16 << 20]).unwrap();
-        let bomb = gz.finish().unwrap();
+        let mut bomb = gz.finish().unwrap();
+        bomb.extend_from_slice(b"not gzip: inflating this far would fail here");
         let compressed = bomb.len() as u64;
         match inflate(bomb, &path, claimed_len) {
             Err(NiftiError::ClaimTooLarge {

@@ -37,8 +37,8 @@ fn a_second_trainer_on_a_locked_run_folder_stops_with_the_holder() {
     assert!(!run.root.join(".lock").exists());
 }
 
-/// A lock taken while another session's lock file is being removed is still exclusive: the
-/// holder's lock and file are the ones in the folder, and a second taker is refused.
+/// The lock file exists while its holder lives and goes with it, and the lock stays exclusive
+/// when taken again after that: a second taker is refused both times.
 #[test]
 fn the_lock_file_goes_with_its_holder_and_stays_exclusive() {
     let _serial = crate::common::one_at_a_time();
