@@ -148,17 +148,23 @@ fn eval_ranks_samples_and_render_draws_them() {
     assert!(!ok && stderr.contains("--titles"), "{stderr}");
 }
 
+/// `mask/case.nii.gz` (the phantom's labels) and an empty `synth/` in `dir`; the phantom's image.
+fn mask_and_synth(dir: &Path) -> Vec<f32> {
+    for d in ["mask", "synth"] {
+        std::fs::create_dir(dir.join(d)).unwrap();
+    }
+    let (mask, image) = phantom();
+    write(&dir.join("mask/case.nii.gz"), mask);
+    image
+}
+
 /// The pictures and the report never replace what the user has: a volume named as `render`'s
 /// `--out` or `--gif`, an earlier `eval.json` (unless `--overwrite`).
 #[test]
 fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    for d in ["mask", "synth"] {
-        std::fs::create_dir(dir.join(d)).unwrap();
-    }
-    let (mask, image) = phantom();
-    write(&dir.join("mask/case.nii.gz"), mask);
+    let image = mask_and_synth(dir);
     write(&dir.join("synth/case_sample-0.nii.gz"), image);
     let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
     let volume = std::fs::read(dir.join("synth/case_sample-0.nii.gz")).unwrap();
@@ -237,11 +243,7 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
 fn eval_refuses_a_volume_elsewhere_in_space_or_with_nan_voxels() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    for d in ["mask", "synth"] {
-        std::fs::create_dir(dir.join(d)).unwrap();
-    }
-    let (mask, image) = phantom();
-    write(&dir.join("mask/case.nii.gz"), mask);
+    let image = mask_and_synth(dir);
     let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
     let eval = || medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]);
     let shifted = [

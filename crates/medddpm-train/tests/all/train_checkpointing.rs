@@ -20,7 +20,6 @@ fn session(
         ..Default::default()
     };
     let mut losses = Losses(Vec::new());
-    let _serial = crate::common::one_at_a_time();
     let summary = medddpm_train::train::<Autodiff<Flex>>(
         config,
         &run,

@@ -13,39 +13,15 @@ use medddpm_unet::{UNet, UNetConfig};
 
 pub use medddpm_testdata::shared_dir;
 
-/// One test at a time in this binary: the CPU backend has one random generator for the
-/// process, which a test drawing from it (a model's initial weights, sampling noise) would take
-/// from another test's seeded session, and burn 0.21's autodiff can lose a gradient when another
-/// thread's backward pass runs at the same moment (tracel-ai/burn#5573). Two runs of the
-/// workspace's tests failed comparisons of sessions that way (channels-last against
-/// channels-first, f16, checkpointing). Every test takes it first; taking it again in the same
-/// thread (a session of [`session_with`]) is free.
-pub fn one_at_a_time() -> OneAtATime {
+/// One test at a time in this binary: every test takes it first. The CPU backend has one
+/// random generator for the process, which a test drawing from it (a model's initial weights,
+/// sampling noise) would take from another test's seeded session, and burn 0.21's autodiff can
+/// lose a gradient when another thread's backward pass runs at the same moment
+/// (tracel-ai/burn#5573). Two runs of the workspace's tests failed comparisons of sessions that
+/// way (channels-last against channels-first, f16, checkpointing).
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    thread_local! {
-        static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-    let guard = match HELD.get() {
-        0 => Some(ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())),
-        _ => None,
-    };
-    HELD.set(HELD.get() + 1);
-    OneAtATime {
-        _guard: guard,
-        held: &HELD,
-    }
-}
-
-/// Held while a test trains (see [`one_at_a_time`]).
-pub struct OneAtATime {
-    _guard: Option<std::sync::MutexGuard<'static, ()>>,
-    held: &'static std::thread::LocalKey<std::cell::Cell<usize>>,
-}
-
-impl Drop for OneAtATime {
-    fn drop(&mut self) {
-        self.held.with(|h| h.set(h.get() - 1));
-    }
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Records every step's loss.
@@ -169,7 +145,6 @@ pub fn session_with(
     run: &medddpm_train::RunDir,
     options: &medddpm_train::SessionOptions,
 ) -> Result<medddpm_train::TrainSummary, medddpm_train::TrainError> {
-    let _serial = one_at_a_time();
     medddpm_train::train::<burn::backend::Autodiff<Flex>>(
         config,
         run,
