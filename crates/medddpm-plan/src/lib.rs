@@ -1,0 +1,182 @@
+//! The memory a Med-DDPM run needs, worked out from the U-Net's shapes before anything is
+//! allocated: what `medddpm plan` prints, and what `train`, `sample` and `bench` check before
+//! they start so that a run that cannot fit is refused with the estimate instead of failing
+//! part-way (or taking the machine down) with an out-of-memory error.
+//!
+//! ```
+//! use medddpm_plan::{training, Allocator, RunShape};
+//! use medddpm_unet::UNetConfig;
+//!
+//! let shape = RunShape {
+//!     model: UNetConfig::whole_head(),
+//!     grid: [128, 128, 128],
+//!     batch: 1,
+//!     half: true,
+//!     checkpointing: false,
+//! };
+//! let plan = training(&shape, true, Allocator::Cuda);
+//! assert_eq!(plan.parameters, 40_226_433);
+//! assert!(plan.total() > 8 << 30 && plan.total() < 13 << 30);
+//! ```
+#![warn(missing_docs)]
+
+mod census;
+mod measured;
+mod memory;
+
+pub use census::{census, Census};
+pub use measured::{measured_steps, MeasuredSteps};
+pub use memory::{parts, sampling, training, Allocator, MemoryPlan, Part, RunShape};
+
+/// Training or sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// A training run (with an EMA of the weights or without, as the bench measures).
+    Training {
+        /// Whether an EMA copy of the weights is kept.
+        ema: bool,
+    },
+    /// Sampling.
+    Sampling,
+}
+
+/// `work`'s plan for `shape` on `allocator`.
+pub fn plan(shape: &RunShape, work: Work, allocator: Allocator) -> MemoryPlan {
+    match work {
+        Work::Training { ema } => training(shape, ema, allocator),
+        Work::Sampling => sampling(shape, allocator),
+    }
+}
+
+/// A change of settings that makes a run fit, with the plan it gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suggestion {
+    /// The settings to change, as an experiment file or the command line writes them.
+    pub change: String,
+    /// The run with the change.
+    pub shape: RunShape,
+    /// Its plan.
+    pub plan: MemoryPlan,
+}
+
+/// The cheapest change that brings `shape` within `capacity` bytes, trying in order: bf16
+/// (where `half_allowed`), activation checkpointing (training), both, then smaller
+/// micro-batches (the examples moved to gradient accumulation in training). `None` when
+/// nothing of that fits (the grid or the model must shrink).
+pub fn cheapest_fit(
+    shape: &RunShape,
+    work: Work,
+    allocator: Allocator,
+    capacity: u64,
+    half_allowed: bool,
+) -> Option<Suggestion> {
+    let training = matches!(work, Work::Training { .. });
+    let mut tries: Vec<(String, RunShape)> = Vec::new();
+    let half = !shape.half && half_allowed;
+    if half {
+        tries.push((
+            "precision bf16 (--precision bf16)".into(),
+            RunShape {
+                half: true,
+                ..shape.clone()
+            },
+        ));
+    }
+    if training && !shape.checkpointing {
+        tries.push((
+            "[train] activation_checkpointing = \"blocks\"".into(),
+            RunShape {
+                checkpointing: true,
+                ..shape.clone()
+            },
+        ));
+        if half {
+            tries.push((
+                "precision bf16 and [train] activation_checkpointing = \"blocks\"".into(),
+                RunShape {
+                    half: true,
+                    checkpointing: true,
+                    ..shape.clone()
+                },
+            ));
+        }
+    }
+    let lightest = RunShape {
+        half: shape.half || half,
+        checkpointing: shape.checkpointing || training,
+        ..shape.clone()
+    };
+    let mut batch = shape.batch;
+    while batch > 1 {
+        batch = batch.div_ceil(2);
+        let change = if training {
+            format!(
+                "batch_size = {batch} with grad_accum x {} (the same examples per optimizer step)",
+                shape.batch.div_ceil(batch)
+            )
+        } else {
+            format!("{batch} volumes at once")
+        };
+        tries.push((
+            change,
+            RunShape {
+                batch,
+                ..lightest.clone()
+            },
+        ));
+    }
+    tries.into_iter().find_map(|(change, shape)| {
+        let plan = plan(&shape, work, allocator);
+        (plan.total() <= capacity).then_some(Suggestion {
+            change,
+            shape,
+            plan,
+        })
+    })
+}
+
+/// Bytes as GiB with two decimals, the unit the plan's messages use.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use medddpm_unet::UNetConfig;
+
+    fn whole_head(batch: usize, half: bool) -> RunShape {
+        RunShape {
+            model: UNetConfig::whole_head(),
+            grid: [128; 3],
+            batch,
+            half,
+            checkpointing: false,
+        }
+    }
+
+    /// The suggestion is the first change in the documented order that fits, and says so.
+    #[test]
+    fn the_cheapest_fit_comes_in_order() {
+        let work = Work::Training { ema: true };
+        let fp32 = whole_head(1, false);
+        let full = plan(&fp32, work, Allocator::Cuda).total();
+        // Roomy: nothing to change is not this function's question, but bf16 fits first.
+        let s = cheapest_fit(&fp32, work, Allocator::Cuda, full, true).unwrap();
+        assert!(s.change.starts_with("precision bf16"), "{}", s.change);
+        // Without bf16 (the CPU), checkpointing.
+        let s = cheapest_fit(&fp32, work, Allocator::Host, full, false).unwrap();
+        assert!(s.change.contains("activation_checkpointing"), "{}", s.change);
+        assert!(!s.shape.half);
+        // A batch of 8 in 10 GiB: smaller micro-batches, bf16 and checkpointing kept.
+        let big = whole_head(8, true);
+        let s = cheapest_fit(&big, work, Allocator::Cuda, 10 << 30, true).unwrap();
+        assert!(s.change.starts_with("batch_size = "), "{}", s.change);
+        assert!(s.shape.checkpointing && s.shape.batch < 8 && s.plan.total() <= 10 << 30);
+        // Nothing fits in 100 MiB.
+        assert!(cheapest_fit(&big, work, Allocator::Cuda, 100 << 20, true).is_none());
+        // Sampling never suggests checkpointing.
+        let s = cheapest_fit(&big, Work::Sampling, Allocator::Cuda, 4 << 30, true).unwrap();
+        assert!(s.change.ends_with("volumes at once"), "{}", s.change);
+    }
+}

@@ -1,0 +1,236 @@
+//! The bytes a run needs on its device, part by part, from the [`Census`](crate::Census).
+
+use medddpm_unet::UNetConfig;
+use serde::Serialize;
+
+use crate::census::{census, Census};
+
+/// What decides a run's memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunShape {
+    /// The network.
+    pub model: UNetConfig,
+    /// Network grid, [depth, height, width] (NIfTI's k, j, i).
+    pub grid: [usize; 3],
+    /// Examples per micro-batch (sampling: volumes at once).
+    pub batch: usize,
+    /// Activations in 16-bit floats (bf16, f16) rather than 32-bit ones (fp32, TF32): also a
+    /// 16-bit working copy of the f32 weights.
+    pub half: bool,
+    /// Activation checkpointing (`blocks`): only the blocks' outputs kept.
+    pub checkpointing: bool,
+}
+
+impl RunShape {
+    /// Bytes of one activation value.
+    pub fn value_bytes(&self) -> u64 {
+        if self.half {
+            2
+        } else {
+            4
+        }
+    }
+}
+
+/// Who hands out the device's memory, which decides the overhead on top of the tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Allocator {
+    /// burn's CUDA backend: the CUDA context and libraries, and cubecl's memory pools.
+    Cuda,
+    /// burn's wgpu backend: its memory pools; the driver's own share is not known.
+    Wgpu,
+    /// The CPU: the system allocator in this process.
+    Host,
+}
+
+/// The CUDA context, cuDNN's and cuBLAS's handles and loaded kernels of one process on a
+/// Hopper GPU: most of what `nvidia-smi` counts beside the pools for a sampling run of the tiny
+/// model (docs/benchmarks, "memory plan").
+const CUDA_CONTEXT: u64 = 600 << 20;
+
+/// The memory pools' reserve on top of their live tensors at the peak: cubecl's pools round
+/// each buffer up into size buckets and keep what a step freed for the next one
+/// (docs/benchmarks, "memory plan": fitted on the whole-head bf16 micro-step).
+const POOL_SLACK: f64 = 0.10;
+
+/// The process itself on the CPU (binary, threads' stacks, burn's state).
+const HOST_BASE: u64 = 64 << 20;
+
+/// One part of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Part {
+    /// What it is, as the plan's table names it.
+    pub name: &'static str,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// What a run needs, part by part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryPlan {
+    /// Parameters of the network.
+    pub parameters: u64,
+    /// The parts, in the order the table lists them.
+    pub parts: Vec<Part>,
+}
+
+impl MemoryPlan {
+    /// The whole: the peak the run is expected to reach.
+    pub fn total(&self) -> u64 {
+        self.parts.iter().map(|p| p.bytes).sum()
+    }
+
+    /// Bytes of the part named `name` (0 when there is none).
+    pub fn part(&self, name: &str) -> u64 {
+        self.parts
+            .iter()
+            .filter(|p| p.name == name)
+            .map(|p| p.bytes)
+            .sum()
+    }
+
+    fn with_overhead(mut self, allocator: Allocator) -> Self {
+        let tensors = self.total();
+        match allocator {
+            Allocator::Cuda => {
+                self.push("memory pools' reserve", (tensors as f64 * POOL_SLACK) as u64);
+                self.push("CUDA context, cuDNN, cuBLAS", CUDA_CONTEXT);
+            }
+            Allocator::Wgpu => {
+                self.push("memory pools' reserve", (tensors as f64 * POOL_SLACK) as u64);
+            }
+            Allocator::Host => self.push("the process itself", HOST_BASE),
+        }
+        self
+    }
+
+    fn push(&mut self, name: &'static str, bytes: u64) {
+        self.parts.push(Part { name, bytes });
+    }
+}
+
+/// Part names other crates look for.
+pub mod parts {
+    /// Activations the forward pass keeps for the backward pass.
+    pub const KEPT: &str = "activations kept for the backward pass";
+}
+
+/// A training run's peak: the weights and their optimizer state, one micro-batch's
+/// activations and the backward pass's gradients in flight, on `allocator`.
+pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan {
+    let c = census(&shape.model, shape.grid);
+    let (p, vb, b) = (c.parameters, shape.value_bytes(), shape.batch as u64);
+    let weight_copy = if shape.half { 2 } else { 0 };
+    let mut plan = MemoryPlan {
+        parameters: p,
+        parts: Vec::new(),
+    };
+    plan.push("weights (f32, and their 16-bit copy)", p * (4 + weight_copy));
+    plan.push("gradients (and their f32 sum)", p * (vb + 4));
+    plan.push("Adam moments (f32)", 8 * p);
+    if ema {
+        plan.push("EMA weights (f32)", 4 * p);
+    }
+    plan.push("micro-batch, noise and loss (f32)", b * inputs(&shape.model, &c) * 4);
+    let (kept, weights) = if shape.checkpointing {
+        (
+            c.block_outputs + c.largest_block.0,
+            c.largest_block.1,
+        )
+    } else {
+        (c.saved, c.saved_attention)
+    };
+    plan.push(parts::KEPT, b * (kept * vb + weights * (vb + 4)));
+    plan.push(
+        "gradients in flight in the backward pass",
+        b * c.backward_transient * vb,
+    );
+    plan.with_overhead(allocator)
+}
+
+/// A sampling run's peak: the weights and one network call on `shape.batch` volumes.
+pub fn sampling(shape: &RunShape, allocator: Allocator) -> MemoryPlan {
+    let c = census(&shape.model, shape.grid);
+    let (p, vb, b) = (c.parameters, shape.value_bytes(), shape.batch as u64);
+    let weight_copy = if shape.half { 2 } else { 0 };
+    let mut plan = MemoryPlan {
+        parameters: p,
+        parts: Vec::new(),
+    };
+    plan.push("weights (f32, and their 16-bit copy)", p * (4 + weight_copy));
+    plan.push("sampler state (f32)", b * inputs(&shape.model, &c) * 4);
+    let (live, weights) = c.inference_live;
+    plan.push(
+        "activations of one network call",
+        b * (live * vb + weights * (vb + 4)),
+    );
+    plan.with_overhead(allocator)
+}
+
+/// f32 values per example around the network: the condition and the noisy image, the noise,
+/// the clean image and the prediction (training), or the sample, its x0 estimate and the
+/// solver's history (sampling).
+fn inputs(model: &UNetConfig, c: &Census) -> u64 {
+    (model.in_channels as u64 + 3 * model.out_channels as u64) * c.voxels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(model: UNetConfig, side: usize) -> RunShape {
+        RunShape {
+            model,
+            grid: [side; 3],
+            batch: 1,
+            half: true,
+            checkpointing: false,
+        }
+    }
+
+    /// What each setting is expected to change, in the direction and the rough size it changes.
+    #[test]
+    fn settings_move_the_plan_the_way_they_should() {
+        let bf16 = training(&shape(UNetConfig::whole_head(), 128), true, Allocator::Cuda);
+        let fp32 = training(
+            &RunShape {
+                half: false,
+                ..shape(UNetConfig::whole_head(), 128)
+            },
+            true,
+            Allocator::Cuda,
+        );
+        assert_eq!(bf16.parameters, 40_226_433);
+        // Twice the bytes a value, but the attention weights' f32 softmax output in both.
+        let c = census(&UNetConfig::whole_head(), [128; 3]);
+        assert_eq!(
+            2 * bf16.part(parts::KEPT) - fp32.part(parts::KEPT),
+            c.saved_attention * (2 * 6 - 8)
+        );
+        let batch2 = training(
+            &RunShape {
+                batch: 2,
+                ..shape(UNetConfig::whole_head(), 128)
+            },
+            true,
+            Allocator::Cuda,
+        );
+        assert_eq!(batch2.part(parts::KEPT), 2 * bf16.part(parts::KEPT));
+        let blocks = training(
+            &RunShape {
+                checkpointing: true,
+                ..shape(UNetConfig::whole_head(), 128)
+            },
+            true,
+            Allocator::Cuda,
+        );
+        assert!(blocks.total() < bf16.total() * 2 / 3);
+        let sample = sampling(&shape(UNetConfig::whole_head(), 128), Allocator::Cuda);
+        assert!(sample.total() < blocks.total());
+        // No EMA, no EMA part.
+        let bench = training(&shape(UNetConfig::whole_head(), 128), false, Allocator::Cuda);
+        let ema = (bf16.total() - bench.total()) as f64;
+        assert!((ema / (4.0 * 40_226_433.0 * (1.0 + POOL_SLACK)) - 1.0).abs() < 1e-6);
+    }
+}
