@@ -29,35 +29,59 @@ pub struct Census {
     pub largest_block: (u64, u64),
     /// Gradient values the backward pass of the largest block holds at once.
     pub backward_transient: u64,
+    /// Values the largest block's forward pass holds at once beside what it keeps: what
+    /// checkpointing's recomputation adds to the block's kept values and gradients.
+    pub recompute_working: u64,
     /// Values a forward pass without a graph (sampling) holds at its fullest moment: the skips
     /// waiting for the decoder and the working tensors of one block, attention weights
     /// excepted, and those weights.
     pub inference_live: (u64, u64),
 }
 
-/// A block's channels at a level, as the walk meets it.
+/// The counts as the walk meets the blocks, in f64 so that no setting, however absurd,
+/// overflows (exact below 2^53, far beyond any real network).
+#[derive(Default)]
+struct Counts {
+    parameters: f64,
+    saved: f64,
+    saved_attention: f64,
+    block_outputs: f64,
+    largest_block: (f64, f64),
+    backward_transient: f64,
+    recompute_working: f64,
+    inference_live: (f64, f64),
+}
+
+/// The walk through the network's blocks.
 struct Walk {
-    census: Census,
+    census: Counts,
     /// Voxels at level 0.
-    v0: u64,
-    emb: u64,
+    v0: f64,
+    emb: f64,
     attention_at: Vec<usize>,
     /// Sizes of the skips waiting for the decoder (sampling), in values.
-    skips: Vec<u64>,
+    skips: Vec<f64>,
+    /// Their sum.
+    held: f64,
 }
 
 impl Walk {
-    fn voxels(&self, level: usize) -> u64 {
-        self.v0 >> (3 * level)
+    fn voxels(&self, level: usize) -> f64 {
+        self.v0 / 8f64.powi(level as i32)
     }
 
-    fn conv(&mut self, c_in: u64, c_out: u64, kernel: u64) {
+    fn push_skip(&mut self, values: f64) {
+        self.skips.push(values);
+        self.held += values;
+    }
+
+    fn conv(&mut self, c_in: f64, c_out: f64, kernel: f64) {
         self.census.parameters += c_in * c_out * kernel + c_out;
     }
 
     /// A block that keeps `saved` values and `attention` weights, holds `grads` gradient values
     /// in its backward pass and `working` values at once without a graph, outputs `output`.
-    fn block(&mut self, saved: u64, attention: u64, grads: u64, working: (u64, u64), output: u64) {
+    fn block(&mut self, saved: f64, attention: f64, grads: f64, working: (f64, f64), output: f64) {
         let c = &mut self.census;
         c.saved += saved;
         c.saved_attention += attention;
@@ -66,7 +90,8 @@ impl Walk {
             c.largest_block = (saved, attention);
         }
         c.backward_transient = c.backward_transient.max(grads);
-        let live = self.skips.iter().sum::<u64>() + working.0;
+        c.recompute_working = c.recompute_working.max(working.0);
+        let live = self.held + working.0;
         if live + working.1 > c.inference_live.0 + c.inference_live.1 {
             c.inference_live = (live, working.1);
         }
@@ -74,7 +99,7 @@ impl Walk {
 
     /// A ResBlock from `c_in` (`joined`: the decoder's [current, skip] made into a new tensor)
     /// to `c_out` channels at `level`, with attention where configured.
-    fn res(&mut self, c_in: u64, c_out: u64, level: usize, joined: bool) -> u64 {
+    fn res(&mut self, c_in: f64, c_out: f64, level: usize, joined: bool) -> f64 {
         let attention = self.attention_at.contains(&(1 << level));
         self.res_with(c_in, c_out, level, joined, attention)
     }
@@ -83,99 +108,86 @@ impl Walk {
     /// their own).
     fn res_with(
         &mut self,
-        c_in: u64,
-        c_out: u64,
+        c_in: f64,
+        c_out: f64,
         level: usize,
         joined: bool,
         with_attention: bool,
-    ) -> u64 {
+    ) -> f64 {
         let v = self.voxels(level);
         // GroupNorm, conv, time-embedding Linear, GroupNorm, conv, and the 1x1 skip conv.
-        self.census.parameters += 2 * c_in + 2 * c_out + self.emb * c_out + c_out;
-        self.conv(c_in, c_out, 27);
-        self.conv(c_out, c_out, 27);
+        self.census.parameters += 2.0 * c_in + 2.0 * c_out + self.emb * c_out + c_out;
+        self.conv(c_in, c_out, 27.0);
+        self.conv(c_out, c_out, 27.0);
         if c_in != c_out {
-            self.conv(c_in, c_out, 1);
+            self.conv(c_in, c_out, 1.0);
         }
         // Kept: the joined input (decoder), the first GroupNorm's output, the first conv's
         // output, the second GroupNorm's output and the sum.
-        let saved = (u64::from(joined) + 1) * c_in * v + 3 * c_out * v;
-        let grads = 2 * (c_in + c_out) * v;
-        let working = 2 * (c_in + c_out) * v;
-        let (mut saved, mut attention, mut working) = (saved, 0, (working, 0));
+        let saved = (f64::from(u8::from(joined)) + 1.0) * c_in * v + 3.0 * c_out * v;
+        let grads = 2.0 * (c_in + c_out) * v;
+        let working = 2.0 * (c_in + c_out) * v;
+        let (mut saved, mut attention, mut working) = (saved, 0.0, (working, 0.0));
         if with_attention {
             let (s, a) = self.attention(c_out, level);
             saved += s;
             attention += a;
-            working = (working.0.max(5 * c_out * v), a);
+            working = (working.0.max(5.0 * c_out * v), a);
         }
         self.block(saved, attention, grads, working, c_out * v);
         c_out * v
     }
 
     /// An attention block of `c` channels at `level`: returns its kept values and weights.
-    fn attention(&mut self, c: u64, level: usize) -> (u64, u64) {
+    fn attention(&mut self, c: f64, level: usize) -> (f64, f64) {
         let n = self.voxels(level);
         // GroupNorm, qkv (k = 1, c -> 3c), proj_out (c -> c).
-        self.census.parameters += 2 * c + 3 * c * c + 3 * c + c * c + c;
+        self.census.parameters += 2.0 * c + 3.0 * c * c + 3.0 * c + c * c + c;
         // The normalised tokens, qkv, the scaled q and k, the weighted values, the sum.
-        (8 * c * n, n * n)
+        (8.0 * c * n, n * n)
     }
 }
 
 /// Counts `model` on a network grid of `grid` voxels ([depth, height, width], each a multiple
 /// of the model's size divisor).
 pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
-    let v0 = grid.iter().map(|&s| s as u64).product::<u64>();
-    let c = model.model_channels as u64;
+    let v0 = grid.iter().map(|&s| s as f64).product::<f64>();
+    let c = model.model_channels as f64;
     let mut walk = Walk {
-        census: Census {
-            voxels: v0,
-            ..Census::default()
-        },
+        census: Counts::default(),
         v0,
-        emb: 4 * c,
+        emb: 4.0 * c,
         attention_at: model.attention_downsample_factors(),
         skips: Vec::new(),
+        held: 0.0,
     };
     // Time embedding: Linear(C -> 4C), Linear(4C -> 4C).
-    walk.census.parameters += c * 4 * c + 4 * c + 16 * c * c + 4 * c;
-    let mults: Vec<u64> = model.channel_mult.iter().map(|&m| m as u64).collect();
+    walk.census.parameters += c * 4.0 * c + 4.0 * c + 16.0 * c * c + 4.0 * c;
+    let mults: Vec<f64> = model.channel_mult.iter().map(|&m| m as f64).collect();
     let levels = mults.len();
     let nrb = model.num_res_blocks;
-    let c_in = model.in_channels as u64;
+    let c_in = model.in_channels as f64;
     // The stem keeps the network input; its output is the first skip.
     let mut ch = c * mults[0];
-    walk.conv(c_in, ch, 27);
+    walk.conv(c_in, ch, 27.0);
     walk.census.block_outputs += c_in * v0;
-    walk.block(
-        (c_in + ch) * v0,
-        0,
-        2 * (c_in + ch) * v0,
-        ((c_in + ch) * v0, 0),
-        ch * v0,
-    );
-    walk.skips.push(ch * v0);
+    let stem = (c_in + ch) * v0;
+    walk.block(stem, 0.0, 2.0 * stem, (stem, 0.0), ch * v0);
+    walk.push_skip(ch * v0);
     let mut skip_channels = vec![ch];
     for (level, &mult) in mults.iter().enumerate() {
         for _ in 0..nrb {
             let out = walk.res(ch, c * mult, level, false);
             ch = c * mult;
-            walk.skips.push(out);
+            walk.push_skip(out);
             skip_channels.push(ch);
         }
         if level + 1 != levels {
-            walk.conv(ch, ch, 27);
+            walk.conv(ch, ch, 27.0);
             let v = walk.voxels(level + 1);
-            let v_in = walk.voxels(level);
-            walk.block(
-                ch * v,
-                0,
-                ch * (v + v_in),
-                (ch * (v + v_in), 0),
-                ch * v,
-            );
-            walk.skips.push(ch * v);
+            let both = ch * (v + walk.voxels(level));
+            walk.block(ch * v, 0.0, both, (both, 0.0), ch * v);
+            walk.push_skip(ch * v);
             skip_channels.push(ch);
         }
     }
@@ -184,35 +196,43 @@ pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
     let v = walk.voxels(bottom);
     walk.res_with(ch, ch, bottom, false, false);
     let (s, a) = walk.attention(ch, bottom);
-    walk.block(s, a, 2 * ch * v, (5 * ch * v, a), ch * v);
+    walk.block(s, a, 2.0 * ch * v, (5.0 * ch * v, a), ch * v);
     walk.res_with(ch, ch, bottom, false, false);
     for level in (0..levels).rev() {
         for i in 0..=nrb {
             let skip = skip_channels.pop().expect("one skip per encoder block");
-            walk.skips.pop();
+            walk.held -= walk.skips.pop().expect("one skip size per skip");
             let out = c * mults[level];
             walk.res(ch + skip, out, level, true);
             ch = out;
             if level > 0 && i == nrb {
                 // Upsample: the trilinear x2 output and its conv's, one level up.
-                walk.conv(ch, ch, 27);
-                let v = walk.voxels(level - 1);
-                walk.block(2 * ch * v, 0, 2 * ch * v, (2 * ch * v, 0), ch * v);
+                walk.conv(ch, ch, 27.0);
+                let up = 2.0 * ch * walk.voxels(level - 1);
+                walk.block(up, 0.0, up, (up, 0.0), up / 2.0);
             }
         }
     }
     // Head: GroupNorm + SiLU (its output kept by the conv), conv to the output channels.
-    let out = model.out_channels as u64;
-    walk.census.parameters += 2 * ch;
-    walk.conv(ch, out, 27);
-    walk.block(
-        (ch + out) * v0,
-        0,
-        2 * (ch + out) * v0,
-        ((2 * ch + out) * v0, 0),
-        0,
-    );
-    walk.census
+    let out = model.out_channels as f64;
+    walk.census.parameters += 2.0 * ch;
+    walk.conv(ch, out, 27.0);
+    let head = (ch + out) * v0;
+    walk.block(head, 0.0, 2.0 * head, (head + ch * v0, 0.0), 0.0);
+    let n = walk.census;
+    // `as` saturates: a setting beyond any machine reads as u64::MAX, never wraps.
+    let whole = |v: f64| v as u64;
+    Census {
+        parameters: whole(n.parameters),
+        voxels: whole(v0),
+        saved: whole(n.saved),
+        saved_attention: whole(n.saved_attention),
+        block_outputs: whole(n.block_outputs),
+        largest_block: (whole(n.largest_block.0), whole(n.largest_block.1)),
+        backward_transient: whole(n.backward_transient),
+        recompute_working: whole(n.recompute_working),
+        inference_live: (whole(n.inference_live.0), whole(n.inference_live.1)),
+    }
 }
 
 #[cfg(test)]
@@ -245,7 +265,10 @@ mod tests {
             odd,
             wide_input,
         ] {
-            let built = model.init::<Flex>(&Default::default()).unwrap().num_params() as u64;
+            let built = model
+                .init::<Flex>(&Default::default())
+                .unwrap()
+                .num_params() as u64;
             assert_eq!(census(&model, [16, 16, 16]).parameters, built, "{model:?}");
         }
     }

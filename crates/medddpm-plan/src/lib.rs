@@ -166,7 +166,11 @@ mod tests {
         assert!(s.change.starts_with("precision bf16"), "{}", s.change);
         // Without bf16 (the CPU), checkpointing.
         let s = cheapest_fit(&fp32, work, Allocator::Host, full, false).unwrap();
-        assert!(s.change.contains("activation_checkpointing"), "{}", s.change);
+        assert!(
+            s.change.contains("activation_checkpointing"),
+            "{}",
+            s.change
+        );
         assert!(!s.shape.half);
         // A batch of 8 in 10 GiB: smaller micro-batches, bf16 and checkpointing kept.
         let big = whole_head(8, true);

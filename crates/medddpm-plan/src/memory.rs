@@ -78,7 +78,9 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// The whole: the peak the run is expected to reach.
     pub fn total(&self) -> u64 {
-        self.parts.iter().map(|p| p.bytes).sum()
+        self.parts
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(p.bytes))
     }
 
     /// Bytes of the part named `name` (0 when there is none).
@@ -86,27 +88,31 @@ impl MemoryPlan {
         self.parts
             .iter()
             .filter(|p| p.name == name)
-            .map(|p| p.bytes)
-            .sum()
+            .fold(0u64, |sum, p| sum.saturating_add(p.bytes))
     }
 
     fn with_overhead(mut self, allocator: Allocator) -> Self {
         let tensors = self.total();
         match allocator {
             Allocator::Cuda => {
-                self.push("memory pools' reserve", (tensors as f64 * POOL_SLACK) as u64);
-                self.push("CUDA context, cuDNN, cuBLAS", CUDA_CONTEXT);
+                self.push("memory pools' reserve", tensors as f64 * POOL_SLACK);
+                self.push("CUDA context, cuDNN, cuBLAS", CUDA_CONTEXT as f64);
             }
             Allocator::Wgpu => {
-                self.push("memory pools' reserve", (tensors as f64 * POOL_SLACK) as u64);
+                self.push("memory pools' reserve", tensors as f64 * POOL_SLACK);
             }
-            Allocator::Host => self.push("the process itself", HOST_BASE),
+            Allocator::Host => self.push("the process itself", HOST_BASE as f64),
         }
         self
     }
 
-    fn push(&mut self, name: &'static str, bytes: u64) {
-        self.parts.push(Part { name, bytes });
+    /// Adds a part of `bytes` (f64 so that products of absurd settings saturate instead of
+    /// wrapping: `as` rounds them to u64::MAX).
+    fn push(&mut self, name: &'static str, bytes: f64) {
+        self.parts.push(Part {
+            name,
+            bytes: bytes as u64,
+        });
     }
 }
 
@@ -120,31 +126,43 @@ pub mod parts {
 /// activations and the backward pass's gradients in flight, on `allocator`.
 pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan {
     let c = census(&shape.model, shape.grid);
-    let (p, vb, b) = (c.parameters, shape.value_bytes(), shape.batch as u64);
-    let weight_copy = if shape.half { 2 } else { 0 };
+    let (p, vb, b) = (
+        c.parameters as f64,
+        shape.value_bytes() as f64,
+        shape.batch as f64,
+    );
+    let weight_copy = if shape.half { 2.0 } else { 0.0 };
     let mut plan = MemoryPlan {
-        parameters: p,
+        parameters: c.parameters,
         parts: Vec::new(),
     };
-    plan.push("weights (f32, and their 16-bit copy)", p * (4 + weight_copy));
-    plan.push("gradients (and their f32 sum)", p * (vb + 4));
-    plan.push("Adam moments (f32)", 8 * p);
+    plan.push(
+        "weights (f32, and their 16-bit copy)",
+        p * (4.0 + weight_copy),
+    );
+    plan.push("gradients (and their f32 sum)", p * (vb + 4.0));
+    plan.push("Adam moments (f32)", 8.0 * p);
     if ema {
-        plan.push("EMA weights (f32)", 4 * p);
+        plan.push("EMA weights (f32)", 4.0 * p);
     }
-    plan.push("micro-batch, noise and loss (f32)", b * inputs(&shape.model, &c) * 4);
+    plan.push(
+        "micro-batch, noise and loss (f32)",
+        b * inputs(&shape.model, &c) * 4.0,
+    );
     let (kept, weights) = if shape.checkpointing {
+        // The blocks' outputs, and the block being recomputed: its kept values and the
+        // temporaries of its forward pass.
         (
-            c.block_outputs + c.largest_block.0,
-            c.largest_block.1,
+            c.block_outputs as f64 + c.largest_block.0 as f64 + c.recompute_working as f64,
+            c.largest_block.1 as f64,
         )
     } else {
-        (c.saved, c.saved_attention)
+        (c.saved as f64, c.saved_attention as f64)
     };
-    plan.push(parts::KEPT, b * (kept * vb + weights * (vb + 4)));
+    plan.push(parts::KEPT, b * (kept * vb + weights * (vb + 4.0)));
     plan.push(
         "gradients in flight in the backward pass",
-        b * c.backward_transient * vb,
+        b * c.backward_transient as f64 * vb,
     );
     plan.with_overhead(allocator)
 }
@@ -152,18 +170,25 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
 /// A sampling run's peak: the weights and one network call on `shape.batch` volumes.
 pub fn sampling(shape: &RunShape, allocator: Allocator) -> MemoryPlan {
     let c = census(&shape.model, shape.grid);
-    let (p, vb, b) = (c.parameters, shape.value_bytes(), shape.batch as u64);
-    let weight_copy = if shape.half { 2 } else { 0 };
+    let (p, vb, b) = (
+        c.parameters as f64,
+        shape.value_bytes() as f64,
+        shape.batch as f64,
+    );
+    let weight_copy = if shape.half { 2.0 } else { 0.0 };
     let mut plan = MemoryPlan {
-        parameters: p,
+        parameters: c.parameters,
         parts: Vec::new(),
     };
-    plan.push("weights (f32, and their 16-bit copy)", p * (4 + weight_copy));
-    plan.push("sampler state (f32)", b * inputs(&shape.model, &c) * 4);
-    let (live, weights) = c.inference_live;
+    plan.push(
+        "weights (f32, and their 16-bit copy)",
+        p * (4.0 + weight_copy),
+    );
+    plan.push("sampler state (f32)", b * inputs(&shape.model, &c) * 4.0);
+    let (live, weights) = (c.inference_live.0 as f64, c.inference_live.1 as f64);
     plan.push(
         "activations of one network call",
-        b * (live * vb + weights * (vb + 4)),
+        b * (live * vb + weights * (vb + 4.0)),
     );
     plan.with_overhead(allocator)
 }
@@ -171,8 +196,8 @@ pub fn sampling(shape: &RunShape, allocator: Allocator) -> MemoryPlan {
 /// f32 values per example around the network: the condition and the noisy image, the noise,
 /// the clean image and the prediction (training), or the sample, its x0 estimate and the
 /// solver's history (sampling).
-fn inputs(model: &UNetConfig, c: &Census) -> u64 {
-    (model.in_channels as u64 + 3 * model.out_channels as u64) * c.voxels
+fn inputs(model: &UNetConfig, c: &Census) -> f64 {
+    (model.in_channels as f64 + 3.0 * model.out_channels as f64) * c.voxels as f64
 }
 
 #[cfg(test)]
@@ -225,12 +250,39 @@ mod tests {
             true,
             Allocator::Cuda,
         );
-        assert!(blocks.total() < bf16.total() * 2 / 3);
+        assert!(blocks.total() < bf16.total() * 4 / 5);
         let sample = sampling(&shape(UNetConfig::whole_head(), 128), Allocator::Cuda);
         assert!(sample.total() < blocks.total());
         // No EMA, no EMA part.
-        let bench = training(&shape(UNetConfig::whole_head(), 128), false, Allocator::Cuda);
+        let bench = training(
+            &shape(UNetConfig::whole_head(), 128),
+            false,
+            Allocator::Cuda,
+        );
         let ema = (bf16.total() - bench.total()) as f64;
         assert!((ema / (4.0 * 40_226_433.0 * (1.0 + POOL_SLACK)) - 1.0).abs() < 1e-6);
+    }
+
+    /// Settings no machine could hold give a plan that says so, not an overflow.
+    #[test]
+    fn absurd_settings_saturate() {
+        let absurd = RunShape {
+            model: UNetConfig {
+                model_channels: 100_000,
+                num_res_blocks: 100_000,
+                ..UNetConfig::whole_head()
+            },
+            grid: [1 << 40; 3],
+            batch: usize::MAX,
+            half: false,
+            checkpointing: false,
+        };
+        assert_eq!(training(&absurd, true, Allocator::Cuda).total(), u64::MAX);
+        assert_eq!(sampling(&absurd, Allocator::Host).total(), u64::MAX);
+        let batch = RunShape {
+            batch: 1_000_000,
+            ..shape(UNetConfig::whole_head(), 128)
+        };
+        assert!(training(&batch, true, Allocator::Cuda).total() > 1 << 50);
     }
 }
