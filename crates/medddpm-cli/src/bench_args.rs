@@ -99,6 +99,9 @@ pub struct BenchArgs {
     /// Timed steps (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
+    /// Start even when the memory plan says a configuration does not fit the device.
+    #[arg(long)]
+    pub no_memory_check: bool,
     /// Skip the per-operation breakdown.
     #[arg(long)]
     pub no_breakdown: bool,

@@ -112,5 +112,21 @@ fn experiment(name: &str) -> anyhow::Result<()> {
         eprintln!("warning: [model] {warning}");
     }
     println!("{}", config.to_toml());
+    // A config can be valid and still beyond this machine: say so here, not at an allocation.
+    let settings = medddpm_backend::ComputeSettings {
+        precision: config.compute.precision,
+        ..Default::default()
+    };
+    let precision = crate::plan::precision_of(&settings);
+    let shape = crate::plan::training_shape(&config, precision);
+    let work = medddpm_plan::Work::Training { ema: true };
+    let allocator = crate::plan::target(settings.backend, 0).allocator;
+    eprintln!(
+        "memory: training needs about {} here in {precision} (`medddpm plan {name}` shows the parts)",
+        medddpm_plan::gib(medddpm_plan::plan(&shape, work, allocator).total()),
+    );
+    if let Some(message) = crate::plan::shortfall("training", &shape, work, &settings) {
+        eprintln!("warning: {message}");
+    }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod gpu_trace;
 mod inspect;
 mod notes;
 mod oom;
+mod plan;
 mod prepare;
 mod progress;
 mod render;
@@ -44,6 +45,9 @@ enum Command {
     Render(render::RenderArgs),
     /// Print a NIfTI header, a resolved experiment config, or a checkpoint summary.
     Inspect(inspect::InspectArgs),
+    /// The memory an experiment needs to train and to sample (parameters, Adam state, EMA,
+    /// activations, pools), against the device's, with the cheapest change that fits.
+    Plan(plan::PlanArgs),
     /// Turn raw scans into the folders `train` reads: BraTS preprocessing, whole-head
     /// resampling, head/brain masks from a T1, a labelled real-MRI demo set.
     Prepare(prepare::PrepareArgs),
@@ -118,6 +122,39 @@ fn bench_devices(scaling: bench_args::Scaling) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The bench's parent refuses a configuration of its matrix that cannot fit before starting
+/// any (its children, each one configuration, are not checked again).
+fn bench_fits(options: &medddpm_bench::BenchOptions, anyway: bool) -> anyhow::Result<()> {
+    if options.single_config.is_some() || options.report_only {
+        return Ok(());
+    }
+    let [d, h, w] = options.size;
+    for &backend in &options.backends {
+        for &precision in &options.precisions {
+            let settings = medddpm_backend::ComputeSettings {
+                backend,
+                precision: Some(precision),
+                ..Default::default()
+            };
+            let shape = medddpm_plan::RunShape {
+                model: options.model.config(),
+                grid: [d, h, w],
+                batch: options.batch,
+                half: matches!(
+                    precision,
+                    medddpm_backend::Precision::Bf16 | medddpm_backend::Precision::F16
+                ),
+                checkpointing: options.activation_checkpointing
+                    == medddpm_unet::ActivationCheckpointing::Blocks,
+            };
+            let what = format!("the {backend} {precision} configuration");
+            let work = medddpm_plan::Work::Training { ema: false };
+            plan::check_fits(&what, &shape, work, &settings, anyway)?;
+        }
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => train::run(args),
@@ -125,10 +162,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args),
         Command::Render(args) => render::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Plan(args) => plan::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Bench(args) => match args.scaling() {
             Some(scaling) => bench_devices(scaling.map_err(anyhow::Error::msg)?),
-            None => bench(args.into_options()),
+            None => {
+                let anyway = args.no_memory_check;
+                let options = args.into_options();
+                bench_fits(&options, anyway)?;
+                bench(options)
+            }
         },
         Command::Check(args) => bench(args.into_options()),
         Command::CheckKernels(args) => check_kernels::run(args),

@@ -86,6 +86,9 @@ pub struct SampleArgs {
     /// the sampling step faster (22.0 against 21.7 ms; docs/benchmarks).
     #[arg(long)]
     cuda_graphs: bool,
+    /// Start even when the memory plan says the run does not fit the device.
+    #[arg(long)]
+    no_memory_check: bool,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -222,6 +225,17 @@ impl BackendTask for SampleTask {
     }
 }
 
+/// The experiment a checkpoint was trained with, if it can be read without loading weights.
+fn experiment_of(source: &WeightsSource) -> Option<ExperimentConfig> {
+    match source {
+        WeightsSource::Reference { experiment, .. } => Some((**experiment).clone()),
+        WeightsSource::Checkpoint(path) => {
+            let checkpoint = medddpm_train::RunDir::resolve_checkpoint(path).ok()?;
+            medddpm_train::checkpoint::read_config(&checkpoint).ok()
+        }
+    }
+}
+
 /// One line on what the CUDA graphs did (nothing where the backend has none).
 fn graphs_line(graphs: &GraphStatus) {
     if let Some(line) = graphs.summary() {
@@ -251,6 +265,16 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
     let settings = args.compute.settings();
     // Sampling runs on one device (`--devices 1` picks which).
     settings.one_device("sample")?;
+    // The plan needs the run's network and grid; a checkpoint that cannot say is left to the
+    // loading below, whose errors name the problem.
+    if let Some(config) = experiment_of(&source) {
+        let shape = medddpm_plan::RunShape {
+            batch: 1,
+            ..crate::plan::training_shape(&config, crate::plan::precision_of(&settings))
+        };
+        let work = medddpm_plan::Work::Sampling;
+        crate::plan::check_fits("sampling", &shape, work, &settings, args.no_memory_check)?;
+    }
     run_on(
         &settings,
         SampleTask {

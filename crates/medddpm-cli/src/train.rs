@@ -51,6 +51,9 @@ pub struct TrainArgs {
     /// graph's launch costing the host 12 ms (docs/benchmarks).
     #[arg(long)]
     cuda_graphs: bool,
+    /// Start even when the memory plan says the run does not fit the device.
+    #[arg(long)]
+    no_memory_check: bool,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -178,8 +181,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     for warning in config.model.unmatched_attention() {
         eprintln!("warning: [model] {warning}");
     }
+    config.validate()?;
+    let settings = args.compute.settings_with(&config.compute);
+    let shape = crate::plan::training_shape(&config, crate::plan::precision_of(&settings));
+    let work = medddpm_plan::Work::Training { ema: true };
+    crate::plan::check_fits("training", &shape, work, &settings, args.no_memory_check)?;
     run_on(
-        &args.compute.settings_with(&config.compute),
+        &settings,
         TrainTask {
             config,
             run,

@@ -70,4 +70,4 @@ mod tests;
 pub use crate::device_error::device_error;
 pub use devices::init;
 pub use error::EngineError;
-pub use library::{compute_capability, CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};
+pub use library::{compute_capability, gpu_memory, CudnnInfo, CudnnUnavailable, MIN_CUDNN_VERSION};

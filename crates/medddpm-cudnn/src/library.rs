@@ -151,6 +151,19 @@ pub fn compute_capability(device_index: usize) -> Option<(i32, i32)> {
     gpu_model(device_index).ok().map(|m| m.capability)
 }
 
+/// CUDA device `device_index`'s name and memory in bytes, `None` where the driver cannot say:
+/// what a run's memory plan is checked against, read without creating a context (which would
+/// itself take memory and time).
+pub fn gpu_memory(device_index: usize) -> Option<(String, u64)> {
+    use cudarc::driver::result;
+    result::init().ok()?;
+    let device = result::device::get(device_index as i32).ok()?;
+    let name = result::device::get_name(device).ok()?;
+    // SAFETY: the device handle is valid.
+    let total = unsafe { result::device::total_mem(device) }.ok()?;
+    Some((name, total as u64))
+}
+
 /// The name and compute capability of CUDA device `device_index`.
 fn gpu_model(device_index: usize) -> Result<GpuModel, EngineError> {
     use cudarc::driver::{result, sys::CUdevice_attribute as A};

@@ -137,7 +137,7 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
         parts: Vec::new(),
     };
     plan.push(
-        "weights (f32, and their 16-bit copy)",
+        "weights (f32; a 16-bit copy in bf16/f16)",
         p * (4.0 + weight_copy),
     );
     plan.push("gradients (and their f32 sum)", p * (vb + 4.0));
@@ -164,6 +164,13 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
         "gradients in flight in the backward pass",
         b * c.backward_transient as f64 * vb,
     );
+    if allocator == Allocator::Host {
+        // The trainer's loader reads three micro-batches ahead of the one running.
+        plan.push(
+            "micro-batches read ahead (f32)",
+            3.0 * b * inputs(&shape.model, &c) * 4.0,
+        );
+    }
     plan.with_overhead(allocator)
 }
 
@@ -181,7 +188,7 @@ pub fn sampling(shape: &RunShape, allocator: Allocator) -> MemoryPlan {
         parts: Vec::new(),
     };
     plan.push(
-        "weights (f32, and their 16-bit copy)",
+        "weights (f32; a 16-bit copy in bf16/f16)",
         p * (4.0 + weight_copy),
     );
     plan.push("sampler state (f32)", b * inputs(&shape.model, &c) * 4.0);

@@ -100,7 +100,7 @@ pub(crate) fn check_memory(
 }
 
 /// The memory the system can give without swapping (`MemAvailable` of `/proc/meminfo`), bytes.
-fn available_memory() -> Option<u64> {
+pub fn available_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

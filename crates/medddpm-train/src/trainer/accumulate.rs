@@ -3,6 +3,7 @@
 //! graph, the gradients summed.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 
 use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use medddpm_diffusion::CosineSchedule;
@@ -47,10 +48,9 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
     (shard, first, loss_scale): (&Shard, usize, f64),
 ) -> Result<AccumulatedStep<B>, TrainError> {
     let settings = &config.train;
-    let micro_batches = shard.micro_batches(first);
     let mut step = AccumulatedStep {
         accumulator: GradientSum::new(),
-        losses: Vec::with_capacity(micro_batches.len()),
+        losses: Vec::new(),
         batch_indices: Vec::new(),
     };
     // f16's loss scale multiplies the loss the backward pass starts from (1 otherwise, which
@@ -62,19 +62,20 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
             .map(|i| draw * settings.batch_size + i)
             .collect()
     };
-    let following: Vec<(usize, std::ops::Range<usize>)> = (1..=READ_AHEAD)
+    // This step's micro-batches, then the next steps' first ones: the loader reads the
+    // READ_AHEAD after the one running.
+    let following = (1..=READ_AHEAD)
         .flat_map(|k| shard.micro_batches(first + k * shard.step_micro_batches()))
-        .collect();
-    for (j, micro) in micro_batches.iter().enumerate() {
-        let positions = positions_of(micro);
+        .take(READ_AHEAD);
+    let mut stream = shard.micro_batches(first).chain(following);
+    let mut window: VecDeque<_> = stream.by_ref().take(READ_AHEAD + 1).collect();
+    for _ in 0..shard.micro_batch_count() {
+        let micro = window.pop_front().expect("one micro-batch per count");
+        window.extend(stream.next());
+        let positions = positions_of(&micro);
         let indices = loader.indices(&positions);
         let host = loader.take(&positions)?;
-        let upcoming: Vec<Vec<usize>> = micro_batches[j + 1..]
-            .iter()
-            .chain(&following)
-            .take(READ_AHEAD)
-            .map(positions_of)
-            .collect();
+        let upcoming: Vec<Vec<usize>> = window.iter().take(READ_AHEAD).map(positions_of).collect();
         loader.read_ahead(&upcoming);
         step.batch_indices.extend_from_slice(&indices);
         let batch = draw_micro_batch(replica, host, &positions, config);

@@ -61,22 +61,31 @@ impl Shard {
     }
 
     /// The micro-batches this replica runs in the step whose first micro-batch is `first`:
-    /// each as (micro-batch number, positions inside it).
-    pub fn micro_batches(&self, first: usize) -> Vec<(usize, Range<usize>)> {
+    /// each as (micro-batch number, positions inside it). Lazy: a step of a billion
+    /// micro-batches is listed one at a time, not allocated at once.
+    pub fn micro_batches(
+        &self,
+        first: usize,
+    ) -> impl Iterator<Item = (usize, Range<usize>)> + Clone + use<> {
         let (b, a, r, n) = (self.batch_size, self.grad_accum, self.rank, self.world);
-        match self.split {
+        let (draws, positions) = match self.split {
             Split::Accumulation => {
                 let per = a / n;
-                (first + r * per..first + (r + 1) * per)
-                    .map(|d| (d, 0..b))
-                    .collect()
+                (first + r * per..first + (r + 1) * per, 0..b)
             }
             Split::Batch => {
                 let per = b / n;
-                (first..first + a)
-                    .map(|d| (d, r * per..(r + 1) * per))
-                    .collect()
+                (first..first + a, r * per..(r + 1) * per)
             }
+        };
+        draws.map(move |d| (d, positions.clone()))
+    }
+
+    /// How many micro-batches this replica runs per optimizer step.
+    pub fn micro_batch_count(&self) -> usize {
+        match self.split {
+            Split::Accumulation => self.grad_accum / self.world,
+            Split::Batch => self.grad_accum,
         }
     }
 
@@ -84,11 +93,7 @@ impl Shard {
     /// replicas of their summed gradients is the one-device step's gradient: its number of
     /// micro-batches (times the batch size with the reference's extra scaling).
     pub fn divisor(&self, reference_batch_scaling: bool) -> f64 {
-        let micro = match self.split {
-            Split::Accumulation => self.grad_accum / self.world,
-            Split::Batch => self.grad_accum,
-        };
-        let mut divisor = micro as f64;
+        let mut divisor = self.micro_batch_count() as f64;
         if reference_batch_scaling {
             divisor *= self.batch_size as f64;
         }
@@ -120,7 +125,6 @@ mod tests {
                 let shard = Shard::new(s, r, world).unwrap();
                 shard
                     .micro_batches(first)
-                    .into_iter()
                     .flat_map(|(d, range)| range.map(move |i| d * s.batch_size + i))
             })
             .collect();
@@ -154,13 +158,13 @@ mod tests {
         let s = settings(2, 2);
         let shard = Shard::new(&s, 1, 2).unwrap();
         assert_eq!(shard.split, Split::Accumulation);
-        assert_eq!(shard.micro_batches(6), vec![(7, 0..2)]);
+        assert_eq!(shard.micro_batches(6).collect::<Vec<_>>(), vec![(7, 0..2)]);
         assert_eq!(shard.divisor(false), 1.0);
         assert_eq!(shard.divisor(true), 2.0);
         let s = settings(2, 1);
         let shard = Shard::new(&s, 1, 2).unwrap();
         assert_eq!(shard.split, Split::Batch);
-        assert_eq!(shard.micro_batches(3), vec![(3, 1..2)]);
+        assert_eq!(shard.micro_batches(3).collect::<Vec<_>>(), vec![(3, 1..2)]);
         assert_eq!(shard.divisor(false), 1.0);
     }
 
