@@ -13,6 +13,7 @@ pub mod integrity;
 pub mod layout;
 pub mod lock;
 pub mod optim;
+mod optimizer_record;
 pub mod phantom;
 pub mod pictures;
 pub mod sample;

@@ -145,7 +145,7 @@ where
 }
 
 /// burn's Adam records, by parameter (the type burn's [`OptimizerAdaptor`] keeps).
-type Records<M, B> = <OptimizerAdaptor<FusedAdam, M, B> as Optimizer<M, B>>::Record;
+pub(crate) type Records<M, B> = <OptimizerAdaptor<FusedAdam, M, B> as Optimizer<M, B>>::Record;
 
 impl<M, B> Clone for FusedAdamOptimizer<M, B>
 where
@@ -168,6 +168,11 @@ where
     B: AutodiffBackend<InnerBackend: KernelBackend>,
     M: AutodiffModule<B>,
 {
+    /// The Adam state by parameter, as a checkpoint stores it.
+    pub(crate) fn records(&self) -> &Records<M, B> {
+        &self.records
+    }
+
     /// The module a forward pass in `dtype` runs (see [`medddpm_unet::working_params`]), with
     /// the working copies the last [`Optimizer::step`] wrote: call it with the module that step
     /// returned. Parameters without a copy (before the first step, after a resume) are cast.

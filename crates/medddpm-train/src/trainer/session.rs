@@ -144,6 +144,10 @@ impl<B: KernelAutodiffBackend> Session<B> {
             .optim
             .clone()
             .load_record(decode_record(bytes, &file, device)?);
+        crate::optimizer_record::check_matches(&self.model, self.optim.records(), self.state.step)
+            .map_err(|problem| {
+                TrainError::checkpoint(ckpt, format!("{OPTIMIZER_FILE}.mpk {problem}"))
+            })?;
         Ok(())
     }
 }

@@ -6,11 +6,15 @@
 use crate::common;
 use std::path::Path;
 
-use burn::backend::Flex;
+use burn::backend::{Autodiff, Flex};
 use burn::module::{Module, ModuleMapper, Param};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::record::{AdaptorRecord, AdaptorRecordV1};
+use burn::optim::Optimizer;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::{backend::Backend, Tensor};
 use medddpm_train::integrity::{verify_checkpoint, write_checksums, Verification};
+use medddpm_train::optim::FusedAdam;
 use medddpm_train::{load_sampling_model, ExperimentConfig, RunDir, TrainError, WeightsSource};
 use medddpm_unet::UNet;
 
@@ -185,4 +189,69 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
         Verification::NoManifest
     );
     load(&latest).unwrap();
+}
+
+/// Adam state from another run (or another network), or with NaN moments, with checksums made
+/// to match: burn would load the first and start every parameter from zero moments, and the
+/// second would surface as a NaN loss blamed on the data; the resume refuses both, naming the
+/// file, and resumes once the run's own state is back.
+#[test]
+fn another_runs_optimizer_state_is_refused() {
+    let _serial = crate::common::one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let run = RunDir::new(tmp.path().join("run"));
+    common::session(&config, &run, false, Some(2)).unwrap();
+    let other = RunDir::new(tmp.path().join("other"));
+    common::session(&config, &other, false, Some(2)).unwrap();
+    let latest = run.checkpoints().join("step-000002");
+    let own = std::fs::read(latest.join("optimizer.mpk")).unwrap();
+    std::fs::copy(
+        other
+            .checkpoints()
+            .join("step-000002")
+            .join("optimizer.mpk"),
+        latest.join("optimizer.mpk"),
+    )
+    .unwrap();
+    write_checksums(&latest).unwrap();
+    let err = common::session(&config, &run, true, Some(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("optimizer.mpk") && err.contains("another run's or another network's"),
+        "{err}"
+    );
+
+    // The run's own state with one moment made NaN (valid checksums): refused at the resume,
+    // not reported at the next step as a NaN loss blamed on the batch.
+    type A = Autodiff<Flex>;
+    type Records = <OptimizerAdaptor<FusedAdam, UNet<A>, A> as Optimizer<UNet<A>, A>>::Record;
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let device = Default::default();
+    let file = latest.join("optimizer.mpk");
+    std::fs::write(&file, &own).unwrap();
+    let mut records: Records =
+        Recorder::<Autodiff<Flex>>::load(&recorder, latest.join("optimizer"), &device).unwrap();
+    let (id, record) = records
+        .iter()
+        .find(|(_, r)| matches!(r, AdaptorRecord::V1(AdaptorRecordV1::Rank1(_))))
+        .map(|(id, r)| (*id, r.clone()))
+        .unwrap();
+    let mut state = record.into_state::<1>();
+    state.momentum.moment_2 = state.momentum.moment_2.mul_scalar(f32::NAN);
+    records.insert(id, AdaptorRecord::from_state(state));
+    Recorder::<Autodiff<Flex>>::record(&recorder, records, latest.join("optimizer")).unwrap();
+    write_checksums(&latest).unwrap();
+    let err = common::session(&config, &run, true, Some(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("optimizer.mpk") && err.contains("NaN or infinite Adam moment"),
+        "{err}"
+    );
+
+    std::fs::write(&file, own).unwrap();
+    write_checksums(&latest).unwrap();
+    common::session(&config, &run, true, Some(1)).unwrap();
 }
