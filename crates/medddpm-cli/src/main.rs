@@ -189,6 +189,24 @@ fn end_quietly_on_closed_pipe() {
     }
 }
 
+/// An error and its causes on one line, as anyhow's `{:#}` writes them, but without a cause
+/// its error already states (the libraries' errors say "path: cause" and also keep the cause
+/// as their source, so a full disk read "No space left on device" twice).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 fn main() -> ExitCode {
     end_quietly_on_closed_pipe();
     notes::install();
@@ -196,12 +214,33 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line(&e));
             // Stopped by a signal: the status a shell gives a process the signal ended.
             match e.downcast_ref::<signals::StoppedBySignal>() {
                 Some(s) => ExitCode::from((128 + s.0) as u8),
                 None => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A cause the error's own message already holds is not repeated; others are chained.
+    #[test]
+    fn an_error_line_states_each_cause_once() {
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let cause = full.to_string();
+        let e = anyhow::Error::new(medddpm_train::TrainError::Io {
+            path: "runs/q/checkpoints/.tmp-step-000010/ema.mpk".into(),
+            source: full,
+        })
+        .context("writing the checkpoint of step 10");
+        let line = super::error_line(&e);
+        assert_eq!(line.matches(&cause).count(), 1, "{line}");
+        assert!(
+            line.starts_with("writing the checkpoint of step 10: runs/q/"),
+            "{line}"
+        );
     }
 }

@@ -224,21 +224,11 @@ impl RunDir {
             std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         }
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
-        write_files(&tmp)?;
-        // Test hook (test builds only): widens the window in which a kill finds a half-written
-        // checkpoint (the crash test sets it).
-        #[cfg(debug_assertions)]
-        if let Some(ms) = std::env::var("MEDDDPM_TEST_CHECKPOINT_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
+        // A failure (a full disk) leaves no half-written folder behind to fill the disk further.
+        if let Err(e) = fill_checkpoint(&tmp, state, config_toml, write_files) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
         }
-        write_file(&tmp.join(CONFIG_FILE), config_toml.as_bytes())?;
-        let state_json = serde_json::to_string_pretty(state).expect("state serialises");
-        write_file(&tmp.join(STATE_FILE), state_json.as_bytes())?;
-        crate::integrity::write_checksums(&tmp)?;
-        medddpm_atomic::sync_dir(&tmp);
 
         let final_path = dir.join(&name);
         if injected_failure(&dir) {
@@ -301,6 +291,32 @@ pub fn read_config(checkpoint: &Path) -> Result<crate::ExperimentConfig, TrainEr
 /// when they are read).
 pub fn is_checkpoint(path: &Path) -> bool {
     path.join(CONFIG_FILE).is_file() && path.join(STATE_FILE).is_file()
+}
+
+/// Writes a checkpoint's files into the temporary folder `tmp`: the records, the config, the
+/// state and their checksums.
+fn fill_checkpoint(
+    tmp: &Path,
+    state: &TrainState,
+    config_toml: &str,
+    write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
+    write_files(tmp)?;
+    // Test hook (test builds only): widens the window in which a kill finds a half-written
+    // checkpoint (the crash test sets it).
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("MEDDDPM_TEST_CHECKPOINT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    write_file(&tmp.join(CONFIG_FILE), config_toml.as_bytes())?;
+    let state_json = serde_json::to_string_pretty(state).expect("state serialises");
+    write_file(&tmp.join(STATE_FILE), state_json.as_bytes())?;
+    crate::integrity::write_checksums(tmp)?;
+    medddpm_atomic::sync_dir(tmp);
+    Ok(())
 }
 
 /// Writes a record as `NamedMpkFileRecorder` would (the same bytes, full precision: resumed
@@ -379,5 +395,36 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// A checkpoint that fails half-way (a full disk) leaves no `.tmp-step-N` folder behind
+    /// and publishes nothing.
+    #[test]
+    fn a_failed_checkpoint_leaves_nothing_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::new(tmp.path());
+        let state = TrainState {
+            step: 3,
+            micro_batches: 6,
+            seed: 0,
+            last_loss: 0.5,
+            elapsed_s: 1.0,
+            loss_scale: None,
+        };
+        let err = run
+            .write_checkpoint(&state, "", 0, |dir| {
+                std::fs::write(dir.join("model.mpk"), b"half").unwrap();
+                Err(TrainError::io(
+                    &dir.join("ema.mpk"),
+                    std::io::Error::from(std::io::ErrorKind::StorageFull),
+                ))
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("ema.mpk"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(run.checkpoints())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }
