@@ -75,3 +75,51 @@ fn the_replica_command_is_only_for_a_lead() {
     assert!(!ok);
     assert!(stderr.contains("--launch processes"), "{stderr}");
 }
+
+/// A replica process killed mid-run: the lead stops and names how it ended (the signal), not
+/// the socket's "failed to fill whole buffer".
+#[test]
+#[cfg(target_os = "linux")]
+fn a_killed_replica_is_named_with_its_signal() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("exp.toml");
+    let long = experiment(tmp.path()).replace("steps = 3\n", "steps = 100000\n");
+    std::fs::write(&file, long).unwrap();
+    let run = tmp.path().join("run");
+    let lead = Command::new(env!("CARGO_BIN_EXE_medddpm"))
+        .args(["train", "--backend", "cpu", "--devices", "0,1", "--launch", "processes"])
+        .arg("--experiment")
+        .arg(&file)
+        .arg("--run-dir")
+        .arg(&run)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Once the run has logged a step, the replica is training: kill it.
+    let start = Instant::now();
+    while !run.join("metrics.jsonl").is_file() {
+        assert!(start.elapsed() < Duration::from_secs(300), "no step logged");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id()))
+        .unwrap_or_default();
+    let replica: i32 = children
+        .split_whitespace()
+        .next()
+        .expect("the lead's replica process")
+        .parse()
+        .unwrap();
+    // SAFETY: a signal to a child process of this test.
+    unsafe { libc::kill(replica, libc::SIGKILL) };
+    let out = lead.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("replica 1") && stderr.contains("signal: 9"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("fill whole buffer"), "{stderr}");
+}

@@ -45,6 +45,10 @@ pub struct ReplicaSpec {
     pub compute: Compute,
 }
 
+/// What the lead records for a replica whose connection ended without a message (its process
+/// killed or crashed): the process's exit status, where known, says more.
+pub(crate) const CONNECTION_LOST: &str = "its process ended or its connection closed";
+
 /// One end of a connection, framed: a tag byte, a little-endian u64 length, the bytes.
 struct Peer {
     reader: BufReader<TcpStream>,
@@ -261,9 +265,11 @@ impl ProcessLink {
                         other => {
                             let why = match other {
                                 Ok((_, message)) => String::from_utf8_lossy(&message).into_owned(),
-                                Err(e) => {
-                                    format!("its process ended or its connection broke ({e})")
+                                // A killed process closes its end: no reason, only EOF.
+                                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                                    CONNECTION_LOST.to_string()
                                 }
+                                Err(e) => format!("{CONNECTION_LOST} ({e})"),
                             };
                             lock(failure).get_or_insert((i + 1, why));
                             stop_all(&mut peers);

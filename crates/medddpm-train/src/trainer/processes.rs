@@ -21,7 +21,7 @@ use medddpm_unet::{KernelAutodiffBackend, UNet};
 use serde::{Deserialize, Serialize};
 
 pub use super::link::ReplicaSpec;
-use super::link::{ProcessLink, Rendezvous, CONNECT_TIMEOUT};
+use super::link::{ProcessLink, Rendezvous, CONNECTION_LOST, CONNECT_TIMEOUT};
 
 use super::parallel::{first_cause, StartPoint, Worker};
 use super::session::Session;
@@ -220,7 +220,10 @@ fn replica_outcomes(
         })
         .collect();
     if let Some((rank, message)) = link.failure() {
-        if !message.starts_with(STOPPED_BY_ANOTHER) {
+        // A lost connection of a replica whose exit status is known: the status says it.
+        let status_known =
+            message.starts_with(CONNECTION_LOST) && matches!(outs.get(rank - 1), Some(Err(_)));
+        if !message.starts_with(STOPPED_BY_ANOTHER) && !status_known {
             outs.insert(0, Err(replica_error(rank, message)));
         }
     }
