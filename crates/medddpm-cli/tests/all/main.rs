@@ -5,5 +5,6 @@ mod cli;
 mod common;
 mod crash;
 mod eval_render;
+mod plan;
 mod prepare;
 mod processes;
