@@ -113,6 +113,7 @@ pub fn training_shape(config: &ExperimentConfig, precision: Precision) -> RunSha
         batch: config.train.batch_size,
         half: is_half(precision),
         checkpointing: config.train.activation_checkpointing == ActivationCheckpointing::Blocks,
+        strict_fp32: precision == Precision::Fp32,
     }
 }
 

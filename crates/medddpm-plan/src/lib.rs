@@ -13,6 +13,7 @@
 //!     batch: 1,
 //!     half: true,
 //!     checkpointing: false,
+//!     strict_fp32: false,
 //! };
 //! let plan = training(&shape, true, Allocator::Cuda);
 //! assert_eq!(plan.parameters, 40_226_433);
@@ -83,6 +84,7 @@ pub fn cheapest_fit(
             "precision bf16 (--precision bf16)".into(),
             RunShape {
                 half: true,
+                strict_fp32: false,
                 ..shape.clone()
             },
         ));
@@ -101,6 +103,7 @@ pub fn cheapest_fit(
                 RunShape {
                     half: true,
                     checkpointing: true,
+                    strict_fp32: false,
                     ..shape.clone()
                 },
             ));
@@ -109,6 +112,7 @@ pub fn cheapest_fit(
     let lightest = RunShape {
         half: shape.half || half,
         checkpointing: shape.checkpointing || training,
+        strict_fp32: shape.strict_fp32 && !half,
         ..shape.clone()
     };
     let mut batch = shape.batch;
@@ -165,6 +169,7 @@ mod tests {
             batch,
             half,
             checkpointing: false,
+            strict_fp32: !half,
         }
     }
 

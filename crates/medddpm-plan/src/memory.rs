@@ -19,6 +19,8 @@ pub struct RunShape {
     pub half: bool,
     /// Activation checkpointing (`blocks`): only the blocks' outputs kept.
     pub checkpointing: bool,
+    /// Strict FP32 (no tensor cores): on CUDA its cuDNN algorithms take larger workspaces.
+    pub strict_fp32: bool,
 }
 
 impl RunShape {
@@ -53,6 +55,12 @@ const CUDA_CONTEXT: u64 = 600 << 20;
 /// each buffer up into size buckets and keep what a step freed for the next one
 /// (docs/benchmarks, "memory plan": fitted on the whole-head bf16 micro-step).
 const POOL_SLACK: f64 = 0.10;
+
+/// The workspace strict FP32's cuDNN algorithms take on top of the pools' usual reserve: up to
+/// the engine's cap per convolution (`medddpm-cudnn`'s `MAX_WORKSPACE`, 3 GiB). Whole-head
+/// 128^3 in strict FP32 peaked 4.8 GiB above TF32 with the same tensors (docs/benchmarks,
+/// "memory plan"; one configuration measured).
+const STRICT_FP32_WORKSPACE: u64 = 3 << 30;
 
 /// The process itself on the CPU (binary, threads' stacks, burn's state).
 const HOST_BASE: u64 = 64 << 20;
@@ -91,7 +99,13 @@ impl MemoryPlan {
             .fold(0u64, |sum, p| sum.saturating_add(p.bytes))
     }
 
-    fn with_overhead(mut self, allocator: Allocator) -> Self {
+    fn with_overhead(mut self, shape: &RunShape, allocator: Allocator) -> Self {
+        if shape.strict_fp32 && allocator == Allocator::Cuda {
+            self.push(
+                "cuDNN workspace of strict-FP32 algorithms",
+                STRICT_FP32_WORKSPACE as f64,
+            );
+        }
         let tensors = self.total();
         match allocator {
             Allocator::Cuda => {
@@ -171,7 +185,7 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
             3.0 * b * inputs(&shape.model, &c) * 4.0,
         );
     }
-    plan.with_overhead(allocator)
+    plan.with_overhead(shape, allocator)
 }
 
 /// A sampling run's peak: the weights and one network call on `shape.batch` volumes.
@@ -197,7 +211,7 @@ pub fn sampling(shape: &RunShape, allocator: Allocator) -> MemoryPlan {
         "activations of one network call",
         b * (live * vb + weights * (vb + 4.0)),
     );
-    plan.with_overhead(allocator)
+    plan.with_overhead(shape, allocator)
 }
 
 /// f32 values per example around the network: the condition and the noisy image, the noise,
@@ -218,6 +232,7 @@ mod tests {
             batch: 1,
             half: true,
             checkpointing: false,
+            strict_fp32: false,
         }
     }
 
@@ -283,6 +298,7 @@ mod tests {
             batch: usize::MAX,
             half: false,
             checkpointing: false,
+            strict_fp32: false,
         };
         assert_eq!(training(&absurd, true, Allocator::Cuda).total(), u64::MAX);
         assert_eq!(sampling(&absurd, Allocator::Host).total(), u64::MAX);

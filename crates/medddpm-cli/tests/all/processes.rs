@@ -89,7 +89,15 @@ fn a_killed_replica_is_named_with_its_signal() {
     std::fs::write(&file, long).unwrap();
     let run = tmp.path().join("run");
     let lead = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(["train", "--backend", "cpu", "--devices", "0,1", "--launch", "processes"])
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--devices",
+            "0,1",
+            "--launch",
+            "processes",
+        ])
         .arg("--experiment")
         .arg(&file)
         .arg("--run-dir")
