@@ -47,6 +47,42 @@ static ALLOC: Counting = Counting;
 
 const ALLOCATION_BOUND: usize = 64 << 20;
 
+/// The largest allocation of any one input of the reader under test.
+static READER_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// A reader's counts, printed as one `fuzz-record` line that `scripts/fuzz-record.py` reads
+/// into docs/reliability.md.
+struct Tally {
+    reader: &'static str,
+    start: std::time::Instant,
+    ok: usize,
+    refused: usize,
+}
+
+impl Tally {
+    fn new(reader: &'static str) -> Self {
+        READER_PEAK.store(0, Ordering::Relaxed);
+        Self {
+            reader,
+            start: std::time::Instant::now(),
+            ok: 0,
+            refused: 0,
+        }
+    }
+
+    fn print(&self, extra: &str) {
+        println!(
+            "fuzz-record reader={} inputs={} ok={} refused={} seconds={:.1} peak_bytes={}{extra}",
+            self.reader,
+            self.ok + self.refused,
+            self.ok,
+            self.refused,
+            self.start.elapsed().as_secs_f64(),
+            READER_PEAK.load(Ordering::Relaxed)
+        );
+    }
+}
+
 fn inputs_per_reader() -> usize {
     std::env::var("MEDDDPM_FUZZ_INPUTS")
         .ok()
@@ -71,6 +107,7 @@ fn run_one(reader: &str, n: usize, input: &[u8], check: impl FnOnce(&[u8])) {
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(input)));
     std::panic::set_hook(hook);
     let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    READER_PEAK.fetch_max(peak, Ordering::Relaxed);
     let finding = match out {
         Err(panic) => Some(format!(
             "panicked: {}",
@@ -190,6 +227,7 @@ fn nifti_seeds() -> Vec<Vec<u8>> {
 fn fuzz_the_nifti_reader() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
+    let tally = Tally::new("nifti");
     let seeds = nifti_seeds();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let name = Path::new("fuzz.nii.gz");
@@ -216,17 +254,77 @@ fn fuzz_the_nifti_reader() {
             }
         });
     }
-    println!("nifti: {ok} read, {err} refused");
+    Tally {
+        ok,
+        refused: err,
+        ..tally
+    }
+    .print("");
     assert!(
         err > 0 && ok > 0,
         "mutations should give both ({ok} ok, {err} errors)"
     );
 }
 
+/// The header's claim against its gzip stream: a valid header whose dimensions claim anything
+/// from a few voxels to 32767^3, over a gzip stream of zeros or of random bytes of random
+/// length. A claim more than the stream can inflate to must be refused before inflating (a
+/// claim error, nothing allocated for the voxels); anything else is read or refused with the
+/// stream's own error, never above the allocation bound.
+#[test]
+fn fuzz_the_header_claim_bound() {
+    let _serial = crate::common::one_at_a_time();
+    let _serial = serial();
+    let tally = Tally::new("nifti-claim");
+    // The plain little-endian f32 seed: header (352 bytes with its extension flag), then data.
+    let header: Vec<u8> = nifti_seeds()[1][..352].to_vec();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let name = Path::new("claim.nii.gz");
+    let (mut ok, mut err, mut claims) = (0usize, 0usize, 0usize);
+    for n in 0..inputs_per_reader() {
+        let mut file = header.clone();
+        for axis in 0..3 {
+            // Log-uniform over 1..32767 voxels per axis.
+            let side = (2f64.powf(rng.random_range(0.0..15.0)) as i16).max(1);
+            file[42 + 2 * axis..44 + 2 * axis].copy_from_slice(&side.to_le_bytes());
+        }
+        let bits = rng.random_range(0..23);
+        let len = rng.random_range(0..(1usize << bits));
+        if rng.random() {
+            file.resize(file.len() + len, 0);
+        } else {
+            file.extend((0..len.min(1 << 16)).map(|_| rng.random::<u8>()));
+        }
+        let input = gzip(&file);
+        run_one("nifti-claim", n, &input, |bytes| {
+            match Volume::from_bytes(bytes.to_vec(), name) {
+                Ok(v) => {
+                    assert_eq!(v.data().len(), v.voxel_count());
+                    ok += 1;
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(text.contains("claim.nii.gz"), "unnamed: {e}");
+                    claims += usize::from(text.contains("more than its"));
+                    err += 1;
+                }
+            }
+        });
+    }
+    Tally {
+        ok,
+        refused: err,
+        ..tally
+    }
+    .print(&format!(" refused_by_claim={claims}"));
+    assert!(ok > 0 && claims > 0, "{ok} read, {claims} claims refused");
+}
+
 #[test]
 fn fuzz_the_mask_encoder() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
+    let tally = Tally::new("mask");
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     let schemes = [LabelScheme::whole_head(), LabelScheme::brats()];
     let special = [
@@ -278,7 +376,12 @@ fn fuzz_the_mask_encoder() {
             }
         });
     }
-    println!("mask: {ok} encoded, {err} refused");
+    Tally {
+        ok,
+        refused: err,
+        ..tally
+    }
+    .print("");
     assert!(err > 0 && ok > 0);
 }
 
@@ -286,6 +389,7 @@ fn fuzz_the_mask_encoder() {
 fn fuzz_the_experiment_parser() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
+    let tally = Tally::new("experiment");
     let seeds: Vec<String> = ["quickstart", "whole-head-128", "brats-192"]
         .iter()
         .map(|name| {
@@ -358,7 +462,12 @@ fn fuzz_the_experiment_parser() {
             },
         );
     }
-    println!("experiment: {ok} valid, {err} refused");
+    Tally {
+        ok,
+        refused: err,
+        ..tally
+    }
+    .print("");
     assert!(err > 0 && ok > 0);
 }
 
@@ -384,6 +493,7 @@ impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for AllFi
 fn fuzz_the_checkpoint_loader() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
+    let tally = Tally::new("checkpoint");
     let device = Default::default();
     let config = UNetConfig {
         model_channels: 4,
@@ -423,6 +533,11 @@ fn fuzz_the_checkpoint_loader() {
             },
         );
     }
-    println!("checkpoint: {ok} loaded, {err} refused");
+    Tally {
+        ok,
+        refused: err,
+        ..tally
+    }
+    .print("");
     assert!(err > 0);
 }
