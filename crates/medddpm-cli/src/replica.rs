@@ -119,6 +119,8 @@ pub fn run(args: ReplicaArgs) -> anyhow::Result<()> {
     let token = std::env::var(TOKEN_VAR).map_err(|_| {
         anyhow::anyhow!("`medddpm replica` is started by `medddpm train --launch processes`, which sets {TOKEN_VAR}")
     })?;
+    // The lead decides when the run stops (a Ctrl-C or a scheduler signals the whole group).
+    crate::signals::ignore_stop_signals();
     // One device; `processes` lets the CPU backend take an index other than 0 (each CPU
     // process is its own device).
     let settings = ComputeSettings {

@@ -1,9 +1,10 @@
-//! SIGINT and SIGTERM while one device trains: the first asks the session to stop after the
-//! optimizer step under way (it writes a checkpoint and releases the run's lock), and the
-//! process then exits with 128 + the signal's number, as a shell reports a process the signal
-//! ended; a second signal ends the process at once. A scheduler's SIGTERM before its SIGKILL so
-//! loses no step. Several devices keep the default (the process ends at once): their replicas
-//! would have to stop together.
+//! SIGINT and SIGTERM while training: the first asks the session to stop after the optimizer
+//! step under way (it writes a checkpoint and releases the run's lock), and the process then
+//! exits with 128 + the signal's number, as a shell reports a process the signal ended; a
+//! second signal ends the process at once. A scheduler's SIGTERM before its SIGKILL so loses no
+//! step. With several devices the lead decides: its replicas stop at the same step (they agree
+//! on it each step), and replica processes ignore both signals (a Ctrl-C or a scheduler signals
+//! the whole process group), ending when their lead tells them or goes away.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -25,6 +26,15 @@ pub fn catch_stop_signals() {
         let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         // SAFETY: installs a handler that does only async-signal-safe work.
         unsafe { libc::signal(signal, handler) };
+    }
+}
+
+/// Ignores SIGINT and SIGTERM from now on: a replica process, whose lead decides when to stop.
+pub fn ignore_stop_signals() {
+    #[cfg(unix)]
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sets a signal's disposition to "ignore".
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
 }
 

@@ -105,10 +105,8 @@ impl BackendTask for TrainTask {
         };
         // The other devices of the run, on the backend of the first.
         let devices = env.devices_like(&device);
-        // One device stops cleanly on SIGINT / SIGTERM (see `signals`).
-        if env.devices.len() == 1 {
-            crate::signals::catch_stop_signals();
-        }
+        // SIGINT / SIGTERM stop the run cleanly at a step boundary (see `signals`).
+        crate::signals::catch_stop_signals();
         let mut bar = TrainBar::new();
         let mut traced;
         let observer: &mut dyn medddpm_train::TrainObserver = match self.gpu_trace {

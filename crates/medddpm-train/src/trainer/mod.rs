@@ -61,7 +61,8 @@ pub trait TrainObserver {
     /// Something worth telling the user.
     fn message(&mut self, _text: &str) {}
     /// Whether the session should stop now (a scheduler's SIGTERM, a Ctrl-C): asked after each
-    /// optimizer step of a one-device session, which then writes a checkpoint and ends.
+    /// optimizer step (by the lead of a several-device run, whose replicas stop at the same
+    /// step), which then writes a checkpoint and ends.
     fn stop_requested(&mut self) -> bool {
         false
     }
@@ -247,8 +248,10 @@ fn lead<B: KernelAutodiffBackend>(
             progress.last_checkpoint = Some(path);
             progress.samples.extend(drawn);
         }
-        // 6. Asked to stop: this step's checkpoint, then the session ends.
-        if team.shard.world == 1 && s.state.step < end_step && observer.stop_requested() {
+        // 6. Asked to stop: this step's checkpoint, then the session ends (every replica at
+        // this step: they agree on it).
+        let asked = s.state.step < end_step && observer.stop_requested();
+        if team.agree_stop(asked)? {
             if !checkpointed {
                 // Off the cadence: the checkpoint and loss curve, no samples.
                 let (path, _) =

@@ -130,7 +130,13 @@ impl<B: KernelAutodiffBackend> Worker<B> {
                 // The lead stops the run with the error that names the batch.
                 Update::GaveUp(_) => return Ok(()),
                 Update::Applied(loss) if !loss.is_finite() => return Ok(()),
-                Update::Applied(_) => self.step += 1,
+                Update::Applied(_) => {
+                    self.step += 1;
+                    // The lead's stop (a signal), at the step boundary it checkpoints.
+                    if team.agree_stop(false)? {
+                        return Ok(());
+                    }
+                }
             }
         }
         Ok(())

@@ -116,6 +116,19 @@ impl<'a> Team<'a> {
         }
     }
 
+    /// Whether the run stops after this optimizer step: `stop` is the lead's wish (a signal it
+    /// caught), the others pass false; every replica calls this once per applied step, so
+    /// they all stop at the same step boundary, after the lead's checkpoint of it.
+    pub fn agree_stop(&self, stop: bool) -> Result<bool, TrainError> {
+        let Some(link) = self.link else {
+            return Ok(stop);
+        };
+        let all = link
+            .all_gather(self.shard.rank, stop, |s| vec![s as u8], |b| b == [1])
+            .map_err(|a| self.aborted(a))?;
+        Ok(all.iter().any(|s| *s))
+    }
+
     /// The mean of every replica's `loss` (each the mean over an equal share of the step).
     pub fn mean_loss(&self, loss: f32) -> Result<f32, TrainError> {
         let Some(link) = self.link else {

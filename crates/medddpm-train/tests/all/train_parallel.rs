@@ -188,3 +188,43 @@ fn two_f16_replicas_skip_overflowing_steps_together() {
     let d = max_rel_diff(&w_two, &w_one);
     assert!(d < 1e-5, "two f16 replicas vs one device: {d:e}");
 }
+
+/// Stops after `after` optimizer steps, as a caught SIGTERM does.
+struct StopAfter(usize, Vec<f32>);
+
+impl medddpm_train::TrainObserver for StopAfter {
+    fn step(&mut self, metrics: &medddpm_train::StepMetrics) {
+        self.1.push(metrics.loss);
+    }
+    fn stop_requested(&mut self) -> bool {
+        self.1.len() >= self.0
+    }
+}
+
+/// Asked to stop (a signal the lead caught), two replicas stop together at the step boundary
+/// with a checkpoint of it, and the run resumes there to the uninterrupted run's weights.
+#[test]
+fn two_replicas_stop_together_when_asked_and_resume() {
+    let _serial = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config(tmp.path(), 1, 2);
+    config.train.steps = 4;
+    config.train.save_every = 4;
+    let (whole, w_whole, _) = session(&config, &tmp.path().join("whole"), 2, false, None);
+    let run = tmp.path().join("stopped");
+    let options = SessionOptions {
+        collective: Collective::Host,
+        ..Default::default()
+    };
+    let devices = vec![Default::default(); 2];
+    let mut stop = StopAfter(1, Vec::new());
+    let summary =
+        medddpm_train::train_on::<A>(&config, &RunDir::new(&run), &options, &devices, &mut stop)
+            .unwrap();
+    assert_eq!(summary.end_step, 1);
+    assert!(summary.checkpoint.ends_with("step-000001"), "{summary:?}");
+    let (rest, w_resumed, _) = session(&config, &run, 2, true, None);
+    let losses: Vec<f32> = stop.1.into_iter().chain(rest).collect();
+    assert_eq!(losses, whole);
+    assert_eq!(max_rel_diff(&w_resumed, &w_whole), 0.0);
+}
