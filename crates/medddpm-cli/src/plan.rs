@@ -68,7 +68,7 @@ pub fn target(backend: BackendKind, device: usize) -> Target {
             gpu: None,
         },
         _ => {
-            let available = medddpm_prepare::available_memory();
+            let available = medddpm_nifti::available_memory();
             Target {
                 backend: BackendKind::Cpu,
                 allocator: Allocator::Host,

@@ -39,3 +39,13 @@ pub use header::{DataType, Endian, NiftiHeader, NIFTI1_HEADER_SIZE, NIFTI1_VOX_O
 pub use io::WriteOptions;
 pub use normalize::Normalization;
 pub use volume::{ensure_same_grid, nifti_stem, Volume};
+
+/// The memory the system can give without swapping (`MemAvailable` of `/proc/meminfo`), in
+/// bytes; `None` where it cannot be read. What the readers and writers of volumes check a
+/// large allocation against before making it.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

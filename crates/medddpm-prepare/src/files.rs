@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use medddpm_nifti::{DataType, Volume, WriteOptions};
+use medddpm_nifti::{available_memory, DataType, Volume, WriteOptions};
 
 use crate::{CaseProblem, PrepareError};
 
@@ -97,14 +97,6 @@ pub(crate) fn check_memory(
             available_gib: available as f64 / GIB,
         }),
     }
-}
-
-/// The memory the system can give without swapping (`MemAvailable` of `/proc/meminfo`), bytes.
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 /// Fails with [`PrepareError::OutputInsideInput`] when `out` is `input` or lies inside it

@@ -40,6 +40,6 @@ mod runner;
 pub mod whole_head;
 
 pub use error::{CaseProblem, PrepareError};
-pub use files::{available_memory, nifti_stem};
+pub use files::nifti_stem;
 pub use report::{CaseDetails, Report, Skipped, REPORT_FILE};
 pub use runner::{Progress, Silent};

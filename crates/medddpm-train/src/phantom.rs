@@ -77,6 +77,7 @@ pub fn generate_phantoms(
             "phantom size {size:?} is too small (at least {MIN_PHANTOM_SIZE} per axis)"
         )));
     }
+    check_fits(count, size)?;
     let manifest = Manifest {
         generator: GENERATOR.into(),
         count,
@@ -123,13 +124,46 @@ pub fn generate_phantoms(
     Ok(set)
 }
 
+/// Bytes a phantom takes while it is made and written: its labels, its image and the
+/// geometry's f64 fields, and the gzip encoder's buffers.
+const BYTES_PER_VOXEL: u64 = 32;
+/// Bytes the set's file list takes per phantom (two paths and a name, and the data set's index).
+const BYTES_PER_PHANTOM: u64 = 1024;
+
+/// Refuses a set whose generation cannot fit in the memory available, before allocating any
+/// of it (a phantom of 4096^3 voxels, or a hundred million of them).
+fn check_fits(count: usize, size: [usize; 3]) -> Result<(), DataError> {
+    let Some(available) = medddpm_nifti::available_memory() else {
+        return Ok(());
+    };
+    let voxels = size.iter().map(|&n| n as f64).product::<f64>();
+    let workers = workers(count) as f64;
+    let needed =
+        voxels * BYTES_PER_VOXEL as f64 * workers + count as f64 * BYTES_PER_PHANTOM as f64;
+    if needed <= available as f64 {
+        return Ok(());
+    }
+    const GIB: f64 = (1u64 << 30) as f64;
+    Err(DataError::InvalidConfig(format!(
+        "{count} phantoms of {size:?} voxels need about {:.1} GiB to generate ({} at a time), more than the {:.1} GiB available: ask for fewer or smaller phantoms",
+        needed / GIB,
+        workers,
+        available as f64 / GIB
+    )))
+}
+
+/// Threads making phantoms at once.
+fn workers(count: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(count)
+}
+
 /// Generates and writes every phantom, spreading them over the available cores (a 128^3
 /// phantom costs a noticeable fraction of a second, mostly gzip).
 fn write_all(set: &PhantomSet, size: [usize; 3], seed: u64) -> Result<(), DataError> {
     let count = set.masks.len();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(count);
+    let workers = workers(count);
     let jobs: Vec<usize> = (0..count).collect();
     let chunk = count.div_ceil(workers);
     std::thread::scope(|s| {
@@ -374,6 +408,20 @@ fn coord(size: [usize; 3], a: usize, x: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A set no machine could generate is refused before anything is allocated or written.
+    #[test]
+    fn sets_beyond_memory_are_refused_before_generating() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (count, size) in [(usize::MAX / 4096, [16; 3]), (2, [1 << 20; 3])] {
+            let err = generate_phantoms(tmp.path(), count, size, 0)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("GiB to generate"), "{err}");
+        }
+        assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none());
+        generate_phantoms(tmp.path(), 2, [16; 3], 0).unwrap();
+    }
 
     #[test]
     fn affine_gives_reference_spacing_at_128() {
