@@ -205,6 +205,13 @@ fn error_line(e: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
+    let full = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+    });
+    if full {
+        line.push_str(" (the disk is full: free space there, or keep fewer checkpoints with [train] keep_checkpoints; the checkpoints already written are intact)");
+    }
     line
 }
 
@@ -239,6 +246,7 @@ mod tests {
         .context("writing the checkpoint of step 10");
         let line = super::error_line(&e);
         assert_eq!(line.matches(&cause).count(), 1, "{line}");
+        assert!(line.contains("the disk is full"), "{line}");
         assert!(
             line.starts_with("writing the checkpoint of step 10: runs/q/"),
             "{line}"
