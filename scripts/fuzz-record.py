@@ -46,8 +46,10 @@ def cargo(inputs, no_run):
 def parse(text):
     rows = []
     for line in text.splitlines():
-        if not line.startswith("fuzz-record "):
+        # With --nocapture the test's name may precede the line on the same row.
+        if "fuzz-record " not in line:
             continue
+        line = line[line.index("fuzz-record "):]
         fields = dict(kv.split("=", 1) for kv in line.split()[1:])
         rows.append(fields)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)

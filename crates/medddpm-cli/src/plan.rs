@@ -254,6 +254,27 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
+    let plans = Plans {
+        training: &training,
+        sampling: &sampling,
+    };
+    print_plan(&name, &config, (&target, precision, &shape), plans);
+    Ok(())
+}
+
+/// The plan's two estimates.
+struct Plans<'a> {
+    training: &'a MemoryPlan,
+    sampling: &'a MemoryPlan,
+}
+
+/// The plan as text: the run, the parts, measured step times, whether it fits.
+fn print_plan(
+    name: &str,
+    config: &ExperimentConfig,
+    (target, precision, shape): (&Target, Precision, &RunShape),
+    Plans { training, sampling }: Plans<'_>,
+) {
     println!(
         "memory plan of {name} on {}, {precision}: {} parameters; grid {}x{}x{}; micro-batch {} (grad_accum {}); activation checkpointing {}",
         target.name,
@@ -265,10 +286,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         config.train.grad_accum,
         config.train.activation_checkpointing,
     );
-    print_parts("training", &training);
-    print_parts("sampling (one volume)", &sampling);
+    print_parts("training", training);
+    print_parts("sampling (one volume)", sampling);
     if let Some(gpu) = &target.gpu {
-        match measured_steps(&shape, &precision.to_string(), gpu) {
+        match measured_steps(shape, &precision.to_string(), gpu) {
             Some(m) => println!(
                 "measured on {}: training micro-step {} ms{}, sampling step {} ms ({})",
                 m.gpu,
@@ -301,11 +322,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         Some(capacity) => println!(
             "does not fit in {}: {}",
             gib(capacity),
-            remedy(&shape, Work::Training { ema: true }, &target, capacity)
+            remedy(shape, Work::Training { ema: true }, target, capacity)
         ),
         None => println!("not checked against the device: its memory is not known"),
     }
-    Ok(())
 }
 
 fn print_parts(title: &str, plan: &MemoryPlan) {

@@ -148,6 +148,52 @@ impl Walk {
     }
 }
 
+impl Walk {
+    /// The middle block, the decoder (each block taking a skip) and the output head, from
+    /// `ch` channels at the bottom.
+    fn middle_decoder_head(
+        &mut self,
+        model: &UNetConfig,
+        mut ch: f64,
+        mut skip_channels: Vec<f64>,
+    ) {
+        let walk = self;
+        let c = model.model_channels as f64;
+        let mults: Vec<f64> = model.channel_mult.iter().map(|&m| m as f64).collect();
+        let levels = mults.len();
+        let nrb = model.num_res_blocks;
+        let v0 = walk.v0;
+        // Middle: ResBlock, attention, ResBlock at the bottom level.
+        let bottom = levels - 1;
+        let v = walk.voxels(bottom);
+        walk.res_with(ch, ch, bottom, false, false);
+        let (s, a) = walk.attention(ch, bottom);
+        walk.block(s, a, 2.0 * ch * v, (5.0 * ch * v, a), ch * v);
+        walk.res_with(ch, ch, bottom, false, false);
+        for level in (0..levels).rev() {
+            for i in 0..=nrb {
+                let skip = skip_channels.pop().expect("one skip per encoder block");
+                walk.held -= walk.skips.pop().expect("one skip size per skip");
+                let out = c * mults[level];
+                walk.res(ch + skip, out, level, true);
+                ch = out;
+                if level > 0 && i == nrb {
+                    // Upsample: the trilinear x2 output and its conv's, one level up.
+                    walk.conv(ch, ch, 27.0);
+                    let up = 2.0 * ch * walk.voxels(level - 1);
+                    walk.block(up, 0.0, up, (up, 0.0), up / 2.0);
+                }
+            }
+        }
+        // Head: GroupNorm + SiLU (its output kept by the conv), conv to the output channels.
+        let out = model.out_channels as f64;
+        walk.census.parameters += 2.0 * ch;
+        walk.conv(ch, out, 27.0);
+        let head = (ch + out) * v0;
+        walk.block(head, 0.0, 2.0 * head, (head + ch * v0, 0.0), 0.0);
+    }
+}
+
 /// Counts `model` on a network grid of `grid` voxels ([depth, height, width], each a multiple
 /// of the model's size divisor).
 pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
@@ -191,34 +237,7 @@ pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
             skip_channels.push(ch);
         }
     }
-    // Middle: ResBlock, attention, ResBlock at the bottom level.
-    let bottom = levels - 1;
-    let v = walk.voxels(bottom);
-    walk.res_with(ch, ch, bottom, false, false);
-    let (s, a) = walk.attention(ch, bottom);
-    walk.block(s, a, 2.0 * ch * v, (5.0 * ch * v, a), ch * v);
-    walk.res_with(ch, ch, bottom, false, false);
-    for level in (0..levels).rev() {
-        for i in 0..=nrb {
-            let skip = skip_channels.pop().expect("one skip per encoder block");
-            walk.held -= walk.skips.pop().expect("one skip size per skip");
-            let out = c * mults[level];
-            walk.res(ch + skip, out, level, true);
-            ch = out;
-            if level > 0 && i == nrb {
-                // Upsample: the trilinear x2 output and its conv's, one level up.
-                walk.conv(ch, ch, 27.0);
-                let up = 2.0 * ch * walk.voxels(level - 1);
-                walk.block(up, 0.0, up, (up, 0.0), up / 2.0);
-            }
-        }
-    }
-    // Head: GroupNorm + SiLU (its output kept by the conv), conv to the output channels.
-    let out = model.out_channels as f64;
-    walk.census.parameters += 2.0 * ch;
-    walk.conv(ch, out, 27.0);
-    let head = (ch + out) * v0;
-    walk.block(head, 0.0, 2.0 * head, (head + ch * v0, 0.0), 0.0);
+    walk.middle_decoder_head(model, ch, skip_channels);
     let n = walk.census;
     // `as` saturates: a setting beyond any machine reads as u64::MAX, never wraps.
     let whole = |v: f64| v as u64;
