@@ -136,15 +136,9 @@ pub mod parts {
     pub const KEPT: &str = "activations kept for the backward pass";
 }
 
-/// A training run's peak: the weights and their optimizer state, one micro-batch's
-/// activations and the backward pass's gradients in flight, on `allocator`.
-pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan {
+/// The census of `shape` and a plan holding the weights: every run's first part.
+fn start(shape: &RunShape) -> (Census, MemoryPlan) {
     let c = census(&shape.model, shape.grid);
-    let (p, vb, b) = (
-        c.parameters as f64,
-        shape.value_bytes() as f64,
-        shape.batch as f64,
-    );
     let weight_copy = if shape.half { 2.0 } else { 0.0 };
     let mut plan = MemoryPlan {
         parameters: c.parameters,
@@ -152,7 +146,19 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
     };
     plan.push(
         "weights (f32; a 16-bit copy in bf16/f16)",
-        p * (4.0 + weight_copy),
+        c.parameters as f64 * (4.0 + weight_copy),
+    );
+    (c, plan)
+}
+
+/// A training run's peak: the weights and their optimizer state, one micro-batch's
+/// activations and the backward pass's gradients in flight, on `allocator`.
+pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan {
+    let (c, mut plan) = start(shape);
+    let (p, vb, b) = (
+        c.parameters as f64,
+        shape.value_bytes() as f64,
+        shape.batch as f64,
     );
     plan.push("gradients (and their f32 sum)", p * (vb + 4.0));
     plan.push("Adam moments (f32)", 8.0 * p);
@@ -190,21 +196,8 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
 
 /// A sampling run's peak: the weights and one network call on `shape.batch` volumes.
 pub fn sampling(shape: &RunShape, allocator: Allocator) -> MemoryPlan {
-    let c = census(&shape.model, shape.grid);
-    let (p, vb, b) = (
-        c.parameters as f64,
-        shape.value_bytes() as f64,
-        shape.batch as f64,
-    );
-    let weight_copy = if shape.half { 2.0 } else { 0.0 };
-    let mut plan = MemoryPlan {
-        parameters: c.parameters,
-        parts: Vec::new(),
-    };
-    plan.push(
-        "weights (f32; a 16-bit copy in bf16/f16)",
-        p * (4.0 + weight_copy),
-    );
+    let (c, mut plan) = start(shape);
+    let (vb, b) = (shape.value_bytes() as f64, shape.batch as f64);
     plan.push("sampler state (f32)", b * inputs(&shape.model, &c) * 4.0);
     let (live, weights) = (c.inference_live.0 as f64, c.inference_live.1 as f64);
     plan.push(

@@ -81,37 +81,8 @@ fn the_replica_command_is_only_for_a_lead() {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_killed_replica_is_named_with_its_signal() {
-    use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("exp.toml");
-    let long = experiment(tmp.path()).replace("steps = 3\n", "steps = 100000\n");
-    std::fs::write(&file, long).unwrap();
-    let run = tmp.path().join("run");
-    let lead = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args([
-            "train",
-            "--backend",
-            "cpu",
-            "--devices",
-            "0,1",
-            "--launch",
-            "processes",
-        ])
-        .arg("--experiment")
-        .arg(&file)
-        .arg("--run-dir")
-        .arg(&run)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Once the run has logged a step, the replica is training: kill it.
-    let start = Instant::now();
-    while !run.join("metrics.jsonl").is_file() {
-        assert!(start.elapsed() < Duration::from_secs(300), "no step logged");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (lead, _run) = long_two_process_run(tmp.path(), false);
     let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id()))
         .unwrap_or_default();
     let replica: i32 = children
@@ -138,15 +109,44 @@ fn a_killed_replica_is_named_with_its_signal() {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_signal_stops_every_process_at_one_step_with_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (lead, run) = long_two_process_run(tmp.path(), true);
+    let replica = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id()))
+        .unwrap_or_default();
+    // SAFETY: a signal to the process group of this test's child.
+    unsafe { libc::kill(-(lead.id() as i32), libc::SIGTERM) };
+    let out = lead.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    let steps = losses(&run).len();
+    let latest = std::fs::read_to_string(run.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), format!("step-{steps:06}"), "{stderr}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for pid in replica.split_whitespace() {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z")),
+            "replica {pid} still runs"
+        );
+    }
+    let (ok, stderr) = medddpm(&["inspect", run.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+}
+
+/// A long two-process CPU run in `dir` (in a process group of its own with `group`), returned
+/// once it has logged a step, so its replica is training: the lead and the run folder.
+#[cfg(target_os = "linux")]
+fn long_two_process_run(dir: &Path, group: bool) -> (std::process::Child, std::path::PathBuf) {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
-    let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("exp.toml");
-    let long = experiment(tmp.path()).replace("steps = 3\n", "steps = 100000\n");
+    let file = dir.join("exp.toml");
+    let long = experiment(dir).replace("steps = 3\n", "steps = 100000\n");
     std::fs::write(&file, long).unwrap();
-    let run = tmp.path().join("run");
-    let lead = Command::new(env!("CARGO_BIN_EXE_medddpm"))
+    let run = dir.join("run");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_medddpm"));
+    command
         .args([
             "train",
             "--backend",
@@ -160,35 +160,16 @@ fn a_signal_stops_every_process_at_one_step_with_a_checkpoint() {
         .arg(&file)
         .arg("--run-dir")
         .arg(&run)
-        .process_group(0)
         .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::null());
+    if group {
+        command.process_group(0);
+    }
+    let lead = command.spawn().unwrap();
     let start = Instant::now();
     while !run.join("metrics.jsonl").is_file() {
         assert!(start.elapsed() < Duration::from_secs(300), "no step logged");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let replica = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id()))
-        .unwrap_or_default();
-    // SAFETY: a signal to the process group of this test's child.
-    unsafe { libc::kill(-(lead.id() as i32), libc::SIGTERM) };
-    let out = lead.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(143), "{stderr}");
-    let steps = losses(&run).len();
-    let latest = std::fs::read_to_string(run.join("checkpoints/latest")).unwrap();
-    assert_eq!(latest.trim(), format!("step-{steps:06}"), "{stderr}");
-    std::thread::sleep(Duration::from_millis(500));
-    for pid in replica.split_whitespace() {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists()
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .is_ok_and(|s| s.contains(") Z")),
-            "replica {pid} still runs"
-        );
-    }
-    let (ok, stderr) = medddpm(&["inspect", run.to_str().unwrap()]);
-    assert!(ok, "{stderr}");
+    (lead, run)
 }
