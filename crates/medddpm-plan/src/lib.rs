@@ -205,7 +205,7 @@ mod tests {
         // Nothing fits in 100 MiB.
         assert!(cheapest_fit(&big, work, Allocator::Cuda, 100 << 20, true).is_none());
         // Sampling never suggests checkpointing.
-        let s = cheapest_fit(&big, Work::Sampling, Allocator::Cuda, 4 << 30, true).unwrap();
+        let s = cheapest_fit(&big, Work::Sampling, Allocator::Cuda, 6 << 30, true).unwrap();
         assert!(s.change.ends_with("volumes at once"), "{}", s.change);
     }
 }
