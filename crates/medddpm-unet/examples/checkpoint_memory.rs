@@ -5,8 +5,9 @@
 //! ```text
 //! cargo run --release -p medddpm-unet --example checkpoint_memory -- none 64 32
 //! cargo run --release -p medddpm-unet --example checkpoint_memory -- blocks 64 32
+//! cargo run --release -p medddpm-unet --example checkpoint_memory -- norms 64 32
 //! ```
-//! Arguments: `none` or `blocks`, the cube's side (a multiple of 16), the model width C
+//! Arguments: `none`, `norms` or `blocks`, the cube's side (a multiple of 16), the model width C
 //! (whole-head shape otherwise).
 
 use std::time::Instant;
@@ -59,7 +60,10 @@ fn main() {
     let before = rss_mib("VmRSS:");
     let start = Instant::now();
     let (loss, grads) = match choice {
-        ActivationCheckpointing::None => {
+        ActivationCheckpointing::None | ActivationCheckpointing::Norms => {
+            let unet = unet
+                .clone()
+                .with_norm_recompute(choice == ActivationCheckpointing::Norms);
             let loss = (unet.forward(x, &[100]) - target).abs().mean();
             let value: f32 = loss.clone().into_scalar();
             (value, GradientsParams::from_grads(loss.backward(), &unet))

@@ -57,8 +57,7 @@ impl<B: Backend> NormActConv<B> {
     where
         B: KernelBackend,
     {
-        let h = ctx.norm_silu(&self.norm, x);
-        ctx.conv_unbiased(&self.conv, h)
+        ctx.norm_silu_conv_unbiased(&self.norm, x, None, &self.conv)
     }
 
     /// conv(SiLU(GN(x + shift))) without the convolution's bias, `shift` `[batch, c_in]` added
@@ -72,8 +71,7 @@ impl<B: Backend> NormActConv<B> {
     where
         B: KernelBackend,
     {
-        let h = ctx.norm_silu_shifted(&self.norm, x, shift);
-        ctx.conv_unbiased(&self.conv, h)
+        ctx.norm_silu_conv_unbiased(&self.norm, x, Some(shift), &self.conv)
     }
 }
 

@@ -47,17 +47,22 @@ pub enum ActivationCheckpointing {
     /// the backward pass: about one more forward pass of time for most of the activation
     /// memory.
     Blocks,
+    /// Keep everything but the GroupNorm + SiLU outputs that feed a ResBlock's convolutions,
+    /// recomputed in the backward pass: one more normalisation pass each, for about a third of
+    /// the activation memory (two of a ResBlock's five kept tensors).
+    Norms,
 }
 
 impl ActivationCheckpointing {
     /// Every choice, as the command line lists them.
-    pub const ALL: [ActivationCheckpointing; 2] = [Self::None, Self::Blocks];
+    pub const ALL: [ActivationCheckpointing; 3] = [Self::None, Self::Norms, Self::Blocks];
 
     /// The name in configuration files and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Self::None => "none",
             Self::Blocks => "blocks",
+            Self::Norms => "norms",
         }
     }
 }
@@ -74,7 +79,9 @@ impl FromStr for ActivationCheckpointing {
         Self::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| UnknownChoice::new("activation checkpointing", s, "none or blocks"))
+            .ok_or_else(|| {
+                UnknownChoice::new("activation checkpointing", s, "none, norms or blocks")
+            })
     }
 }
 

@@ -86,6 +86,11 @@ pub struct UNet<B: Backend> {
     /// setting, not a weight.
     #[module(skip)]
     compute: Compute,
+    /// Each GroupNorm + SiLU and the convolution after it as one operation that recomputes
+    /// the normalisation in the backward pass (activation checkpointing `norms`); a run-time
+    /// setting.
+    #[module(skip)]
+    recompute_norms: bool,
 }
 
 /// The encoder half as [`UNetConfig::init`] builds it, with what the decoder continues from.
@@ -138,6 +143,7 @@ impl UNetConfig {
             model_channels: c,
             size_divisor: self.size_divisor(),
             compute: Compute::default(),
+            recompute_norms: false,
         })
     }
 
@@ -297,6 +303,13 @@ impl<B: Backend> UNet<B> {
         self
     }
 
+    /// This network with its normalisations recomputed in the backward pass or not (see
+    /// [`ActivationCheckpointing::Norms`](crate::ActivationCheckpointing::Norms)).
+    pub fn with_norm_recompute(mut self, recompute: bool) -> Self {
+        self.recompute_norms = recompute;
+        self
+    }
+
     /// How the forward pass computes.
     pub fn compute(&self) -> Compute {
         self.compute
@@ -407,6 +420,7 @@ impl<B: KernelBackend> UNet<B> {
             compute: self.compute,
             profile,
             device: device.clone(),
+            recompute_norms: self.recompute_norms,
         }
     }
 

@@ -99,6 +99,22 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         }
     }
 
+    fn norm_conv3d(
+        x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        norm: GroupNormSpec,
+        weight: FloatTensor<Self>,
+        conv: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        use super::norm_conv::norm_conv_op;
+        match shift {
+            None => norm_conv_op::<B, C, 4>([x, gamma, beta, weight], norm, conv),
+            Some(shift) => norm_conv_op::<B, C, 5>([x, gamma, beta, weight, shift], norm, conv),
+        }
+    }
+
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct UpsampleBackward;

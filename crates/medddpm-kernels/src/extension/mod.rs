@@ -3,6 +3,9 @@
 
 mod autodiff;
 pub mod backward_profile;
+mod norm_conv;
+
+pub use norm_conv::conv_in_layout;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
@@ -99,6 +102,25 @@ pub trait KernelBackend: CollectiveBackend {
         spec: GroupNormSpec,
     ) -> FloatTensor<Self> {
         Self::group_norm_forward(x, shift, gamma, beta, spec).y
+    }
+
+    /// SiLU(GroupNorm(x [+ shift])) (per `norm`, `x` in `norm.layout`'s logical shape) then
+    /// the convolution with `weight` without bias (per `conv`), as one operation: on the
+    /// autodiff backend it keeps the normalisation's input and statistics and recomputes its
+    /// output in the backward pass, where two operations would keep that output for the
+    /// convolution (activation checkpointing `norms`). Provided body: the two operations.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_conv3d(
+        x: FloatTensor<Self>,
+        shift: Option<FloatTensor<Self>>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        norm: GroupNormSpec,
+        weight: FloatTensor<Self>,
+        conv: Conv3dSpec,
+    ) -> FloatTensor<Self> {
+        let y = Self::group_norm(x, shift, gamma, beta, norm);
+        conv_in_layout::<Self>(y, weight, conv)
     }
 
     /// What burn's memory pools hold on `device` now, where the backend says (the CubeCL

@@ -22,7 +22,7 @@ mod ops;
 pub use crate::reference::norm as reference;
 
 pub use check::{engine_vs_reference, NormCase};
-pub use ops::{group_norm, group_norm_shifted};
+pub use ops::{group_norm, group_norm_shifted, norm_conv3d};
 pub use reference::{
     backward, backward_primitive, block_len, forward, forward_primitive, GroupNormGrads,
     GroupNormOutput, GroupNormSpec,

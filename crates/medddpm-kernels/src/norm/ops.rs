@@ -35,3 +35,27 @@ pub fn group_norm_shifted<B: KernelBackend>(
         spec,
     ))
 }
+
+/// SiLU(GroupNorm(x [+ shift])) then the convolution with `weight` (no bias), `x` and the
+/// result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose autodiff
+/// node keeps the normalisation's input, not its output.
+#[allow(clippy::too_many_arguments)]
+pub fn norm_conv3d<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    shift: Option<Tensor<B, 2>>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    norm: GroupNormSpec,
+    weight: Tensor<B, 5>,
+    conv: crate::reference::conv_spec::Conv3dSpec,
+) -> Tensor<B, 5> {
+    tensor(B::norm_conv3d(
+        float(x),
+        shift.map(float),
+        float(gamma),
+        float(beta),
+        norm,
+        float(weight),
+        conv,
+    ))
+}

@@ -73,6 +73,14 @@ pub fn micro_step_forward<B: KernelAutodiffBackend>(
             kept: None,
         };
     }
+    if checkpointing == ActivationCheckpointing::Norms {
+        // The same module (its parameters' ids) with the normalisations recomputed.
+        let work = work.clone().with_norm_recompute(true);
+        return MicroStepForward {
+            loss: micro_step_loss(&work, schedule, batch, objective),
+            kept: None,
+        };
+    }
     let denoiser = Checkpointing {
         unet: work,
         kept: RefCell::new(None),

@@ -18,6 +18,9 @@ pub(crate) struct Ctx<'a, B: Backend> {
     pub compute: Compute,
     pub profile: Option<&'a RefCell<OpProfile>>,
     pub device: B::Device,
+    /// A GroupNorm + SiLU and the convolution after it run as one operation that recomputes
+    /// the normalisation in the backward pass (activation checkpointing `norms`).
+    pub recompute_norms: bool,
 }
 
 impl<B: KernelBackend> Ctx<'_, B> {
@@ -103,6 +106,32 @@ impl<B: KernelBackend> Ctx<'_, B> {
         })
     }
 
+    /// conv(SiLU(GroupNorm(x [+ shift]))) without the convolution's bias (a 3x3x3 one): with
+    /// [`Ctx::recompute_norms`] one operation of the backend extension whose backward pass
+    /// recomputes the normalisation instead of keeping its output; else the two operations.
+    pub fn norm_silu_conv_unbiased(
+        &self,
+        norm: &GroupNorm<B>,
+        x: Tensor<B, 5>,
+        shift: Option<Tensor<B, 2>>,
+        conv: &Conv3d<B>,
+    ) -> Tensor<B, 5> {
+        if !self.recompute_norms || is_pointwise(conv) {
+            let h = match shift {
+                Some(shift) => self.norm_silu_shifted(norm, x, shift),
+                None => self.norm_silu(norm, x),
+            };
+            return self.conv_unbiased(conv, h);
+        }
+        self.op(OpClass::Convolution, || {
+            let engine = self.compute.norm_engine;
+            let (gamma, beta, spec) = norm_parts(norm, &x, self.layout, engine, true);
+            let conv_spec = conv_spec(conv, self.compute, self.layout);
+            let weight = conv.weight.val();
+            medddpm_kernels::norm::norm_conv3d(x, shift, gamma, beta, spec, weight, conv_spec)
+        })
+    }
+
     /// SiLU(GroupNorm(x + shift)), `shift` `[b, c]` added per batch item and channel inside the
     /// normalisation's passes (a ResBlock's first convolution bias and time embedding: no pass
     /// over the volume of their own, and their gradients from the normalisation's sums).
@@ -142,18 +171,7 @@ fn conv3d<B: KernelBackend>(
     compute: Compute,
     layout: Layout,
 ) -> Tensor<B, 5> {
-    let padding = match &conv.padding {
-        PaddingConfig3d::Explicit(a, b, c) => [*a, *b, *c],
-        PaddingConfig3d::Valid => [0, 0, 0],
-        // `Same` with stride 1 and odd kernels pads by half the kernel.
-        PaddingConfig3d::Same => conv.kernel_size.map(|k| k / 2),
-    };
-    let spec = Conv3dSpec {
-        stride: conv.stride,
-        padding,
-        compute: Compute { layout, ..compute },
-    };
-    debug_assert!(conv.groups == 1 && conv.dilation == [1, 1, 1]);
+    let spec = conv_spec(conv, compute, layout);
     let weight = conv.weight.val();
     match layout {
         Layout::Ncdhw => medddpm_kernels::conv3d(x, weight, bias, spec),
@@ -168,6 +186,22 @@ fn conv3d<B: KernelBackend>(
                 None => y,
             }
         }
+    }
+}
+
+/// What the engine needs of burn's `conv` module in `layout`.
+fn conv_spec<B: Backend>(conv: &Conv3d<B>, compute: Compute, layout: Layout) -> Conv3dSpec {
+    let padding = match &conv.padding {
+        PaddingConfig3d::Explicit(a, b, c) => [*a, *b, *c],
+        PaddingConfig3d::Valid => [0, 0, 0],
+        // `Same` with stride 1 and odd kernels pads by half the kernel.
+        PaddingConfig3d::Same => conv.kernel_size.map(|k| k / 2),
+    };
+    debug_assert!(conv.groups == 1 && conv.dilation == [1, 1, 1]);
+    Conv3dSpec {
+        stride: conv.stride,
+        padding,
+        compute: Compute { layout, ..compute },
     }
 }
 
@@ -274,10 +308,21 @@ pub fn group_norm<B: KernelBackend>(
     engine: NormEngine,
     silu: bool,
 ) -> Tensor<B, 5> {
+    let (gamma, beta, spec) = norm_parts(norm, &x, layout, engine, silu);
+    medddpm_kernels::norm::group_norm_shifted(x, shift, gamma, beta, spec)
+}
+
+/// burn's `GroupNorm` module as the extension takes it, for activations like `x`: gamma and
+/// beta (the identity ones where it has no affine parameters) and the spec.
+fn norm_parts<B: KernelBackend>(
+    norm: &GroupNorm<B>,
+    x: &Tensor<B, 5>,
+    layout: Layout,
+    engine: NormEngine,
+    silu: bool,
+) -> (Tensor<B, 1>, Tensor<B, 1>, GroupNormSpec) {
     let c = x.dims()[layout.channel_dim()];
     let device = x.device();
-    let gamma = norm.gamma.as_ref().map(|p| p.val());
-    let beta = norm.beta.as_ref().map(|p| p.val());
     let spec = GroupNormSpec {
         num_groups: norm.num_groups,
         epsilon: norm.epsilon,
@@ -285,9 +330,11 @@ pub fn group_norm<B: KernelBackend>(
         layout,
         engine,
     };
+    let gamma = norm.gamma.as_ref().map(|p| p.val());
+    let beta = norm.beta.as_ref().map(|p| p.val());
     let gamma = gamma.unwrap_or_else(|| Tensor::ones([c], &device));
     let beta = beta.unwrap_or_else(|| Tensor::zeros([c], &device));
-    medddpm_kernels::norm::group_norm_shifted(x, shift, gamma, beta, spec)
+    (gamma, beta, spec)
 }
 
 #[cfg(test)]
@@ -307,6 +354,7 @@ mod tests {
             },
             profile: None,
             device: Default::default(),
+            recompute_norms: false,
         }
     }
 

@@ -1,12 +1,13 @@
 //! Activation checkpointing changes memory, not results: a small U-Net with ResBlocks,
-//! attention, down- and upsampling, trained one step with and without it, gives the same loss
-//! and the same gradient for every parameter, in both activation layouts.
+//! attention, down- and upsampling, trained one step with and without it (`blocks`, and
+//! `norms`: the normalisations recomputed), gives the same loss and the same gradient for every
+//! parameter, in both activation layouts.
 
 use burn::backend::{Autodiff, Flex};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Distribution, Tensor};
-use medddpm_unet::{randomize_weights, Compute, Layout, UNet, UNetConfig};
+use medddpm_unet::{randomize_weights, ActivationCheckpointing, Compute, Layout, UNet, UNetConfig};
 
 type A = Autodiff<Flex>;
 
@@ -40,8 +41,11 @@ fn loss(y: Tensor<A, 5>, target: Tensor<A, 5>) -> Tensor<A, 1> {
     (y - target).abs().mean()
 }
 
-/// The loss and every parameter gradient with plain autodiff and with checkpointing.
-fn both(layout: Layout) -> ([f32; 2], GradientsParams, GradientsParams, UNet<A>) {
+/// The loss and every parameter gradient with plain autodiff and with checkpointing `mode`.
+fn both(
+    layout: Layout,
+    mode: ActivationCheckpointing,
+) -> ([f32; 2], GradientsParams, GradientsParams, UNet<A>) {
     let device = Default::default();
     <A as burn::tensor::backend::Backend>::seed(&device, 7);
     let config = UNetConfig::tiny();
@@ -57,6 +61,13 @@ fn both(layout: Layout) -> ([f32; 2], GradientsParams, GradientsParams, UNet<A>)
     let plain_value = plain.clone().into_scalar();
     let plain_grads = GradientsParams::from_grads(plain.backward(), &unet);
 
+    if mode == ActivationCheckpointing::Norms {
+        let recomputing = unet.clone().with_norm_recompute(true);
+        let checkpointed = loss(recomputing.forward(x, &timesteps), target);
+        let value = checkpointed.clone().into_scalar();
+        let grads = GradientsParams::from_grads(checkpointed.backward(), &unet);
+        return ([plain_value, value], plain_grads, grads, unet);
+    }
     let (out, kept) = unet.forward_checkpointed(x, &timesteps).unwrap();
     let checkpointed = loss(out.clone(), target);
     let value = checkpointed.clone().into_scalar();
@@ -66,8 +77,8 @@ fn both(layout: Layout) -> ([f32; 2], GradientsParams, GradientsParams, UNet<A>)
     ([plain_value, value], plain_grads, checkpointed_grads, unet)
 }
 
-fn check(layout: Layout) {
-    let ([plain, checkpointed], want, got, unet) = both(layout);
+fn check(layout: Layout, mode: ActivationCheckpointing) {
+    let ([plain, checkpointed], want, got, unet) = both(layout, mode);
     assert_eq!(plain.to_bits(), checkpointed.to_bits(), "{layout}: loss");
     let params = parameters(&unet);
     assert_eq!(
@@ -116,23 +127,31 @@ fn check(layout: Layout) {
         assert!(scale > 0.0, "{layout}: {name}: zero gradient tests nothing");
         let same = w.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits());
         // The decoder and the head see no such sum: bit for bit the same.
-        if name.starts_with("output_blocks") || name.starts_with("out.") {
+        let blocks = mode == ActivationCheckpointing::Blocks;
+        if blocks && (name.starts_with("output_blocks") || name.starts_with("out.")) {
             assert!(same, "{layout}: {name} differs");
         }
         identical += usize::from(same);
     }
     eprintln!(
-        "{layout}: {identical} of {} parameter gradients bit-identical",
+        "{layout}, {mode}: {identical} of {} parameter gradients bit-identical",
         params.len()
     );
 }
 
 #[test]
 fn checkpointed_gradients_equal_the_plain_ones_channels_first() {
-    check(Layout::Ncdhw);
+    check(Layout::Ncdhw, ActivationCheckpointing::Blocks);
 }
 
 #[test]
 fn checkpointed_gradients_equal_the_plain_ones_channels_last() {
-    check(Layout::Ndhwc);
+    check(Layout::Ndhwc, ActivationCheckpointing::Blocks);
+}
+
+/// The normalisation and its convolution as one node recomputing the normalisation.
+#[test]
+fn recomputed_norms_give_the_plain_gradients_in_both_layouts() {
+    check(Layout::Ncdhw, ActivationCheckpointing::Norms);
+    check(Layout::Ndhwc, ActivationCheckpointing::Norms);
 }
