@@ -147,6 +147,8 @@ fn bench_fits(options: &medddpm_bench::BenchOptions, anyway: bool) -> anyhow::Re
                 checkpointing: options.activation_checkpointing
                     == medddpm_unet::ActivationCheckpointing::Blocks,
                 strict_fp32: precision == medddpm_backend::Precision::Fp32,
+                recompute_norms: options.activation_checkpointing
+                    == medddpm_unet::ActivationCheckpointing::Norms,
             };
             let what = format!("the {backend} {precision} configuration");
             let work = medddpm_plan::Work::Training { ema: false };

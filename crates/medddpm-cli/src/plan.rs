@@ -114,6 +114,7 @@ pub fn training_shape(config: &ExperimentConfig, precision: Precision) -> RunSha
         half: is_half(precision),
         checkpointing: config.train.activation_checkpointing == ActivationCheckpointing::Blocks,
         strict_fp32: precision == Precision::Fp32,
+        recompute_norms: config.train.activation_checkpointing == ActivationCheckpointing::Norms,
     }
 }
 

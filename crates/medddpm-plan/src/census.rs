@@ -32,6 +32,9 @@ pub struct Census {
     /// Values the largest block's forward pass holds at once beside what it keeps: what
     /// checkpointing's recomputation adds to the block's kept values and gradients.
     pub recompute_working: u64,
+    /// Of `saved`, the GroupNorm + SiLU outputs that feed the ResBlocks' convolutions (what
+    /// checkpointing `norms` recomputes instead of keeping), and the largest of them.
+    pub norm_outputs: (u64, u64),
     /// Values a forward pass without a graph (sampling) holds at its fullest moment: the skips
     /// waiting for the decoder and the working tensors of one block, attention weights
     /// excepted, and those weights.
@@ -49,6 +52,7 @@ struct Counts {
     largest_block: (f64, f64),
     backward_transient: f64,
     recompute_working: f64,
+    norm_outputs: (f64, f64),
     inference_live: (f64, f64),
 }
 
@@ -125,6 +129,10 @@ impl Walk {
         // Kept: the joined input (decoder), the first GroupNorm's output, the first conv's
         // output, the second GroupNorm's output and the sum.
         let saved = (f64::from(u8::from(joined)) + 1.0) * c_in * v + 3.0 * c_out * v;
+        // The two normalisations' outputs, each the input of a convolution.
+        let norms = &mut self.census.norm_outputs;
+        norms.0 += (c_in + c_out) * v;
+        norms.1 = norms.1.max(c_in.max(c_out) * v);
         let grads = 2.0 * (c_in + c_out) * v;
         let working = 2.0 * (c_in + c_out) * v;
         let (mut saved, mut attention, mut working) = (saved, 0.0, (working, 0.0));
@@ -250,6 +258,7 @@ pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
         largest_block: (whole(n.largest_block.0), whole(n.largest_block.1)),
         backward_transient: whole(n.backward_transient),
         recompute_working: whole(n.recompute_working),
+        norm_outputs: (whole(n.norm_outputs.0), whole(n.norm_outputs.1)),
         inference_live: (whole(n.inference_live.0), whole(n.inference_live.1)),
     }
 }

@@ -14,6 +14,7 @@
 //!     half: true,
 //!     checkpointing: false,
 //!     strict_fp32: false,
+//!     recompute_norms: false,
 //! };
 //! let plan = training(&shape, true, Allocator::Cuda);
 //! assert_eq!(plan.parameters, 40_226_433);
@@ -66,7 +67,8 @@ pub struct Suggestion {
 }
 
 /// The cheapest change that brings `shape` within `capacity` bytes, trying in order: bf16
-/// (where `half_allowed`), activation checkpointing (training), both, then smaller
+/// (where `half_allowed`), activation checkpointing `norms` then `blocks` (training), bf16
+/// with `blocks`, then smaller
 /// micro-batches (the examples moved to gradient accumulation in training). `None` when
 /// nothing of that fits (the grid or the model must shrink).
 pub fn cheapest_fit(
@@ -85,6 +87,15 @@ pub fn cheapest_fit(
             RunShape {
                 half: true,
                 strict_fp32: false,
+                ..shape.clone()
+            },
+        ));
+    }
+    if training && !shape.checkpointing && !shape.recompute_norms {
+        tries.push((
+            "[train] activation_checkpointing = \"norms\"".into(),
+            RunShape {
+                recompute_norms: true,
                 ..shape.clone()
             },
         ));
@@ -170,6 +181,7 @@ mod tests {
             half,
             checkpointing: false,
             strict_fp32: !half,
+            recompute_norms: false,
         }
     }
 

@@ -21,6 +21,9 @@ pub struct RunShape {
     pub checkpointing: bool,
     /// Strict FP32 (no tensor cores): on CUDA its cuDNN algorithms take larger workspaces.
     pub strict_fp32: bool,
+    /// Activation checkpointing `norms`: the ResBlocks' normalisation outputs recomputed in
+    /// the backward pass, not kept (no effect with `checkpointing`).
+    pub recompute_norms: bool,
 }
 
 impl RunShape {
@@ -183,6 +186,10 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
             c.block_outputs as f64 + c.largest_block.0 as f64 + c.recompute_working as f64,
             c.largest_block.1 as f64,
         )
+    } else if shape.recompute_norms {
+        // The largest recomputed output exists again for its convolution's gradients.
+        let norms = c.norm_outputs.0 as f64 - c.norm_outputs.1 as f64;
+        (c.saved as f64 - norms, c.saved_attention as f64)
     } else {
         (c.saved as f64, c.saved_attention as f64)
     };
@@ -240,6 +247,7 @@ mod tests {
             half: true,
             checkpointing: false,
             strict_fp32: false,
+            recompute_norms: false,
         }
     }
 
@@ -280,6 +288,15 @@ mod tests {
             Allocator::Cuda,
         );
         assert!(blocks.total() < bf16.total() * 4 / 5);
+        let norms = training(
+            &RunShape {
+                recompute_norms: true,
+                ..shape(UNetConfig::whole_head(), 128)
+            },
+            true,
+            Allocator::Cuda,
+        );
+        assert!(norms.total() < bf16.total() && norms.total() > blocks.total());
         let sample = sampling(&shape(UNetConfig::whole_head(), 128), Allocator::Cuda);
         assert!(sample.total() < blocks.total());
         // No EMA, no EMA part.
@@ -306,6 +323,7 @@ mod tests {
             half: false,
             checkpointing: false,
             strict_fp32: false,
+            recompute_norms: false,
         };
         assert_eq!(training(&absurd, true, Allocator::Cuda).total(), u64::MAX);
         assert_eq!(sampling(&absurd, Allocator::Host).total(), u64::MAX);
