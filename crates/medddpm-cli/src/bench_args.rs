@@ -89,8 +89,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
     /// Activations the training micro-step recomputes in its backward pass instead of
-    /// keeping: none, or blocks (only each U-Net block's output is kept; the trainer's
-    /// `[train] activation_checkpointing`).
+    /// keeping: none, norms (the ResBlocks' GroupNorm + SiLU outputs) or blocks (only each
+    /// U-Net block's output is kept); the trainer's `[train] activation_checkpointing`.
     #[arg(long, default_value = "none")]
     pub activation_checkpointing: ActivationCheckpointing,
     /// Untimed steps after the first.

@@ -74,5 +74,10 @@ fn checkpointed_sessions_train_like_plain_ones() {
         let d = rel_diff(&w_ckpt, &w_plain);
         println!("{name}: weights rel. difference {d:.2e}");
         assert!(d < tolerance, "{name}: {d}");
+        // The normalisations recomputed: the same computation, bit for bit.
+        config.train.activation_checkpointing = ActivationCheckpointing::Norms;
+        let (norms, w_norms) = session(&config, &tmp.path().join(format!("{name}-norms")), compute);
+        assert_eq!(norms, plain, "{name}: norms' losses");
+        assert_eq!(rel_diff(&w_norms, &w_plain), 0.0, "{name}: norms' weights");
     }
 }
