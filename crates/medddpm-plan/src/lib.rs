@@ -68,9 +68,8 @@ pub struct Suggestion {
 
 /// The cheapest change that brings `shape` within `capacity` bytes, trying in order: bf16
 /// (where `half_allowed`), activation checkpointing `norms` then `blocks` (training), bf16
-/// with `blocks`, then smaller
-/// micro-batches (the examples moved to gradient accumulation in training). `None` when
-/// nothing of that fits (the grid or the model must shrink).
+/// with `blocks`, then smaller micro-batches (the examples moved to gradient accumulation in
+/// training). `None` when nothing of that fits (the grid or the model must shrink).
 pub fn cheapest_fit(
     shape: &RunShape,
     work: Work,
@@ -120,6 +119,21 @@ pub fn cheapest_fit(
             ));
         }
     }
+    tries.extend(smaller_batches(shape, training, half));
+    tries.into_iter().find_map(|(change, shape)| {
+        let plan = plan(&shape, work, allocator);
+        (plan.total() <= capacity).then_some(Suggestion {
+            change,
+            shape,
+            plan,
+        })
+    })
+}
+
+/// Smaller micro-batches of `shape` (halved down to 1, with bf16 where `half` and
+/// checkpointing in training), each with the sentence that names it.
+fn smaller_batches(shape: &RunShape, training: bool, half: bool) -> Vec<(String, RunShape)> {
+    let mut tries = Vec::new();
     let lightest = RunShape {
         half: shape.half || half,
         checkpointing: shape.checkpointing || training,
@@ -145,14 +159,7 @@ pub fn cheapest_fit(
             },
         ));
     }
-    tries.into_iter().find_map(|(change, shape)| {
-        let plan = plan(&shape, work, allocator);
-        (plan.total() <= capacity).then_some(Suggestion {
-            change,
-            shape,
-            plan,
-        })
-    })
+    tries
 }
 
 /// Bytes in GiB with two decimals (TiB, PiB, EiB beyond 1024 of the unit before), the unit

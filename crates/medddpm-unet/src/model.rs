@@ -86,9 +86,7 @@ pub struct UNet<B: Backend> {
     /// setting, not a weight.
     #[module(skip)]
     compute: Compute,
-    /// Each GroupNorm + SiLU and the convolution after it as one operation that recomputes
-    /// the normalisation in the backward pass (activation checkpointing `norms`); a run-time
-    /// setting.
+    /// Activation checkpointing `norms` (a run-time setting, see `with_norm_recompute`).
     #[module(skip)]
     recompute_norms: bool,
 }
@@ -303,8 +301,7 @@ impl<B: Backend> UNet<B> {
         self
     }
 
-    /// This network with its normalisations recomputed in the backward pass or not (see
-    /// [`ActivationCheckpointing::Norms`](crate::ActivationCheckpointing::Norms)).
+    /// This network with [`ActivationCheckpointing::Norms`](crate::ActivationCheckpointing::Norms) or without.
     pub fn with_norm_recompute(mut self, recompute: bool) -> Self {
         self.recompute_norms = recompute;
         self
