@@ -301,7 +301,7 @@ impl<B: Backend> UNet<B> {
         self
     }
 
-    /// This network with [`ActivationCheckpointing::Norms`](crate::ActivationCheckpointing::Norms) or without.
+    /// This network with activation checkpointing `norms` (recomputed normalisations) or without.
     pub fn with_norm_recompute(mut self, recompute: bool) -> Self {
         self.recompute_norms = recompute;
         self
