@@ -317,24 +317,4 @@ fn group_norm_grads<B: KernelBackend>(
     }
 }
 
-/// Both node kinds' backward: [`group_norm_grads`].
-macro_rules! group_norm_backward_impl {
-    ($($n:literal),*) => {$(
-        impl<B: KernelBackend> Backward<B, $n> for GroupNormBackward {
-            type State = GroupNormState<B>;
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, $n>,
-                grads: &mut Gradients,
-                checkpointer: &mut Checkpointer,
-            ) {
-                let grad = grads.consume::<B>(&ops.node);
-                let parents = ops.parents.map(|p| p.map(|node| node.id));
-                group_norm_grads::<B>(&parents, grad, ops.state, grads, checkpointer);
-            }
-        }
-    )*};
-}
-
-group_norm_backward_impl!(3, 4);
+node_backward_impl!(GroupNormBackward, GroupNormState, group_norm_grads, 3, 4);

@@ -1,6 +1,28 @@
 //! The backend extension itself: [`KernelBackend`] with the plain-op bodies every backend
 //! gets, and what the bench reads of burn's memory pools.
 
+/// `Backward` for a node kind with `N` parents for each listed `N`: the node's gradient
+/// consumed, its parents' ids and its state handed to `$grads` (GroupNorm's nodes and the
+/// normalisation-convolution's).
+macro_rules! node_backward_impl {
+    ($node:ty, $state:ident, $grads:ident, $($n:literal),*) => {$(
+        impl<B: KernelBackend> Backward<B, $n> for $node {
+            type State = $state<B>;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, $n>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let grad = grads.consume::<B>(&ops.node);
+                let parents = ops.parents.map(|p| p.map(|node| node.id));
+                $grads::<B>(&parents, grad, ops.state, grads, checkpointer);
+            }
+        }
+    )*};
+}
+
 mod autodiff;
 pub mod backward_profile;
 mod norm_conv;

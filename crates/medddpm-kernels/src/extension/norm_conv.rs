@@ -139,23 +139,4 @@ fn norm_conv_grads<B: KernelBackend>(
     }
 }
 
-macro_rules! norm_conv_backward_impl {
-    ($($n:literal),*) => {$(
-        impl<B: KernelBackend> Backward<B, $n> for NormConvBackward {
-            type State = State<B>;
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, $n>,
-                grads: &mut Gradients,
-                checkpointer: &mut Checkpointer,
-            ) {
-                let grad = grads.consume::<B>(&ops.node);
-                let parents = ops.parents.map(|p| p.map(|node| node.id));
-                norm_conv_grads::<B>(&parents, grad, ops.state, grads, checkpointer);
-            }
-        }
-    )*};
-}
-
-norm_conv_backward_impl!(4, 5);
+node_backward_impl!(NormConvBackward, State, norm_conv_grads, 4, 5);
