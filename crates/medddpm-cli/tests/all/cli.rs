@@ -106,23 +106,8 @@ fn bench_exits_non_zero_when_a_configuration_fails() {
     // A zero timeout stops the configuration's process at once.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bench");
-    let (ok, _, stderr) = medddpm(&[
-        "bench",
-        "--backends",
-        "cpu",
-        "--precisions",
-        "fp32",
-        "--layouts",
-        "ndhwc",
-        "--model",
-        "tiny",
-        "--size",
-        "16",
-        "--timeout",
-        "0",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let extra = ["--model", "tiny", "--size", "16", "--timeout", "0"];
+    let (ok, _, stderr) = crate::common::cpu_bench(&out, "ndhwc", &extra);
     assert!(!ok && stderr.contains("failed: cpu/fp32/ndhwc"), "{stderr}");
     assert!(
         out.join("results.md").is_file(),

@@ -16,6 +16,25 @@ pub fn medddpm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `medddpm bench` of the CPU's fp32 configuration in `layout`, reports into `out`, with
+/// `extra` switches.
+pub fn cpu_bench(out: &Path, layout: &str, extra: &[&str]) -> (bool, String, String) {
+    let out = out.to_str().unwrap();
+    let mut args = vec![
+        "bench",
+        "--backends",
+        "cpu",
+        "--precisions",
+        "fp32",
+        "--layouts",
+        layout,
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    medddpm(&args)
+}
+
 /// A tiny experiment on `phantoms` 16^3 phantoms in `dir/phantoms`, with `train` as its
 /// `[train]` section.
 pub fn tiny_experiment(dir: &Path, phantoms: usize, train: &str) -> String {

@@ -92,19 +92,7 @@ fn runs_beyond_the_machine_are_refused_before_they_start() {
 fn the_bench_refuses_a_configuration_that_cannot_fit() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench");
-    let (ok, _, err) = medddpm(&[
-        "bench",
-        "--backends",
-        "cpu",
-        "--precisions",
-        "fp32",
-        "--layouts",
-        "ncdhw",
-        "--size",
-        "1024",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (ok, _, err) = crate::common::cpu_bench(&out, "ncdhw", &["--size", "1024"]);
     assert!(!ok);
     assert!(
         err.contains("the cpu fp32 configuration needs about") && err.contains("TiB"),
