@@ -70,6 +70,22 @@ impl Tally {
         }
     }
 
+    /// Counts `result` of the input named `name`: its value when read, `None` (after checking
+    /// that the error names the input) when refused.
+    fn count<T, E: std::fmt::Display>(&mut self, result: Result<T, E>, name: &str) -> Option<T> {
+        match result {
+            Ok(value) => {
+                self.ok += 1;
+                Some(value)
+            }
+            Err(e) => {
+                assert!(e.to_string().contains(name), "unnamed: {e}");
+                self.refused += 1;
+                None
+            }
+        }
+    }
+
     fn print(&self, extra: &str) {
         println!(
             "fuzz-record reader={} inputs={} ok={} refused={} seconds={:.1} peak_bytes={}{extra}",
@@ -227,11 +243,10 @@ fn nifti_seeds() -> Vec<Vec<u8>> {
 fn fuzz_the_nifti_reader() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
-    let tally = Tally::new("nifti");
+    let mut tally = Tally::new("nifti");
     let seeds = nifti_seeds();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let name = Path::new("fuzz.nii.gz");
-    let (mut ok, mut err) = (0usize, 0usize);
     for n in 0..inputs_per_reader() {
         let seed = &seeds[n % seeds.len()];
         // Half the gzip inputs are mutated before compression (a valid stream of a bad file).
@@ -242,24 +257,14 @@ fn fuzz_the_nifti_reader() {
             mutate(&mut rng, seed)
         };
         run_one("nifti", n, &input, |bytes| {
-            match Volume::from_bytes(bytes.to_vec(), name) {
-                Ok(v) => {
-                    assert_eq!(v.data().len(), v.voxel_count());
-                    ok += 1;
-                }
-                Err(e) => {
-                    assert!(e.to_string().contains("fuzz.nii.gz"), "unnamed: {e}");
-                    err += 1;
-                }
+            let read = Volume::from_bytes(bytes.to_vec(), name);
+            if let Some(v) = tally.count(read, "fuzz.nii.gz") {
+                assert_eq!(v.data().len(), v.voxel_count());
             }
         });
     }
-    Tally {
-        ok,
-        refused: err,
-        ..tally
-    }
-    .print("");
+    tally.print("");
+    let (ok, err) = (tally.ok, tally.refused);
     assert!(
         err > 0 && ok > 0,
         "mutations should give both ({ok} ok, {err} errors)"
@@ -275,12 +280,12 @@ fn fuzz_the_nifti_reader() {
 fn fuzz_the_header_claim_bound() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
-    let tally = Tally::new("nifti-claim");
+    let mut tally = Tally::new("nifti-claim");
     // The plain little-endian f32 seed: header (352 bytes with its extension flag), then data.
     let header: Vec<u8> = nifti_seeds()[1][..352].to_vec();
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let name = Path::new("claim.nii.gz");
-    let (mut ok, mut err, mut claims) = (0usize, 0usize, 0usize);
+    let mut claims = 0usize;
     for n in 0..inputs_per_reader() {
         let mut file = header.clone();
         for axis in 0..3 {
@@ -297,26 +302,17 @@ fn fuzz_the_header_claim_bound() {
         }
         let input = gzip(&file);
         run_one("nifti-claim", n, &input, |bytes| {
-            match Volume::from_bytes(bytes.to_vec(), name) {
-                Ok(v) => {
-                    assert_eq!(v.data().len(), v.voxel_count());
-                    ok += 1;
-                }
-                Err(e) => {
-                    let text = e.to_string();
-                    assert!(text.contains("claim.nii.gz"), "unnamed: {e}");
-                    claims += usize::from(text.contains("more than its"));
-                    err += 1;
-                }
+            let read = Volume::from_bytes(bytes.to_vec(), name);
+            if let Err(e) = &read {
+                claims += usize::from(e.to_string().contains("more than its"));
+            }
+            if let Some(v) = tally.count(read, "claim.nii.gz") {
+                assert_eq!(v.data().len(), v.voxel_count());
             }
         });
     }
-    Tally {
-        ok,
-        refused: err,
-        ..tally
-    }
-    .print(&format!(" refused_by_claim={claims}"));
+    tally.print(&format!(" refused_by_claim={claims}"));
+    let ok = tally.ok;
     assert!(ok > 0 && claims > 0, "{ok} read, {claims} claims refused");
 }
 
@@ -324,7 +320,7 @@ fn fuzz_the_header_claim_bound() {
 fn fuzz_the_mask_encoder() {
     let _serial = crate::common::one_at_a_time();
     let _serial = serial();
-    let tally = Tally::new("mask");
+    let mut tally = Tally::new("mask");
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     let schemes = [LabelScheme::whole_head(), LabelScheme::brats()];
     let special = [
@@ -345,7 +341,6 @@ fn fuzz_the_mask_encoder() {
         [0.0, 0.0, 1.0, 0.0],
         [0.0, 0.0, 0.0, 1.0],
     ];
-    let (mut ok, mut err) = (0usize, 0usize);
     for n in 0..inputs_per_reader() {
         let dims = [
             rng.random_range(1..9),
@@ -364,25 +359,14 @@ fn fuzz_the_mask_encoder() {
         let scheme = &schemes[n % 2];
         run_one("mask", n, &bytes, |_| {
             let mask = Volume::new(dims, data, affine).unwrap();
-            match scheme.encode(&mask, Path::new("fuzz-mask.nii.gz")) {
-                Ok(channels) => {
-                    assert_eq!(channels.len(), len * scheme.channels.len());
-                    ok += 1;
-                }
-                Err(e) => {
-                    assert!(e.to_string().contains("fuzz-mask.nii.gz"), "unnamed: {e}");
-                    err += 1;
-                }
+            let encoded = scheme.encode(&mask, Path::new("fuzz-mask.nii.gz"));
+            if let Some(channels) = tally.count(encoded, "fuzz-mask.nii.gz") {
+                assert_eq!(channels.len(), len * scheme.channels.len());
             }
         });
     }
-    Tally {
-        ok,
-        refused: err,
-        ..tally
-    }
-    .print("");
-    assert!(err > 0 && ok > 0);
+    tally.print("");
+    assert!(tally.refused > 0 && tally.ok > 0);
 }
 
 #[test]
