@@ -4,33 +4,19 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::PossibleValue;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Precision};
 use medddpm_bench::{BenchOptions, Model, ScalingOptions};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
 use crate::compute_args::{BackendArg, CollectiveArg, LaunchArg};
 
-/// A network on the command line: its names and help come from [`Model`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelArg(pub Model);
-
-impl ValueEnum for ModelArg {
-    fn value_variants<'a>() -> &'a [Self] {
-        const ALL: [ModelArg; 4] = [
-            ModelArg(Model::ALL[0]),
-            ModelArg(Model::ALL[1]),
-            ModelArg(Model::ALL[2]),
-            ModelArg(Model::ALL[3]),
-        ];
-        &ALL
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.0.name()).help(self.0.description()))
-    }
-}
+crate::compute_args::described_choice!(
+    /// A network on the command line: its names and help come from [`Model`].
+    ModelArg,
+    Model,
+    4
+);
 
 /// `--size`: one number for a cube or D,H,W (commas or `x`).
 pub fn parse_size(s: &str) -> Result<[usize; 3], String> {

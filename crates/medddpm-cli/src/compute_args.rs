@@ -10,31 +10,48 @@ use medddpm_backend::{
     Layout, NormEngine, Precision,
 };
 
-/// A backend on the command line: its names and help come from [`BackendKind`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackendArg(pub BackendKind);
+/// A command-line choice wrapping one of the libraries' enums, whose names and help come from
+/// its `ALL`, `name` and `description` (clap's derive cannot see into another crate's enum).
+macro_rules! described_choice {
+    ($(#[$doc:meta])* $arg:ident, $inner:ty, $n:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $arg(pub $inner);
 
-impl ValueEnum for BackendArg {
-    fn value_variants<'a>() -> &'a [Self] {
-        const ALL: [BackendArg; 4] = [
-            BackendArg(BackendKind::ALL[0]),
-            BackendArg(BackendKind::ALL[1]),
-            BackendArg(BackendKind::ALL[2]),
-            BackendArg(BackendKind::ALL[3]),
-        ];
-        &ALL
-    }
+        impl clap::ValueEnum for $arg {
+            fn value_variants<'a>() -> &'a [Self] {
+                const ALL: [$arg; $n] = {
+                    let mut all = [$arg(<$inner>::ALL[0]); $n];
+                    let mut i = 0;
+                    while i < $n {
+                        all[i] = $arg(<$inner>::ALL[i]);
+                        i += 1;
+                    }
+                    all
+                };
+                &ALL
+            }
 
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.0.name()).help(self.0.description()))
-    }
+            fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+                Some(clap::builder::PossibleValue::new(self.0.name()).help(self.0.description()))
+            }
+        }
+
+        impl From<$arg> for $inner {
+            fn from(arg: $arg) -> Self {
+                arg.0
+            }
+        }
+    };
 }
+pub(crate) use described_choice;
 
-impl From<BackendArg> for BackendKind {
-    fn from(arg: BackendArg) -> Self {
-        arg.0
-    }
-}
+described_choice!(
+    /// A backend on the command line: its names and help come from [`BackendKind`].
+    BackendArg,
+    BackendKind,
+    4
+);
 
 /// `--collective` on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
