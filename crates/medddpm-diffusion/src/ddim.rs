@@ -8,7 +8,7 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Chain, Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepInput, StepOutput};
 use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DDIM over the training schedule, with the x0 clamping of the reference's sampler.
@@ -101,15 +101,7 @@ impl Scheduler for DdimSampler {
         self.eta > 0.0 && next.is_some()
     }
 
-    fn step<B: Backend>(
-        &self,
-        eps: Tensor<B, 5>,
-        t: usize,
-        next: Option<usize>,
-        x_t: Tensor<B, 5>,
-        noise: Tensor<B, 5>,
-        _: &mut (),
-    ) -> StepOutput<B, 5> {
-        self.step_to(eps, t, next, x_t, noise)
+    fn step<B: Backend>(&self, i: StepInput<B>, _: &mut ()) -> StepOutput<B, 5> {
+        self.step_to(i.eps, i.t, i.next, i.x_t, i.noise)
     }
 }

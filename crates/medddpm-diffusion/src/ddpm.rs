@@ -3,7 +3,7 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Chain, Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepInput, StepOutput};
 
 /// The reference's sampler: epsilon prediction, x0 clamped to [-1, 1], "fixed small" variance.
 #[derive(Debug, Clone)]
@@ -68,15 +68,7 @@ impl Scheduler for DdpmSampler {
         t > 0
     }
 
-    fn step<B: Backend>(
-        &self,
-        eps: Tensor<B, 5>,
-        t: usize,
-        _: Option<usize>,
-        x_t: Tensor<B, 5>,
-        noise: Tensor<B, 5>,
-        _: &mut (),
-    ) -> StepOutput<B, 5> {
-        DdpmSampler::step(self, eps, t, x_t, noise)
+    fn step<B: Backend>(&self, i: StepInput<B>, _: &mut ()) -> StepOutput<B, 5> {
+        DdpmSampler::step(self, i.eps, i.t, i.x_t, i.noise)
     }
 }

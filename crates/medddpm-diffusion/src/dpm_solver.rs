@@ -12,7 +12,7 @@
 use burn::tensor::{backend::Backend, Tensor};
 
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Chain, Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepInput, StepOutput};
 use crate::steps::{trailing_timesteps, SamplerError};
 
 /// DPM-Solver++(2M) over a subsequence of the training timesteps (trailing spacing, as
@@ -75,15 +75,10 @@ impl Scheduler for DpmSolverSampler {
         false
     }
 
-    fn step<B: Backend>(
-        &self,
-        eps: Tensor<B, 5>,
-        t: usize,
-        next: Option<usize>,
-        x_t: Tensor<B, 5>,
-        _: Tensor<B, 5>,
-        previous: &mut Self::State<B>,
-    ) -> StepOutput<B, 5> {
+    fn step<B: Backend>(&self, i: StepInput<B>, previous: &mut Self::State<B>) -> StepOutput<B, 5> {
+        let StepInput {
+            eps, t, next, x_t, ..
+        } = i;
         let x0 = self.chain.x0(eps, t, x_t.clone());
         let prev_sample = match next {
             // The last network call returns its x0 prediction.

@@ -43,7 +43,7 @@ pub use process::{
     Denoiser, LossType, Prediction, TrainingBatch, TrainingLoss,
 };
 pub use schedule::{CosineSchedule, ScheduleConfig};
-pub use scheduler::{Chain, Scheduler, StepOutput};
+pub use scheduler::{Chain, Scheduler, StepInput, StepOutput};
 pub use select::{Sampler, SamplerConfig, SamplerKind};
 pub use steps::SamplerError;
 

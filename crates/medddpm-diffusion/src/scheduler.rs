@@ -64,6 +64,21 @@ impl Chain {
     }
 }
 
+/// What one reverse step starts from.
+pub struct StepInput<B: Backend> {
+    /// The noise the network predicted (read as noise whatever its target).
+    pub eps: Tensor<B, 5>,
+    /// The timestep of `x_t`.
+    pub t: usize,
+    /// The next visited timestep; `None` after the last (the step then gives x0). The driver,
+    /// which walks the list, knows it.
+    pub next: Option<usize>,
+    /// The sample at `t`.
+    pub x_t: Tensor<B, 5>,
+    /// The step's z, passed in so that tests can supply it (zeros where it adds no noise).
+    pub noise: Tensor<B, 5>,
+}
+
 /// A reverse process as diffusers splits it: the scheduler never sees the model, so one driver
 /// ([`Scheduler::sample`]) serves every sampler and tests can step one by hand.
 pub trait Scheduler {
@@ -80,18 +95,9 @@ pub trait Scheduler {
     /// deterministic sampler leaves the generator as it found it.
     fn adds_noise(&self, t: usize, next: Option<usize>) -> bool;
 
-    /// One step from `x_t` at timestep `t` to `next`, the next visited timestep (x0 after the
-    /// last: `None`), given the predicted noise `eps`. The driver, which walks the list, gives
-    /// `next`. `noise` is the step's z, passed in so that tests can supply it.
-    fn step<B: Backend>(
-        &self,
-        eps: Tensor<B, 5>,
-        t: usize,
-        next: Option<usize>,
-        x_t: Tensor<B, 5>,
-        noise: Tensor<B, 5>,
-        state: &mut Self::State<B>,
-    ) -> StepOutput<B, 5>;
+    /// One step from `input.x_t` at `input.t` to `input.next` (see [`StepInput`]).
+    fn step<B: Backend>(&self, input: StepInput<B>, state: &mut Self::State<B>)
+        -> StepOutput<B, 5>;
 
     /// The training schedule the timesteps index.
     fn schedule(&self) -> &CosineSchedule {
@@ -162,7 +168,14 @@ pub trait Scheduler {
             } else {
                 Tensor::zeros(shape, &device)
             };
-            x = self.step(eps, t, next, x, noise, &mut state).prev_sample;
+            let input = StepInput {
+                eps,
+                t,
+                next,
+                x_t: x,
+                noise,
+            };
+            x = self.step(input, &mut state).prev_sample;
             on_step(i + 1, &x);
         }
         x

@@ -1,14 +1,14 @@
 //! Choosing the reverse process: `[sampler]` settings (`SamplerKind`, `SamplerConfig`) and the
 //! `Sampler` they build, a [`Scheduler`] that is DDPM, DDIM or DPM-Solver++ as configured.
 
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::backend::Backend;
 
 use crate::ddim::DdimSampler;
 use crate::ddpm::DdpmSampler;
 use crate::dpm_solver::DpmSolverSampler;
 use crate::process::Prediction;
 use crate::schedule::CosineSchedule;
-use crate::scheduler::{Chain, Scheduler, StepOutput};
+use crate::scheduler::{Chain, Scheduler, StepInput, StepOutput};
 use crate::steps::SamplerError;
 
 /// Which reverse process to run, and how many network calls it takes.
@@ -129,17 +129,13 @@ impl Scheduler for Sampler {
 
     fn step<B: Backend>(
         &self,
-        eps: Tensor<B, 5>,
-        t: usize,
-        next: Option<usize>,
-        x_t: Tensor<B, 5>,
-        noise: Tensor<B, 5>,
+        input: StepInput<B>,
         state: &mut Self::State<B>,
     ) -> StepOutput<B, 5> {
         match self {
-            Sampler::Ddpm(s) => Scheduler::step(s, eps, t, next, x_t, noise, &mut ()),
-            Sampler::Ddim(s) => Scheduler::step(s, eps, t, next, x_t, noise, &mut ()),
-            Sampler::DpmSolver(s) => Scheduler::step(s, eps, t, next, x_t, noise, state),
+            Sampler::Ddpm(s) => Scheduler::step(s, input, &mut ()),
+            Sampler::Ddim(s) => Scheduler::step(s, input, &mut ()),
+            Sampler::DpmSolver(s) => Scheduler::step(s, input, state),
         }
     }
 }
