@@ -86,9 +86,6 @@ pub struct UNet<B: Backend> {
     /// setting, not a weight.
     #[module(skip)]
     compute: Compute,
-    /// Activation checkpointing `norms` (a run-time setting, see `with_norm_recompute`).
-    #[module(skip)]
-    recompute_norms: bool,
 }
 
 /// The encoder half as [`UNetConfig::init`] builds it, with what the decoder continues from.
@@ -141,7 +138,6 @@ impl UNetConfig {
             model_channels: c,
             size_divisor: self.size_divisor(),
             compute: Compute::default(),
-            recompute_norms: false,
         })
     }
 
@@ -301,12 +297,6 @@ impl<B: Backend> UNet<B> {
         self
     }
 
-    /// This network with activation checkpointing `norms` (recomputed normalisations) or without.
-    pub fn with_norm_recompute(mut self, recompute: bool) -> Self {
-        self.recompute_norms = recompute;
-        self
-    }
-
     /// How the forward pass computes.
     pub fn compute(&self) -> Compute {
         self.compute
@@ -340,7 +330,20 @@ impl<B: KernelBackend> UNet<B> {
     ) -> Result<Tensor<B, 5>, UNetError> {
         self.check_input(x.dims(), timesteps.len())?;
         let sinusoid = self.sinusoid(timesteps, &x.device());
-        Ok(self.forward_ctx(x, sinusoid, None))
+        Ok(self.forward_ctx(x, sinusoid, None, false))
+    }
+
+    /// [`UNet::try_forward`] for training with activation checkpointing `norms`: each
+    /// ResBlock's GroupNorm + SiLU and the convolution after it as one operation that recomputes
+    /// the normalisation in the backward pass instead of keeping its output. The same values.
+    pub fn forward_recomputing_norms(
+        &self,
+        x: Tensor<B, 5>,
+        timesteps: &[usize],
+    ) -> Result<Tensor<B, 5>, UNetError> {
+        self.check_input(x.dims(), timesteps.len())?;
+        let sinusoid = self.sinusoid(timesteps, &x.device());
+        Ok(self.forward_ctx(x, sinusoid, None, true))
     }
 
     /// [`UNet::forward`] with the timesteps given as their [`UNet::sinusoid`] on the device:
@@ -349,7 +352,7 @@ impl<B: KernelBackend> UNet<B> {
         if let Err(e) = self.check_input(x.dims(), sinusoid.dims()[0]) {
             panic!("{e}");
         }
-        self.forward_ctx(x, sinusoid, None)
+        self.forward_ctx(x, sinusoid, None, false)
     }
 
     /// [`UNet::try_forward`] for inputs known to fit, returning the tensor as burn's `Module`
@@ -378,18 +381,22 @@ impl<B: KernelBackend> UNet<B> {
             panic!("{e}");
         }
         let sinusoid = self.sinusoid(timesteps, &x.device());
-        self.forward_ctx(x, sinusoid, Some(profile))
+        self.forward_ctx(x, sinusoid, Some(profile), false)
     }
 
     /// The forward pass of an input [`UNet::check_input`] accepts, block by block through the
     /// same pieces activation checkpointing recomputes (`checkpoint.rs`).
-    fn forward_ctx(
+    pub(crate) fn forward_ctx(
         &self,
         x: Tensor<B, 5>,
         sinusoid: Tensor<B, 2>,
         profile: Option<&RefCell<OpProfile>>,
+        recompute_norms: bool,
     ) -> Tensor<B, 5> {
-        let ctx = self.ctx(&x.device(), profile);
+        let ctx = Ctx {
+            recompute_norms,
+            ..self.ctx(&x.device(), profile)
+        };
         let out_dtype = x.dtype();
         let emb_act = self.emb_act_of(sinusoid, &ctx);
         let mut h = self.enter(x, &ctx);
@@ -417,7 +424,7 @@ impl<B: KernelBackend> UNet<B> {
             compute: self.compute,
             profile,
             device: device.clone(),
-            recompute_norms: self.recompute_norms,
+            recompute_norms: false,
         }
     }
 

@@ -246,7 +246,7 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
 #[derive(Debug)]
 struct GroupNormBackward;
 
-type GroupNormState<B> = (Vec<NodeId>, FloatTensor<B>, FloatTensor<B>, GroupNormSpec);
+type GroupNormState<B> = (Vec<NodeId>, (FloatTensor<B>, FloatTensor<B>, GroupNormSpec));
 
 /// A GroupNorm of `inputs` (x, gamma, beta and, with `N` = 4, the shift) as a node of `N`
 /// parents (or untracked).
@@ -259,20 +259,33 @@ where
     C: CheckpointStrategy,
     GroupNormBackward: Backward<B, N, State = GroupNormState<B>>,
 {
+    checkpointing_node::<B, C, _, _, N>(GroupNormBackward, inputs, |inputs| {
+        let out = forward_of::<B, N>(inputs, spec);
+        (out.y, (out.mean, out.rstd, spec))
+    })
+}
+
+/// A node of `N` parents that keeps all of them (as checkpoints) and the extra state `forward`
+/// returns beside its output, given their primitives; untracked, only the output.
+pub(super) fn checkpointing_node<B, C, K, X, const N: usize>(
+    node: K,
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    forward: impl FnOnce([FloatTensor<B>; N]) -> (FloatTensor<B>, X),
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: KernelBackend,
+    C: CheckpointStrategy,
+    K: Backward<B, N, State = (Vec<NodeId>, X)>,
+    X: Clone + Send + std::fmt::Debug + 'static,
+{
     let parents = inputs.each_ref().map(|t| t.node.clone());
-    let prepared = GroupNormBackward
-        .prepare::<C>(parents)
-        .compute_bound()
-        .stateful();
-    match prepared {
+    match node.prepare::<C>(parents).compute_bound().stateful() {
         OpsKind::Tracked(mut prep) => {
             let states = inputs.iter().map(|t| prep.checkpoint(t)).collect();
-            let out = forward_of::<B, N>(inputs.map(|t| t.primitive), spec);
-            prep.finish((states, out.mean, out.rstd, spec), out.y)
+            let (out, extra) = forward(inputs.map(|t| t.primitive));
+            prep.finish((states, extra), out)
         }
-        OpsKind::UnTracked(prep) => {
-            prep.finish(forward_of::<B, N>(inputs.map(|t| t.primitive), spec).y)
-        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(inputs.map(|t| t.primitive)).0),
     }
 }
 
@@ -296,7 +309,7 @@ fn group_norm_grads<B: KernelBackend>(
     grads: &mut Gradients,
     checkpointer: &mut Checkpointer,
 ) {
-    let (states, mean, rstd, spec) = state;
+    let (states, (mean, rstd, spec)) = state;
     let mut inputs = states
         .into_iter()
         .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));

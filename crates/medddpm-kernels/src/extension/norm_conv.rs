@@ -6,11 +6,12 @@
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
+use super::autodiff::checkpointing_node;
 use super::KernelBackend;
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
@@ -44,10 +45,7 @@ pub(super) struct NormConvBackward;
 /// statistics and both specs.
 type State<B> = (
     Vec<NodeId>,
-    FloatTensor<B>,
-    FloatTensor<B>,
-    GroupNormSpec,
-    Conv3dSpec,
+    (FloatTensor<B>, FloatTensor<B>, GroupNormSpec, Conv3dSpec),
 );
 
 /// The node of `norm_conv3d` with `N` parents: x, gamma, beta, weight (and the shift, with 5).
@@ -61,37 +59,14 @@ where
     C: CheckpointStrategy,
     NormConvBackward: Backward<B, N, State = State<B>>,
 {
-    let parents = inputs.each_ref().map(|t| t.node.clone());
-    let prepared = NormConvBackward
-        .prepare::<C>(parents)
-        .compute_bound()
-        .stateful();
-    let forward = |[x, gamma, beta, weight, shift]: [Option<FloatTensor<B>>; 5]| {
-        let out = B::group_norm_forward(
-            x.expect("x"),
-            shift,
-            gamma.expect("gamma"),
-            beta.expect("beta"),
-            norm,
-        );
-        let y = conv_in_layout::<B>(out.y, weight.expect("weight"), conv);
-        (y, out.mean, out.rstd)
-    };
-    let primitives = |inputs: [FloatTensor<Autodiff<B, C>>; N]| {
-        let mut all: [Option<FloatTensor<B>>; 5] = [None, None, None, None, None];
-        for (slot, t) in all.iter_mut().zip(inputs) {
-            *slot = Some(t.primitive);
-        }
-        all
-    };
-    match prepared {
-        OpsKind::Tracked(mut prep) => {
-            let states = inputs.iter().map(|t| prep.checkpoint(t)).collect();
-            let (y, mean, rstd) = forward(primitives(inputs));
-            prep.finish((states, mean, rstd, norm, conv), y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(primitives(inputs)).0),
-    }
+    checkpointing_node::<B, C, _, _, N>(NormConvBackward, inputs, |inputs| {
+        let mut inputs = inputs.into_iter();
+        let mut next = || inputs.next().expect("x, gamma, beta and the weight");
+        let (x, gamma, beta, weight) = (next(), next(), next(), next());
+        let out = B::group_norm_forward(x, inputs.next(), gamma, beta, norm);
+        let y = conv_in_layout::<B>(out.y, weight, conv);
+        (y, (out.mean, out.rstd, norm, conv))
+    })
 }
 
 /// The backward of either node from its output's gradient.
@@ -102,7 +77,7 @@ fn norm_conv_grads<B: KernelBackend>(
     grads: &mut Gradients,
     checkpointer: &mut Checkpointer,
 ) {
-    let (states, mean, rstd, norm, conv) = state;
+    let (states, (mean, rstd, norm, conv)) = state;
     let mut inputs = states
         .into_iter()
         .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));

@@ -74,10 +74,16 @@ pub fn micro_step_forward<B: KernelAutodiffBackend>(
         };
     }
     if checkpointing == ActivationCheckpointing::Norms {
-        // The same module (its parameters' ids) with the normalisations recomputed.
-        let work = work.clone().with_norm_recompute(true);
+        let denoiser = RecomputingNorms(work);
+        let loss = training_loss(
+            &denoiser,
+            schedule,
+            batch,
+            objective.loss,
+            objective.prediction,
+        );
         return MicroStepForward {
-            loss: micro_step_loss(&work, schedule, batch, objective),
+            loss: loss.loss,
             kept: None,
         };
     }
@@ -134,6 +140,18 @@ impl<B: KernelAutodiffBackend> Denoiser<B> for Checkpointing<'_, B> {
             .unwrap_or_else(|e| panic!("{e}"));
         *self.kept.borrow_mut() = Some((output.clone(), kept));
         output
+    }
+}
+
+/// The network as activation checkpointing `norms` runs it.
+struct RecomputingNorms<'a, B: KernelAutodiffBackend>(&'a UNet<B>);
+
+impl<B: KernelAutodiffBackend> Denoiser<B> for RecomputingNorms<'_, B> {
+    fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
+        // As `Checkpointing`: the trainer's batches fit the network.
+        self.0
+            .forward_recomputing_norms(input, timesteps)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -422,4 +422,38 @@ mod tests {
             "bias gradient"
         );
     }
+
+    /// Activation checkpointing `norms` takes the fused path: every ResBlock's two
+    /// GroupNorm + SiLU leave the normalisation class (they run inside the convolution's
+    /// operation), the attention blocks' and the head's stay.
+    #[test]
+    fn recomputing_norms_fuses_each_resblocks_normalisations_into_their_convolutions() {
+        use burn::backend::Autodiff;
+        type A = Autodiff<Flex>;
+        let device = Default::default();
+        let unet = crate::UNetConfig::tiny().init::<A>(&device).unwrap();
+        let calls = |recompute: bool| {
+            let profile = RefCell::new(OpProfile::default());
+            let x = Tensor::<A, 5>::random([1, 3, 8, 8, 8], Distribution::Default, &device);
+            let sinusoid = unet.sinusoid(&[5], &device);
+            let _ = unet.forward_ctx(x, sinusoid, Some(&profile), recompute);
+            let p = profile.into_inner();
+            let count = |class: &str| p.calls.get(class).copied().unwrap_or(0);
+            (count("normalisation"), count("convolution"))
+        };
+        let (norms_plain, convs_plain) = calls(false);
+        let (norms_fused, convs_fused) = calls(true);
+        let resblocks = unet
+            .input_blocks
+            .iter()
+            .chain(&unet.output_blocks)
+            .filter(|b| b.res.is_some())
+            .count()
+            + 2;
+        assert_eq!(norms_plain - norms_fused, 2 * resblocks);
+        assert_eq!(
+            convs_plain, convs_fused,
+            "each fused pair is one convolution call"
+        );
+    }
 }

@@ -62,8 +62,8 @@ fn both(
     let plain_grads = GradientsParams::from_grads(plain.backward(), &unet);
 
     if mode == ActivationCheckpointing::Norms {
-        let recomputing = unet.clone().with_norm_recompute(true);
-        let checkpointed = loss(recomputing.forward(x, &timesteps), target);
+        let out = unet.forward_recomputing_norms(x, &timesteps).unwrap();
+        let checkpointed = loss(out, target);
         let value = checkpointed.clone().into_scalar();
         let grads = GradientsParams::from_grads(checkpointed.backward(), &unet);
         return ([plain_value, value], plain_grads, grads, unet);
