@@ -104,6 +104,19 @@ pub struct CheckpointedForward<B: AutodiffBackend> {
 }
 
 impl<B: KernelAutodiffBackend> UNet<B> {
+    /// [`UNet::try_forward`] for training with activation checkpointing `norms`: each
+    /// ResBlock's GroupNorm + SiLU and the convolution after it as one operation that recomputes
+    /// the normalisation in the backward pass instead of keeping its output. The same values.
+    pub fn forward_recomputing_norms(
+        &self,
+        x: Tensor<B, 5>,
+        timesteps: &[usize],
+    ) -> Result<Tensor<B, 5>, UNetError> {
+        self.check_input(x.dims(), timesteps.len())?;
+        let sinusoid = self.sinusoid(timesteps, &x.device());
+        Ok(self.forward_ctx(x, sinusoid, None, true))
+    }
+
     /// [`UNet::try_forward`] for training with activation checkpointing: the forward pass
     /// without a graph, keeping the blocks' outputs. Returns the output as a leaf that
     /// requires gradients (compute the loss from it and backpropagate, then hand its gradient

@@ -333,19 +333,6 @@ impl<B: KernelBackend> UNet<B> {
         Ok(self.forward_ctx(x, sinusoid, None, false))
     }
 
-    /// [`UNet::try_forward`] for training with activation checkpointing `norms`: each
-    /// ResBlock's GroupNorm + SiLU and the convolution after it as one operation that recomputes
-    /// the normalisation in the backward pass instead of keeping its output. The same values.
-    pub fn forward_recomputing_norms(
-        &self,
-        x: Tensor<B, 5>,
-        timesteps: &[usize],
-    ) -> Result<Tensor<B, 5>, UNetError> {
-        self.check_input(x.dims(), timesteps.len())?;
-        let sinusoid = self.sinusoid(timesteps, &x.device());
-        Ok(self.forward_ctx(x, sinusoid, None, true))
-    }
-
     /// [`UNet::forward`] with the timesteps given as their [`UNet::sinusoid`] on the device:
     /// a step that reads no host numbers, as a CUDA graph needs (`graphed`).
     pub fn forward_sinusoid(&self, x: Tensor<B, 5>, sinusoid: Tensor<B, 2>) -> Tensor<B, 5> {
