@@ -124,10 +124,12 @@ pub fn generate_phantoms(
     Ok(set)
 }
 
-/// Bytes a phantom takes while it is made and written: its labels, its image and the
-/// geometry's f64 fields, and the gzip encoder's buffers.
-const BYTES_PER_VOXEL: u64 = 32;
-/// Bytes the set's file list takes per phantom (two paths and a name, and the data set's index).
+/// Bytes a phantom holds at once while it is made and written, counted from the code: its
+/// labels and its image in f32 (8), the image encoded (4) and its gzip stream (at most about
+/// the same, 4).
+const BYTES_PER_VOXEL: u64 = 16;
+/// Bytes the set's file list takes per phantom: two paths and a name (about 250 bytes),
+/// rounded up to cover the data set's index of the same files.
 const BYTES_PER_PHANTOM: u64 = 1024;
 
 /// Refuses a set whose generation cannot fit in the memory available, before allocating any
