@@ -120,12 +120,12 @@ fn experiment(name: &str) -> anyhow::Result<()> {
     let precision = crate::plan::precision_of(&settings);
     let shape = crate::plan::training_shape(&config, precision);
     let work = medddpm_plan::Work::Training { ema: true };
-    let allocator = crate::plan::target(settings.backend, 0).allocator;
+    let target = crate::plan::target(settings.backend, 0);
     eprintln!(
         "memory: training needs about {} here in {precision} (`medddpm plan {name}` shows the parts)",
-        medddpm_plan::gib(medddpm_plan::plan(&shape, work, allocator).total()),
+        medddpm_plan::gib(medddpm_plan::plan(&shape, work, target.allocator).total()),
     );
-    if let Some(message) = crate::plan::shortfall("training", &shape, work, &settings) {
+    if let Some(message) = crate::plan::shortfall("training", &shape, work, &target) {
         eprintln!("warning: {message}");
     }
     Ok(())

@@ -121,13 +121,7 @@ pub fn training_shape(config: &ExperimentConfig, precision: Precision) -> RunSha
 /// What the plan says against a run on the device it would start on: a sentence with the
 /// estimate, the device's memory and the cheapest change that fits, when it does not fit;
 /// `None` when it fits or the device's memory is unknown (wgpu).
-pub fn shortfall(
-    what: &str,
-    shape: &RunShape,
-    work: Work,
-    settings: &ComputeSettings,
-) -> Option<String> {
-    let target = target(settings.backend, settings.devices[0]);
+pub fn shortfall(what: &str, shape: &RunShape, work: Work, target: &Target) -> Option<String> {
     let capacity = target.capacity?;
     let needed = plan(shape, work, target.allocator);
     let tuning = needed.total() as f64 * medddpm_plan::FIRST_RUN_FACTOR;
@@ -147,7 +141,7 @@ pub fn shortfall(
             gib(needed.total()),
             target.name,
             gib(capacity),
-            remedy(shape, work, &target, capacity),
+            remedy(shape, work, target, capacity),
         )
     })
 }
@@ -161,7 +155,12 @@ pub fn check_fits(
     settings: &ComputeSettings,
     anyway: bool,
 ) -> anyhow::Result<()> {
-    match shortfall(what, shape, work, settings) {
+    match shortfall(
+        what,
+        shape,
+        work,
+        &target(settings.backend, settings.devices[0]),
+    ) {
         None => Ok(()),
         Some(message) if anyway => {
             eprintln!("warning: {message} (starting anyway: --no-memory-check)");
