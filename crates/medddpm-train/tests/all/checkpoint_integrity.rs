@@ -196,7 +196,7 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
 /// second would surface as a NaN loss blamed on the data; the resume refuses both, naming the
 /// file, and resumes once the run's own state is back.
 #[test]
-fn another_runs_optimizer_state_is_refused() {
+fn another_runs_or_non_finite_optimizer_state_is_refused() {
     let _serial = crate::common::one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
