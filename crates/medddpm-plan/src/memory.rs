@@ -50,19 +50,21 @@ pub enum Allocator {
 }
 
 /// The CUDA context, cuDNN's and cuBLAS's handles and loaded kernels of one process on a
-/// Hopper GPU: most of what `nvidia-smi` counts beside the pools for a sampling run of the tiny
-/// model (docs/benchmarks, "memory plan").
+/// Hopper GPU: in every configuration of the memory plan's first H200 call, nvidia-smi's peak
+/// was 537 MiB above the bench's peak net of what its process held before its run
+/// (docs/benchmarks, "memory plan"), rounded up.
 const CUDA_CONTEXT: u64 = 600 << 20;
 
 /// The memory pools' reserve on top of their live tensors at the peak: cubecl's pools round
 /// each buffer up into size buckets and keep what a step freed for the next one
-/// (docs/benchmarks, "memory plan": fitted on the whole-head bf16 micro-step).
+/// (docs/benchmarks, "memory plan": chosen from one whole-head bf16 measurement, 10,268 MiB
+/// net with 7,082 MiB live after the forward pass).
 const POOL_SLACK: f64 = 0.10;
 
 /// The workspace strict FP32's cuDNN algorithms take on top of the pools' usual reserve: up to
 /// the engine's cap per convolution (`medddpm-cudnn`'s `MAX_WORKSPACE`, 3 GiB). Whole-head
-/// 128^3 in strict FP32 peaked 4.8 GiB above TF32 with the same tensors (docs/benchmarks,
-/// "memory plan"; one configuration measured).
+/// 128^3 in strict FP32 peaked 4.7 GiB above TF32 with the same tensors (24,341 against
+/// 19,509 MiB on an H200: docs/benchmarks, "memory plan"; one configuration measured).
 const STRICT_FP32_WORKSPACE: u64 = 3 << 30;
 
 /// What a forward pass without a graph holds beyond the census's live set, as a fraction of the
@@ -72,7 +74,9 @@ const STRICT_FP32_WORKSPACE: u64 = 3 << 30;
 /// plan"); not measured on the CPU, where it is not added.
 const INFERENCE_UNSEEN: f64 = 0.55;
 
-/// The process itself on the CPU (binary, threads' stacks, burn's state).
+/// The process itself on the CPU (binary, threads' stacks, burn's state): an allowance, not a
+/// measurement of `medddpm` (the smaller `checkpoint_memory` example held 48 MiB before its
+/// pass).
 const HOST_BASE: u64 = 64 << 20;
 
 /// One part of a plan.
