@@ -259,34 +259,10 @@ where
     C: CheckpointStrategy,
     GroupNormBackward: Backward<B, N, State = GroupNormState<B>>,
 {
-    checkpointing_node::<B, C, _, _, N>(GroupNormBackward, inputs, |inputs| {
+    super::node::checkpointing_node::<B, C, _, _, N>(GroupNormBackward, inputs, |inputs| {
         let out = forward_of::<B, N>(inputs, spec);
         (out.y, (out.mean, out.rstd, spec))
     })
-}
-
-/// A node of `N` parents that keeps all of them (as checkpoints) and the extra state `forward`
-/// returns beside its output, given their primitives; untracked, only the output.
-pub(super) fn checkpointing_node<B, C, K, X, const N: usize>(
-    node: K,
-    inputs: [FloatTensor<Autodiff<B, C>>; N],
-    forward: impl FnOnce([FloatTensor<B>; N]) -> (FloatTensor<B>, X),
-) -> FloatTensor<Autodiff<B, C>>
-where
-    B: KernelBackend,
-    C: CheckpointStrategy,
-    K: Backward<B, N, State = (Vec<NodeId>, X)>,
-    X: Clone + Send + std::fmt::Debug + 'static,
-{
-    let parents = inputs.each_ref().map(|t| t.node.clone());
-    match node.prepare::<C>(parents).compute_bound().stateful() {
-        OpsKind::Tracked(mut prep) => {
-            let states = inputs.iter().map(|t| prep.checkpoint(t)).collect();
-            let (out, extra) = forward(inputs.map(|t| t.primitive));
-            prep.finish((states, extra), out)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(inputs.map(|t| t.primitive)).0),
-    }
 }
 
 /// `B`'s GroupNorm forward of x, gamma, beta and (the fourth, where there is one) the shift.

@@ -25,6 +25,7 @@ macro_rules! node_backward_impl {
 
 mod autodiff;
 pub mod backward_profile;
+mod node;
 mod norm_conv;
 
 pub use norm_conv::conv_in_layout;

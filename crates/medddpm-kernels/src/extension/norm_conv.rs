@@ -11,7 +11,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
-use super::autodiff::checkpointing_node;
+use super::node::checkpointing_node;
 use super::KernelBackend;
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
