@@ -160,6 +160,9 @@ pub struct ComputeSettings {
     pub collective: Collective,
     /// Where several devices' replicas run (`auto` is resolved when the backend starts).
     pub launch: Launch,
+    /// The processes of a run that a cluster launcher started, one device each, when this
+    /// process is one of them: `collective` is resolved for that many.
+    pub cluster_world: Option<usize>,
 }
 
 impl ComputeSettings {
@@ -184,6 +187,7 @@ impl Default for ComputeSettings {
             devices: vec![0],
             collective: Collective::Auto,
             launch: Launch::Auto,
+            cluster_world: None,
         }
     }
 }
@@ -237,6 +241,7 @@ impl ComputeRequest {
                 .unwrap_or_else(|| vec![0]),
             collective: self.collective.or(config.collective).unwrap_or_default(),
             launch: self.launch.or(config.launch).unwrap_or_default(),
+            cluster_world: None,
         }
     }
 }

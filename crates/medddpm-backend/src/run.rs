@@ -118,7 +118,7 @@ fn devices_and_collective(
     let (collective, line) = resolve_collective(
         backend,
         settings.collective,
-        settings.devices.len(),
+        settings.cluster_world.unwrap_or(settings.devices.len()),
         nccl_status,
     )?;
     let launch = resolve_launch(backend, settings.launch, settings.devices.len());

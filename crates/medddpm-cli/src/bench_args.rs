@@ -203,6 +203,7 @@ impl BenchArgs {
             devices,
             collective: self.collective.map(|c| c.0).unwrap_or_default(),
             launch: self.launch.map(|l| l.0).unwrap_or_default(),
+            cluster_world: None,
         };
         Some(Ok(Scaling {
             settings,

@@ -2,6 +2,7 @@
 
 mod bench_args;
 mod check_kernels;
+mod cluster;
 mod compute_args;
 mod eval;
 mod experiments;

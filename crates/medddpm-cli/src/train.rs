@@ -7,7 +7,8 @@ use clap::Args;
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_backend::Launch;
 use medddpm_train::{
-    train_on, train_processes, ExperimentConfig, RunDir, SessionOptions, TrainSummary,
+    train_cluster_lead, train_on, train_processes, ClusterPlace, ExperimentConfig, RunDir,
+    SessionOptions, TrainSummary,
 };
 
 use crate::compute_args::ComputeArgs;
@@ -54,6 +55,10 @@ pub struct TrainArgs {
     /// Start even when the memory plan says the run does not fit the device.
     #[arg(long)]
     no_memory_check: bool,
+    /// The port rank 0 listens on in a run that Slurm's `srun` started (torchrun names its
+    /// own, MASTER_PORT); see docs/distributed.md.
+    #[arg(long, default_value_t = medddpm_train::cluster::DEFAULT_RENDEZVOUS_PORT)]
+    rdzv_port: u16,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -68,6 +73,8 @@ struct TrainTask {
     /// `--gpu-trace`: optimizer steps to trace.
     gpu_trace: Option<usize>,
     cuda_graphs: bool,
+    /// Rank 0 of a run a cluster launcher started, with the run's token.
+    cluster: Option<(ClusterPlace, String)>,
 }
 
 impl BackendTask for TrainTask {
@@ -116,8 +123,19 @@ impl BackendTask for TrainTask {
             }
             None => &mut bar,
         };
-        let summary = match env.launch {
-            Launch::Processes => train_processes::<B>(
+        let summary = match (&self.cluster, env.launch) {
+            (Some((place, token)), _) => {
+                observer.message(&crate::cluster::describe(place, env.devices[0]));
+                train_cluster_lead::<B>(
+                    &self.config,
+                    &self.run,
+                    &options,
+                    (place, token),
+                    &devices[0],
+                    observer,
+                )?
+            }
+            (None, Launch::Processes) => train_processes::<B>(
                 &self.config,
                 &self.run,
                 &options,
@@ -180,7 +198,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         eprintln!("warning: [model] {warning}");
     }
     config.validate()?;
-    let settings = args.compute.settings_with(&config.compute);
+    let mut settings = args.compute.settings_with(&config.compute);
+    let cluster = match crate::cluster::place(args.rdzv_port)? {
+        Some(place) => {
+            let token = crate::cluster::token(&place)?;
+            let listed = args.compute.devices.is_some() || config.compute.devices.is_some();
+            settings = crate::cluster::settings_for(&place, settings, listed)?;
+            if place.rank > 0 {
+                // Rank 0 decides when the run stops (a scheduler signals every rank).
+                crate::signals::ignore_stop_signals();
+                return run_on(&settings, crate::cluster::RankTask { place, token });
+            }
+            Some((place, token))
+        }
+        None => None,
+    };
     let shape = crate::plan::training_shape(&config, crate::plan::precision_of(&settings));
     let work = medddpm_plan::Work::Training { ema: true };
     crate::plan::check_fits("training", &shape, work, &settings, args.no_memory_check)?;
@@ -194,6 +226,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             tune_cache: args.compute.tune_cache.clone(),
             gpu_trace: args.gpu_trace,
             cuda_graphs: args.cuda_graphs,
+            cluster,
         },
     )
 }

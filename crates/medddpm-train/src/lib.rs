@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod cluster;
 mod config;
 pub mod data;
 pub mod ema;
@@ -21,6 +22,7 @@ mod seeding;
 pub mod trainer;
 
 pub use checkpoint::RunDir;
+pub use cluster::{ClusterError, ClusterPlace, Launcher};
 pub use config::{
     ConfigTextError, DiffusionConfig, ExperimentConfig, LrSchedule, NonFiniteLoss, TrainSettings,
 };
@@ -32,7 +34,8 @@ pub use sample::{
     WeightsSource,
 };
 pub use trainer::processes::{
-    train_processes, train_replica, LaunchedReplica, ReplicaLauncher, ReplicaSpec,
+    train_cluster_lead, train_cluster_replica, train_processes, train_replica, LaunchedReplica,
+    ReplicaLauncher, ReplicaSpec,
 };
 pub use trainer::{
     micro_step, micro_step_forward, micro_step_loss, train, train_on, MicroBatch, MicroStepForward,

@@ -1,5 +1,7 @@
-//! The replicas' meeting point when each runs in a process of its own: TCP connections on the
-//! loopback interface between the lead (rank 0) and every other replica, carrying what
+//! The replicas' meeting point when each runs in a process of its own: TCP connections
+//! between the lead (rank 0) and every other replica (on the loopback interface when the lead
+//! started them; at the address a cluster launcher named when it started them on several
+//! machines), carrying what
 //! [`super::exchange::Exchange`] carries between threads (readiness, losses, and the gradients
 //! where no GPU collective averages them) plus the session's start.
 //!
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use medddpm_kernels::Compute;
 
 use super::exchange::Aborted;
+use crate::cluster::ClusterPlace;
 
 /// Frame tags.
 const DATA: u8 = 0;
@@ -24,8 +27,19 @@ const ABORT: u8 = 1;
 /// What a replica first says: this, the run's token, its rank.
 const HELLO: &str = "medddpm-replica";
 
-/// How long the lead waits for every replica process to connect.
+/// How long the lead waits for every replica process to connect, and a replica that a
+/// cluster launcher started for its lead to listen.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// [`CONNECT_TIMEOUT`], or the seconds `MEDDDPM_RDZV_TIMEOUT` gives (a cluster run whose
+/// nodes start far apart, or a test that wants a wrong address named sooner).
+pub(crate) fn rendezvous_timeout() -> Duration {
+    std::env::var("MEDDDPM_RDZV_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(CONNECT_TIMEOUT, Duration::from_secs_f64)
+}
 
 /// Where a replica process finds its lead, and who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +118,28 @@ impl Rendezvous {
             listener,
             token: fresh_token(),
             world,
+        })
+    }
+
+    /// Listens where a cluster launcher said rank 0 would (`place.rendezvous`) for the other
+    /// ranks, which must present `token`: on the loopback interface when that address is a
+    /// loopback one, else on every interface (a machine's own name often resolves to a
+    /// loopback address on itself while the other machines reach it by another).
+    pub fn bind_at(place: &ClusterPlace, token: &str) -> std::io::Result<Self> {
+        let listener = if place.loopback() {
+            TcpListener::bind(place.rendezvous.as_str())?
+        } else {
+            let port = place
+                .rendezvous
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .ok_or_else(|| std::io::Error::other("the address has no port"))?;
+            TcpListener::bind(("0.0.0.0", port))?
+        };
+        Ok(Self {
+            listener,
+            token: token.to_string(),
+            world: place.world,
         })
     }
 
@@ -198,6 +234,16 @@ impl Rendezvous {
     }
 }
 
+/// Whether a failed connection may succeed later: nothing listens yet, or the lead's machine
+/// is not up on the network yet.
+fn retry_connect(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionReset | TimedOut | HostUnreachable | NetworkUnreachable
+    ) || e.raw_os_error() == Some(113)
+}
+
 /// A token no other run shares: the clock, the process id and std's random hasher keys.
 fn fresh_token() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -236,9 +282,25 @@ pub(crate) struct ProcessLink {
 }
 
 impl ProcessLink {
-    /// Joins the lead that `spec` names.
-    pub fn connect(spec: &ReplicaSpec) -> std::io::Result<Self> {
-        let stream = TcpStream::connect(&spec.lead)?;
+    /// Joins the lead that `spec` names, trying again while nothing listens there yet (a
+    /// cluster launcher starts every rank at once) until `patience` has passed.
+    pub fn connect(spec: &ReplicaSpec, patience: Duration) -> std::io::Result<Self> {
+        let start = Instant::now();
+        let stream = loop {
+            match TcpStream::connect(&spec.lead) {
+                Ok(stream) => break stream,
+                Err(e) if start.elapsed() < patience && retry_connect(&e) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) if !patience.is_zero() && retry_connect(&e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("{e}, for {} s", patience.as_secs()),
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let mut peer = Peer::new(stream)?;
         peer.send(
             DATA,
@@ -377,7 +439,9 @@ mod tests {
         let handles = (1..world)
             .map(|rank| {
                 let spec = rendezvous.spec(rank, rank, Compute::default()).unwrap();
-                std::thread::spawn(move || (rank, ProcessLink::connect(&spec).unwrap()))
+                std::thread::spawn(move || {
+                    (rank, ProcessLink::connect(&spec, Duration::ZERO).unwrap())
+                })
             })
             .collect();
         let lead = rendezvous
@@ -447,7 +511,7 @@ mod tests {
         let rendezvous = Rendezvous::bind(2).unwrap();
         let mut wrong = rendezvous.spec(1, 1, Compute::default()).unwrap();
         wrong.token = "guess".into();
-        let _stranger = ProcessLink::connect(&wrong).unwrap();
+        let _stranger = ProcessLink::connect(&wrong, Duration::ZERO).unwrap();
         let err = rendezvous
             .accept(Duration::from_millis(300), &mut || None)
             .err()

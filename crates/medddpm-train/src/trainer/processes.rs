@@ -21,7 +21,7 @@ use medddpm_unet::{KernelAutodiffBackend, UNet};
 use serde::{Deserialize, Serialize};
 
 pub use super::link::ReplicaSpec;
-use super::link::{ProcessLink, Rendezvous, CONNECTION_LOST, CONNECT_TIMEOUT};
+use super::link::{rendezvous_timeout, ProcessLink, Rendezvous, CONNECTION_LOST, CONNECT_TIMEOUT};
 
 use super::parallel::{first_cause, StartPoint, Worker};
 use super::session::Session;
@@ -29,6 +29,7 @@ use super::shard::Shard;
 use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{end_step, lead, open_session, SessionOptions, TrainObserver, TrainSummary};
 use crate::checkpoint::RunDir;
+use crate::cluster::ClusterPlace;
 use crate::integrity::decode_record;
 use crate::{ExperimentConfig, TrainError};
 
@@ -77,6 +78,9 @@ pub trait ReplicaLauncher {
 struct Start {
     config_toml: String,
     collective: Collective,
+    /// How the lead computes: a replica that a cluster launcher started resolved its own
+    /// settings, which must be the same.
+    compute: Compute,
     /// The step the session stops at.
     end: usize,
     from: StartPoint,
@@ -95,7 +99,46 @@ pub fn train_processes<B: KernelAutodiffBackend>(
     launcher: &dyn ReplicaLauncher,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary, TrainError> {
-    let world = devices.len();
+    let names: Vec<String> = devices.iter().map(usize::to_string).collect();
+    let start = || start_replicas(devices, options.compute, launcher);
+    lead_processes::<B>(config, run, options, (&names, device), start, observer)
+}
+
+/// Rank 0 of a run whose processes a cluster launcher started (`torchrun`, `srun`): listens
+/// at `place.rendezvous` for the other ranks, which present `token`, then trains as the lead
+/// of [`train_processes`] does. The other ranks run [`train_replica`].
+pub fn train_cluster_lead<B: KernelAutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    (place, token): (&ClusterPlace, &str),
+    device: &B::Device,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let mut names = vec![format!("{device:?}")];
+    names.extend((1..place.world).map(|r| format!("of rank {r}")));
+    let start = || {
+        let rendezvous = Rendezvous::bind_at(place, token)
+            .map_err(|e| Started::Lead(format!("cannot listen at {}: {e}", place.rendezvous)))?;
+        let link = rendezvous
+            .accept(rendezvous_timeout(), &mut || None)
+            .map_err(|e| Started::Lead(format!("at {}: {e}", place.rendezvous)))?;
+        Ok((Replicas(Vec::new()), link))
+    };
+    lead_processes::<B>(config, run, options, (&names, device), start, observer)
+}
+
+/// The lead's part of a run of one process per device, once `start` has its replicas
+/// connected; `names[r]` is rank `r`'s device, for errors.
+fn lead_processes<B: KernelAutodiffBackend>(
+    config: &ExperimentConfig,
+    run: &RunDir,
+    options: &SessionOptions,
+    (names, device): (&[String], &B::Device),
+    start: impl FnOnce() -> Result<(Replicas, ProcessLink), Started>,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary, TrainError> {
+    let world = names.len();
     let shard = Shard::new(&config.train, 0, world)?;
     let s = open_session::<B>(config, run, options, device, observer)?;
     let collective = match options.collective {
@@ -107,11 +150,10 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         device: format!("{device:?}"),
         message,
     };
-    let (replicas, link) =
-        start_replicas(devices, options.compute, launcher).map_err(|e| match e {
-            Started::Lead(message) => lead_error(message),
-            Started::Replica(e) => e,
-        })?;
+    let (replicas, link) = start().map_err(|e| match e {
+        Started::Lead(message) => lead_error(message),
+        Started::Replica(e) => e,
+    })?;
     observer.message(&format!(
         "{}, one process per device",
         super::parallel::describe(config, &shard, collective)
@@ -123,6 +165,7 @@ pub fn train_processes<B: KernelAutodiffBackend>(
     let start = Start {
         config_toml: config.to_toml(),
         collective,
+        compute: options.compute,
         end: end_step(config, options, s.state.step),
         from: StartPoint::of(&s.state),
         nccl_id: nccl_id.clone(),
@@ -137,7 +180,7 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         return Err(match link.failure() {
             Some((rank, message)) => TrainError::Replica {
                 rank,
-                device: devices[rank].to_string(),
+                device: names[rank].clone(),
                 message,
             },
             None => lead_error("a replica process went away before the first step".into()),
@@ -161,7 +204,7 @@ pub fn train_processes<B: KernelAutodiffBackend>(
         link.abort("");
     }
     let ended = replicas.wait(out.is_err());
-    first_cause(out, replica_outcomes(&link, ended, devices))
+    first_cause(out, replica_outcomes(&link, ended, names))
 }
 
 /// Why the replicas did not start: the lead's own trouble, or a replica's.
@@ -204,11 +247,11 @@ fn start_replicas(
 fn replica_outcomes(
     link: &ProcessLink,
     ended: Vec<Option<String>>,
-    devices: &[usize],
+    names: &[String],
 ) -> Vec<Result<(), TrainError>> {
     let replica_error = |rank: usize, message: String| TrainError::Replica {
         rank,
-        device: devices[rank].to_string(),
+        device: names[rank].clone(),
         message,
     };
     let mut outs: Vec<Result<(), TrainError>> = ended
@@ -266,7 +309,24 @@ pub fn train_replica<B: KernelAutodiffBackend>(
     spec: &ReplicaSpec,
     device: &B::Device,
 ) -> Result<(), TrainError> {
-    let link = ProcessLink::connect(spec).map_err(|e| {
+    replica_of::<B>(spec, device, Duration::ZERO)
+}
+
+/// [`train_replica`] for a rank that a cluster launcher started beside rank 0: it waits up
+/// to `MEDDDPM_RDZV_TIMEOUT` (default ten minutes) for rank 0 to listen at `spec.lead`.
+pub fn train_cluster_replica<B: KernelAutodiffBackend>(
+    spec: &ReplicaSpec,
+    device: &B::Device,
+) -> Result<(), TrainError> {
+    replica_of::<B>(spec, device, rendezvous_timeout())
+}
+
+fn replica_of<B: KernelAutodiffBackend>(
+    spec: &ReplicaSpec,
+    device: &B::Device,
+    patience: Duration,
+) -> Result<(), TrainError> {
+    let link = ProcessLink::connect(spec, patience).map_err(|e| {
         replica_error(spec, device)(format!("cannot reach the lead at {}: {e}", spec.lead))
     })?;
     let out = replica_session::<B>(&link, spec, device);
@@ -309,6 +369,14 @@ fn replica_session<B: KernelAutodiffBackend>(
     let optim_bytes = link.broadcast(Vec::new()).map_err(lost)?;
     let config = ExperimentConfig::from_toml(&start.config_toml)
         .map_err(|e| error(format!("the lead's experiment does not read: {e}")))?;
+    if start.compute != spec.compute {
+        return Err(error(format!(
+            "this process computes as {:?} but rank 0 as {:?}: give every process the same \
+             --precision, --layout, --conv-engine and --norm-engine (and the same GPU model \
+             where they are `auto`)",
+            spec.compute, start.compute
+        )));
+    }
     // The lead's weights in memory, checked when they were read: no check again, whose
     // reductions over every parameter would make this process tune kernels the lead never
     // runs (on the H100, longer than a minute in TF32).
