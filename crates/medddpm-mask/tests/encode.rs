@@ -20,13 +20,20 @@ fn tiny(labels: &[f32]) -> Volume {
     Volume::new([labels.len(), 1, 1], labels.to_vec(), a).unwrap()
 }
 
+/// A shared mask and its encoding by `scheme`, checked to hold `len` values, each 1 or `off`.
+fn encoded(rel: &str, scheme: &LabelScheme, len: usize, off: f32) -> (Volume, Vec<f32>) {
+    let path = dataset(rel);
+    let mask = Volume::read(&path).unwrap();
+    let out = scheme.encode(&mask, &path).unwrap();
+    assert_eq!(out.len(), len);
+    assert!(out.iter().all(|&x| x == 1.0 || x == off));
+    (mask, out)
+}
+
 #[test]
 fn whole_head_sample_3() {
-    let path = dataset("medddpm-samples/whole_head/mask/sample_3.nii.gz");
-    let mask = Volume::read(&path).unwrap();
-    let out = LabelScheme::whole_head().encode(&mask, &path).unwrap();
-    assert_eq!(out.len(), 2 * 128 * 128 * 128);
-    assert!(out.iter().all(|&x| x == 1.0 || x == -1.0));
+    let rel = "medddpm-samples/whole_head/mask/sample_3.nii.gz";
+    let (mask, out) = encoded(rel, &LabelScheme::whole_head(), 2 * 128 * 128 * 128, -1.0);
     assert_eq!(counts(&out, 2, 1.0), [1_152_632, 1_145]);
     // Channel 0 at voxel idx is the mask's voxel idx in file (= network k, j, i) order.
     let n = mask.voxel_count();
@@ -38,11 +45,8 @@ fn whole_head_sample_3() {
 
 #[test]
 fn brats_seg_01306() {
-    let path = dataset("medddpm-samples/brats2021/seg/BraTS2021_01306_seg.nii.gz");
-    let mask = Volume::read(&path).unwrap();
-    let out = LabelScheme::brats().encode(&mask, &path).unwrap();
-    assert_eq!(out.len(), 4 * 192 * 192 * 144);
-    assert!(out.iter().all(|&x| x == 0.0 || x == 1.0));
+    let rel = "medddpm-samples/brats2021/seg/BraTS2021_01306_seg.nii.gz";
+    let (_, out) = encoded(rel, &LabelScheme::brats(), 4 * 192 * 192 * 144, 0.0);
     assert_eq!(counts(&out, 4, 1.0), [40, 48_100, 8_029, 1_160_966]);
 }
 

@@ -24,6 +24,25 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// [`one_at_a_time`] and a fresh temporary folder: how every test here that writes starts.
+pub fn serial_tempdir() -> (std::sync::MutexGuard<'static, ()>, tempfile::TempDir) {
+    let serial = one_at_a_time();
+    (serial, tempfile::tempdir().unwrap())
+}
+
+/// [`serial_tempdir`] with a [`tiny_experiment`] on `count` phantoms in it.
+pub fn tiny_setup(
+    count: usize,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    ExperimentConfig,
+) {
+    let (serial, tmp) = serial_tempdir();
+    let config = tiny_experiment(&tmp.path().join("phantoms"), count);
+    (serial, tmp, config)
+}
+
 /// Records every step's loss.
 pub struct Losses(pub Vec<f32>);
 
