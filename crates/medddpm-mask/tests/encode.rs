@@ -59,17 +59,33 @@ fn tiny_whole_head_values_are_exclusive() {
     assert_eq!(out, [-1.0, 1.0, -1.0, -1.0, -1.0, 1.0]);
 }
 
-#[test]
-fn unknown_label_names_value_count_and_file() {
-    let mask = tiny(&[0.0, 7.0, 1.0, 7.0, 2.0]);
-    let err = LabelScheme::whole_head()
-        .encode(&mask, Path::new("/data/masks/case_12.nii.gz"))
-        .unwrap_err();
+/// The message of `scheme`'s refusal of a tiny mask of `labels` read from `path`, checked to
+/// be an unknown label `value` in `count` voxels.
+fn unknown_label(
+    scheme: LabelScheme,
+    labels: &[f32],
+    path: &str,
+    value: f32,
+    count: usize,
+) -> String {
+    let err = scheme.encode(&tiny(labels), Path::new(path)).unwrap_err();
     assert!(
-        matches!(err, MaskError::UnknownLabel { value, count: 2, .. } if value == 7.0),
+        matches!(err, MaskError::UnknownLabel { value: v, count: c, .. } if v == value && c == count),
         "{err:?}"
     );
-    let msg = err.to_string();
+    err.to_string()
+}
+
+#[test]
+fn unknown_label_names_value_count_and_file() {
+    let labels = [0.0, 7.0, 1.0, 7.0, 2.0];
+    let msg = unknown_label(
+        LabelScheme::whole_head(),
+        &labels,
+        "/data/masks/case_12.nii.gz",
+        7.0,
+        2,
+    );
     assert!(
         msg.contains("case_12.nii.gz") && msg.contains("label value 7") && msg.contains("2 voxels"),
         "{msg}"
@@ -78,15 +94,14 @@ fn unknown_label_names_value_count_and_file() {
 
 #[test]
 fn fractional_label_is_unknown() {
-    let mask = tiny(&[0.0, 1.0, 0.5]);
-    let err = LabelScheme::brats()
-        .encode(&mask, Path::new("resized.nii"))
-        .unwrap_err();
-    assert!(
-        matches!(err, MaskError::UnknownLabel { value, count: 1, .. } if value == 0.5),
-        "{err:?}"
+    let msg = unknown_label(
+        LabelScheme::brats(),
+        &[0.0, 1.0, 0.5],
+        "resized.nii",
+        0.5,
+        1,
     );
-    assert!(err.to_string().contains("resized.nii"));
+    assert!(msg.contains("resized.nii"));
 }
 
 #[test]
