@@ -76,17 +76,8 @@ impl DdimSampler {
             self.eta.powi(2) * (1.0 - abar_prev) / (1.0 - abar_t) * (1.0 - abar_t / abar_prev);
         let direction = (1.0 - abar_prev - variance).max(0.0).sqrt();
         let mean = x0.clone().mul_scalar(abar_prev.sqrt()) + eps.mul_scalar(direction);
-        let prev_sample = if variance > 0.0 {
-            mean.clone() + noise.mul_scalar(variance.sqrt())
-        } else {
-            mean.clone()
-        };
-        StepOutput {
-            prev_sample,
-            pred_original_sample: x0,
-            mean,
-            log_variance: variance.ln(),
-        }
+        let std = (variance > 0.0).then(|| variance.sqrt());
+        StepOutput::noised(mean, x0, variance.ln(), noise, std)
     }
 }
 

@@ -43,17 +43,8 @@ impl DdpmSampler {
         // 4. Posterior log-variance, floored at ln(1e-20) so step 0 stays finite.
         let log_variance = s.posterior_log_variance_clipped[t];
         // 5. Add noise except at the last step.
-        let prev_sample = if t > 0 {
-            mean.clone() + noise.mul_scalar((0.5 * log_variance).exp())
-        } else {
-            mean.clone()
-        };
-        StepOutput {
-            prev_sample,
-            pred_original_sample: x0,
-            mean,
-            log_variance,
-        }
+        let std = (t > 0).then(|| (0.5 * log_variance).exp());
+        StepOutput::noised(mean, x0, log_variance, noise, std)
     }
 }
 

@@ -19,6 +19,29 @@ pub struct StepOutput<B: Backend, const D: usize> {
     pub log_variance: f64,
 }
 
+impl<B: Backend, const D: usize> StepOutput<B, D> {
+    /// A stochastic step's output: `noise` times `std` added to `mean`, or `mean` itself where
+    /// `std` is `None` (the steps that add no noise).
+    pub(crate) fn noised(
+        mean: Tensor<B, D>,
+        x0: Tensor<B, D>,
+        log_variance: f64,
+        noise: Tensor<B, D>,
+        std: Option<f64>,
+    ) -> Self {
+        let prev_sample = match std {
+            Some(std) => mean.clone() + noise.mul_scalar(std),
+            None => mean.clone(),
+        };
+        Self {
+            prev_sample,
+            pred_original_sample: x0,
+            mean,
+            log_variance,
+        }
+    }
+}
+
 /// What every sampler walks and how it reads the network: one place for the fields and the x0
 /// prediction the samplers share.
 #[derive(Debug, Clone)]

@@ -20,13 +20,20 @@ fn tiny(labels: &[f32]) -> Volume {
     Volume::new([labels.len(), 1, 1], labels.to_vec(), a).unwrap()
 }
 
+/// A shared mask and its encoding by `scheme`, checked to hold `len` values, each 1 or `off`.
+fn encoded(rel: &str, scheme: &LabelScheme, len: usize, off: f32) -> (Volume, Vec<f32>) {
+    let path = dataset(rel);
+    let mask = Volume::read(&path).unwrap();
+    let out = scheme.encode(&mask, &path).unwrap();
+    assert_eq!(out.len(), len);
+    assert!(out.iter().all(|&x| x == 1.0 || x == off));
+    (mask, out)
+}
+
 #[test]
 fn whole_head_sample_3() {
-    let path = dataset("medddpm-samples/whole_head/mask/sample_3.nii.gz");
-    let mask = Volume::read(&path).unwrap();
-    let out = LabelScheme::whole_head().encode(&mask, &path).unwrap();
-    assert_eq!(out.len(), 2 * 128 * 128 * 128);
-    assert!(out.iter().all(|&x| x == 1.0 || x == -1.0));
+    let rel = "medddpm-samples/whole_head/mask/sample_3.nii.gz";
+    let (mask, out) = encoded(rel, &LabelScheme::whole_head(), 2 * 128 * 128 * 128, -1.0);
     assert_eq!(counts(&out, 2, 1.0), [1_152_632, 1_145]);
     // Channel 0 at voxel idx is the mask's voxel idx in file (= network k, j, i) order.
     let n = mask.voxel_count();
@@ -38,11 +45,8 @@ fn whole_head_sample_3() {
 
 #[test]
 fn brats_seg_01306() {
-    let path = dataset("medddpm-samples/brats2021/seg/BraTS2021_01306_seg.nii.gz");
-    let mask = Volume::read(&path).unwrap();
-    let out = LabelScheme::brats().encode(&mask, &path).unwrap();
-    assert_eq!(out.len(), 4 * 192 * 192 * 144);
-    assert!(out.iter().all(|&x| x == 0.0 || x == 1.0));
+    let rel = "medddpm-samples/brats2021/seg/BraTS2021_01306_seg.nii.gz";
+    let (_, out) = encoded(rel, &LabelScheme::brats(), 4 * 192 * 192 * 144, 0.0);
     assert_eq!(counts(&out, 4, 1.0), [40, 48_100, 8_029, 1_160_966]);
 }
 
@@ -55,17 +59,33 @@ fn tiny_whole_head_values_are_exclusive() {
     assert_eq!(out, [-1.0, 1.0, -1.0, -1.0, -1.0, 1.0]);
 }
 
-#[test]
-fn unknown_label_names_value_count_and_file() {
-    let mask = tiny(&[0.0, 7.0, 1.0, 7.0, 2.0]);
-    let err = LabelScheme::whole_head()
-        .encode(&mask, Path::new("/data/masks/case_12.nii.gz"))
-        .unwrap_err();
+/// The message of `scheme`'s refusal of a tiny mask of `labels` read from `path`, checked to
+/// be an unknown label `value` in `count` voxels.
+fn unknown_label(
+    scheme: LabelScheme,
+    labels: &[f32],
+    path: &str,
+    value: f32,
+    count: usize,
+) -> String {
+    let err = scheme.encode(&tiny(labels), Path::new(path)).unwrap_err();
     assert!(
-        matches!(err, MaskError::UnknownLabel { value, count: 2, .. } if value == 7.0),
+        matches!(err, MaskError::UnknownLabel { value: v, count: c, .. } if v == value && c == count),
         "{err:?}"
     );
-    let msg = err.to_string();
+    err.to_string()
+}
+
+#[test]
+fn unknown_label_names_value_count_and_file() {
+    let labels = [0.0, 7.0, 1.0, 7.0, 2.0];
+    let msg = unknown_label(
+        LabelScheme::whole_head(),
+        &labels,
+        "/data/masks/case_12.nii.gz",
+        7.0,
+        2,
+    );
     assert!(
         msg.contains("case_12.nii.gz") && msg.contains("label value 7") && msg.contains("2 voxels"),
         "{msg}"
@@ -74,15 +94,14 @@ fn unknown_label_names_value_count_and_file() {
 
 #[test]
 fn fractional_label_is_unknown() {
-    let mask = tiny(&[0.0, 1.0, 0.5]);
-    let err = LabelScheme::brats()
-        .encode(&mask, Path::new("resized.nii"))
-        .unwrap_err();
-    assert!(
-        matches!(err, MaskError::UnknownLabel { value, count: 1, .. } if value == 0.5),
-        "{err:?}"
+    let msg = unknown_label(
+        LabelScheme::brats(),
+        &[0.0, 1.0, 0.5],
+        "resized.nii",
+        0.5,
+        1,
     );
-    assert!(err.to_string().contains("resized.nii"));
+    assert!(msg.contains("resized.nii"));
 }
 
 #[test]

@@ -117,14 +117,22 @@ fn percentile(sorted: &[f32], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Normalization::{ReferencePerSlice, VolumeMinMax};
+
+    /// `d` normalised by `mode` on a grid of `dims`.
+    fn applied(mode: Normalization, mut d: Vec<f32>, dims: [usize; 3]) -> Vec<f32> {
+        mode.apply(&mut d, dims).unwrap();
+        d
+    }
 
     #[test]
     fn per_slice_scales_each_k_slice_alone() {
         // dims (2, 1, 3): three k-slices of two voxels each.
-        let mut d = vec![0.0, 10.0, 5.0, 5.0, -2.0, 2.0];
-        Normalization::ReferencePerSlice
-            .apply(&mut d, [2, 1, 3])
-            .unwrap();
+        let d = applied(
+            ReferencePerSlice,
+            vec![0.0, 10.0, 5.0, 5.0, -2.0, 2.0],
+            [2, 1, 3],
+        );
         // slice 0: [0,10] -> [-1, 1]; slice 1 constant -> 0 -> -1; slice 2: [-2,2] -> [-1,1].
         assert_eq!(d, vec![-1.0, 1.0, -1.0, -1.0, -1.0, 1.0]);
     }
@@ -132,29 +140,21 @@ mod tests {
     #[test]
     fn per_slice_groups_over_i_and_j() {
         // dims (1, 2, 2): slice k=0 is {1, 3}, k=1 is {0, 4}; a mid value tells them apart.
-        let mut d = vec![1.0, 3.0, 0.0, 4.0];
-        Normalization::ReferencePerSlice
-            .apply(&mut d, [1, 2, 2])
-            .unwrap();
+        let d = applied(ReferencePerSlice, vec![1.0, 3.0, 0.0, 4.0], [1, 2, 2]);
         assert_eq!(d, vec![-1.0, 1.0, -1.0, 1.0]);
-        let mut d = vec![1.0, 2.0, 3.0, 0.0, 1.0, 4.0];
-        Normalization::ReferencePerSlice
-            .apply(&mut d, [3, 1, 2])
-            .unwrap();
+        let d = applied(
+            ReferencePerSlice,
+            vec![1.0, 2.0, 3.0, 0.0, 1.0, 4.0],
+            [3, 1, 2],
+        );
         assert_eq!(d, vec![-1.0, 0.0, 1.0, -1.0, -0.5, 1.0]);
     }
 
     #[test]
     fn volume_minmax_uses_the_whole_volume() {
-        let mut d = vec![2.0, 4.0, 6.0, 10.0];
-        Normalization::VolumeMinMax
-            .apply(&mut d, [2, 1, 2])
-            .unwrap();
+        let d = applied(VolumeMinMax, vec![2.0, 4.0, 6.0, 10.0], [2, 1, 2]);
         assert_eq!(d, vec![-1.0, -0.5, 0.0, 1.0]);
-        let mut c = vec![3.0; 4];
-        Normalization::VolumeMinMax
-            .apply(&mut c, [2, 2, 1])
-            .unwrap();
+        let c = applied(VolumeMinMax, vec![3.0; 4], [2, 2, 1]);
         assert_eq!(c, vec![-1.0; 4]);
     }
 

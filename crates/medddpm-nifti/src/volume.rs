@@ -216,3 +216,25 @@ pub fn nifti_stem(path: &Path) -> Option<&str> {
     };
     (stem_len > 0).then(|| &name[..stem_len])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems() {
+        for (name, stem) in [
+            ("a/sample_3.nii.gz", Some("sample_3")),
+            ("x.NII", Some("x")),
+            ("b.NII", Some("b")),
+            (".x.nii.gz", None),
+            (".b.nii.gz.1.2.tmp", None),
+            (".hidden.nii", None),
+            ("x.txt", None),
+            ("readme.txt", None),
+            (".nii", None),
+        ] {
+            assert_eq!(nifti_stem(Path::new(name)), stem, "{name}");
+        }
+    }
+}

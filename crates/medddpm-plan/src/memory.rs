@@ -258,15 +258,14 @@ mod tests {
     /// What each setting is expected to change, in the direction and the rough size it changes.
     #[test]
     fn settings_move_the_plan_the_way_they_should() {
-        let bf16 = training(&shape(UNetConfig::whole_head(), 128), true, Allocator::Cuda);
-        let fp32 = training(
-            &RunShape {
-                half: false,
-                ..shape(UNetConfig::whole_head(), 128)
-            },
-            true,
-            Allocator::Cuda,
-        );
+        // The whole-head training plan at 128^3 with one setting changed.
+        let with = |change: fn(&mut RunShape)| {
+            let mut s = shape(UNetConfig::whole_head(), 128);
+            change(&mut s);
+            training(&s, true, Allocator::Cuda)
+        };
+        let bf16 = with(|_| ());
+        let fp32 = with(|s| s.half = false);
         assert_eq!(bf16.parameters, 40_226_433);
         // Twice the bytes a value, but the attention weights' f32 softmax output in both.
         let c = census(&UNetConfig::whole_head(), [128; 3]);
@@ -274,32 +273,11 @@ mod tests {
             2 * bf16.part(parts::KEPT) - fp32.part(parts::KEPT),
             c.saved_attention * (2 * 6 - 8)
         );
-        let batch2 = training(
-            &RunShape {
-                batch: 2,
-                ..shape(UNetConfig::whole_head(), 128)
-            },
-            true,
-            Allocator::Cuda,
-        );
+        let batch2 = with(|s| s.batch = 2);
         assert_eq!(batch2.part(parts::KEPT), 2 * bf16.part(parts::KEPT));
-        let blocks = training(
-            &RunShape {
-                checkpointing: true,
-                ..shape(UNetConfig::whole_head(), 128)
-            },
-            true,
-            Allocator::Cuda,
-        );
+        let blocks = with(|s| s.checkpointing = true);
         assert!(blocks.total() < bf16.total() * 4 / 5);
-        let norms = training(
-            &RunShape {
-                recompute_norms: true,
-                ..shape(UNetConfig::whole_head(), 128)
-            },
-            true,
-            Allocator::Cuda,
-        );
+        let norms = with(|s| s.recompute_norms = true);
         assert!(norms.total() < bf16.total() && norms.total() > blocks.total());
         let sample = sampling(&shape(UNetConfig::whole_head(), 128), Allocator::Cuda);
         assert!(sample.total() < blocks.total());

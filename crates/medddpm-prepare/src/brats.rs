@@ -232,9 +232,7 @@ pub fn prepare_brats(
         not_listed,
         config: config.clone(),
     };
-    let report = Report::new("brats", run, done, skipped);
-    report.write(out)?;
-    Ok(report)
+    Report::new("brats", run, done, skipped).written(out)
 }
 
 /// The five input files of a case (`.nii.gz`, else `.nii`), or the reason it cannot run.

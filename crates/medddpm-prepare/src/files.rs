@@ -288,15 +288,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stems() {
-        assert_eq!(nifti_stem(Path::new("a/sample_3.nii.gz")), Some("sample_3"));
-        assert_eq!(nifti_stem(Path::new("x.NII")), Some("x"));
-        assert_eq!(nifti_stem(Path::new(".x.nii.gz")), None);
-        assert_eq!(nifti_stem(Path::new("x.txt")), None);
-        assert_eq!(nifti_stem(Path::new(".nii")), None);
-    }
-
-    #[test]
     fn label_check_names_the_bad_values() {
         let v = Volume::new([4, 1, 1], vec![0.0, 1.0, 3.0, 2.5], medddpm_nifti::IDENTITY).unwrap();
         match check_labels(Path::new("m.nii"), &v, &[0, 1, 2]) {

@@ -333,7 +333,5 @@ pub fn prepare_head_masks(
         out: out.to_path_buf(),
         config: config.clone(),
     };
-    let report = Report::new("head-mask", run, done, skipped);
-    report.write(out)?;
-    Ok(report)
+    Report::new("head-mask", run, done, skipped).written(out)
 }

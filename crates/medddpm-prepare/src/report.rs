@@ -71,6 +71,12 @@ impl<S: Serialize, D: CaseDetails> Report<S, D> {
         }
     }
 
+    /// The report of a finished run, written to `out` (every command ends with it).
+    pub(crate) fn written(self, out: &Path) -> Result<Self, PrepareError> {
+        self.write(out)?;
+        Ok(self)
+    }
+
     /// Writes `out/prepare-report.json` (atomically) and returns its path.
     pub fn write(&self, out: &Path) -> Result<PathBuf, PrepareError> {
         let path = out.join(REPORT_FILE);

@@ -229,9 +229,7 @@ pub fn prepare_whole_head(
         out: out.to_path_buf(),
         config: config.clone(),
     };
-    let report = Report::new("whole-head", run, done, skipped);
-    report.write(out)?;
-    Ok(report)
+    Report::new("whole-head", run, done, skipped).written(out)
 }
 
 /// One pair: read, check, resample, scale, write.

@@ -8,8 +8,8 @@ use medddpm_nifti::Volume;
 use crate::error::{RenderError, Result};
 use crate::image::{write_atomic, RgbImage};
 use crate::layout::compose;
-use crate::orient::{Plane, Reoriented};
-use crate::slice::{check_grid, render_panel, Scale};
+use crate::orient::Plane;
+use crate::slice::{render_panel, reoriented, Scale};
 use crate::window::Window;
 
 /// Options of [`slice_sweep_gif`] / [`sweep_frames`].
@@ -46,14 +46,7 @@ pub fn sweep_frames(
     window: Window,
     opts: &SweepOptions,
 ) -> Result<Vec<RgbImage>> {
-    if volume.voxel_count() == 0 {
-        return Err(RenderError::Empty("the volume has no voxels".into()));
-    }
-    if let Some(m) = mask {
-        check_grid("slice sweep", volume, m)?;
-    }
-    let view = Reoriented::new(volume)?;
-    let mview = mask.map(Reoriented::new).transpose()?;
+    let (view, mview) = reoriented("slice sweep", volume, mask)?;
     let mm = opts.scale.mm_per_px(&[&view])?;
     let range = window.resolve(volume)?;
     let n = view.dims()[plane.normal_axis()];

@@ -239,6 +239,25 @@ pub(crate) fn draw_outline(img: &mut RgbImage, labels: &[i64]) {
     }
 }
 
+/// `volume` and its `mask` in display order, refused when the volume is empty or the mask
+/// is on another grid (`what` names the picture in that error).
+pub(crate) fn reoriented<'a>(
+    what: &str,
+    volume: &'a Volume,
+    mask: Option<&'a Volume>,
+) -> Result<(Reoriented<'a>, Option<Reoriented<'a>>)> {
+    if volume.voxel_count() == 0 {
+        return Err(RenderError::Empty("the volume has no voxels".into()));
+    }
+    if let Some(m) = mask {
+        check_grid(what, volume, m)?;
+    }
+    Ok((
+        Reoriented::new(volume)?,
+        mask.map(Reoriented::new).transpose()?,
+    ))
+}
+
 /// One slice of `volume` as a picture in the radiological convention (see the crate docs),
 /// with `mask`'s label outlines. `index` counts along the plane's normal in canonical order:
 /// from the most inferior (axial), posterior (coronal) or left (sagittal) slice. The window is
@@ -251,14 +270,7 @@ pub fn render_slice(
     window: Window,
     scale: Scale,
 ) -> Result<RgbImage> {
-    if volume.voxel_count() == 0 {
-        return Err(RenderError::Empty("the volume has no voxels".into()));
-    }
-    if let Some(m) = mask {
-        check_grid("slice", volume, m)?;
-    }
-    let view = Reoriented::new(volume)?;
-    let mview = mask.map(Reoriented::new).transpose()?;
+    let (view, mview) = reoriented("slice", volume, mask)?;
     let mm = scale.mm_per_px(&[&view])?;
     let range = window.resolve(volume)?;
     render_panel(&view, mview.as_ref(), plane, index, range, mm)

@@ -10,6 +10,16 @@ use medddpm_render::{
     RgbImage, Row, Scale, SlicePosition, SweepOptions, Window, PALETTE,
 };
 
+/// [`render_slice`] in the unit window at one pixel per voxel.
+fn unit_slice(
+    v: &Volume,
+    mask: Option<&Volume>,
+    plane: Plane,
+    index: usize,
+) -> Result<RgbImage, RenderError> {
+    render_slice(v, mask, plane, index, Window::UNIT, Scale::Factor(1))
+}
+
 /// A volume whose voxel (i, j, k) holds `f` of its world point (rounded to whole mm).
 fn sampled(dims: [usize; 3], affine: Affine, f: impl Fn([i64; 3]) -> f32) -> Volume {
     let mut data = Vec::with_capacity(dims.iter().product());
@@ -227,42 +237,27 @@ fn bright_box(img: &RgbImage) -> (u32, u32, u32, u32) {
 
 #[test]
 fn radiological_display() {
-    let s = Scale::Factor(1);
-    let w = Window::UNIT;
-    // +x is the subject's right: a right-sided blob is on the viewer's left in axial and
-    // coronal panels.
-    let right = blob([16, 10, 10], IDENTITY);
-    let ax = render_slice(&right, None, Plane::Axial, 10, w, s).unwrap();
+    let ax = unit_slice(&blob([16, 10, 10], IDENTITY), None, Plane::Axial, 10).unwrap();
     assert_eq!((ax.width(), ax.height()), (20, 20));
-    let b = bright_box(&ax);
-    assert!(
-        b.1 < 10,
-        "right blob not on the left of the axial panel: {b:?}"
-    );
-    let b = bright_box(&render_slice(&right, None, Plane::Coronal, 10, w, s).unwrap());
-    assert!(
-        b.1 < 10,
-        "right blob not on the left of the coronal panel: {b:?}"
-    );
-    // Anterior is up on axial panels and to the left on sagittal ones.
-    let front = blob([10, 16, 10], IDENTITY);
-    let b = bright_box(&render_slice(&front, None, Plane::Axial, 10, w, s).unwrap());
-    assert!(
-        b.3 < 10,
-        "anterior blob not in the top half of the axial panel: {b:?}"
-    );
-    let b = bright_box(&render_slice(&front, None, Plane::Sagittal, 10, w, s).unwrap());
-    assert!(
-        b.1 < 10,
-        "anterior blob not on the left of the sagittal panel: {b:?}"
-    );
-    // Superior is up on coronal and sagittal panels.
-    let top = blob([10, 10, 16], IDENTITY);
-    for plane in [Plane::Coronal, Plane::Sagittal] {
-        let b = bright_box(&render_slice(&top, None, plane, 10, w, s).unwrap());
+    // (blob centre, panel, whether the blob shows in the top half rather than on the left).
+    let cases = [
+        // +x is the subject's right: a right-sided blob is on the viewer's left in axial and
+        // coronal panels.
+        ("right", [16, 10, 10], Plane::Axial, false),
+        ("right", [16, 10, 10], Plane::Coronal, false),
+        // Anterior is up on axial panels and to the left on sagittal ones.
+        ("anterior", [10, 16, 10], Plane::Axial, true),
+        ("anterior", [10, 16, 10], Plane::Sagittal, false),
+        // Superior is up on coronal and sagittal panels.
+        ("superior", [10, 10, 16], Plane::Coronal, true),
+        ("superior", [10, 10, 16], Plane::Sagittal, true),
+    ];
+    for (what, centre, plane, up) in cases {
+        let b = bright_box(&unit_slice(&blob(centre, IDENTITY), None, plane, 10).unwrap());
+        let (edge, side) = if up { (b.3, "top half") } else { (b.1, "left") };
         assert!(
-            b.3 < 10,
-            "superior blob not in the top half ({plane:?}): {b:?}"
+            edge < 10,
+            "{what} blob not on the {side} of the {plane:?} panel: {b:?}"
         );
     }
     // An LPS grid (as DICOM stores it): voxel i grows towards the subject's left (x = -i), so
@@ -272,19 +267,20 @@ fn radiological_display() {
     lps[1][1] = -1.0;
     assert_eq!(axcodes(&lps).unwrap(), ['L', 'P', 'S']);
     let right_lps = blob([3, 10, 10], lps); // x = -3 in a grid spanning x = -19..=0
-    let b = bright_box(&render_slice(&right_lps, None, Plane::Axial, 10, w, s).unwrap());
+    let b = bright_box(&unit_slice(&right_lps, None, Plane::Axial, 10).unwrap());
     assert!(b.1 < 10, "LPS: right blob not on the left: {b:?}");
     // Slices count from the inferior end: the blob at k = 16 shows in axial slice 16 only.
-    let slice16 = render_slice(&top, None, Plane::Axial, 16, w, s).unwrap();
+    let top = blob([10, 10, 16], IDENTITY);
+    let slice16 = unit_slice(&top, None, Plane::Axial, 16).unwrap();
     assert!(slice16.pixels().contains(&255));
-    let slice3 = render_slice(&top, None, Plane::Axial, 3, w, s).unwrap();
+    let slice3 = unit_slice(&top, None, Plane::Axial, 3).unwrap();
     assert!(!slice3.pixels().contains(&255));
 }
 
 #[test]
 fn fixed_window_maps_unit_range_to_black_and_white() {
     let v = Volume::new([2, 1, 1], vec![-1.0, 1.0], IDENTITY).unwrap();
-    let img = render_slice(&v, None, Plane::Axial, 0, Window::UNIT, Scale::Factor(1)).unwrap();
+    let img = unit_slice(&v, None, Plane::Axial, 0).unwrap();
     // Radiological: voxel i = 1 (more right) is on the left.
     assert_eq!(img.pixels(), &[255, 255, 255, 0, 0, 0]);
     // A percentile window over a ramp of nonzero values 1..=100 (plus background zeros).
@@ -346,15 +342,7 @@ fn outline_marks_only_the_boundary() {
         assert_eq!(boundary, 4 * (p1 - p0));
     }
     // A slice missing the cubes has no colour at all.
-    let img = render_slice(
-        &image,
-        Some(&mask),
-        Plane::Axial,
-        0,
-        Window::UNIT,
-        Scale::Factor(1),
-    )
-    .unwrap();
+    let img = unit_slice(&image, Some(&mask), Plane::Axial, 0).unwrap();
     assert!(!img
         .pixels()
         .chunks_exact(3)
@@ -377,7 +365,7 @@ fn anisotropic_voxels_keep_their_physical_proportions() {
     }
     assert_eq!(size(Plane::Coronal, Scale::PixelsPerMm(0.5)), (8, 8));
     // The top slice (k = 7, z = 14 mm) fills the top two pixel rows of the coronal panel.
-    let img = render_slice(&v, None, Plane::Coronal, 8, Window::UNIT, Scale::Factor(1)).unwrap();
+    let img = unit_slice(&v, None, Plane::Coronal, 8).unwrap();
     for y in 0..16 {
         assert_eq!(img.get(5, y)[0], if y < 2 { 255 } else { 0 }, "row {y}");
     }
@@ -533,29 +521,14 @@ fn mask_on_another_grid_is_refused_naming_both_dims() {
     let mut moved = IDENTITY;
     moved[0][3] = 5.0;
     let shifted = Volume::new([4, 4, 4], vec![0.0; 64], moved).unwrap();
-    let err = render_slice(
-        &image,
-        Some(&shifted),
-        Plane::Axial,
-        0,
-        Window::UNIT,
-        Scale::Factor(1),
-    )
-    .unwrap_err();
+    let err = unit_slice(&image, Some(&shifted), Plane::Axial, 0).unwrap_err();
     assert!(err.to_string().contains("affines differ"), "{err}");
     assert!(matches!(
         montage(&[], &MontageOptions::default()),
         Err(RenderError::Empty(_))
     ));
     assert!(matches!(
-        render_slice(
-            &image,
-            None,
-            Plane::Axial,
-            4,
-            Window::UNIT,
-            Scale::Factor(1)
-        ),
+        unit_slice(&image, None, Plane::Axial, 4),
         Err(RenderError::InvalidOption(_))
     ));
 }

@@ -112,9 +112,7 @@ impl<B: KernelAutodiffBackend> UNet<B> {
         x: Tensor<B, 5>,
         timesteps: &[usize],
     ) -> Result<Tensor<B, 5>, UNetError> {
-        self.check_input(x.dims(), timesteps.len())?;
-        let sinusoid = self.sinusoid(timesteps, &x.device());
-        Ok(self.forward_ctx(x, sinusoid, None, true))
+        self.forward_checked(x, timesteps, None, true)
     }
 
     /// [`UNet::try_forward`] for training with activation checkpointing: the forward pass

@@ -328,17 +328,14 @@ impl<B: KernelBackend> UNet<B> {
         x: Tensor<B, 5>,
         timesteps: &[usize],
     ) -> Result<Tensor<B, 5>, UNetError> {
-        self.check_input(x.dims(), timesteps.len())?;
-        let sinusoid = self.sinusoid(timesteps, &x.device());
-        Ok(self.forward_ctx(x, sinusoid, None, false))
+        self.forward_checked(x, timesteps, None, false)
     }
 
     /// [`UNet::forward`] with the timesteps given as their [`UNet::sinusoid`] on the device:
     /// a step that reads no host numbers, as a CUDA graph needs (`graphed`).
     pub fn forward_sinusoid(&self, x: Tensor<B, 5>, sinusoid: Tensor<B, 2>) -> Tensor<B, 5> {
-        if let Err(e) = self.check_input(x.dims(), sinusoid.dims()[0]) {
-            panic!("{e}");
-        }
+        self.check_input(x.dims(), sinusoid.dims()[0])
+            .unwrap_or_else(|e| panic!("{e}"));
         self.forward_ctx(x, sinusoid, None, false)
     }
 
@@ -364,11 +361,20 @@ impl<B: KernelBackend> UNet<B> {
         timesteps: &[usize],
         profile: &RefCell<OpProfile>,
     ) -> Tensor<B, 5> {
-        if let Err(e) = self.check_input(x.dims(), timesteps.len()) {
-            panic!("{e}");
-        }
+        self.forward_checked(x, timesteps, Some(profile), false)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub(crate) fn forward_checked(
+        &self,
+        x: Tensor<B, 5>,
+        timesteps: &[usize],
+        profile: Option<&RefCell<OpProfile>>,
+        recompute_norms: bool,
+    ) -> Result<Tensor<B, 5>, UNetError> {
+        self.check_input(x.dims(), timesteps.len())?;
         let sinusoid = self.sinusoid(timesteps, &x.device());
-        self.forward_ctx(x, sinusoid, Some(profile), false)
+        Ok(self.forward_ctx(x, sinusoid, profile, recompute_norms))
     }
 
     /// The forward pass of an input [`UNet::check_input`] accepts, block by block through the

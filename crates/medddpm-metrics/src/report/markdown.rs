@@ -40,6 +40,15 @@ impl EvalReport {
     }
 }
 
+/// A Markdown table: the `header` and `align` rows, then `rows`, then a blank line.
+fn table(s: &mut String, header: &str, align: &str, rows: impl IntoIterator<Item = String>) {
+    let _ = writeln!(s, "{header}\n{align}");
+    for r in rows {
+        let _ = writeln!(s, "{r}");
+    }
+    s.push('\n');
+}
+
 fn paired_markdown(s: &mut String, paired: &PairedSection) {
     let _ = writeln!(s, "## Paired fidelity (synthetic vs real, same mask)\n");
     let _ = writeln!(s, "Region: {}.\n", paired.region);
@@ -47,14 +56,8 @@ fn paired_markdown(s: &mut String, paired: &PairedSection) {
         let _ = writeln!(s, "No synthetic image shares a mask with a real image.\n");
         return;
     }
-    let _ = writeln!(
-        s,
-        "| mask | sample | real | voxels | PSNR (dB) | SSIM | MAE |"
-    );
-    let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|");
-    for r in &paired.rows {
-        let _ = writeln!(
-            s,
+    let rows = paired.rows.iter().map(|r| {
+        format!(
             "| {} | {} | {} | {} | {} | {:.4} | {:.4} |",
             r.mask,
             r.sample,
@@ -63,18 +66,22 @@ fn paired_markdown(s: &mut String, paired: &PairedSection) {
             psnr(r.psnr),
             r.ssim,
             r.mae
-        );
-    }
-    if let Some(m) = &paired.mean {
-        let _ = writeln!(
-            s,
+        )
+    });
+    let mean = paired.mean.as_ref().map(|m| {
+        format!(
             "| **mean** | | | | {} | {:.4} | {:.4} |",
             psnr(m.psnr),
             m.ssim,
             m.mae
-        );
-    }
-    s.push('\n');
+        )
+    });
+    table(
+        s,
+        "| mask | sample | real | voxels | PSNR (dB) | SSIM | MAE |",
+        "|---|---|---|---:|---:|---:|---:|",
+        rows.chain(mean),
+    );
 }
 
 fn diversity_markdown(s: &mut String, diversity: &DiversitySection) {
@@ -88,16 +95,13 @@ fn diversity_markdown(s: &mut String, diversity: &DiversitySection) {
         let _ = writeln!(s, "No mask has two or more synthetic samples.\n");
         return;
     }
-    let _ = writeln!(s, "| mask | samples | MS-SSIM |");
-    let _ = writeln!(s, "|---|---:|---:|");
-    for r in &diversity.rows {
-        let _ = writeln!(
-            s,
+    let rows = diversity.rows.iter().map(|r| {
+        format!(
             "| {} | {} | {:.4} |",
             r.mask, r.n_samples, r.mean_pairwise_ms_ssim
-        );
-    }
-    s.push('\n');
+        )
+    });
+    table(s, "| mask | samples | MS-SSIM |", "|---|---:|---:|", rows);
 }
 
 fn mmd_markdown(s: &mut String, mmd: Option<&MmdSection>) {
@@ -107,16 +111,19 @@ fn mmd_markdown(s: &mut String, mmd: Option<&MmdSection>) {
         return;
     };
     let _ = writeln!(s, "Features: {}.\n", m.features);
-    let _ = writeln!(s, "| MMD^2 | sigma | estimator | real | synthetic |");
-    let _ = writeln!(s, "|---:|---:|---|---:|---:|");
     let est = match m.estimator {
         MmdEstimator::Unbiased => "unbiased",
         MmdEstimator::Biased => "biased",
     };
-    let _ = writeln!(
-        s,
-        "| {:.6} | {:.4} | {} | {} | {} |\n",
+    let row = format!(
+        "| {:.6} | {:.4} | {} | {} | {} |",
         m.value, m.sigma, est, m.n_real, m.n_synthetic
+    );
+    table(
+        s,
+        "| MMD^2 | sigma | estimator | real | synthetic |",
+        "|---:|---:|---|---:|---:|",
+        [row],
     );
 }
 
@@ -126,16 +133,18 @@ fn adherence_markdown(s: &mut String, adherence: Option<&AdherenceSection>) {
         let _ = writeln!(s, "Needs real images to fit the intensity classifier.\n");
         return;
     };
-    let _ = writeln!(s, "| label | real voxels | real mean | real std | centre |");
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
-    for c in &a.classes {
-        let _ = writeln!(
-            s,
+    let classes = a.classes.iter().map(|c| {
+        format!(
             "| {} | {} | {:.4} | {:.4} | {:.4} |",
             c.label, c.real_voxels, c.real_mean, c.real_std, c.centre
-        );
-    }
-    s.push('\n');
+        )
+    });
+    table(
+        s,
+        "| label | real voxels | real mean | real std | centre |",
+        "|---:|---:|---:|---:|---:|",
+        classes,
+    );
     let thresholds: Vec<String> = a.thresholds.iter().map(|t| format!("{t:.4}")).collect();
     let _ = writeln!(s, "Thresholds: {}.\n", thresholds.join(", "));
     let _ = writeln!(
@@ -144,20 +153,14 @@ fn adherence_markdown(s: &mut String, adherence: Option<&AdherenceSection>) {
         opt(a.mean_dice_synthetic, 4),
         opt(a.mean_dice_real, 4)
     );
-    let _ = writeln!(
-        s,
-        "| image | kind | mask | label | voxels | mean | std | real mean | Dice |"
-    );
-    let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|");
     let kinds = a
         .synthetic
         .iter()
         .map(|x| ("synthetic", x))
         .chain(a.real.iter().map(|x| ("real", x)));
-    for (kind, x) in kinds {
-        for l in &x.labels {
-            let _ = writeln!(
-                s,
+    let rows = kinds.flat_map(|(kind, x)| {
+        x.labels.iter().map(move |l| {
+            format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 x.name,
                 kind,
@@ -168,8 +171,13 @@ fn adherence_markdown(s: &mut String, adherence: Option<&AdherenceSection>) {
                 opt(l.std, 4),
                 opt(l.real_mean, 4),
                 opt(l.dice, 4)
-            );
-        }
-    }
-    s.push('\n');
+            )
+        })
+    });
+    table(
+        s,
+        "| image | kind | mask | label | voxels | mean | std | real mean | Dice |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        rows,
+    );
 }

@@ -13,10 +13,16 @@ fn valid_nii(dir: &Path) -> (PathBuf, Vec<u8>) {
         diag_affine([1.0; 3], [0.0; 3]),
     )
     .unwrap();
-    let p = dir.join("valid.nii");
-    v.write(&p).unwrap();
+    let p = written(dir, "valid.nii", &v);
     let raw = std::fs::read(&p).unwrap();
     (p, raw)
+}
+
+/// `v` written as `dir/name`.
+fn written(dir: &Path, name: &str, v: &Volume) -> PathBuf {
+    let p = dir.join(name);
+    v.write(&p).unwrap();
+    p
 }
 
 /// Writes `bytes` as `dir/name` and reads it, expecting an error that names the file.
@@ -48,8 +54,7 @@ fn truncated_gzip_stream() {
 fn corrupt_gzip_stream() {
     let dir = tempfile::tempdir().unwrap();
     let v = Volume::new([8, 8, 8], vec![3.0; 512], diag_affine([1.0; 3], [0.0; 3])).unwrap();
-    let full = dir.path().join("full.nii.gz");
-    v.write(&full).unwrap();
+    let full = written(dir.path(), "full.nii.gz", &v);
     let mut raw = std::fs::read(&full).unwrap();
     let n = raw.len();
     raw[n - 8] ^= 0xff; // break the CRC32 in the trailer
@@ -61,8 +66,7 @@ fn corrupt_gzip_stream() {
 fn gzip_is_detected_by_content_not_name() {
     let dir = tempfile::tempdir().unwrap();
     let v = Volume::new([2, 2, 2], vec![1.5; 8], diag_affine([1.0; 3], [0.0; 3])).unwrap();
-    let gz = dir.path().join("real.nii.gz");
-    v.write(&gz).unwrap();
+    let gz = written(dir.path(), "real.nii.gz", &v);
     let misnamed = dir.path().join("misnamed.nii");
     std::fs::copy(&gz, &misnamed).unwrap();
     assert_eq!(Volume::read(&misnamed).unwrap().data(), v.data());

@@ -323,12 +323,6 @@ pub fn prepare_real_demo(
         out: out.to_path_buf(),
         config: config.clone(),
     };
-    let report = Report::new(
-        "real-demo",
-        run,
-        done.into_iter().flatten().collect(),
-        skipped,
-    );
-    report.write(out)?;
-    Ok(report)
+    let done = done.into_iter().flatten().collect();
+    Report::new("real-demo", run, done, skipped).written(out)
 }

@@ -5,7 +5,7 @@
 use crate::common;
 use std::path::Path;
 
-use medddpm_nifti::{DataType, Volume, WriteOptions};
+use medddpm_nifti::{DataType, Volume};
 use medddpm_prepare::brats::{brain_voxels, prepare_brats, BratsConfig, MODALITIES};
 use medddpm_prepare::{CaseProblem, PrepareError, Silent};
 
@@ -30,13 +30,8 @@ fn raw_from_shared(raw: &Path) {
             .iter()
             .map(|x| ((x + 1.0) * 500.0).round())
             .collect();
-        v.with_data(data)
-            .unwrap()
-            .write_with(
-                dir.join(format!("{CASE}_{m}.nii.gz")),
-                WriteOptions::dtype(DataType::I16),
-            )
-            .unwrap();
+        let v = v.with_data(data).unwrap();
+        common::write_raw(&v, &dir, &format!("{CASE}_{m}"), DataType::I16);
     }
     let seg = shared("seg").crop_or_pad([240, 240, 155], 0.0).unwrap();
     let data = seg
@@ -48,13 +43,8 @@ fn raw_from_shared(raw: &Path) {
             x => x as f32,
         })
         .collect();
-    seg.with_data(data)
-        .unwrap()
-        .write_with(
-            dir.join(format!("{CASE}_seg.nii.gz")),
-            WriteOptions::dtype(DataType::U8),
-        )
-        .unwrap();
+    let seg = seg.with_data(data).unwrap();
+    common::write_raw(&seg, &dir, &format!("{CASE}_seg"), DataType::U8);
 }
 
 #[test]
@@ -160,14 +150,9 @@ fn case_lists_skipped_cases_and_the_overwrite_guard() {
     let list = tmp.path().join("cases.csv");
     std::fs::write(&list, "A\nB\nC\n").unwrap();
     let report = prepare_brats(&raw, &out, Some(&list), &small_config(), &mut Silent).unwrap();
-    let done: Vec<&str> = report.done.iter().map(|d| d.case.as_str()).collect();
-    assert_eq!(done, ["A"]);
+    assert_eq!(common::done(&report), ["A"]);
     assert_eq!(report.settings.not_listed, 1, "D is not listed");
-    let skipped: Vec<(&str, &CaseProblem)> = report
-        .skipped
-        .iter()
-        .map(|s| (s.case.as_str(), &s.problem))
-        .collect();
+    let skipped = common::skipped(&report);
     assert!(
         matches!(skipped[0], ("C", CaseProblem::NotFound { .. })),
         "{skipped:?}"
@@ -313,11 +298,7 @@ fn unreadable_files_bad_labels_grids_and_constant_images_skip_their_case() {
     std::fs::write(raw.join("broken/broken_t1ce.nii.gz"), b"not a volume").unwrap();
     let report = prepare_brats(&raw, &out, None, &small_config(), &mut Silent).unwrap();
     assert_eq!(report.done.len(), 1);
-    let reasons: Vec<(&str, &CaseProblem)> = report
-        .skipped
-        .iter()
-        .map(|s| (s.case.as_str(), &s.problem))
-        .collect();
+    let reasons = common::skipped(&report);
     match reasons[0] {
         ("broken", CaseProblem::Unreadable { path, message }) => {
             assert!(path.ends_with("broken_t1ce.nii.gz"));

@@ -93,22 +93,18 @@ fn a_seed_gives_the_same_labelled_copies() {
 #[test]
 fn missing_data_is_reported() {
     let tmp = tempfile::tempdir().unwrap();
-    let e = prepare_real_demo(
-        &tmp.path().join("none"),
-        &tmp.path().join("out"),
-        &config(),
-        &mut Silent,
-    )
-    .unwrap_err();
+    let run = |data: &str| {
+        prepare_real_demo(
+            &tmp.path().join(data),
+            &tmp.path().join("out"),
+            &config(),
+            &mut Silent,
+        )
+    };
+    let e = run("none").unwrap_err();
     assert!(matches!(e, PrepareError::MissingFolder { .. }), "{e}");
     std::fs::create_dir_all(tmp.path().join("empty")).unwrap();
-    let report = prepare_real_demo(
-        &tmp.path().join("empty"),
-        &tmp.path().join("out"),
-        &config(),
-        &mut Silent,
-    )
-    .unwrap();
+    let report = run("empty").unwrap();
     assert_eq!(report.cases_done, 0);
     assert!(
         report.skipped[0]

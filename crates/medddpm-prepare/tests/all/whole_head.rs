@@ -4,9 +4,12 @@
 
 use std::path::Path;
 
+use crate::common;
 use medddpm_nifti::{Affine, DataType, Volume, WriteOptions};
-use medddpm_prepare::whole_head::{prepare_whole_head, Scaling, WholeHeadConfig};
-use medddpm_prepare::{CaseProblem, Silent};
+use medddpm_prepare::whole_head::{
+    prepare_whole_head, Scaling, WholeHeadConfig, WholeHeadDone, WholeHeadRun,
+};
+use medddpm_prepare::{CaseProblem, Report, Silent};
 
 const DIMS: [usize; 3] = [30, 24, 20];
 
@@ -66,6 +69,22 @@ fn write_pair(dir: &Path, stem: &str, mask_value: Option<f32>) {
         .unwrap();
 }
 
+/// `prepare whole-head` on the pairs [`write_pair`] wrote under `root`.
+fn prepare(
+    root: &Path,
+    out: &Path,
+    config: &WholeHeadConfig,
+) -> Report<WholeHeadRun, WholeHeadDone> {
+    prepare_whole_head(
+        &root.join("image"),
+        &root.join("mask"),
+        out,
+        config,
+        &mut Silent,
+    )
+    .unwrap()
+}
+
 /// Output voxels whose sampling position lies inside the input's voxel centres hold exactly
 /// the field at their own world point.
 fn assert_world_positions_kept(out: &Volume, input: &Volume) {
@@ -99,14 +118,7 @@ fn resampling_keeps_world_positions_with_and_without_spacing() {
     let input = Volume::read(tmp.path().join("image/s1.nii.gz")).unwrap();
     let run = |out: &str, config: &WholeHeadConfig| {
         let out = tmp.path().join(out);
-        let report = prepare_whole_head(
-            &tmp.path().join("image"),
-            &tmp.path().join("mask"),
-            &out,
-            config,
-            &mut Silent,
-        )
-        .unwrap();
+        let report = prepare(tmp.path(), &out, config);
         assert_eq!(report.cases_done, 1, "{:?}", report.skipped);
         let image = Volume::read(out.join("image/s1.nii.gz")).unwrap();
         let mask = Volume::read(out.join("mask/s1.nii.gz")).unwrap();
@@ -189,22 +201,10 @@ fn labels_pairs_and_scaling_are_checked() {
         ..WholeHeadConfig::default()
     };
     let out = tmp.path().join("out");
-    let report = prepare_whole_head(
-        &tmp.path().join("image"),
-        &tmp.path().join("mask"),
-        &out,
-        &config,
-        &mut Silent,
-    )
-    .unwrap();
-    let done: Vec<&str> = report.done.iter().map(|d| d.case.as_str()).collect();
-    assert_eq!(done, ["good"]);
+    let report = prepare(tmp.path(), &out, &config);
+    assert_eq!(common::done(&report), ["good"]);
     assert_eq!(report.done[0].image_range, [-1.0, 1.0]);
-    let skipped: Vec<(&str, &CaseProblem)> = report
-        .skipped
-        .iter()
-        .map(|s| (s.case.as_str(), &s.problem))
-        .collect();
+    let skipped = common::skipped(&report);
     assert!(
         matches!(skipped[0], ("lonely", CaseProblem::Unpaired { partner, .. }) if partner == "mask"),
         "{skipped:?}"
@@ -231,13 +231,6 @@ fn labels_pairs_and_scaling_are_checked() {
         overwrite: true,
         ..config
     };
-    let report = prepare_whole_head(
-        &tmp.path().join("image"),
-        &tmp.path().join("mask"),
-        &out,
-        &config,
-        &mut Silent,
-    )
-    .unwrap();
+    let report = prepare(tmp.path(), &out, &config);
     assert_eq!(report.cases_done, 2);
 }

@@ -174,18 +174,3 @@ pub(super) fn pair_brats(root: &Path) -> Result<Vec<Entry>, DataError> {
     }
     Ok(entries)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stems() {
-        assert_eq!(nifti_stem(Path::new("a/sample_3.nii.gz")), Some("sample_3"));
-        assert_eq!(nifti_stem(Path::new("b.NII")), Some("b"));
-        assert_eq!(nifti_stem(Path::new(".b.nii.gz.1.2.tmp")), None);
-        assert_eq!(nifti_stem(Path::new(".hidden.nii")), None);
-        assert_eq!(nifti_stem(Path::new("readme.txt")), None);
-        assert_eq!(nifti_stem(Path::new(".nii")), None);
-    }
-}

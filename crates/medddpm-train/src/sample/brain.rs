@@ -155,6 +155,22 @@ mod tests {
         path
     }
 
+    /// [`ensure_brain_label`] of the BraTS scheme with the brain masks `masks`.
+    fn with_masks(
+        seg: &mut Volume,
+        seg_path: &str,
+        case: &str,
+        masks: &BrainMasks,
+    ) -> Result<(), TrainError> {
+        ensure_brain_label(
+            seg,
+            Path::new(seg_path),
+            case,
+            &LabelScheme::brats(),
+            Some(masks),
+        )
+    }
+
     fn problem(e: TrainError) -> BrainLabelProblem {
         match e {
             TrainError::BrainLabel { problem, .. } => problem,
@@ -168,14 +184,7 @@ mod tests {
         let file = brain_mask(dir.path(), "any.nii.gz");
         let mut seg = tumour_only();
         let masks = BrainMasks(file);
-        ensure_brain_label(
-            &mut seg,
-            Path::new("c_seg.nii.gz"),
-            "c",
-            &LabelScheme::brats(),
-            Some(&masks),
-        )
-        .unwrap();
+        with_masks(&mut seg, "c_seg.nii.gz", "c", &masks).unwrap();
         let expected: Vec<f32> = (0..64)
             .map(|i| match i {
                 0..=2 => (i + 1) as f32,
@@ -191,25 +200,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         brain_mask(dir.path(), "case7_brain.nii.gz");
         let masks = BrainMasks(dir.path().to_path_buf());
-        let brats = LabelScheme::brats();
         let mut seg = tumour_only();
-        ensure_brain_label(
-            &mut seg,
-            Path::new("x/case7_seg.nii.gz"),
-            "case7",
-            &brats,
-            Some(&masks),
-        )
-        .unwrap();
+        with_masks(&mut seg, "x/case7_seg.nii.gz", "case7", &masks).unwrap();
         assert_eq!(seg.data()[10], 4.0);
-        let err = ensure_brain_label(
-            &mut tumour_only(),
-            Path::new("x/case8_seg.nii.gz"),
-            "case8",
-            &brats,
-            Some(&masks),
-        )
-        .unwrap_err();
+        let err =
+            with_masks(&mut tumour_only(), "x/case8_seg.nii.gz", "case8", &masks).unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with("x/case8_seg.nii.gz: no brain mask for it in"),
@@ -244,14 +239,7 @@ mod tests {
         let masks = BrainMasks(brain_mask(dir.path(), "b.nii.gz"));
         let mut seg = tumour_only();
         seg.data_mut()[40] = 4.0;
-        let err = ensure_brain_label(
-            &mut seg,
-            Path::new("s.nii"),
-            "s",
-            &LabelScheme::brats(),
-            Some(&masks),
-        )
-        .unwrap_err();
+        let err = with_masks(&mut seg, "s.nii", "s", &masks).unwrap_err();
         assert!(err.to_string().contains("raw BraTS"), "{err}");
         assert!(matches!(
             problem(err),
@@ -272,16 +260,8 @@ mod tests {
                 .unwrap()
                 .write(&path)
                 .unwrap();
-            let brats = LabelScheme::brats();
             let masks = BrainMasks(path);
-            ensure_brain_label(
-                &mut tumour_only(),
-                Path::new("s.nii"),
-                "s",
-                &brats,
-                Some(&masks),
-            )
-            .unwrap_err()
+            with_masks(&mut tumour_only(), "s.nii", "s", &masks).unwrap_err()
         };
         let err = refusal("other.nii.gz", [4, 4, 5], 1.0);
         assert!(matches!(err, TrainError::Nifti(_)), "{err}");

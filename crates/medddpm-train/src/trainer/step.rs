@@ -46,7 +46,25 @@ pub fn micro_step_loss<B: KernelAutodiffBackend>(
     batch: MicroBatch<B>,
     objective: &DiffusionConfig,
 ) -> Tensor<B, 1> {
-    training_loss(work, schedule, batch, objective.loss, objective.prediction).loss
+    objective_loss(work, schedule, batch, objective)
+}
+
+/// The loss `objective` asks for, with the network run as `denoiser` (plain, or one of the
+/// checkpointing wrappers).
+fn objective_loss<B: Backend, M: Denoiser<B>>(
+    denoiser: &M,
+    schedule: &CosineSchedule,
+    batch: MicroBatch<B>,
+    objective: &DiffusionConfig,
+) -> Tensor<B, 1> {
+    training_loss(
+        denoiser,
+        schedule,
+        batch,
+        objective.loss,
+        objective.prediction,
+    )
+    .loss
 }
 
 /// The forward half of [`micro_step`] with its choice of activation checkpointing, for callers
@@ -74,16 +92,8 @@ pub fn micro_step_forward<B: KernelAutodiffBackend>(
         };
     }
     if checkpointing == ActivationCheckpointing::Norms {
-        let denoiser = RecomputingNorms(work);
-        let loss = training_loss(
-            &denoiser,
-            schedule,
-            batch,
-            objective.loss,
-            objective.prediction,
-        );
         return MicroStepForward {
-            loss: loss.loss,
+            loss: objective_loss(&RecomputingNorms(work), schedule, batch, objective),
             kept: None,
         };
     }
@@ -91,14 +101,7 @@ pub fn micro_step_forward<B: KernelAutodiffBackend>(
         unet: work,
         kept: RefCell::new(None),
     };
-    let loss = training_loss(
-        &denoiser,
-        schedule,
-        batch,
-        objective.loss,
-        objective.prediction,
-    )
-    .loss;
+    let loss = objective_loss(&denoiser, schedule, batch, objective);
     MicroStepForward {
         loss,
         kept: denoiser.kept.into_inner(),

@@ -54,9 +54,7 @@ impl<B: Backend> ModuleMapper<B> for Poison {
 
 #[test]
 fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, config) = common::tiny_setup(2);
     let run = RunDir::new(tmp.path().join("run"));
     common::session(&config, &run, false, None).unwrap();
     let ckpts = run.checkpoints();
@@ -197,9 +195,7 @@ fn damaged_or_swapped_checkpoints_are_refused_with_the_reason() {
 /// file, and resumes once the run's own state is back.
 #[test]
 fn another_runs_or_non_finite_optimizer_state_is_refused() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, config) = common::tiny_setup(2);
     let run = RunDir::new(tmp.path().join("run"));
     common::session(&config, &run, false, Some(2)).unwrap();
     let other = RunDir::new(tmp.path().join("other"));
@@ -214,14 +210,14 @@ fn another_runs_or_non_finite_optimizer_state_is_refused() {
         latest.join("optimizer.mpk"),
     )
     .unwrap();
-    write_checksums(&latest).unwrap();
-    let err = common::session(&config, &run, true, Some(1))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("optimizer.mpk") && err.contains("another run's or another network's"),
-        "{err}"
-    );
+    let refused = |why: &str| {
+        write_checksums(&latest).unwrap();
+        let err = common::session(&config, &run, true, Some(1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("optimizer.mpk") && err.contains(why), "{err}");
+    };
+    refused("another run's or another network's");
 
     // The run's own state with one moment made NaN (valid checksums): refused at the resume,
     // not reported at the next step as a NaN loss blamed on the batch.
@@ -242,14 +238,7 @@ fn another_runs_or_non_finite_optimizer_state_is_refused() {
     state.momentum.moment_2 = state.momentum.moment_2.mul_scalar(f32::NAN);
     records.insert(id, AdaptorRecord::from_state(state));
     Recorder::<Autodiff<Flex>>::record(&recorder, records, latest.join("optimizer")).unwrap();
-    write_checksums(&latest).unwrap();
-    let err = common::session(&config, &run, true, Some(1))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("optimizer.mpk") && err.contains("NaN or infinite Adam moment"),
-        "{err}"
-    );
+    refused("NaN or infinite Adam moment");
 
     std::fs::write(&file, own).unwrap();
     write_checksums(&latest).unwrap();

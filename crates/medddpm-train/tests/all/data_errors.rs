@@ -53,8 +53,7 @@ fn shows(err: &DataError, p: &Path) -> bool {
 
 #[test]
 fn unpaired_files_are_named() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let d = Some([8, 8, 8]);
     let cfg = whole_head(r, &[("a.nii.gz", d, d), ("b.nii.gz", d, None)]);
@@ -73,8 +72,7 @@ fn unpaired_files_are_named() {
 
 #[test]
 fn nii_and_nii_gz_pair_but_duplicates_are_refused() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let d = Some([8, 8, 8]);
     let cfg = whole_head(r, &[("a.nii", d, None), ("a.nii.gz", None, d)]);
@@ -88,8 +86,7 @@ fn nii_and_nii_gz_pair_but_duplicates_are_refused() {
 
 #[test]
 fn missing_and_empty_folders_are_named() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let cfg = DataConfig::new(DataSource::WholeHead {
         mask_dir: r.join("masks"),
@@ -106,8 +103,7 @@ fn missing_and_empty_folders_are_named() {
 
 #[test]
 fn non_finite_image_voxels_are_named_with_their_file() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let d = Some([8, 8, 8]);
     let cfg = whole_head(r, &[("a.nii.gz", d, d), ("b.nii.gz", d, None)]);
@@ -138,8 +134,7 @@ fn non_finite_image_voxels_are_named_with_their_file() {
 
 #[test]
 fn exact_refuses_a_mis_sized_file() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let d = Some([10, 9, 8]);
     let mut cfg = whole_head(r, &[("a.nii.gz", d, d)]);
@@ -172,8 +167,7 @@ fn exact_refuses_a_mis_sized_file() {
 
 #[test]
 fn mask_image_grid_mismatch_names_both_files() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let cfg = whole_head(r, &[("a.nii.gz", Some([8, 8, 8]), Some([8, 8, 9]))]);
     let err = NiftiDataset::open(&cfg).unwrap().get(0).unwrap_err();
@@ -190,8 +184,7 @@ fn mask_image_grid_mismatch_names_both_files() {
 
 #[test]
 fn unknown_label_names_file_and_value() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let cfg = whole_head(r, &[("a.nii.gz", None, Some([8, 8, 8]))]);
     write_mask(&r.join("mask/a.nii.gz"), [8, 8, 8], |x| {
@@ -211,8 +204,7 @@ fn unknown_label_names_file_and_value() {
 
 #[test]
 fn crop_or_pad_and_resize_reach_the_grid() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let r = tmp.path();
     let (big, small) = (Some([10, 10, 10]), Some([6, 6, 6]));
     let mut cfg = whole_head(
@@ -244,8 +236,7 @@ fn crop_or_pad_and_resize_reach_the_grid() {
 
 #[test]
 fn brats_names_unpaired_and_badly_named_files() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let root: PathBuf = tmp.path().join("brats");
     let d = [8, 8, 8];
     write_mask(&root.join("seg/c1_seg.nii.gz"), d, |_| 4.0);
@@ -272,8 +263,7 @@ fn brats_names_unpaired_and_badly_named_files() {
 
 #[test]
 fn concurrent_gets_share_the_cache() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let d = Some([8, 8, 8]);
     let cfg = whole_head(tmp.path(), &[("a.nii.gz", d, d), ("b.nii.gz", d, d)]);
     let ds = NiftiDataset::open(&cfg).unwrap();

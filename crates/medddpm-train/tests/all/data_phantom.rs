@@ -55,8 +55,7 @@ fn same_seed_same_bytes_other_seed_other_data() {
 
 #[test]
 fn labels_and_intensities_make_a_learnable_task() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let set = generate_phantoms(tmp.path(), 8, [32, 32, 32], 0).unwrap();
     for (m, i) in set.masks.iter().zip(&set.images) {
         let (mask, image) = (Volume::read(m).unwrap(), Volume::read(i).unwrap());
@@ -93,8 +92,7 @@ fn labels_and_intensities_make_a_learnable_task() {
 
 #[test]
 fn reuse_and_regeneration() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let dir = tmp.path().join("phantoms");
     let first = generate_phantoms(&dir, 4, [16, 20, 24], 1).unwrap();
     assert!(first.generated);
@@ -146,8 +144,7 @@ fn reuse_and_regeneration() {
 
 #[test]
 fn full_size_phantom() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let t = Instant::now();
     let set = generate_phantoms(tmp.path(), 1, [128; 3], 3).unwrap();
     eprintln!("1 phantom of 128^3: {:?}", t.elapsed());
@@ -161,8 +158,7 @@ fn full_size_phantom() {
 
 #[test]
 fn phantom_source_opens_as_a_data_set() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let dir = tmp.path().join("ph");
     let text = format!(
         "source = {{ layout = \"phantom\", dir = {:?}, count = 8, size = [32, 32, 32], seed = 0 }}",

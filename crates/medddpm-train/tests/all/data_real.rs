@@ -103,8 +103,7 @@ const ALL: &[&str] = &["t1", "t1ce", "t2", "flair", "seg"];
 
 #[test]
 fn brats_case_stacks_modalities_in_reference_order() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let root = brats_root(tmp.path(), &[("01306", ALL)]);
     let mut cfg = DataConfig::new(DataSource::Brats { root: root.clone() });
     cfg.grid = [192, 192, 144];
@@ -141,8 +140,7 @@ fn brats_case_stacks_modalities_in_reference_order() {
 
 #[test]
 fn brats_case_without_modalities_is_named() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let root = brats_root(tmp.path(), &[("01306", ALL), ("00529", &["seg"])]);
     let err = NiftiDataset::open(&DataConfig::new(DataSource::Brats { root })).unwrap_err();
     assert!(
@@ -156,8 +154,7 @@ fn brats_case_without_modalities_is_named() {
 
 #[test]
 fn brats_empty_seg_folder_is_named() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let root = brats_root(tmp.path(), &[("01306", &["t1", "t1ce", "t2", "flair"])]);
     let err =
         NiftiDataset::open(&DataConfig::new(DataSource::Brats { root: root.clone() })).unwrap_err();

@@ -7,9 +7,7 @@ use medddpm_train::{RunDir, TrainError};
 
 #[test]
 fn a_second_trainer_on_a_locked_run_folder_stops_with_the_holder() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, config) = common::tiny_setup(2);
     let run = RunDir::new(tmp.path().join("run"));
     common::session(&config, &run, false, Some(2)).unwrap();
 
@@ -41,8 +39,7 @@ fn a_second_trainer_on_a_locked_run_folder_stops_with_the_holder() {
 /// when taken again after that: a second taker is refused both times.
 #[test]
 fn the_lock_file_goes_with_its_holder_and_stays_exclusive() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let root = tmp.path().join("run");
     let first = RunLock::acquire(&root).unwrap();
     assert!(first.path().is_file());

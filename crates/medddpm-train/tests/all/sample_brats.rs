@@ -69,8 +69,7 @@ fn write(vol: &Volume, data: Vec<f32>, path: &Path) {
 
 #[test]
 fn four_modalities_per_sample_and_the_brain_label_from_a_mask() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = crate::common::serial_tempdir();
     let seg_path = common::shared_dir()
         .join("datasets/medddpm-samples/brats2021/seg")
         .join(format!("{CASE}_seg.nii.gz"));

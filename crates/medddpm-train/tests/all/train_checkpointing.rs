@@ -34,9 +34,7 @@ fn session(
 
 #[test]
 fn checkpointed_sessions_train_like_plain_ones() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, mut config) = common::tiny_setup(2);
     // Attention at the second level too, so that every block kind is recomputed.
     config.model.attention_resolutions = vec![8];
     // (name, compute, weight tolerance): bf16 sums its gradient contributions in bf16, whose

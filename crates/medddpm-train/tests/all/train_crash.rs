@@ -10,9 +10,7 @@ use medddpm_train::{load_sampling_model, RunDir, WeightsSource};
 
 #[test]
 fn failed_checkpoint_publication_keeps_the_previous_one() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, config) = common::tiny_setup(2);
     let device = Default::default();
     let run = RunDir::new(tmp.path().join("run"));
 

@@ -8,9 +8,7 @@ use medddpm_train::{NonFiniteLoss, RunDir, TrainError};
 
 #[test]
 fn a_non_finite_loss_stops_with_the_batch_and_the_last_checkpoint() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, mut config) = common::tiny_setup(2);
     // A rate that throws the weights to infinity after the first update.
     config.train.lr = 1e38;
     config.train.steps = 20;

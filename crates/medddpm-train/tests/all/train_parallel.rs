@@ -4,7 +4,7 @@
 //! a run resumes on another device count; a step that cannot be shared evenly is refused.
 
 use crate::common;
-use crate::common::{one_at_a_time, Losses};
+use crate::common::{serial_tempdir, Losses};
 
 use std::path::Path;
 
@@ -63,8 +63,7 @@ fn config(dir: &Path, batch_size: usize, grad_accum: usize) -> ExperimentConfig 
 
 #[test]
 fn two_replicas_train_like_one_device_with_the_same_effective_batch() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let mut accumulate = config(tmp.path(), 1, 2);
     // A checkpoint and an EMA sample after step 2: the first replica samples with the
     // backend's random generator while the others wait for the next step.
@@ -114,8 +113,7 @@ fn two_replicas_train_like_one_device_with_the_same_effective_batch() {
 
 #[test]
 fn a_run_resumes_on_another_device_count() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let config = config(tmp.path(), 1, 2);
     let (l_one, w_one, _) = session(&config, &tmp.path().join("one"), 1, false, None);
     let run = tmp.path().join("two-then-one");
@@ -128,8 +126,7 @@ fn a_run_resumes_on_another_device_count() {
 
 #[test]
 fn a_step_that_does_not_divide_among_the_devices_is_refused() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let config = config(tmp.path(), 1, 3);
     let run = tmp.path().join("uneven");
     let devices = vec![Default::default(); 2];
@@ -153,8 +150,7 @@ fn a_step_that_does_not_divide_among_the_devices_is_refused() {
 /// the same scale (each checks the same averaged gradients), and train like one device.
 #[test]
 fn two_f16_replicas_skip_overflowing_steps_together() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let mut config = config(tmp.path(), 1, 2);
     config.train.loss_scale = 2f64.powi(36);
     let run = |name: &str, devices: usize| {
@@ -205,8 +201,7 @@ impl medddpm_train::TrainObserver for StopAfter {
 /// with a checkpoint of it, and the run resumes there to the uninterrupted run's weights.
 #[test]
 fn two_replicas_stop_together_when_asked_and_resume() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let mut config = config(tmp.path(), 1, 2);
     config.train.steps = 4;
     config.train.save_every = 4;

@@ -31,9 +31,7 @@ fn trained(
 
 #[test]
 fn channels_last_and_bf16_sessions_train_like_the_default() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, config) = common::tiny_setup(2);
     let run = |name: &str, precision, layout| {
         trained(&config, &tmp.path().join(name), &options(precision, layout))
     };
@@ -70,9 +68,7 @@ fn f16_options() -> SessionOptions {
 /// scale in the checkpoint.
 #[test]
 fn f16_sessions_with_loss_scaling_train_like_the_default() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, config) = common::tiny_setup(2);
     let f32_options = options(Precision::Fp32, Layout::Ncdhw);
     let (base, w_base) = trained(&config, &tmp.path().join("f32"), &f32_options);
     let (f16, w_f16) = trained(&config, &tmp.path().join("f16"), &f16_options());
@@ -101,9 +97,7 @@ fn f16_sessions_with_loss_scaling_train_like_the_default() {
 /// halves until they fit, then the run trains its steps to the end.
 #[test]
 fn f16_overflow_skips_the_step_and_halves_the_scale() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 2);
+    let (_serial, tmp, mut config) = common::tiny_setup(2);
     config.train.loss_scale = 2f64.powi(40);
     let dir = RunDir::new(tmp.path().join("f16"));
     let summary = common::session_with(&config, &dir, &f16_options()).unwrap();

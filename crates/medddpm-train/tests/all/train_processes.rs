@@ -4,7 +4,7 @@
 //! and train to the same weights as threads and as one device accumulating the same batch.
 
 use crate::common;
-use crate::common::{one_at_a_time, Losses};
+use crate::common::{serial_tempdir, Losses};
 
 use std::path::Path;
 use std::thread::JoinHandle;
@@ -78,16 +78,14 @@ fn saved(config: &ExperimentConfig, checkpoint: &Path) -> (Vec<Vec<f32>>, Vec<Ve
 
 #[test]
 fn replicas_in_processes_train_like_one_device_bit_for_bit() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     two_and_four(config(tmp.path()), tmp.path(), &[0, 1]);
 }
 
 /// The four-device path (issue 17's, without four GPUs): four processes' worth of replicas.
 #[test]
 fn four_replicas_in_processes_train_like_one_device() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let mut config = config(tmp.path());
     config.train.grad_accum = 4;
     two_and_four(config, tmp.path(), &[0, 1, 2, 3]);
@@ -125,8 +123,7 @@ fn two_and_four(config: ExperimentConfig, tmp: &Path, devices: &[usize]) {
 
 #[test]
 fn a_replica_that_never_joins_stops_the_run_and_says_why() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let config = config(tmp.path());
     let err = train_processes::<A>(
         &config,
@@ -156,8 +153,7 @@ impl ReplicaLauncher for DamageThenThreads {
 
 #[test]
 fn a_corrupt_file_met_during_training_stops_every_process_with_its_name() {
-    let _serial = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (_serial, tmp) = serial_tempdir();
     let config = config(tmp.path());
     let damaged = tmp.path().join("phantoms/image/phantom_002.nii.gz");
     let err = train_processes::<A>(

@@ -108,9 +108,7 @@ fn check_nothing_is_overwritten(
 
 #[test]
 fn overfitted_tiny_model_samples_follow_the_mask() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::tiny_experiment(&tmp.path().join("phantoms"), 1);
+    let (_serial, tmp, mut config) = common::tiny_setup(1);
     config.train.steps = 200;
     config.train.lr = 3e-3;
     config.train.grad_accum = 1;

@@ -7,9 +7,7 @@ use medddpm_train::RunDir;
 
 #[test]
 fn straight_and_resumed_runs_end_bitwise_identical() {
-    let _serial = crate::common::one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = common::tiny_experiment(&tmp.path().join("phantoms"), 3);
+    let (_serial, tmp, config) = common::tiny_setup(3);
 
     let straight = RunDir::new(tmp.path().join("straight"));
     let s = common::session(&config, &straight, false, None).unwrap();

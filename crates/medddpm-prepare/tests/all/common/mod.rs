@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use medddpm_nifti::{Affine, DataType, Volume, WriteOptions};
+use medddpm_prepare::{CaseDetails, CaseProblem, Report};
 
 /// The standard raw BraTS affine: LPS, 1 mm, origin (0, 239, 0).
 pub const RAW_AFFINE: Affine = [
@@ -54,21 +55,34 @@ pub fn small_case(raw: &Path, case: &str, dims: [usize; 3], skip: Option<&str>) 
             continue;
         }
         let data = t1.iter().map(|v| v * factor).collect();
-        Volume::new(dims, data, RAW_AFFINE)
-            .unwrap()
-            .write_with(
-                dir.join(format!("{case}_{m}.nii.gz")),
-                WriteOptions::dtype(DataType::I16),
-            )
-            .unwrap();
+        let v = Volume::new(dims, data, RAW_AFFINE).unwrap();
+        write_raw(&v, &dir, &format!("{case}_{m}"), DataType::I16);
     }
     if skip != Some("seg") {
-        Volume::new(dims, seg, RAW_AFFINE)
-            .unwrap()
-            .write_with(
-                dir.join(format!("{case}_seg.nii.gz")),
-                WriteOptions::dtype(DataType::U8),
-            )
-            .unwrap();
+        let v = Volume::new(dims, seg, RAW_AFFINE).unwrap();
+        write_raw(&v, &dir, &format!("{case}_seg"), DataType::U8);
     }
+}
+
+/// `dir/<name>.nii.gz` stored as `dtype`, as raw BraTS files are (images I16, seg U8).
+pub fn write_raw(v: &Volume, dir: &Path, name: &str, dtype: DataType) {
+    v.write_with(
+        dir.join(format!("{name}.nii.gz")),
+        WriteOptions::dtype(dtype),
+    )
+    .unwrap();
+}
+
+/// The ids of the cases a run prepared, in order.
+pub fn done<S, D: CaseDetails>(report: &Report<S, D>) -> Vec<&str> {
+    report.done.iter().map(|d| d.case()).collect()
+}
+
+/// The cases a run skipped with their problems, in order.
+pub fn skipped<S, D>(report: &Report<S, D>) -> Vec<(&str, &CaseProblem)> {
+    report
+        .skipped
+        .iter()
+        .map(|s| (s.case.as_str(), &s.problem))
+        .collect()
 }

@@ -8,7 +8,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::Recorder;
 use burn::tensor::{backend::Backend, Tensor};
 use medddpm_train::data::{DataConfig, DataSource};
-use medddpm_train::ExperimentConfig;
+use medddpm_train::{ExperimentConfig, TrainSettings};
 use medddpm_unet::{UNet, UNetConfig};
 
 pub use medddpm_testdata::shared_dir;
@@ -22,6 +22,25 @@ pub use medddpm_testdata::shared_dir;
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`one_at_a_time`] and a fresh temporary folder: how every test here that writes starts.
+pub fn serial_tempdir() -> (std::sync::MutexGuard<'static, ()>, tempfile::TempDir) {
+    let serial = one_at_a_time();
+    (serial, tempfile::tempdir().unwrap())
+}
+
+/// [`serial_tempdir`] with a [`tiny_experiment`] on `count` phantoms in it.
+pub fn tiny_setup(
+    count: usize,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    ExperimentConfig,
+) {
+    let (serial, tmp) = serial_tempdir();
+    let config = tiny_experiment(&tmp.path().join("phantoms"), count);
+    (serial, tmp, config)
 }
 
 /// Records every step's loss.
@@ -50,20 +69,22 @@ pub fn tiny_experiment(phantom_dir: &Path, count: usize) -> ExperimentConfig {
             size: [16, 16, 16],
             seed: 3,
         }),
+        train: TrainSettings {
+            steps: 4,
+            lr: 1e-3,
+            batch_size: 1,
+            grad_accum: 2,
+            ema_every: 1,
+            ema_start: 2,
+            save_every: 2,
+            samples_per_checkpoint: 0,
+            keep_checkpoints: 0,
+            seed: 11,
+            ..Default::default()
+        },
         ..Default::default()
     };
     config.diffusion.timesteps = 50;
-    let t = &mut config.train;
-    t.steps = 4;
-    t.lr = 1e-3;
-    t.batch_size = 1;
-    t.grad_accum = 2;
-    t.ema_every = 1;
-    t.ema_start = 2;
-    t.save_every = 2;
-    t.samples_per_checkpoint = 0;
-    t.keep_checkpoints = 0;
-    t.seed = 11;
     config
 }
 
