@@ -172,6 +172,82 @@ fn two_ranks_from_a_launcher_s_environment_train_like_two_devices() {
     }
 }
 
+/// A rank that hangs (SIGSTOP) while the run trains: rank 0 stops the run once the rank has
+/// not come to a meeting for MEDDDPM_STEP_TIMEOUT seconds, naming it, and keeps its
+/// checkpoints.
+#[test]
+fn a_hung_rank_stops_the_run_after_the_step_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("exp.toml");
+    let long = crate::common::tiny_experiment(
+        tmp.path(),
+        4,
+        "steps = 400\nlr = 1e-3\nbatch_size = 1\ngrad_accum = 2\nsave_every = 2\nsamples_per_checkpoint = 0\n",
+    );
+    std::fs::write(&file, long).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let run = tmp.path().join("run");
+    let start = |rank: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_medddpm"))
+            .args([
+                "train",
+                "--backend",
+                "cpu",
+                "--experiment",
+                file.to_str().unwrap(),
+            ])
+            .args(["--run-dir", run.to_str().unwrap()])
+            .envs([
+                ("RANK", rank),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", port.as_str()),
+                ("MEDDDPM_RDZV_TOKEN", "a-test-secret-of-some-length"),
+                ("MEDDDPM_STEP_TIMEOUT", "3"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut rank1 = start("1");
+    let rank0 = start("0");
+    let logged =
+        || std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |s| s.lines().count());
+    let waited = std::time::Instant::now();
+    while logged() < 3 && waited.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(logged() >= 3, "the run did not start");
+    let signal = |name: &str| {
+        std::process::Command::new("kill")
+            .args([name, &rank1.id().to_string()])
+            .status()
+            .unwrap()
+    };
+    signal("-STOP");
+    let stopped = std::time::Instant::now();
+    let out = rank0.wait_with_output().unwrap();
+    let took = stopped.elapsed().as_secs_f64();
+    signal("-CONT");
+    let _ = rank1.kill();
+    let _ = rank1.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replica 1")
+            && stderr.contains("did not reach the run's next meeting within 3 s"),
+        "{stderr}"
+    );
+    assert!(took < 30.0, "rank 0 took {took} s to stop");
+    assert!(run.join("checkpoints").join("step-000002").is_dir());
+}
+
 /// A rank without the run's token, and one whose rank 0 never listens: each says what is
 /// wrong, naming the address, instead of waiting for ever.
 #[test]

@@ -192,7 +192,7 @@ impl Rendezvous {
                     }
                     peer.reader
                         .get_ref()
-                        .set_read_timeout(None)
+                        .set_read_timeout(meeting_timeout())
                         .map_err(|e| e.to_string())?;
                     peers[rank - 1] = Some(peer);
                 }
@@ -242,6 +242,33 @@ fn retry_connect(e: &std::io::Error) -> bool {
         e.kind(),
         ConnectionRefused | ConnectionReset | TimedOut | HostUnreachable | NetworkUnreachable
     ) || e.raw_os_error() == Some(113)
+}
+
+/// How long a process waits at a meeting for the others (a rank that hangs, or whose machine
+/// left the network without closing its connection, would otherwise hold the run for ever):
+/// `MEDDDPM_STEP_TIMEOUT` seconds, default 1800 (far above a step, a checkpoint with its
+/// samples, or a first step that compiles every kernel), `0` to wait for ever.
+pub(crate) fn meeting_timeout() -> Option<Duration> {
+    let seconds = std::env::var("MEDDDPM_STEP_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(1800.0);
+    (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+/// Why a read from a replica failed, in the words the run's error uses.
+fn read_failure(e: &std::io::Error) -> String {
+    match e.kind() {
+        // A killed process closes its end: no reason, only EOF.
+        std::io::ErrorKind::UnexpectedEof => CONNECTION_LOST.to_string(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "it did not reach the run's next meeting within {} s (its process hangs, or its \
+             machine left the network; MEDDDPM_STEP_TIMEOUT sets the wait)",
+            meeting_timeout().map_or(0, |t| t.as_secs())
+        ),
+        _ => format!("{CONNECTION_LOST} ({e})"),
+    }
 }
 
 /// A token no other run shares: the clock, the process id and std's random hasher keys.
@@ -301,6 +328,7 @@ impl ProcessLink {
                 Err(e) => return Err(e),
             }
         };
+        stream.set_read_timeout(meeting_timeout())?;
         let mut peer = Peer::new(stream)?;
         peer.send(
             DATA,
@@ -327,11 +355,7 @@ impl ProcessLink {
                         other => {
                             let why = match other {
                                 Ok((_, message)) => String::from_utf8_lossy(&message).into_owned(),
-                                // A killed process closes its end: no reason, only EOF.
-                                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                                    CONNECTION_LOST.to_string()
-                                }
-                                Err(e) => format!("{CONNECTION_LOST} ({e})"),
+                                Err(e) => read_failure(&e),
                             };
                             lock(failure).get_or_insert((i + 1, why));
                             stop_all(&mut peers);
