@@ -16,6 +16,18 @@ pub fn medddpm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Asserts that a run (what [`medddpm`] returns) failed and its standard error names each of
+/// `names`.
+pub fn assert_refused((ok, _, stderr): &(bool, String, String), names: &[&str]) {
+    assert!(!ok, "{stderr}");
+    assert_mentions(stderr, names);
+}
+
+/// Asserts that `text` names each of `names`.
+pub fn assert_mentions(text: &str, names: &[&str]) {
+    assert!(names.iter().all(|n| text.contains(n)), "{text}");
+}
+
 /// `medddpm bench` of the CPU's fp32 configuration in `layout`, reports into `out`, with
 /// `extra` switches.
 pub fn cpu_bench(out: &Path, layout: &str, extra: &[&str]) -> (bool, String, String) {
