@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::common::{assert_mentions, assert_refused, medddpm};
+use crate::common::{assert_mentions, assert_refused, medddpm, medddpm_with, on_cpu};
 
 use medddpm_testdata::shared_dir;
 
@@ -135,7 +135,7 @@ fn bench_devices_measures_each_count_in_its_own_process() {
 
 /// `bench --devices 0,1` of the tiny model on the CPU, two timed steps, into `out`.
 fn bench_devices(out: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
-    let mut args = vec![
+    let args = [
         "bench",
         "--devices",
         "0,1",
@@ -156,8 +156,7 @@ fn bench_devices(out: &std::path::Path, extra: &[&str]) -> (bool, String, String
         "--out",
         out.to_str().unwrap(),
     ];
-    args.extend_from_slice(extra);
-    medddpm(&args)
+    medddpm_with(&args, extra)
 }
 
 /// The records of `out/scaling.jsonl`.
@@ -240,25 +239,23 @@ fn bad_input_is_a_clear_error() {
 fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bench");
-    let (ok, stdout, stderr) = medddpm(&[
+    let (ok, stdout, stderr) = on_cpu(
         "bench",
-        "--backends",
-        "cpu",
-        "--precisions",
         "fp32,tf32",
-        "--layouts",
-        "ndhwc",
-        "--model",
-        "tiny",
-        "--size",
-        "8",
-        "--warmup",
-        "0",
-        "--steps",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &out,
+        &[
+            "--layouts",
+            "ndhwc",
+            "--model",
+            "tiny",
+            "--size",
+            "8",
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+        ],
+    );
     assert!(ok, "{stderr}");
     let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     let records: Vec<serde_json::Value> = lines
@@ -293,9 +290,8 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
             "--batch must be at least 1",
         ),
     ] {
-        let mut all = vec!["bench", "--backends", "cpu", "--out", out.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let (ok, _, stderr) = medddpm(&all);
+        let base = ["bench", "--backends", "cpu", "--out", out.to_str().unwrap()];
+        let (ok, _, stderr) = medddpm_with(&base, args);
         assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");
     }
 }
@@ -304,17 +300,7 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
 fn check_compares_every_configuration_with_the_float64_reference() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("check");
-    let (ok, stdout, stderr) = medddpm(&[
-        "check",
-        "--backends",
-        "cpu",
-        "--precisions",
-        "fp32,bf16",
-        "--model",
-        "tiny",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (ok, stdout, stderr) = on_cpu("check", "fp32,bf16", &out, &["--model", "tiny"]);
     assert!(ok, "{stderr}");
     let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 4, "{lines}");

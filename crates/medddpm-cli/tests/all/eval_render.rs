@@ -208,7 +208,7 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
 
     let (masks, synth, out) = (p("mask"), p("synth"), p("eval"));
     let eval = |extra: &[&str]| {
-        let mut args = vec![
+        let args = [
             "eval",
             "--masks",
             &masks,
@@ -217,8 +217,7 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
             "--out",
             &out,
         ];
-        args.extend_from_slice(extra);
-        medddpm(&args)
+        crate::common::medddpm_with(&args, extra)
     };
     let (ok, _, stderr) = eval(&[]);
     assert!(ok, "{stderr}");

@@ -37,7 +37,7 @@ fn two_cpu_processes_train_like_one_device() {
     std::fs::write(&file, experiment(tmp.path())).unwrap();
     let run = |name: &str, extra: &[&str]| {
         let dir = tmp.path().join(name);
-        let mut args = vec![
+        let args = [
             "train",
             "--backend",
             "cpu",
@@ -46,8 +46,7 @@ fn two_cpu_processes_train_like_one_device() {
             "--run-dir",
             dir.to_str().unwrap(),
         ];
-        args.extend_from_slice(extra);
-        let (ok, stderr) = medddpm(&args);
+        let (ok, _, stderr) = crate::common::medddpm_with(&args, extra);
         assert!(ok, "{stderr}");
         (dir, stderr)
     };
