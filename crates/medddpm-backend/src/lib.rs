@@ -27,9 +27,7 @@ pub mod tune_watch;
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod cube;
 
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -113,22 +111,36 @@ pub use medddpm_kernels::{
     Layout, NormEngine, Precision, UnknownChoice,
 };
 
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// `Display` and `FromStr` for an enum of named choices (one with `ALL` and `name`): it is
+/// written as its name and read from one of `ALL`'s names, compared with `$same` (`str::eq`, or
+/// `str::eq_ignore_ascii_case` for any case); `$what` and `$names` word the error.
+#[macro_export]
+macro_rules! choice_by_name {
+    ($ty:ident, $what:literal, $names:literal, $same:path) => {
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::UnknownChoice;
+            fn from_str(s: &str) -> Result<Self, $crate::UnknownChoice> {
+                $ty::ALL
+                    .into_iter()
+                    .find(|c| $same(c.name(), s))
+                    .ok_or_else(|| $crate::UnknownChoice::new($what, s, $names))
+            }
+        }
+    };
 }
 
-impl FromStr for BackendKind {
-    type Err = UnknownChoice;
-    /// A name of [`BackendKind::ALL`], in any case.
-    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|b| b.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownChoice::new("backend", s, "auto, cuda, wgpu or cpu"))
-    }
-}
+choice_by_name!(
+    BackendKind,
+    "backend",
+    "auto, cuda, wgpu or cpu",
+    str::eq_ignore_ascii_case
+);
 
 /// Everything that decides how a command computes.
 #[derive(Debug, Clone)]

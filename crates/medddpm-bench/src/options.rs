@@ -1,12 +1,10 @@
 //! What a benchmark run is asked to do: the networks it knows and the options of a run (the
 //! `medddpm bench` and `medddpm check` commands fill them from their switches).
 
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision, UnknownChoice};
+use medddpm_backend::{BackendKind, ConvEngine, NormEngine, Precision};
 use medddpm_unet::{ActivationCheckpointing, Layout, UNetConfig};
 use serde::{Deserialize, Serialize};
 
@@ -76,23 +74,12 @@ impl Model {
     }
 }
 
-impl fmt::Display for Model {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Model {
-    type Err = UnknownChoice;
-    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
-        Model::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                UnknownChoice::new("model", s, "whole-head, brats, whole-head-c32 or tiny")
-            })
-    }
-}
+medddpm_backend::choice_by_name!(
+    Model,
+    "model",
+    "whole-head, brats, whole-head-c32 or tiny",
+    str::eq
+);
 
 /// What one `medddpm bench` (or `medddpm check`) run measures and where it writes. The
 /// defaults are the command's.

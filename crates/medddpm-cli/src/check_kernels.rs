@@ -180,6 +180,20 @@ fn tolerance(precision: Precision) -> f64 {
     }
 }
 
+/// Whether every error is finite and within `tol` (a NaN fails).
+fn within(errs: &[f64], tol: f64) -> bool {
+    errs.iter().all(|e| e.is_finite() && *e <= tol)
+}
+
+/// What a check prints after a case.
+fn verdict(pass: bool) -> &'static str {
+    if pass {
+        "ok"
+    } else {
+        "OUTSIDE TOLERANCE"
+    }
+}
+
 impl BackendTask for Task {
     type Output = Report;
     type Error = anyhow::Error;
@@ -215,7 +229,7 @@ fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: 
         for (i, case) in ConvCase::standard(scale).into_iter().enumerate() {
             let [f, d, w] =
                 engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64, 3);
-            let pass = [f, d, w].iter().all(|e| e.is_finite() && *e <= tol);
+            let pass = within(&[f, d, w], tol);
             eprintln!(
                     "{layout} {:>3}->{:<3} k{} s{} {:?} b{}: forward {f:.2e}, data grad {d:.2e}, weight grad {w:.2e} {}",
                     case.c_in,
@@ -224,7 +238,7 @@ fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: 
                     case.stride,
                     case.size,
                     case.batch,
-                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                    verdict(pass)
                 );
             rows.push(Row {
                 case,
@@ -258,7 +272,7 @@ fn norm_rows<B: KernelAutodiffBackend>(
                 env.compute_dtype(),
                 100 + i as u64,
             );
-            let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
+            let pass = within(&errs, tol);
             let [y, dx, dg, db, ds] = errs;
             eprintln!(
                     "{layout} GroupNorm {} channels / {} groups{}{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e}{} {}",
@@ -269,7 +283,7 @@ fn norm_rows<B: KernelAutodiffBackend>(
                     case.size,
                     case.batch,
                     if case.shift { format!(", shift grad {ds:.2e}") } else { String::new() },
-                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                    verdict(pass)
                 );
             norm_rows.push(NormRow {
                 case,
@@ -311,12 +325,12 @@ fn product_rows<B: KernelAutodiffBackend>(
             400 + i as u64,
         );
         let [p, da, db] = errs;
-        let pass = errs.iter().all(|e| e.is_finite() && *e <= tol);
+        let pass = within(&errs, tol);
         eprintln!(
             "product {a:?}{} x {b:?}{}: product {p:.2e}, gradients {da:.2e} / {db:.2e} {}",
             if trans_a { "ᵀ" } else { "" },
             if trans_b { "ᵀ" } else { "" },
-            if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+            verdict(pass)
         );
         rows.push(ProductRow {
             a,
@@ -368,16 +382,12 @@ fn adam_rows<B: KernelAutodiffBackend>(
             );
             // The working copy must be exactly the cast of the master parameter, the sums
             // exactly the twin's.
-            let pass = [p, m, v]
-                .iter()
-                .all(|e| e.is_finite() && *e <= ADAM_TOLERANCE)
-                && c == 0.0
-                && sum == 0.0;
+            let pass = within(&[p, m, v], ADAM_TOLERANCE) && c == 0.0 && sum == 0.0;
             let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
             eprintln!(
                     "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e}, gradient sum {sum:.2e} {}",
                     medddpm_kernels::adam::case_lengths(len).len(),
-                    if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                    verdict(pass)
                 );
             adam_rows.push(AdamRow {
                 len,

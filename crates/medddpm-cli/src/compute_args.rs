@@ -53,62 +53,52 @@ described_choice!(
     4
 );
 
-/// `--collective` on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CollectiveArg(pub Collective);
+/// A command-line choice wrapping a library enum that has no `description`: its variants,
+/// names and help are listed here.
+macro_rules! listed_choice {
+    ($(#[$doc:meta])* $arg:ident, $inner:ident { $($variant:ident => ($name:literal, $help:literal),)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $arg(pub $inner);
 
-impl ValueEnum for CollectiveArg {
-    fn value_variants<'a>() -> &'a [Self] {
-        const ALL: [CollectiveArg; 3] = [
-            CollectiveArg(Collective::Auto),
-            CollectiveArg(Collective::Nccl),
-            CollectiveArg(Collective::Host),
-        ];
-        &ALL
-    }
+        impl ValueEnum for $arg {
+            fn value_variants<'a>() -> &'a [Self] {
+                const ALL: &[$arg] = &[$($arg($inner::$variant)),*];
+                ALL
+            }
 
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        let (name, help) = match self.0 {
-            Collective::Auto => ("auto", "NCCL on CUDA when libnccl loads, else the host"),
-            Collective::Nccl => (
-                "nccl",
-                "NCCL's all-reduce between the GPUs (an error where it cannot run)",
-            ),
-            Collective::Host => (
-                "host",
-                "gathered and averaged through host threads (slower)",
-            ),
-        };
-        Some(PossibleValue::new(name).help(help))
-    }
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                let (name, help) = match self.0 {
+                    $($inner::$variant => ($name, $help),)*
+                };
+                Some(PossibleValue::new(name).help(help))
+            }
+        }
+    };
 }
 
-/// `--launch` on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaunchArg(pub Launch);
-
-impl ValueEnum for LaunchArg {
-    fn value_variants<'a>() -> &'a [Self] {
-        const ALL: [LaunchArg; 3] = [
-            LaunchArg(Launch::Auto),
-            LaunchArg(Launch::Threads),
-            LaunchArg(Launch::Processes),
-        ];
-        &ALL
+listed_choice!(
+    /// `--collective` on the command line.
+    CollectiveArg,
+    Collective {
+        Auto => ("auto", "NCCL on CUDA when libnccl loads, else the host"),
+        Nccl => ("nccl", "NCCL's all-reduce between the GPUs (an error where it cannot run)"),
+        Host => ("host", "gathered and averaged through host threads (slower)"),
     }
+);
 
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        let (name, help) = match self.0 {
-            Launch::Auto => ("auto", "a process per device on CUDA, threads elsewhere"),
-            Launch::Threads => ("threads", "one process drives every device"),
-            Launch::Processes => (
-                "processes",
-                "one process per device, started by the first (also on the CPU, to test it)",
-            ),
-        };
-        Some(PossibleValue::new(name).help(help))
+listed_choice!(
+    /// `--launch` on the command line.
+    LaunchArg,
+    Launch {
+        Auto => ("auto", "a process per device on CUDA, threads elsewhere"),
+        Threads => ("threads", "one process drives every device"),
+        Processes => (
+            "processes",
+            "one process per device, started by the first (also on the CPU, to test it)"
+        ),
     }
-}
+);
 
 /// The command-line switches every command that computes shares.
 #[derive(Debug, Clone, clap::Args)]

@@ -151,16 +151,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_wrapped_observer_hears_every_step_and_why_no_trace_was_taken() {
+    /// What the observer wrapped by a tracer of `trace_steps` hears over a session from `start`
+    /// to `end` that reports `steps`; and the session's folder.
+    fn heard_over(
+        trace_steps: usize,
+        (start, end): (usize, usize),
+        steps: impl IntoIterator<Item = usize>,
+    ) -> (Heard, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let mut heard = Heard::default();
-        let mut traced = TracingObserver::new(&mut heard, 3, dir.path());
-        traced.started(0, 20);
-        for step in 1..=20 {
+        let mut traced = TracingObserver::new(&mut heard, trace_steps, dir.path());
+        traced.started(start, end);
+        for step in steps {
             traced.step(&metrics(step));
         }
         drop(traced);
+        (heard, dir)
+    }
+
+    #[test]
+    fn the_wrapped_observer_hears_every_step_and_why_no_trace_was_taken() {
+        let (heard, dir) = heard_over(3, (0, 20), 1..=20);
         assert_eq!(heard.steps, (1..=20).collect::<Vec<_>>());
         // Without CUDA the tracer cannot start: said once, when tracing was due.
         assert_eq!(heard.messages.len(), 1, "{:?}", heard.messages);
@@ -174,12 +185,7 @@ mod tests {
 
     #[test]
     fn a_session_too_short_to_trace_says_so_at_its_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut heard = Heard::default();
-        let mut traced = TracingObserver::new(&mut heard, 10, dir.path());
-        traced.started(100, 110);
-        traced.step(&metrics(101));
-        drop(traced);
+        let (heard, _dir) = heard_over(10, (100, 110), [101]);
         assert_eq!(heard.messages.len(), 1, "{:?}", heard.messages);
         assert!(
             heard.messages[0]

@@ -10,7 +10,7 @@ use medddpm_prepare::brats::{prepare_brats, BratsConfig};
 use medddpm_prepare::head_mask::{prepare_head_masks, HeadMaskConfig, HeadMaskSettings};
 use medddpm_prepare::real_demo::{prepare_real_demo, RealDemoConfig};
 use medddpm_prepare::whole_head::{prepare_whole_head, Scaling, WholeHeadConfig};
-use medddpm_prepare::{CaseDetails, CaseProblem, Progress, Report, REPORT_FILE};
+use medddpm_prepare::{CaseDetails, CaseProblem, PrepareError, Progress, Report, REPORT_FILE};
 use serde::Serialize;
 
 #[derive(Debug, Args)]
@@ -191,10 +191,9 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
                 overwrite: a.common.overwrite,
                 ..BratsConfig::default()
             };
-            let mut bar = CaseBar::new("brats");
-            let report =
-                prepare_brats(&a.raw, &a.common.out, a.cases.as_deref(), &config, &mut bar)?;
-            finish(bar, &report, &a.common.out)
+            with_bar("brats", &a.common.out, |bar| {
+                prepare_brats(&a.raw, &a.common.out, a.cases.as_deref(), &config, bar)
+            })
         }
         PrepareCommand::WholeHead(a) => {
             let config = WholeHeadConfig {
@@ -208,9 +207,9 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
                 jobs: a.common.jobs,
                 overwrite: a.common.overwrite,
             };
-            let mut bar = CaseBar::new("whole-head");
-            let report = prepare_whole_head(&a.images, &a.masks, &a.common.out, &config, &mut bar)?;
-            finish(bar, &report, &a.common.out)
+            with_bar("whole-head", &a.common.out, |bar| {
+                prepare_whole_head(&a.images, &a.masks, &a.common.out, &config, bar)
+            })
         }
         PrepareCommand::HeadMask(a) => {
             let config = HeadMaskConfig {
@@ -227,9 +226,9 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
                 jobs: a.common.jobs,
                 overwrite: a.common.overwrite,
             };
-            let mut bar = CaseBar::new("head-mask");
-            let report = prepare_head_masks(&a.images, &a.common.out, &config, &mut bar)?;
-            finish(bar, &report, &a.common.out)
+            with_bar("head-mask", &a.common.out, |bar| {
+                prepare_head_masks(&a.images, &a.common.out, &config, bar)
+            })
         }
         PrepareCommand::RealDemo(a) => {
             let config = RealDemoConfig {
@@ -240,19 +239,22 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
                 overwrite: a.overwrite,
                 ..RealDemoConfig::default()
             };
-            let mut bar = CaseBar::new("real-demo");
-            let report = prepare_real_demo(&a.data, &a.out, &config, &mut bar)?;
-            finish(bar, &report, &a.out)
+            with_bar("real-demo", &a.out, |bar| {
+                prepare_real_demo(&a.data, &a.out, &config, bar)
+            })
         }
     }
 }
 
-/// Prints the summary; fails when no case could be prepared.
-fn finish<S: Serialize, D: CaseDetails>(
-    bar: CaseBar,
-    report: &Report<S, D>,
+/// Runs `prepare` with a bar over its cases, then prints the summary; fails when no case could
+/// be prepared.
+fn with_bar<S: Serialize, D: CaseDetails>(
+    what: &'static str,
     out: &Path,
+    prepare: impl FnOnce(&mut CaseBar) -> Result<Report<S, D>, PrepareError>,
 ) -> anyhow::Result<()> {
+    let mut bar = CaseBar::new(what);
+    let report = prepare(&mut bar)?;
     bar.bar.finish_and_clear();
     println!("{}", report.summary());
     println!("report: {}", out.join(REPORT_FILE).display());

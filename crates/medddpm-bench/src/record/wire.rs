@@ -62,75 +62,51 @@ pub(super) struct Record {
     train_graph: Option<GraphRun>,
 }
 
+/// `$to` with the fields given and, moved from `$r`, those both forms hold alike: the list stands
+/// once for both directions.
+macro_rules! with_common_fields {
+    ($to:ident { $($own:tt)* } from $r:ident) => {
+        $to {
+            $($own)*
+            device: $r.device,
+            size: $r.size,
+            batch: $r.batch,
+            activation_checkpointing: $r.activation_checkpointing,
+            status: $r.status,
+            source: $r.source,
+            agreement_rel_l2: $r.agreement_rel_l2,
+            agreement_tolerance: $r.agreement_tolerance,
+            agreement_reference: $r.agreement_reference,
+            first_sample_step_s: $r.first_sample_step_s,
+            first_train_step_s: $r.first_train_step_s,
+            train_step_median_ms: $r.train_step_median_ms,
+            train_issue_median_ms: $r.train_issue_median_ms,
+            sample_step_median_ms: $r.sample_step_median_ms,
+            peak_memory_mib: $r.peak_memory_mib,
+            memory_source: $r.memory_source,
+            breakdown_ms: $r.breakdown_ms,
+            train_breakdown_ms: $r.train_breakdown_ms,
+            train_optimizer_issue_ms: $r.train_optimizer_issue_ms,
+            train_threads_ms: $r.train_threads_ms,
+            tune_cache_warm: $r.tune_cache_warm,
+            burn_memory_mib: $r.burn_memory_mib,
+            train_gpu: $r.train_gpu,
+            sample_gpu: $r.sample_gpu,
+            sample_graph: $r.sample_graph,
+            train_graph: $r.train_graph,
+        }
+    };
+}
+
 impl From<BenchRecord> for Record {
     fn from(r: BenchRecord) -> Self {
-        let message = r.full_message();
-        let layout = r.layout_label();
-        let BenchRecord {
-            backend,
-            device,
-            precision,
-            model,
-            size,
-            batch,
-            activation_checkpointing,
-            status,
-            source,
-            agreement_rel_l2,
-            agreement_tolerance,
-            agreement_reference,
-            first_sample_step_s,
-            first_train_step_s,
-            train_step_median_ms,
-            train_issue_median_ms,
-            sample_step_median_ms,
-            peak_memory_mib,
-            memory_source,
-            breakdown_ms,
-            train_breakdown_ms,
-            train_optimizer_issue_ms,
-            train_threads_ms,
-            tune_cache_warm,
-            burn_memory_mib,
-            train_gpu,
-            sample_gpu,
-            sample_graph,
-            train_graph,
-            ..
-        } = r;
-        Record {
-            backend: backend.to_string(),
-            device,
-            precision: precision.name().to_string(),
-            layout,
-            model: model.name().to_string(),
-            size,
-            batch,
-            activation_checkpointing,
-            status,
-            message,
-            agreement_rel_l2,
-            agreement_tolerance,
-            agreement_reference,
-            first_sample_step_s,
-            first_train_step_s,
-            train_step_median_ms,
-            train_issue_median_ms,
-            sample_step_median_ms,
-            peak_memory_mib,
-            memory_source,
-            breakdown_ms,
-            train_breakdown_ms,
-            train_optimizer_issue_ms,
-            train_threads_ms,
-            tune_cache_warm,
-            burn_memory_mib,
-            source,
-            train_gpu,
-            sample_gpu,
-            sample_graph,
-            train_graph,
-        }
+        with_common_fields!(Record {
+            message: r.full_message(),
+            layout: r.layout_label(),
+            backend: r.backend.to_string(),
+            precision: r.precision.name().to_string(),
+            model: r.model.name().to_string(),
+        } from r)
     }
 }
 
@@ -155,40 +131,14 @@ impl TryFrom<Record> for BenchRecord {
             },
             None => (None, None),
         };
-        Ok(BenchRecord {
+        Ok(with_common_fields!(BenchRecord {
             backend,
-            device: r.device,
             precision: r.precision.parse()?,
             layout: layout.parse()?,
             model: r.model.parse()?,
-            size: r.size,
-            batch: r.batch,
-            activation_checkpointing: r.activation_checkpointing,
-            status: r.status,
             message,
             log_tail,
-            source: r.source,
-            agreement_rel_l2: r.agreement_rel_l2,
-            agreement_tolerance: r.agreement_tolerance,
-            agreement_reference: r.agreement_reference,
-            first_sample_step_s: r.first_sample_step_s,
-            first_train_step_s: r.first_train_step_s,
-            train_step_median_ms: r.train_step_median_ms,
-            train_issue_median_ms: r.train_issue_median_ms,
-            sample_step_median_ms: r.sample_step_median_ms,
-            peak_memory_mib: r.peak_memory_mib,
-            memory_source: r.memory_source,
-            breakdown_ms: r.breakdown_ms,
-            train_breakdown_ms: r.train_breakdown_ms,
-            train_optimizer_issue_ms: r.train_optimizer_issue_ms,
-            train_threads_ms: r.train_threads_ms,
-            tune_cache_warm: r.tune_cache_warm,
-            burn_memory_mib: r.burn_memory_mib,
-            train_gpu: r.train_gpu,
-            sample_gpu: r.sample_gpu,
-            sample_graph: r.sample_graph,
-            train_graph: r.train_graph,
-        })
+        } from r))
     }
 }
 

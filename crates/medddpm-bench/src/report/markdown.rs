@@ -208,40 +208,22 @@ fn forward_breakdown_table(rows: &[&BenchRecord], uniform: bool) -> String {
 /// burn's own memory statistics, for the records that read them.
 fn burn_memory_table(records: &[BenchRecord]) -> String {
     use crate::single::{MEMORY_IN_USE, MEMORY_RESERVED};
-    let rows: Vec<&BenchRecord> = records
-        .iter()
-        .filter(|r| !r.burn_memory_mib.is_empty())
-        .collect();
-    if rows.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from(
+    records_table(
+        records,
+        |r| !r.burn_memory_mib.is_empty(),
         "\nburn's memory pools after the forward pass of the profiled training step, MiB (the \
          live tensors, saved activations among them; and what the pools hold from the device), \
          beside the nvidia-smi peak.\n\n",
-    );
-    out.push_str(&md_row(&[
-        "Configuration".to_string(),
-        "in use".to_string(),
-        "reserved".to_string(),
-        "nvidia-smi peak".to_string(),
-    ]));
-    out.push_str(&md_row(&[
-        "---".to_string(),
-        "---:".to_string(),
-        "---:".to_string(),
-        "---:".to_string(),
-    ]));
-    for r in rows {
-        let get = |k: &str| opt(r.burn_memory_mib.get(k).copied(), fmt_mib);
-        out.push_str(&md_row(&[
-            md_cell(&config_label(r)),
-            get(MEMORY_IN_USE),
-            get(MEMORY_RESERVED),
-            opt(r.peak_memory_mib, fmt_mib),
-        ]));
-    }
-    out
+        &["in use", "reserved", "nvidia-smi peak"],
+        |r| {
+            let get = |k: &str| opt(r.burn_memory_mib.get(k).copied(), fmt_mib);
+            vec![
+                get(MEMORY_IN_USE),
+                get(MEMORY_RESERVED),
+                opt(r.peak_memory_mib, fmt_mib),
+            ]
+        },
+    )
 }
 
 /// The training micro-step by phase, for the records that measured it.
@@ -254,28 +236,42 @@ fn train_breakdown_table(records: &[BenchRecord]) -> String {
         "gradients to the optimizer",
         "Adam step",
     ];
-    let rows: Vec<&BenchRecord> = records
-        .iter()
-        .filter(|r| !r.train_breakdown_ms.is_empty())
-        .collect();
+    let mut columns = PHASES.to_vec();
+    columns.push("Sum (ms)");
+    let phases: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
+    records_table(
+        records,
+        |r| !r.train_breakdown_ms.is_empty(),
+        "\nOne training micro-step by phase, ms (% of the sum); the phases, and in the backward \
+         pass each convolution gradient, are synchronised on their own.\n\n",
+        &columns,
+        |r| share_cells(&r.train_breakdown_ms, &phases),
+    )
+}
+
+/// A table of the records `has` is true of, after `intro`: the configuration, then `columns`
+/// (right-aligned) filled by `cells`; nothing when no record has it.
+fn records_table(
+    records: &[BenchRecord],
+    has: impl Fn(&BenchRecord) -> bool,
+    intro: &str,
+    columns: &[&str],
+    cells: impl Fn(&BenchRecord) -> Vec<String>,
+) -> String {
+    let rows: Vec<&BenchRecord> = records.iter().filter(|r| has(r)).collect();
     if rows.is_empty() {
         return String::new();
     }
-    let mut out = String::from(
-        "\nOne training micro-step by phase, ms (% of the sum); the phases, and in the backward \
-         pass each convolution gradient, are synchronised on their own.\n\n",
-    );
+    let mut out = String::from(intro);
     let mut header = vec!["Configuration".to_string()];
-    header.extend(PHASES.iter().map(|p| p.to_string()));
-    header.push("Sum (ms)".to_string());
+    header.extend(columns.iter().map(|c| c.to_string()));
     out.push_str(&md_row(&header));
     let mut align = vec!["---".to_string()];
-    align.extend(std::iter::repeat_n("---:".to_string(), PHASES.len() + 1));
+    align.extend(std::iter::repeat_n("---:".to_string(), columns.len()));
     out.push_str(&md_row(&align));
-    let phases: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
     for r in rows {
         let mut row = vec![md_cell(&config_label(r))];
-        row.extend(share_cells(&r.train_breakdown_ms, &phases));
+        row.extend(cells(r));
         out.push_str(&md_row(&row));
     }
     out

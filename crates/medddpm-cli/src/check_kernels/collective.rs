@@ -95,7 +95,7 @@ pub fn print(check: &CollectiveCheck) -> usize {
             } else {
                 ", CALLER'S INPUT CHANGED"
             },
-            if r.pass { "ok" } else { "OUTSIDE TOLERANCE" }
+            super::verdict(r.pass)
         );
     }
     let failed = check.failed();

@@ -4,7 +4,7 @@
 use medddpm_backend::{KernelAutodiffBackend, Layout, RunEnv};
 use serde::Serialize;
 
-use super::norm_tolerance;
+use super::{norm_tolerance, verdict, within};
 
 /// One upsampling case's result.
 #[derive(Debug, Serialize)]
@@ -57,10 +57,10 @@ pub(super) fn upsample_rows<B: KernelAutodiffBackend>(
                 env.compute_dtype(),
                 200 + i as u64,
             );
-            let pass = [f, b].iter().all(|e| e.is_finite() && *e <= tol);
+            let pass = within(&[f, b], tol);
             eprintln!(
                 "{layout} upsample x2 {size:?}: forward {f:.2e}, backward {b:.2e} {}",
-                if pass { "ok" } else { "OUTSIDE TOLERANCE" }
+                verdict(pass)
             );
             upsample_rows.push(UpsampleRow {
                 size,

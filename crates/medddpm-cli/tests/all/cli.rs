@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::common::medddpm;
+use crate::common::{assert_mentions, assert_refused, medddpm, medddpm_with, on_cpu};
 
 use medddpm_testdata::shared_dir;
 
@@ -18,10 +18,7 @@ fn inspect_resolves_every_built_in_experiment() {
         );
     }
     let (_, stdout, _) = medddpm(&["inspect", "whole-head-128"]);
-    assert!(
-        stdout.contains("ema_decay = 0.995") && stdout.contains("grad_accum = 2"),
-        "{stdout}"
-    );
+    assert_mentions(&stdout, &["ema_decay = 0.995", "grad_accum = 2"]);
 }
 
 #[test]
@@ -29,10 +26,7 @@ fn inspect_prints_a_nifti_header() {
     let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
     let (ok, stdout, stderr) = medddpm(&["inspect", mask.to_str().unwrap()]);
     assert!(ok, "{stderr}");
-    assert!(
-        stdout.contains("[128, 128, 128]") && stdout.contains("U8"),
-        "{stdout}"
-    );
+    assert_mentions(&stdout, &["[128, 128, 128]", "U8"]);
 }
 
 #[test]
@@ -86,19 +80,13 @@ fn output_that_cannot_be_written_is_one_error_line() {
 fn sample_help_leaves_out_the_training_switches() {
     let (ok, stdout, stderr) = medddpm(&["sample", "--help"]);
     assert!(ok, "{stderr}");
-    assert!(
-        stdout.contains("--devices") && stdout.contains("--samples-per-mask"),
-        "{stdout}"
-    );
+    assert_mentions(&stdout, &["--devices", "--samples-per-mask"]);
     assert!(
         !stdout.contains("--collective") && !stdout.contains("--launch"),
         "{stdout}"
     );
     let (_, stdout, _) = medddpm(&["train", "--help"]);
-    assert!(
-        stdout.contains("--collective") && stdout.contains("--launch"),
-        "{stdout}"
-    );
+    assert_mentions(&stdout, &["--collective", "--launch"]);
 }
 
 #[test]
@@ -107,8 +95,10 @@ fn bench_exits_non_zero_when_a_configuration_fails() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bench");
     let extra = ["--model", "tiny", "--size", "16", "--timeout", "0"];
-    let (ok, _, stderr) = crate::common::cpu_bench(&out, "ndhwc", &extra);
-    assert!(!ok && stderr.contains("failed: cpu/fp32/ndhwc"), "{stderr}");
+    assert_refused(
+        &crate::common::cpu_bench(&out, "ndhwc", &extra),
+        &["failed: cpu/fp32/ndhwc"],
+    );
     assert!(
         out.join("results.md").is_file(),
         "the reports are still written"
@@ -145,7 +135,7 @@ fn bench_devices_measures_each_count_in_its_own_process() {
 
 /// `bench --devices 0,1` of the tiny model on the CPU, two timed steps, into `out`.
 fn bench_devices(out: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
-    let mut args = vec![
+    let args = [
         "bench",
         "--devices",
         "0,1",
@@ -166,8 +156,7 @@ fn bench_devices(out: &std::path::Path, extra: &[&str]) -> (bool, String, String
         "--out",
         out.to_str().unwrap(),
     ];
-    args.extend_from_slice(extra);
-    medddpm(&args)
+    medddpm_with(&args, extra)
 }
 
 /// The records of `out/scaling.jsonl`.
@@ -195,32 +184,35 @@ fn bench_devices_measures_processes() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    let (ok, _, stderr) = medddpm(&["train", "--experiment", "no-such-experiment"]);
-    assert!(
-        !ok && stderr.contains("no-such-experiment") && stderr.contains("quickstart"),
-        "{stderr}"
+    assert_refused(
+        &medddpm(&["train", "--experiment", "no-such-experiment"]),
+        &["no-such-experiment", "quickstart"],
     );
 
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("nowhere");
-    let (ok, _, stderr) = medddpm(&["train", "--resume", missing.to_str().unwrap()]);
-    assert!(!ok && stderr.contains("not a run folder"), "{stderr}");
+    assert_refused(
+        &medddpm(&["train", "--resume", missing.to_str().unwrap()]),
+        &["not a run folder"],
+    );
 
     let masks = tmp.path().join("empty");
     std::fs::create_dir_all(&masks).unwrap();
     let out = tmp.path().join("out");
-    let (ok, _, stderr) = medddpm(&[
-        "sample",
-        "--checkpoint",
-        missing.to_str().unwrap(),
-        "--masks",
-        masks.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--backend",
-        "cpu",
-    ]);
-    assert!(!ok && stderr.contains("empty"), "{stderr}");
+    assert_refused(
+        &medddpm(&[
+            "sample",
+            "--checkpoint",
+            missing.to_str().unwrap(),
+            "--masks",
+            masks.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ]),
+        &["empty"],
+    );
 
     // An empty experiment file would be the 40M-parameter model for 100,000 steps.
     let empty = tmp.path().join("empty.toml");
@@ -247,25 +239,23 @@ fn bad_input_is_a_clear_error() {
 fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bench");
-    let (ok, stdout, stderr) = medddpm(&[
+    let (ok, stdout, stderr) = on_cpu(
         "bench",
-        "--backends",
-        "cpu",
-        "--precisions",
         "fp32,tf32",
-        "--layouts",
-        "ndhwc",
-        "--model",
-        "tiny",
-        "--size",
-        "8",
-        "--warmup",
-        "0",
-        "--steps",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &out,
+        &[
+            "--layouts",
+            "ndhwc",
+            "--model",
+            "tiny",
+            "--size",
+            "8",
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+        ],
+    );
     assert!(ok, "{stderr}");
     let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     let records: Vec<serde_json::Value> = lines
@@ -300,9 +290,8 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
             "--batch must be at least 1",
         ),
     ] {
-        let mut all = vec!["bench", "--backends", "cpu", "--out", out.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let (ok, _, stderr) = medddpm(&all);
+        let base = ["bench", "--backends", "cpu", "--out", out.to_str().unwrap()];
+        let (ok, _, stderr) = medddpm_with(&base, args);
         assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");
     }
 }
@@ -311,17 +300,7 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
 fn check_compares_every_configuration_with_the_float64_reference() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("check");
-    let (ok, stdout, stderr) = medddpm(&[
-        "check",
-        "--backends",
-        "cpu",
-        "--precisions",
-        "fp32,bf16",
-        "--model",
-        "tiny",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (ok, stdout, stderr) = on_cpu("check", "fp32,bf16", &out, &["--model", "tiny"]);
     assert!(ok, "{stderr}");
     let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 4, "{lines}");

@@ -16,23 +16,53 @@ pub fn medddpm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// `medddpm bench` of the CPU's fp32 configuration in `layout`, reports into `out`, with
+/// Asserts that a run (what [`medddpm`] returns) failed and its standard error names each of
+/// `names`.
+pub fn assert_refused((ok, _, stderr): &(bool, String, String), names: &[&str]) {
+    assert!(!ok, "{stderr}");
+    assert_mentions(stderr, names);
+}
+
+/// Asserts that `text` names each of `names`.
+pub fn assert_mentions(text: &str, names: &[&str]) {
+    assert!(names.iter().all(|n| text.contains(n)), "{text}");
+}
+
+/// [`medddpm`] with `args`, then `extra`.
+pub fn medddpm_with(args: &[&str], extra: &[&str]) -> (bool, String, String) {
+    medddpm(&[args, extra].concat())
+}
+
+/// `medddpm COMMAND` (`bench` or `check`) of the CPU in `precisions`, reports into `out`, with
 /// `extra` switches.
-pub fn cpu_bench(out: &Path, layout: &str, extra: &[&str]) -> (bool, String, String) {
+pub fn on_cpu(
+    command: &str,
+    precisions: &str,
+    out: &Path,
+    extra: &[&str],
+) -> (bool, String, String) {
     let out = out.to_str().unwrap();
-    let mut args = vec![
-        "bench",
+    let args = [
+        command,
         "--backends",
         "cpu",
         "--precisions",
-        "fp32",
-        "--layouts",
-        layout,
+        precisions,
         "--out",
         out,
     ];
-    args.extend_from_slice(extra);
-    medddpm(&args)
+    medddpm_with(&args, extra)
+}
+
+/// `medddpm bench` of the CPU's fp32 configuration in `layout`, reports into `out`, with
+/// `extra` switches.
+pub fn cpu_bench(out: &Path, layout: &str, extra: &[&str]) -> (bool, String, String) {
+    on_cpu(
+        "bench",
+        "fp32",
+        out,
+        &[&["--layouts", layout][..], extra].concat(),
+    )
 }
 
 /// A tiny experiment on `phantoms` 16^3 phantoms in `dir/phantoms`, with `train` as its

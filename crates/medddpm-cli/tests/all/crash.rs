@@ -4,7 +4,7 @@
 //! finally completes; then `inspect` vouches for its checkpoint, and refuses it once damaged.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,6 +24,33 @@ fn experiment(dir: &Path, steps: usize) -> String {
             "steps = {steps}\nlr = 1e-3\nsave_every = {SAVE_EVERY}\nsamples_per_checkpoint = 0\nkeep_checkpoints = 3\nema_start = 2\n"
         ),
     )
+}
+
+/// The test experiment written to `dir/<toml_name>`, its run folder `dir/run`, and the
+/// `medddpm train` command that starts that run or, with `resume`, resumes it.
+fn killed_run(dir: &Path, toml_name: &str) -> (PathBuf, RunDir, impl Fn(bool) -> Command) {
+    let toml = dir.join(toml_name);
+    std::fs::write(&toml, experiment(dir, STEPS)).unwrap();
+    let run_dir = dir.join("run");
+    let run = RunDir::new(&run_dir);
+    let train = {
+        let run_dir = run_dir.clone();
+        move |resume: bool| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_medddpm"));
+            match resume {
+                true => cmd.args(["train", "--resume", run_dir.to_str().unwrap()]),
+                false => cmd.args([
+                    "train",
+                    "--experiment",
+                    toml.to_str().unwrap(),
+                    "--run-dir",
+                    run_dir.to_str().unwrap(),
+                ]),
+            };
+            cmd
+        }
+    };
+    (run_dir, run, train)
 }
 
 /// The last step `metrics.jsonl` records.
@@ -55,10 +82,7 @@ fn half_written(run: &RunDir) -> HashSet<(String, SystemTime)> {
 #[test]
 fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
-    let toml = tmp.path().join("crash.toml");
-    std::fs::write(&toml, experiment(tmp.path(), STEPS)).unwrap();
-    let run_dir = tmp.path().join("run");
-    let run = RunDir::new(&run_dir);
+    let (run_dir, run, train) = killed_run(tmp.path(), "crash.toml");
     let bin = env!("CARGO_BIN_EXE_medddpm");
 
     // Kill times spread over a session's start (loading, no step yet) and its steps; a fixed
@@ -73,17 +97,7 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
     let mut last_step = 0usize;
     let mut kills_during_a_write = 0;
     for kill in 0..20 {
-        let mut cmd = Command::new(bin);
-        match run.latest_checkpoint().unwrap() {
-            Some(_) => cmd.args(["train", "--resume", run_dir.to_str().unwrap()]),
-            None => cmd.args([
-                "train",
-                "--experiment",
-                toml.to_str().unwrap(),
-                "--run-dir",
-                run_dir.to_str().unwrap(),
-            ]),
-        };
+        let mut cmd = train(run.latest_checkpoint().unwrap().is_some());
         let before = half_written(&run);
         // This session is writing a checkpoint when a temporary folder is new or was touched.
         let writing = || !half_written(&run).is_subset(&before);
@@ -215,24 +229,10 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
 #[test]
 fn a_signal_stops_training_at_a_step_boundary_without_losing_a_step() {
     let tmp = tempfile::tempdir().unwrap();
-    let toml = tmp.path().join("signal.toml");
-    std::fs::write(&toml, experiment(tmp.path(), STEPS)).unwrap();
-    let run_dir = tmp.path().join("run");
-    let run = RunDir::new(&run_dir);
-    let bin = env!("CARGO_BIN_EXE_medddpm");
+    let (run_dir, run, train) = killed_run(tmp.path(), "signal.toml");
     let start = |resume: bool| {
-        let mut cmd = Command::new(bin);
-        match resume {
-            true => cmd.args(["train", "--resume", run_dir.to_str().unwrap()]),
-            false => cmd.args([
-                "train",
-                "--experiment",
-                toml.to_str().unwrap(),
-                "--run-dir",
-                run_dir.to_str().unwrap(),
-            ]),
-        };
-        cmd.args(["--backend", "cpu"])
+        train(resume)
+            .args(["--backend", "cpu"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use medddpm_nifti::Volume;
 
-use crate::common::medddpm;
+use crate::common::{assert_refused, medddpm};
 
 const N: usize = 24;
 
@@ -121,8 +121,10 @@ fn eval_ranks_samples_and_render_draws_them() {
         &dir.join("synth/other_sample-0.nii.gz"),
         vec![0.0; N * N * N],
     );
-    let (ok, _, stderr) = medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]);
-    assert!(!ok && stderr.contains("other_sample-0.nii.gz"), "{stderr}");
+    assert_refused(
+        &medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]),
+        &["other_sample-0.nii.gz"],
+    );
     std::fs::remove_file(dir.join("synth/other_sample-0.nii.gz")).unwrap();
     Volume::new(
         [N, N, N / 2],
@@ -132,20 +134,21 @@ fn eval_ranks_samples_and_render_draws_them() {
     .unwrap()
     .write(dir.join("synth/case_sample-2.nii.gz"))
     .unwrap();
-    let (ok, _, stderr) = medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]);
-    assert!(
-        !ok && stderr.contains("case_sample-2.nii.gz") && stderr.contains("grid"),
-        "{stderr}"
+    assert_refused(
+        &medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]),
+        &["case_sample-2.nii.gz", "grid"],
     );
-    let (ok, _, stderr) = medddpm(&[
-        "render",
-        &p("image/case.nii.gz"),
-        "--titles",
-        "a,b",
-        "--out",
-        &p("x.png"),
-    ]);
-    assert!(!ok && stderr.contains("--titles"), "{stderr}");
+    assert_refused(
+        &medddpm(&[
+            "render",
+            &p("image/case.nii.gz"),
+            "--titles",
+            "a,b",
+            "--out",
+            &p("x.png"),
+        ]),
+        &["--titles"],
+    );
 }
 
 /// `mask/case.nii.gz` (the phantom's labels) and an empty `synth/` in `dir`; the phantom's image.
@@ -170,27 +173,25 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
     let volume = std::fs::read(dir.join("synth/case_sample-0.nii.gz")).unwrap();
     let mask_bytes = std::fs::read(dir.join("mask/case.nii.gz")).unwrap();
 
-    let (ok, _, stderr) = medddpm(&[
-        "render",
-        &p("synth/case_sample-0.nii.gz"),
-        "--out",
-        &p("synth/case_sample-0.nii.gz"),
-    ]);
-    assert!(
-        !ok && stderr.contains("--out") && stderr.contains(".png"),
-        "{stderr}"
+    assert_refused(
+        &medddpm(&[
+            "render",
+            &p("synth/case_sample-0.nii.gz"),
+            "--out",
+            &p("synth/case_sample-0.nii.gz"),
+        ]),
+        &["--out", ".png"],
     );
-    let (ok, _, stderr) = medddpm(&[
-        "render",
-        &p("synth/case_sample-0.nii.gz"),
-        "--out",
-        &p("montage.png"),
-        "--gif",
-        &p("mask/case.nii.gz"),
-    ]);
-    assert!(
-        !ok && stderr.contains("--gif") && stderr.contains(".gif"),
-        "{stderr}"
+    assert_refused(
+        &medddpm(&[
+            "render",
+            &p("synth/case_sample-0.nii.gz"),
+            "--out",
+            &p("montage.png"),
+            "--gif",
+            &p("mask/case.nii.gz"),
+        ]),
+        &["--gif", ".gif"],
     );
     assert_eq!(
         std::fs::read(dir.join("synth/case_sample-0.nii.gz")).unwrap(),
@@ -207,7 +208,7 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
 
     let (masks, synth, out) = (p("mask"), p("synth"), p("eval"));
     let eval = |extra: &[&str]| {
-        let mut args = vec![
+        let args = [
             "eval",
             "--masks",
             &masks,
@@ -216,18 +217,13 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
             "--out",
             &out,
         ];
-        args.extend_from_slice(extra);
-        medddpm(&args)
+        crate::common::medddpm_with(&args, extra)
     };
     let (ok, _, stderr) = eval(&[]);
     assert!(ok, "{stderr}");
     let first = std::fs::read(dir.join("eval/eval.json")).unwrap();
     std::fs::write(dir.join("eval/eval.json"), b"{\"kept\": true}").unwrap();
-    let (ok, _, stderr) = eval(&[]);
-    assert!(
-        !ok && stderr.contains("eval.json") && stderr.contains("--overwrite"),
-        "{stderr}"
-    );
+    assert_refused(&eval(&[]), &["eval.json", "--overwrite"]);
     assert_eq!(
         std::fs::read(dir.join("eval/eval.json")).unwrap(),
         b"{\"kept\": true}"
@@ -256,19 +252,11 @@ fn eval_refuses_a_volume_elsewhere_in_space_or_with_nan_voxels() {
         .unwrap()
         .write(dir.join("synth/case_sample-0.nii.gz"))
         .unwrap();
-    let (ok, _, stderr) = eval();
-    assert!(
-        !ok && stderr.contains("case_sample-0.nii.gz") && stderr.contains("elsewhere in space"),
-        "{stderr}"
-    );
+    assert_refused(&eval(), &["case_sample-0.nii.gz", "elsewhere in space"]);
     let mut with_nan = image.clone();
     with_nan[17] = f32::NAN;
     write(&dir.join("synth/case_sample-0.nii.gz"), with_nan);
-    let (ok, _, stderr) = eval();
-    assert!(
-        !ok && stderr.contains("case_sample-0.nii.gz") && stderr.contains("NaN"),
-        "{stderr}"
-    );
+    assert_refused(&eval(), &["case_sample-0.nii.gz", "NaN"]);
     write(&dir.join("synth/case_sample-0.nii.gz"), image);
     let (ok, _, stderr) = eval();
     assert!(ok, "{stderr}");

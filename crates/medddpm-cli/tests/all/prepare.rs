@@ -127,7 +127,7 @@ fn prepare_brats_end_to_end() {
 
 /// `medddpm prepare brats --raw RAW --out OUT`, then `extra`.
 fn prepare_brats(raw: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
-    let mut args = vec![
+    let args = [
         "prepare",
         "brats",
         "--raw",
@@ -135,8 +135,7 @@ fn prepare_brats(raw: &Path, out: &Path, extra: &[&str]) -> (bool, String, Strin
         "--out",
         out.to_str().unwrap(),
     ];
-    args.extend_from_slice(extra);
-    medddpm(&args)
+    crate::common::medddpm_with(&args, extra)
 }
 
 #[test]

@@ -37,7 +37,7 @@ fn two_cpu_processes_train_like_one_device() {
     std::fs::write(&file, experiment(tmp.path())).unwrap();
     let run = |name: &str, extra: &[&str]| {
         let dir = tmp.path().join(name);
-        let mut args = vec![
+        let args = [
             "train",
             "--backend",
             "cpu",
@@ -46,8 +46,7 @@ fn two_cpu_processes_train_like_one_device() {
             "--run-dir",
             dir.to_str().unwrap(),
         ];
-        args.extend_from_slice(extra);
-        let (ok, stderr) = medddpm(&args);
+        let (ok, _, stderr) = crate::common::medddpm_with(&args, extra);
         assert!(ok, "{stderr}");
         (dir, stderr)
     };
@@ -310,18 +309,13 @@ fn the_replica_command_is_only_for_a_lead() {
 fn a_killed_replica_is_named_with_its_signal() {
     let tmp = tempfile::tempdir().unwrap();
     let (lead, _run) = long_two_process_run(tmp.path(), false);
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id()))
-        .unwrap_or_default();
-    let replica: i32 = children
+    let replica: i32 = children(&lead)
         .split_whitespace()
         .next()
         .expect("the lead's replica process")
         .parse()
         .unwrap();
-    // SAFETY: a signal to a child process of this test.
-    unsafe { libc::kill(replica, libc::SIGKILL) };
-    let out = lead.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = signal_and_wait(lead, replica, libc::SIGKILL);
     assert!(!out.status.success());
     assert!(
         stderr.contains("replica 1") && stderr.contains("signal: 9"),
@@ -338,12 +332,9 @@ fn a_killed_replica_is_named_with_its_signal() {
 fn a_signal_stops_every_process_at_one_step_with_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let (lead, run) = long_two_process_run(tmp.path(), true);
-    let replica = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id()))
-        .unwrap_or_default();
-    // SAFETY: a signal to the process group of this test's child.
-    unsafe { libc::kill(-(lead.id() as i32), libc::SIGTERM) };
-    let out = lead.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let replica = children(&lead);
+    let group = -(lead.id() as i32);
+    let (out, stderr) = signal_and_wait(lead, group, libc::SIGTERM);
     assert_eq!(out.status.code(), Some(143), "{stderr}");
     let steps = losses(&run).len();
     let latest = std::fs::read_to_string(run.join("checkpoints/latest")).unwrap();
@@ -359,6 +350,27 @@ fn a_signal_stops_every_process_at_one_step_with_a_checkpoint() {
     }
     let (ok, stderr) = medddpm(&["inspect", run.to_str().unwrap()]);
     assert!(ok, "{stderr}");
+}
+
+/// The process ids of `lead`'s children, space-separated.
+#[cfg(target_os = "linux")]
+fn children(lead: &std::process::Child) -> String {
+    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", lead.id())).unwrap_or_default()
+}
+
+/// Sends `sig` to `pid` (a process group when negative), then waits for `lead`: its output and
+/// standard error.
+#[cfg(target_os = "linux")]
+fn signal_and_wait(
+    lead: std::process::Child,
+    pid: i32,
+    sig: i32,
+) -> (std::process::Output, String) {
+    // SAFETY: a signal to a child process of this test, or to its process group.
+    unsafe { libc::kill(pid, sig) };
+    let out = lead.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
 }
 
 /// A long two-process CPU run in `dir` (in a process group of its own with `group`), returned
