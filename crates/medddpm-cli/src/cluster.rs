@@ -18,12 +18,12 @@ pub fn place(port: u16) -> anyhow::Result<Option<ClusterPlace>> {
         .context("reading the cluster launcher's environment")
 }
 
-/// The run's token from [`TOKEN_VAR`].
+/// The run's token from [`TOKEN_VAR`] (empty counts as not set).
 pub fn token(place: &ClusterPlace) -> anyhow::Result<String> {
-    match std::env::var(TOKEN_VAR) {
-        Ok(token) if token.len() >= 16 => Ok(token),
-        Ok(_) => bail!("{TOKEN_VAR} is shorter than 16 characters: use a random secret, e.g. `export {TOKEN_VAR}=$(openssl rand -hex 16)`"),
-        Err(_) => bail!(
+    match std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty()) {
+        Some(token) if token.len() >= 16 => Ok(token),
+        Some(_) => bail!("{TOKEN_VAR} is shorter than 16 characters: use a random secret, e.g. `export {TOKEN_VAR}=$(openssl rand -hex 16)`"),
+        None => bail!(
             "{} started rank {} of {}, but {TOKEN_VAR} is not set: rank 0 listens at {} and \
              admits only processes that know the run's secret; set the same one in every \
              process's environment, e.g. `export {TOKEN_VAR}=$(openssl rand -hex 16)` before \

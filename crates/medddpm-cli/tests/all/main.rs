@@ -2,6 +2,7 @@
 //! one link instead of 5 keeps CI's build short).
 
 mod cli;
+mod cluster;
 mod common;
 mod crash;
 mod eval_render;
