@@ -10,15 +10,27 @@
 use burn::tensor::DType;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::lists;
 use crate::empty;
-use crate::reference::adam::{AdamStep, AdamTensors};
+use crate::reference::adam::AdamStep;
 
-/// One parameter tensor's inputs, as CubeCL tensors.
-type Item<R, F, I, BT> = AdamTensors<CubeBackend<R, F, I, BT>>;
+/// One parameter tensor's inputs, as CubeCL tensors (an `AdamTensors` of a CubeCL backend,
+/// without the backend's element types, which the kernel does not use).
+pub struct Item<R: CubeRuntime> {
+    /// The parameter before the update.
+    pub param: CubeTensor<R>,
+    /// Its gradient.
+    pub grad: CubeTensor<R>,
+    /// The first moment before the update.
+    pub moment_1: CubeTensor<R>,
+    /// The second moment before the update.
+    pub moment_2: CubeTensor<R>,
+    /// The previous working copy, whose buffer the new copy may take.
+    pub recycle: Option<CubeTensor<R>>,
+}
 
 /// The most tensors one launch updates (each brings seven or eight bindings).
 pub const TENSORS_PER_LAUNCH: usize = 32;
@@ -92,8 +104,8 @@ fn adam_update<F: Float, G: Float, W: Float>(
 /// of one shape and dtype, the gradient of that shape in any float dtype), and with `copy` the
 /// updated parameter in that dtype as a fourth tensor. A launch takes consecutive items of one
 /// parameter and gradient dtype (the optimizer passes one dtype pair per call).
-pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    items: Vec<Item<R, F, I, BT>>,
+pub fn run<R: CubeRuntime>(
+    items: Vec<Item<R>>,
     step: AdamStep,
     copy: Option<DType>,
 ) -> Vec<Vec<CubeTensor<R>>> {
@@ -110,15 +122,15 @@ pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
 }
 
 /// One launch over items of one parameter and gradient dtype.
-fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    items: Vec<Item<R, F, I, BT>>,
+fn launch<R: CubeRuntime>(
+    items: Vec<Item<R>>,
     step: AdamStep,
     copy: Option<DType>,
 ) -> Vec<Vec<CubeTensor<R>>> {
     let client = items[0].param.client.clone();
     let dtype = items[0].param.dtype;
     let grad_dtype = items[0].grad.dtype;
-    let items: Vec<Item<R, F, I, BT>> = items.into_iter().map(contiguous).collect();
+    let items: Vec<Item<R>> = items.into_iter().map(contiguous).collect();
     let outputs: Vec<Vec<CubeTensor<R>>> =
         items.iter().map(|t| outputs_of(t, dtype, copy)).collect();
     let longest = items
@@ -173,9 +185,7 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
 }
 
 /// `t` with every tensor contiguous (the kernel indexes them as flat arrays).
-fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    t: Item<R, F, I, BT>,
-) -> Item<R, F, I, BT> {
+fn contiguous<R: CubeRuntime>(t: Item<R>) -> Item<R> {
     Item {
         param: into_contiguous(t.param),
         grad: into_contiguous(t.grad),
@@ -187,8 +197,8 @@ fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
 
 /// The buffers one item's update writes: `[param, moment_1, moment_2]` in `dtype`, and with
 /// `copy` the working copy in that dtype.
-fn outputs_of<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    t: &Item<R, F, I, BT>,
+fn outputs_of<R: CubeRuntime>(
+    t: &Item<R>,
     dtype: DType,
     copy: Option<DType>,
 ) -> Vec<CubeTensor<R>> {

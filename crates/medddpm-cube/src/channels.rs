@@ -190,10 +190,7 @@ enum Kind {
 }
 
 impl Kernel for Kind {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         match *self {
             Kind::Join => {
                 let [a, b] = fixed(inputs);

@@ -53,10 +53,7 @@ fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
 /// What one of our fusion operations computes: its outputs, in the order they were registered,
 /// from its float inputs in theirs. [`CustomOp`] runs any of them.
 trait Kernel: core::fmt::Debug + Send + Sync + 'static {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>>;
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>>;
 }
 
 /// A [`Kernel`] registered as a burn-fusion custom operation ([`register`]).
@@ -78,7 +75,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>
             .iter()
             .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
             .collect();
-        let outputs = self.kernel.run::<R, F, I, BT>(inputs);
+        let outputs = self.kernel.run::<R>(inputs);
         for (ir, t) in self.desc.outputs.iter().zip(outputs) {
             handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
         }
@@ -104,10 +101,7 @@ struct GroupNorm {
 }
 
 impl Kernel for GroupNorm {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let (x, gamma, beta) = (next(), next(), next());
@@ -223,10 +217,7 @@ struct Upsample {
 }
 
 impl Kernel for Upsample {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let [input] = fixed(inputs);
         vec![upsample::run(input, self.layout, self.backward)]
     }
@@ -287,7 +278,8 @@ fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
 }
 
 /// [`crate::KernelBackend::group_norm_forward`] on burn's fused CubeCL backends: the CubeCL
-/// kernels when `spec` asks for them, the plain-op twin otherwise (and for f64).
+/// kernels as a fusion custom operation when `spec` asks for them, the plain-op twin otherwise
+/// (and for f64).
 pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
@@ -295,41 +287,9 @@ pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
     beta: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormOutput<Fused<R, F, I, BT>> {
-    if group_norm_runs(&spec, x.dtype) {
-        group_norm_forward_fused(x, shift, gamma, beta, spec)
-    } else {
-        forward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, &spec)
+    if !group_norm_runs(&spec, x.dtype) {
+        return forward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, &spec);
     }
-}
-
-/// [`crate::KernelBackend::group_norm_backward`] on burn's fused CubeCL backends (see
-/// [`group_norm_forward`]).
-#[allow(clippy::too_many_arguments)]
-pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: FloatTensor<Fused<R, F, I, BT>>,
-    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
-    gamma: FloatTensor<Fused<R, F, I, BT>>,
-    beta: FloatTensor<Fused<R, F, I, BT>>,
-    mean: FloatTensor<Fused<R, F, I, BT>>,
-    rstd: FloatTensor<Fused<R, F, I, BT>>,
-    grad: FloatTensor<Fused<R, F, I, BT>>,
-    spec: GroupNormSpec,
-) -> GroupNormGrads<Fused<R, F, I, BT>> {
-    if group_norm_runs(&spec, x.dtype) {
-        group_norm_backward_fused(x, shift, gamma, beta, mean, rstd, grad, spec)
-    } else {
-        backward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, mean, rstd, grad, &spec)
-    }
-}
-
-/// The GroupNorm forward kernels as a fusion custom operation.
-fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: FloatTensor<Fused<R, F, I, BT>>,
-    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
-    gamma: FloatTensor<Fused<R, F, I, BT>>,
-    beta: FloatTensor<Fused<R, F, I, BT>>,
-    spec: GroupNormSpec,
-) -> GroupNormOutput<Fused<R, F, I, BT>> {
     let stats = Shape::new([x.shape[0], spec.num_groups]);
     let outputs = vec![
         (x.shape.clone(), x.dtype),
@@ -351,11 +311,12 @@ fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     GroupNormOutput { y, mean, rstd }
 }
 
-/// The GroupNorm backward kernels as a fusion custom operation: inputs `x, gamma, beta, mean,
-/// rstd, dy` and the shift last when there is one; outputs the gradients of `x, gamma, beta`
-/// and of the shift.
+/// [`crate::KernelBackend::group_norm_backward`] on burn's fused CubeCL backends (see
+/// [`group_norm_forward`]): the fusion operation's inputs `x, gamma, beta, mean, rstd, dy` and
+/// the shift last when there is one; its outputs the gradients of `x, gamma, beta` and of the
+/// shift.
 #[allow(clippy::too_many_arguments)]
-fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
@@ -365,6 +326,11 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     grad: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormGrads<Fused<R, F, I, BT>> {
+    if !group_norm_runs(&spec, x.dtype) {
+        return backward_primitive::<Fused<R, F, I, BT>>(
+            x, shift, gamma, beta, mean, rstd, grad, &spec,
+        );
+    }
     let mut outputs = vec![
         (x.shape.clone(), x.dtype),
         (gamma.shape.clone(), gamma.dtype),
@@ -405,16 +371,13 @@ struct AdamOp {
 }
 
 impl Kernel for AdamOp {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let items = self
             .recycled
             .iter()
-            .map(|&recycled| AdamTensors::<Cube<R, F, I, BT>> {
+            .map(|&recycled| adam::Item {
                 param: next(),
                 grad: next(),
                 moment_1: next(),

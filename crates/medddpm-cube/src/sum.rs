@@ -102,10 +102,7 @@ fn launch<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>> 
 struct SumOp;
 
 impl Kernel for SumOp {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut pairs = Vec::with_capacity(inputs.len() / 2);
         while let (Some(a), Some(b)) = (inputs.next(), inputs.next()) {

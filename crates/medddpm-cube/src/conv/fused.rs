@@ -24,10 +24,7 @@ struct Geometry {
 }
 
 impl Kernel for Geometry {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let [a, w] = fixed(inputs);
         let g = self;
         let result = if g.data_grad {
