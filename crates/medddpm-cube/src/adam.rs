@@ -10,27 +10,15 @@
 use burn::tensor::DType;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::CubeRuntime;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
 use super::lists;
 use crate::empty;
-use crate::reference::adam::AdamStep;
+use crate::reference::adam::{AdamStep, AdamTensors};
 
-/// One parameter tensor's inputs, as CubeCL tensors (an `AdamTensors` of a CubeCL backend,
-/// without the backend's element types, which the kernel does not use).
-pub struct Item<R: CubeRuntime> {
-    /// The parameter before the update.
-    pub param: CubeTensor<R>,
-    /// Its gradient.
-    pub grad: CubeTensor<R>,
-    /// The first moment before the update.
-    pub moment_1: CubeTensor<R>,
-    /// The second moment before the update.
-    pub moment_2: CubeTensor<R>,
-    /// The previous working copy, whose buffer the new copy may take.
-    pub recycle: Option<CubeTensor<R>>,
-}
+/// One parameter tensor's inputs, as CubeCL tensors.
+type Item<R, F, I, BT> = AdamTensors<CubeBackend<R, F, I, BT>>;
 
 /// The most tensors one launch updates (each brings seven or eight bindings).
 pub const TENSORS_PER_LAUNCH: usize = 32;
@@ -104,8 +92,8 @@ fn adam_update<F: Float, G: Float, W: Float>(
 /// of one shape and dtype, the gradient of that shape in any float dtype), and with `copy` the
 /// updated parameter in that dtype as a fourth tensor. A launch takes consecutive items of one
 /// parameter and gradient dtype (the optimizer passes one dtype pair per call).
-pub fn run<R: CubeRuntime>(
-    items: Vec<Item<R>>,
+pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    items: Vec<Item<R, F, I, BT>>,
     step: AdamStep,
     copy: Option<DType>,
 ) -> Vec<Vec<CubeTensor<R>>> {
@@ -122,15 +110,15 @@ pub fn run<R: CubeRuntime>(
 }
 
 /// One launch over items of one parameter and gradient dtype.
-fn launch<R: CubeRuntime>(
-    items: Vec<Item<R>>,
+fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    items: Vec<Item<R, F, I, BT>>,
     step: AdamStep,
     copy: Option<DType>,
 ) -> Vec<Vec<CubeTensor<R>>> {
     let client = items[0].param.client.clone();
     let dtype = items[0].param.dtype;
     let grad_dtype = items[0].grad.dtype;
-    let items: Vec<Item<R>> = items.into_iter().map(contiguous).collect();
+    let items: Vec<Item<R, F, I, BT>> = items.into_iter().map(contiguous).collect();
     let outputs: Vec<Vec<CubeTensor<R>>> =
         items.iter().map(|t| outputs_of(t, dtype, copy)).collect();
     let longest = items
@@ -185,7 +173,9 @@ fn launch<R: CubeRuntime>(
 }
 
 /// `t` with every tensor contiguous (the kernel indexes them as flat arrays).
-fn contiguous<R: CubeRuntime>(t: Item<R>) -> Item<R> {
+fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: Item<R, F, I, BT>,
+) -> Item<R, F, I, BT> {
     Item {
         param: into_contiguous(t.param),
         grad: into_contiguous(t.grad),
@@ -197,8 +187,8 @@ fn contiguous<R: CubeRuntime>(t: Item<R>) -> Item<R> {
 
 /// The buffers one item's update writes: `[param, moment_1, moment_2]` in `dtype`, and with
 /// `copy` the working copy in that dtype.
-fn outputs_of<R: CubeRuntime>(
-    t: &Item<R>,
+fn outputs_of<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: &Item<R, F, I, BT>,
     dtype: DType,
     copy: Option<DType>,
 ) -> Vec<CubeTensor<R>> {

@@ -52,8 +52,8 @@ fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
 
 /// What one of our fusion operations computes: its outputs, in the order they were registered,
 /// from its float inputs in theirs. [`CustomOp`] runs any of them.
-trait Kernel: core::fmt::Debug + Send + Sync + 'static {
-    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>>;
+trait Kernel<R: CubeRuntime>: core::fmt::Debug + Send + Sync + 'static {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>>;
 }
 
 /// A [`Kernel`] registered as a burn-fusion custom operation ([`register`]).
@@ -64,7 +64,7 @@ struct CustomOp<B, K> {
     _b: core::marker::PhantomData<B>,
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel<R>>
     Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime>
     for CustomOp<Cube<R, F, I, BT>, K>
 {
@@ -75,7 +75,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>
             .iter()
             .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
             .collect();
-        let outputs = self.kernel.run::<R>(inputs);
+        let outputs = self.kernel.run(inputs);
         for (ir, t) in self.desc.outputs.iter().zip(outputs) {
             handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
         }
@@ -100,8 +100,8 @@ struct GroupNorm {
     backward: bool,
 }
 
-impl Kernel for GroupNorm {
-    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for GroupNorm {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let (x, gamma, beta) = (next(), next(), next());
@@ -187,7 +187,7 @@ pub(crate) fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>, counts: &[usize])
 
 /// Registers `kernel` as a fusion operation named `name` on `inputs`, giving tensors of
 /// `outputs`.
-fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>(
+fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel<R>>(
     name: &'static str,
     inputs: Vec<FloatTensor<Fused<R, F, I, BT>>>,
     outputs: Vec<(Shape, DType)>,
@@ -216,8 +216,8 @@ struct Upsample {
     backward: bool,
 }
 
-impl Kernel for Upsample {
-    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for Upsample {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let [input] = fixed(inputs);
         vec![upsample::run(input, self.layout, self.backward)]
     }
@@ -363,21 +363,25 @@ pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
 /// moment_1, moment_2` and, where `recycled`, a copy to recycle; outputs as [`adam::run`] gives
 /// them.
 #[derive(Debug)]
-struct AdamOp {
+struct AdamOp<F, I, BT> {
     step: AdamStep,
     copy: Option<DType>,
     /// Per item, whether a copy to recycle follows its four inputs.
     recycled: Vec<bool>,
+    /// The backend's element types, which name the items' type.
+    _elements: core::marker::PhantomData<(F, I, BT)>,
 }
 
-impl Kernel for AdamOp {
-    fn run<R: CubeRuntime>(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Kernel<R>
+    for AdamOp<F, I, BT>
+{
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let items = self
             .recycled
             .iter()
-            .map(|&recycled| adam::Item {
+            .map(|&recycled| AdamTensors::<Cube<R, F, I, BT>> {
                 param: next(),
                 grad: next(),
                 moment_1: next(),
@@ -423,10 +427,11 @@ pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         "medddpm_adam_steps",
         inputs,
         outputs,
-        AdamOp {
+        AdamOp::<F, I, BT> {
             step,
             copy,
             recycled,
+            _elements: core::marker::PhantomData,
         },
     );
     let mut outputs = outputs.into_iter();

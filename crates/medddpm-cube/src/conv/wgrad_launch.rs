@@ -117,15 +117,12 @@ struct Partial<'a, R: CubeRuntime> {
     scalars: Scalars,
 }
 
+/// `x`, `grad_out` and the workspace as kernel arguments.
+type Tensors<R> = (TensorArg<R>, TensorArg<R>, TensorArg<R>);
+
 impl<R: CubeRuntime> Partial<'_, R> {
     /// The operands' dtypes, and the client and the three tensors as kernel arguments.
-    fn arguments(
-        &self,
-    ) -> (
-        [StorageType; 2],
-        ComputeClient<R>,
-        (TensorArg<R>, TensorArg<R>, TensorArg<R>),
-    ) {
+    fn arguments(&self) -> ([StorageType; 2], ComputeClient<R>, Tensors<R>) {
         let dtypes = [self.x.dtype.into(), self.grad_out.dtype.into()];
         let client = self.x.client.clone();
         let tensors = (
