@@ -189,11 +189,8 @@ enum Kind {
     Pad(usize),
 }
 
-impl Kernel for Kind {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for Kind {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         match *self {
             Kind::Join => {
                 let [a, b] = fixed(inputs);

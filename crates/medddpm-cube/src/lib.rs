@@ -52,11 +52,8 @@ fn group_norm_runs(spec: &GroupNormSpec, dtype: DType) -> bool {
 
 /// What one of our fusion operations computes: its outputs, in the order they were registered,
 /// from its float inputs in theirs. [`CustomOp`] runs any of them.
-trait Kernel: core::fmt::Debug + Send + Sync + 'static {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>>;
+trait Kernel<R: CubeRuntime>: core::fmt::Debug + Send + Sync + 'static {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>>;
 }
 
 /// A [`Kernel`] registered as a burn-fusion custom operation ([`register`]).
@@ -67,7 +64,7 @@ struct CustomOp<B, K> {
     _b: core::marker::PhantomData<B>,
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel<R>>
     Operation<<Cube<R, F, I, BT> as FusionBackend>::FusionRuntime>
     for CustomOp<Cube<R, F, I, BT>, K>
 {
@@ -78,7 +75,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>
             .iter()
             .map(|ir| handles.get_float_tensor::<Cube<R, F, I, BT>>(ir))
             .collect();
-        let outputs = self.kernel.run::<R, F, I, BT>(inputs);
+        let outputs = self.kernel.run(inputs);
         for (ir, t) in self.desc.outputs.iter().zip(outputs) {
             handles.register_float_tensor::<Cube<R, F, I, BT>>(&ir.id, t);
         }
@@ -103,11 +100,8 @@ struct GroupNorm {
     backward: bool,
 }
 
-impl Kernel for GroupNorm {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for GroupNorm {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let (x, gamma, beta) = (next(), next(), next());
@@ -193,7 +187,7 @@ pub(crate) fn widest_vector<R: CubeRuntime>(t: &CubeTensor<R>, counts: &[usize])
 
 /// Registers `kernel` as a fusion operation named `name` on `inputs`, giving tensors of
 /// `outputs`.
-fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel>(
+fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: Kernel<R>>(
     name: &'static str,
     inputs: Vec<FloatTensor<Fused<R, F, I, BT>>>,
     outputs: Vec<(Shape, DType)>,
@@ -222,11 +216,8 @@ struct Upsample {
     backward: bool,
 }
 
-impl Kernel for Upsample {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for Upsample {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let [input] = fixed(inputs);
         vec![upsample::run(input, self.layout, self.backward)]
     }
@@ -287,7 +278,8 @@ fn upsample_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
 }
 
 /// [`crate::KernelBackend::group_norm_forward`] on burn's fused CubeCL backends: the CubeCL
-/// kernels when `spec` asks for them, the plain-op twin otherwise (and for f64).
+/// kernels as a fusion custom operation when `spec` asks for them, the plain-op twin otherwise
+/// (and for f64).
 pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
@@ -295,41 +287,9 @@ pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
     beta: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormOutput<Fused<R, F, I, BT>> {
-    if group_norm_runs(&spec, x.dtype) {
-        group_norm_forward_fused(x, shift, gamma, beta, spec)
-    } else {
-        forward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, &spec)
+    if !group_norm_runs(&spec, x.dtype) {
+        return forward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, &spec);
     }
-}
-
-/// [`crate::KernelBackend::group_norm_backward`] on burn's fused CubeCL backends (see
-/// [`group_norm_forward`]).
-#[allow(clippy::too_many_arguments)]
-pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: FloatTensor<Fused<R, F, I, BT>>,
-    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
-    gamma: FloatTensor<Fused<R, F, I, BT>>,
-    beta: FloatTensor<Fused<R, F, I, BT>>,
-    mean: FloatTensor<Fused<R, F, I, BT>>,
-    rstd: FloatTensor<Fused<R, F, I, BT>>,
-    grad: FloatTensor<Fused<R, F, I, BT>>,
-    spec: GroupNormSpec,
-) -> GroupNormGrads<Fused<R, F, I, BT>> {
-    if group_norm_runs(&spec, x.dtype) {
-        group_norm_backward_fused(x, shift, gamma, beta, mean, rstd, grad, spec)
-    } else {
-        backward_primitive::<Fused<R, F, I, BT>>(x, shift, gamma, beta, mean, rstd, grad, &spec)
-    }
-}
-
-/// The GroupNorm forward kernels as a fusion custom operation.
-fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: FloatTensor<Fused<R, F, I, BT>>,
-    shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
-    gamma: FloatTensor<Fused<R, F, I, BT>>,
-    beta: FloatTensor<Fused<R, F, I, BT>>,
-    spec: GroupNormSpec,
-) -> GroupNormOutput<Fused<R, F, I, BT>> {
     let stats = Shape::new([x.shape[0], spec.num_groups]);
     let outputs = vec![
         (x.shape.clone(), x.dtype),
@@ -351,11 +311,12 @@ fn group_norm_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     GroupNormOutput { y, mean, rstd }
 }
 
-/// The GroupNorm backward kernels as a fusion custom operation: inputs `x, gamma, beta, mean,
-/// rstd, dy` and the shift last when there is one; outputs the gradients of `x, gamma, beta`
-/// and of the shift.
+/// [`crate::KernelBackend::group_norm_backward`] on burn's fused CubeCL backends (see
+/// [`group_norm_forward`]): the fusion operation's inputs `x, gamma, beta, mean, rstd, dy` and
+/// the shift last when there is one; its outputs the gradients of `x, gamma, beta` and of the
+/// shift.
 #[allow(clippy::too_many_arguments)]
-fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     shift: Option<FloatTensor<Fused<R, F, I, BT>>>,
     gamma: FloatTensor<Fused<R, F, I, BT>>,
@@ -365,6 +326,11 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     grad: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormGrads<Fused<R, F, I, BT>> {
+    if !group_norm_runs(&spec, x.dtype) {
+        return backward_primitive::<Fused<R, F, I, BT>>(
+            x, shift, gamma, beta, mean, rstd, grad, &spec,
+        );
+    }
     let mut outputs = vec![
         (x.shape.clone(), x.dtype),
         (gamma.shape.clone(), gamma.dtype),
@@ -397,18 +363,19 @@ fn group_norm_backward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
 /// moment_1, moment_2` and, where `recycled`, a copy to recycle; outputs as [`adam::run`] gives
 /// them.
 #[derive(Debug)]
-struct AdamOp {
+struct AdamOp<F, I, BT> {
     step: AdamStep,
     copy: Option<DType>,
     /// Per item, whether a copy to recycle follows its four inputs.
     recycled: Vec<bool>,
+    /// The backend's element types, which name the items' type.
+    _elements: core::marker::PhantomData<(F, I, BT)>,
 }
 
-impl Kernel for AdamOp {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Kernel<R>
+    for AdamOp<F, I, BT>
+{
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
         let items = self
@@ -460,10 +427,11 @@ pub fn adam_steps<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
         "medddpm_adam_steps",
         inputs,
         outputs,
-        AdamOp {
+        AdamOp::<F, I, BT> {
             step,
             copy,
             recycled,
+            _elements: core::marker::PhantomData,
         },
     );
     let mut outputs = outputs.into_iter();

@@ -101,11 +101,8 @@ fn launch<R: CubeRuntime>(pairs: Vec<[CubeTensor<R>; 2]>) -> Vec<CubeTensor<R>> 
 #[derive(Debug)]
 struct SumOp;
 
-impl Kernel for SumOp {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for SumOp {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut pairs = Vec::with_capacity(inputs.len() / 2);
         while let (Some(a), Some(b)) = (inputs.next(), inputs.next()) {

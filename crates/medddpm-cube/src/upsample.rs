@@ -77,23 +77,18 @@ fn gather(i: usize, n: usize, t: usize) -> (usize, f32) {
 }
 
 /// Bilinear interpolation in the `(h, w)` plane that starts at `base` (all offsets in vectors
-/// of `N` channels).
+/// of `N` channels), between the [`taps`] `th` along h and `tw` along w.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn plane<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     base: usize,
     w: usize,
     q: usize,
-    h0: usize,
-    h1: usize,
-    w0: usize,
-    w1: usize,
-    wh0: f32,
-    wh1: f32,
-    ww0: f32,
-    ww1: f32,
+    th: (usize, usize, f32, f32),
+    tw: (usize, usize, f32, f32),
 ) -> Vector<f32, N> {
+    let (h0, h1, wh0, wh1) = th;
+    let (w0, w1, ww0, ww1) = tw;
     let r0 = base + h0 * w * q;
     let r1 = base + h1 * w * q;
     let (vw0, vw1) = (Vector::<f32, N>::new(ww0), Vector::<f32, N>::new(ww1));
@@ -104,114 +99,71 @@ fn plane<F: Float, N: Size>(
     Vector::<f32, N>::new(wh0) * row0 + Vector::<f32, N>::new(wh1) * row1
 }
 
-/// `y[n, od, oh, ow, q]` from `x[n, d, h, w, q]`, a vector of `N` neighbouring channels per
-/// thread (`q` counts vectors).
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-fn upsample_forward<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
-    y: &mut Tensor<Vector<F, N>>,
-    d: usize,
-    h: usize,
-    w: usize,
-    q: usize,
-    #[define(F)] _dtype: StorageType,
-) {
-    let pos = ABSOLUTE_POS;
-    if pos >= y.len() {
-        terminate!();
-    }
-    let c = pos % q;
-    let rest = pos / q;
-    let ow = rest % (2 * w);
-    let rest = rest / (2 * w);
-    let oh = rest % (2 * h);
-    let rest = rest / (2 * h);
-    let od = rest % (2 * d);
-    let n = rest / (2 * d);
-    let (d0, d1, wd0, wd1) = taps(od, d);
-    let (h0, h1, wh0, wh1) = taps(oh, h);
-    let (w0, w1, ww0, ww1) = taps(ow, w);
-    let base = n * d * h * w * q + c;
-    let p0 = plane::<F, N>(
-        x,
-        base + d0 * h * w * q,
-        w,
-        q,
-        h0,
-        h1,
-        w0,
-        w1,
-        wh0,
-        wh1,
-        ww0,
-        ww1,
-    );
-    let p1 = plane::<F, N>(
-        x,
-        base + d1 * h * w * q,
-        w,
-        q,
-        h0,
-        h1,
-        w0,
-        w1,
-        wh0,
-        wh1,
-        ww0,
-        ww1,
-    );
-    y[pos] = Vector::<F, N>::cast_from(
-        Vector::<f32, N>::new(wd0) * p0 + Vector::<f32, N>::new(wd1) * p1,
-    );
-}
-
-/// `dx[n, d, h, w, q]` from `dy[n, 2d, 2h, 2w, q]`, a vector of `N` channels per thread.
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-fn upsample_backward<F: Float, N: Size>(
-    dy: &Tensor<Vector<F, N>>,
-    dx: &mut Tensor<Vector<F, N>>,
-    d: usize,
-    h: usize,
-    w: usize,
-    q: usize,
-    #[define(F)] _dtype: StorageType,
-) {
-    let pos = ABSOLUTE_POS;
-    if pos >= dx.len() {
-        terminate!();
-    }
+/// Element `pos` of a `[n, d, h, w, q]` array (`size`) as `(n, d, h, w, c)`.
+#[cube]
+fn element(pos: usize, size: (usize, usize, usize, usize)) -> (usize, usize, usize, usize, usize) {
+    let (d, h, w, q) = size;
     let c = pos % q;
     let rest = pos / q;
     let iw = rest % w;
     let rest = rest / w;
     let ih = rest % h;
     let rest = rest / h;
-    let id = rest % d;
-    let n = rest / d;
-    let base = n * 8 * d * h * w * q + c;
-    let mut acc = Vector::<f32, N>::new(0.0);
-    for td in 0..4usize {
-        let (od, wd) = gather(id, d, td);
-        if wd != 0.0 {
-            for th in 0..4usize {
-                let (oh, wh) = gather(ih, h, th);
-                if wh != 0.0 {
-                    let mut row = Vector::<f32, N>::new(0.0);
-                    for tw in 0..4usize {
-                        let (ow, ww) = gather(iw, w, tw);
-                        if ww != 0.0 {
-                            let idx = base + ((od * 2 * h + oh) * 2 * w + ow) * q;
-                            row += Vector::<f32, N>::new(ww) * Vector::<f32, N>::cast_from(dy[idx]);
+    (rest / d, rest % d, ih, iw, c)
+}
+
+/// The upsampling, `y[n, od, oh, ow, q]` from `x[n, d, h, w, q]`, or where `backward` its
+/// backward, `dx[n, d, h, w, q]` gathered from `dy[n, 2d, 2h, 2w, q]`: a vector of `N`
+/// neighbouring channels per thread, `size` the small side's `(d, h, w, q)` (`q` counts
+/// vectors).
+#[cube(launch)]
+fn upsample<F: Float, N: Size>(
+    input: &Tensor<Vector<F, N>>,
+    output: &mut Tensor<Vector<F, N>>,
+    size: (usize, usize, usize, usize),
+    #[comptime] backward: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= output.len() {
+        terminate!();
+    }
+    let (d, h, w, q) = size;
+    if backward {
+        let (n, id, ih, iw, c) = element(pos, size);
+        let base = n * 8 * d * h * w * q + c;
+        let mut acc = Vector::<f32, N>::new(0.0);
+        for td in 0..4usize {
+            let (od, wd) = gather(id, d, td);
+            if wd != 0.0 {
+                for th in 0..4usize {
+                    let (oh, wh) = gather(ih, h, th);
+                    if wh != 0.0 {
+                        let mut row = Vector::<f32, N>::new(0.0);
+                        for tw in 0..4usize {
+                            let (ow, ww) = gather(iw, w, tw);
+                            if ww != 0.0 {
+                                let idx = base + ((od * 2 * h + oh) * 2 * w + ow) * q;
+                                row += Vector::<f32, N>::new(ww)
+                                    * Vector::<f32, N>::cast_from(input[idx]);
+                            }
                         }
+                        acc += Vector::<f32, N>::new(wd * wh) * row;
                     }
-                    acc += Vector::<f32, N>::new(wd * wh) * row;
                 }
             }
         }
+        output[pos] = Vector::<F, N>::cast_from(acc);
+    } else {
+        let (n, od, oh, ow, c) = element(pos, (2 * d, 2 * h, 2 * w, q));
+        let (d0, d1, wd0, wd1) = taps(od, d);
+        let (th, tw) = (taps(oh, h), taps(ow, w));
+        let base = n * d * h * w * q + c;
+        let p0 = plane::<F, N>(input, base + d0 * h * w * q, w, q, th, tw);
+        let p1 = plane::<F, N>(input, base + d1 * h * w * q, w, q, th, tw);
+        let value = Vector::<f32, N>::new(wd0) * p0 + Vector::<f32, N>::new(wd1) * p1;
+        output[pos] = Vector::<F, N>::cast_from(value);
     }
-    dx[pos] = Vector::<F, N>::cast_from(acc);
 }
 
 /// `[n, d, h, w, q]` of a tensor in `layout`'s logical shape.
@@ -258,14 +210,16 @@ pub fn run<R: CubeRuntime>(input: CubeTensor<R>, layout: Layout, backward: bool)
     let client = input.client.clone();
     let dtype: StorageType = input.dtype.into();
     let (input, output) = (input.into_tensor_arg(), out.clone().into_tensor_arg());
-    if backward {
-        upsample_backward::launch::<R>(
-            &client, count, dim, vector, input, output, d, h, w, q, dtype,
-        );
-    } else {
-        upsample_forward::launch::<R>(
-            &client, count, dim, vector, input, output, d, h, w, q, dtype,
-        );
-    }
+    upsample::launch::<R>(
+        &client,
+        count,
+        dim,
+        vector,
+        input,
+        output,
+        (d, h, w, q),
+        backward,
+        dtype,
+    );
     out
 }

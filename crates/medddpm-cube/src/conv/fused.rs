@@ -23,11 +23,8 @@ struct Geometry {
     data_grad: bool,
 }
 
-impl Kernel for Geometry {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for Geometry {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let [a, w] = fixed(inputs);
         let g = self;
         let result = if g.data_grad {

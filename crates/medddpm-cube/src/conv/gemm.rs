@@ -74,6 +74,9 @@ pub(super) struct WeightWalk {
     pub co: u32,
 }
 
+/// The product's scalar arguments: sizes, window, input strides, weight walk, output strides.
+pub(super) type Operands = (Dims, Window, Strides, WeightWalk, Strides);
+
 /// `y[b, co, o] = sum_{ci, j} x[b, ci, o * stride - pad + j] * w[j, ci, co]` (zero outside
 /// the input), in f32, written as `Y`.
 #[cube(launch_unchecked)]
@@ -82,14 +85,11 @@ pub(super) fn conv_gemm<X: Float, W: Float, Y: Float>(
     x: &Tensor<X>,
     w: &Tensor<W>,
     y: &mut Tensor<Y>,
-    dims: Dims,
-    window: Window,
-    xs: Strides,
-    ws: WeightWalk,
-    ys: Strides,
+    args: Operands,
     #[comptime] tile: Tile,
     #[define(X, W, Y)] _dtypes: [StorageType; 3],
 ) {
+    let (dims, window, xs, ws, ys) = args;
     let bm = comptime!(tile.threads_m * tile.tm);
     let bn = comptime!(tile.threads_n * tile.tn);
     let bk = comptime!(tile.bk);
@@ -151,6 +151,17 @@ pub(super) fn a_slot(r: u32, #[comptime] tile: Tile) -> (u32, u32) {
     (row, k)
 }
 
+/// Output row `m`'s batch item and position `(b, od, oh, ow)`.
+#[cube]
+pub(super) fn position(m: u32, dims: &Dims) -> (u32, u32, u32, u32) {
+    let ow = m % dims.out_w;
+    let oh = (m / dims.out_w) % dims.out_h;
+    let rest = m / (dims.out_w * dims.out_h);
+    let od = rest % dims.out_d;
+    let b = rest / dims.out_d;
+    (b, od, oh, ow)
+}
+
 /// Per row of this thread's share of the input tile: the row's batch offset in `x` and the
 /// input voxel that tap 0 of its window reads (`NO_ROW` past the last row).
 #[cube]
@@ -175,11 +186,7 @@ pub(super) fn row_plan(
         h0[j as usize] = NO_ROW;
         w0[j as usize] = NO_ROW;
         if m < dims.m {
-            let ow = m % dims.out_w;
-            let oh = (m / dims.out_w) % dims.out_h;
-            let rest = m / (dims.out_w * dims.out_h);
-            let od = rest % dims.out_d;
-            let b = rest / dims.out_d;
+            let (b, od, oh, ow) = position(m, dims);
             base[j as usize] = xs.base + b * xs.n;
             d0[j as usize] = (od * window.stride_d) as i32 - window.pad_d;
             h0[j as usize] = (oh * window.stride_h) as i32 - window.pad_h;
@@ -360,11 +367,7 @@ fn write_out<Y: Float>(
     for i in 0..tile.tm {
         let m = m0 + um + i * tile.threads_m;
         if m < dims.m {
-            let ow = m % dims.out_w;
-            let oh = (m / dims.out_w) % dims.out_h;
-            let rest = m / (dims.out_w * dims.out_h);
-            let od = rest % dims.out_d;
-            let b = rest / dims.out_d;
+            let (b, od, oh, ow) = position(m, dims);
             let at = ys.base + b * ys.n + od * ys.d + oh * ys.h + ow * ys.w;
             #[unroll]
             for j in 0..tile.tn {

@@ -145,31 +145,36 @@ pub(super) fn launch<R: CubeRuntime>(
     }
     let tiles_m = rows.div_ceil(tile.bm() as usize);
     let count = cube_count(tiles_m, p.c_out.div_ceil(tile.bn() as usize));
-    let (dims, window, xs, ws, ys) = arguments(p);
-    let dtypes = [x.dtype.into(), w.dtype.into(), y.dtype.into()];
+    let args = arguments(p);
+    let dtypes: [StorageType; 3] = [x.dtype.into(), w.dtype.into(), y.dtype.into()];
+    // Both kernels take the same operands; the tensor-core one also its vector widths.
+    macro_rules! launch {
+        ($kernel:path, [$($width:expr),*], $dtypes:expr) => {
+            $kernel(
+                &x.client,
+                count,
+                CubeDim::new_1d(tile.threads()),
+                $($width,)*
+                x.clone().into_tensor_arg(),
+                w.clone().into_tensor_arg(),
+                y.clone().into_tensor_arg(),
+                args,
+                tile,
+                $dtypes,
+            )
+        };
+    }
     if tile.tensor_cores {
         let widths = vector_widths(p, tile, widest_vector(x));
+        let staged = [dtypes[0], dtypes[1], dtypes[2], x.dtype.into()];
         // SAFETY: as below; the staged type is `x`'s, which `choose_tile` checked the
         // runtime multiplies on tensor cores, and `vector_widths` checked that every vector
         // read and written lies whole inside its tensor's channels at aligned offsets.
         unsafe {
-            conv_gemm_mma::launch_unchecked::<R>(
-                &x.client,
-                count,
-                CubeDim::new_1d(tile.threads()),
-                widths.a,
-                widths.b,
-                widths.y,
-                x.clone().into_tensor_arg(),
-                w.clone().into_tensor_arg(),
-                y.clone().into_tensor_arg(),
-                dims,
-                window,
-                xs,
-                ws,
-                ys,
-                tile,
-                [dtypes[0], dtypes[1], dtypes[2], x.dtype.into()],
+            launch!(
+                conv_gemm_mma::launch_unchecked::<R>,
+                [widths.a, widths.b, widths.y],
+                staged
             );
         }
         return;
@@ -177,21 +182,7 @@ pub(super) fn launch<R: CubeRuntime>(
     // SAFETY: every read and write index is checked against the sizes in `dims` (rows,
     // channels, the input grid), and the caller sizes the buffers and strides in `p` to them.
     unsafe {
-        conv_gemm::launch_unchecked::<R>(
-            &x.client,
-            count,
-            CubeDim::new_1d(tile.threads()),
-            x.clone().into_tensor_arg(),
-            w.clone().into_tensor_arg(),
-            y.clone().into_tensor_arg(),
-            dims,
-            window,
-            xs,
-            ws,
-            ys,
-            tile,
-            dtypes,
-        );
+        launch!(conv_gemm::launch_unchecked::<R>, [], dtypes);
     }
 }
 
@@ -281,39 +272,18 @@ pub(super) type Arguments<R> = (
 pub(super) fn arguments<R: CubeRuntime>(p: &Problem) -> Arguments<R> {
     let u = |v: usize| v as u32;
     let i = |v: i64| v as i32;
-    let dims = DimsLaunch::new(
-        u(p.rows()),
-        u(p.c_in),
-        u(p.c_out),
-        u(p.out_size[0]),
-        u(p.out_size[1]),
-        u(p.out_size[2]),
-        u(p.in_size[0]),
-        u(p.in_size[1]),
-        u(p.in_size[2]),
-    );
-    let window = WindowLaunch::new(
-        u(p.stride[0]),
-        u(p.stride[1]),
-        u(p.stride[2]),
-        i(p.pad[0]),
-        i(p.pad[1]),
-        i(p.pad[2]),
-        u(p.taps[0]),
-        u(p.taps[1]),
-        u(p.taps[2]),
-    );
+    let [od, oh, ow] = p.out_size.map(u);
+    let [id, ih, iw] = p.in_size.map(u);
+    let dims = DimsLaunch::new(u(p.rows()), u(p.c_in), u(p.c_out), od, oh, ow, id, ih, iw);
+    let [sd, sh, sw] = p.stride.map(u);
+    let [pd, ph, pw] = p.pad.map(i);
+    let [td, th, tw] = p.taps.map(u);
+    let window = WindowLaunch::new(sd, sh, sw, pd, ph, pw, td, th, tw);
     let strides = |base: usize, s: [usize; 5]| {
         StridesLaunch::new(u(base), u(s[0]), u(s[1]), u(s[2]), u(s[3]), u(s[4]))
     };
-    let ws = WeightWalkLaunch::new(
-        i(p.w_base),
-        i(p.w_taps[0]),
-        i(p.w_taps[1]),
-        i(p.w_taps[2]),
-        u(p.w_ci),
-        u(p.w_co),
-    );
+    let [wd, wh, ww] = p.w_taps.map(i);
+    let ws = WeightWalkLaunch::new(i(p.w_base), wd, wh, ww, u(p.w_ci), u(p.w_co));
     (
         dims,
         window,

@@ -19,7 +19,7 @@
 
 use cubecl::prelude::*;
 
-use super::gemm::{a_slot, row_plan, tap_offsets, Dims, Strides, WeightWalk, Window};
+use super::gemm::{a_slot, row_plan, tap_offsets, Dims, Operands, Strides, WeightWalk, Window};
 use super::mma_ldm::{accumulator_sets, multiply_ldm, write_out_ldm};
 use super::mma_parts::{out_offset, PLANE};
 use super::tile::Tile;
@@ -55,14 +55,11 @@ pub(super) fn conv_gemm_mma<
     x: &Tensor<Vector<X, NA>>,
     w: &Tensor<Vector<W, NB>>,
     y: &mut Tensor<Vector<Y, NY>>,
-    dims: Dims,
-    window: Window,
-    xs: Strides,
-    ws: WeightWalk,
-    ys: Strides,
+    args: Operands,
     #[comptime] tile: Tile,
     #[define(X, W, Y, S)] _dtypes: [StorageType; 4],
 ) {
+    let (dims, window, xs, ws, ys) = args;
     let m0 = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * comptime!(tile.bm());
     if m0 >= dims.m {
         terminate!();

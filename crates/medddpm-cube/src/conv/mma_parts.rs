@@ -3,7 +3,7 @@
 
 use cubecl::prelude::*;
 
-use super::gemm::{Dims, Strides};
+use super::gemm::{position, Dims, Strides};
 
 /// Units per plane the kernel is written for (NVIDIA's warp).
 pub(super) const PLANE: u32 = 32;
@@ -29,10 +29,6 @@ pub(super) fn zeroed_accumulators(#[comptime] count: usize) -> Sequence<cmma::Ma
 /// Where output row `m` (a position), channel `co` lies in `y`.
 #[cube]
 pub(super) fn out_offset(m: u32, co: u32, dims: &Dims, ys: &Strides) -> u32 {
-    let ow = m % dims.out_w;
-    let oh = (m / dims.out_w) % dims.out_h;
-    let rest = m / (dims.out_w * dims.out_h);
-    let od = rest % dims.out_d;
-    let b = rest / dims.out_d;
+    let (b, od, oh, ow) = position(m, dims);
     ys.base + b * ys.n + od * ys.d + oh * ys.h + ow * ys.w + co * ys.c
 }

@@ -20,11 +20,8 @@ struct WgradOp {
     out_dtype: DType,
 }
 
-impl Kernel for WgradOp {
-    fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-        &self,
-        inputs: Vec<CubeTensor<R>>,
-    ) -> Vec<CubeTensor<R>> {
+impl<R: CubeRuntime> Kernel<R> for WgradOp {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let [x, grad_out] = fixed(inputs);
         let dw = conv3d_weight_grad(x, grad_out, self.kernel, &self.spec, self.out_dtype)
             .expect("the operands were checked when the operation was registered");

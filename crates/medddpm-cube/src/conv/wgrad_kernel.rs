@@ -21,6 +21,15 @@
 
 use cubecl::prelude::*;
 
+/// The scalar arguments every partial-product kernel takes: the GEMM's sizes `(M, N, c_in, K,
+/// slice length)`, the kernel's height and width, stride and padding.
+pub(super) type Scalars = (
+    (usize, usize, usize, usize, usize),
+    (usize, usize),
+    (i32, i32, i32),
+    (i32, i32, i32),
+);
+
 /// Rows of K staged in shared memory per step.
 pub(super) const BK: usize = 16;
 /// Units per side of a cube (16 x 16 = 256 units).
@@ -361,15 +370,13 @@ pub(super) fn wgrad_partial<FX: Float, FY: Float>(
     x: &Tensor<FX>,
     dy: &Tensor<FY>,
     ws: &mut Tensor<f32>,
-    sizes: (usize, usize, usize, usize, usize),
-    kernel: (usize, usize),
-    stride: (i32, i32, i32),
-    pad: (i32, i32, i32),
+    scalars: Scalars,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
     #[comptime] channels_last: bool,
     #[define(FX, FY)] _dtypes: [StorageType; 2],
 ) {
+    let (sizes, kernel, stride, pad) = scalars;
     let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
     let sa = comptime!(staged_stride_a(SIDE * tm, channels_last));
     let sb = comptime!(staged_stride_b(SIDE * tn));

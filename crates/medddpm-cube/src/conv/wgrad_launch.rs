@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
 use super::super::launch::{channel_width, widest_vector};
-use super::kernel::{wgrad_partial, SIDE};
+use super::kernel::{wgrad_partial, Scalars, SIDE};
 use super::{mma, mma_vec, narrow, WgradPlan, WgradShape};
 use crate::conv::MAX_NARROW_CHANNELS;
 use crate::reference::conv_spec::Conv3dSpec;
@@ -65,15 +65,6 @@ pub(super) fn choose_kernel<R: CubeRuntime>(
     }
 }
 
-/// The scalar arguments every partial-product kernel takes: the GEMM's sizes and slice, the
-/// kernel's height and width, stride and padding.
-type Scalars = (
-    (usize, usize, usize, usize, usize),
-    (usize, usize),
-    (i32, i32, i32),
-    (i32, i32, i32),
-);
-
 /// The partial products' launch on `which` kernel ([`choose_kernel`]): cubes `(N tiles, M
 /// tiles, slices)` of 16 x 16 units.
 #[allow(clippy::too_many_arguments)]
@@ -99,40 +90,54 @@ pub(super) fn launch_partial<R: CubeRuntime>(
         (sd, sh, sw),
         (pd, ph, pw),
     );
+    let launch = Partial {
+        x,
+        grad_out,
+        ws,
+        count,
+        scalars,
+    };
     match which {
-        PartialKernel::Narrow { x: width } => launch_narrow(x, grad_out, ws, count, scalars, width),
-        PartialKernel::Vectors { x: width, dy } => {
-            launch_vectors(x, grad_out, ws, count, scalars, plan, (width, dy))
-        }
+        PartialKernel::Narrow { x: width } => launch_narrow(launch, width),
+        PartialKernel::Vectors { x: width, dy } => launch_vectors(launch, plan, (width, dy)),
         PartialKernel::Fma | PartialKernel::TensorCores => {
             let tensor_cores = which == PartialKernel::TensorCores;
-            launch_scalar(
-                x,
-                grad_out,
-                ws,
-                count,
-                scalars,
-                plan,
-                channels_last,
-                tensor_cores,
-            )
+            launch_scalar(launch, plan, channels_last, tensor_cores)
         }
+    }
+}
+
+/// What every partial-product launch takes: both operands, the workspace, the cubes and the
+/// kernels' [`Scalars`].
+struct Partial<'a, R: CubeRuntime> {
+    x: CubeTensor<R>,
+    grad_out: CubeTensor<R>,
+    ws: &'a CubeTensor<R>,
+    count: CubeCount,
+    scalars: Scalars,
+}
+
+/// `x`, `grad_out` and the workspace as kernel arguments.
+type Tensors<R> = (TensorArg<R>, TensorArg<R>, TensorArg<R>);
+
+impl<R: CubeRuntime> Partial<'_, R> {
+    /// The operands' dtypes, and the client and the three tensors as kernel arguments.
+    fn arguments(&self) -> ([StorageType; 2], ComputeClient<R>, Tensors<R>) {
+        let dtypes = [self.x.dtype.into(), self.grad_out.dtype.into()];
+        let client = self.x.client.clone();
+        let tensors = (
+            self.x.clone().into_tensor_arg(),
+            self.grad_out.clone().into_tensor_arg(),
+            self.ws.clone().into_tensor_arg(),
+        );
+        (dtypes, client, tensors)
     }
 }
 
 /// [`launch_partial`] on the tensor-core vector kernel, `x` loaded in vectors of
 /// `widths.0` channels and `grad_out` of `widths.1`.
-fn launch_vectors<R: CubeRuntime>(
-    x: CubeTensor<R>,
-    grad_out: CubeTensor<R>,
-    ws: &CubeTensor<R>,
-    count: CubeCount,
-    scalars: Scalars,
-    plan: WgradPlan,
-    widths: (usize, usize),
-) {
-    let (sizes, taps, stride, pad) = scalars;
-    let dtypes = [x.dtype.into(), grad_out.dtype.into(), x.dtype.into()];
+fn launch_vectors<R: CubeRuntime>(launch: Partial<'_, R>, plan: WgradPlan, widths: (usize, usize)) {
+    let ([x_dtype, dy_dtype], client, (x, grad_out, ws)) = launch.arguments();
     let pipe = mma_vec::VectorPipe {
         tm: plan.tm,
         tn: plan.tn,
@@ -147,20 +152,17 @@ fn launch_vectors<R: CubeRuntime>(
     // offset that is a multiple of its width.
     unsafe {
         mma_vec::wgrad_partial_mma_vec::launch_unchecked::<R>(
-            &x.client.clone(),
-            count,
+            &client,
+            launch.count,
             CubeDim::new_2d(SIDE as u32, SIDE as u32),
             widths.1,
             widths.0,
-            x.into_tensor_arg(),
-            grad_out.into_tensor_arg(),
-            ws.clone().into_tensor_arg(),
-            sizes,
-            taps,
-            stride,
-            pad,
+            x,
+            grad_out,
+            ws,
+            launch.scalars,
             pipe,
-            dtypes,
+            [x_dtype, dy_dtype, x_dtype],
         );
     }
 }
@@ -168,39 +170,24 @@ fn launch_vectors<R: CubeRuntime>(
 /// [`launch_partial`] on the kernels that load one element at a time: the FMA units'
 /// ([`wgrad_partial`]) or, `tensor_cores`, the tensor cores' ([`mma::wgrad_partial_mma`]),
 /// which take the same operands.
-#[allow(clippy::too_many_arguments)]
 fn launch_scalar<R: CubeRuntime>(
-    x: CubeTensor<R>,
-    grad_out: CubeTensor<R>,
-    ws: &CubeTensor<R>,
-    count: CubeCount,
-    scalars: Scalars,
+    launch: Partial<'_, R>,
     plan: WgradPlan,
     channels_last: bool,
     tensor_cores: bool,
 ) {
-    let (sizes, taps, stride, pad) = scalars;
-    let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
-    let client = x.client.clone();
+    let (dtypes, client, operands) = launch.arguments();
     let dim = CubeDim::new_2d(SIDE as u32, SIDE as u32);
-    let operands = (
-        x.into_tensor_arg(),
-        grad_out.into_tensor_arg(),
-        ws.clone().into_tensor_arg(),
-    );
     macro_rules! launch {
         ($launch:path, $dtypes:expr) => {
             $launch(
                 &client,
-                count,
+                launch.count,
                 dim,
                 operands.0,
                 operands.1,
                 operands.2,
-                sizes,
-                taps,
-                stride,
-                pad,
+                launch.scalars,
                 plan.tm,
                 plan.tn,
                 channels_last,
@@ -225,17 +212,9 @@ fn launch_scalar<R: CubeRuntime>(
 
 /// [`launch_partial`] on the narrow kernel ([`narrow::wgrad_partial_narrow`]): `count`'s x
 /// axis over tiles of 256 vectors of `width` columns, its z axis over the slices.
-fn launch_narrow<R: CubeRuntime>(
-    x: CubeTensor<R>,
-    grad_out: CubeTensor<R>,
-    ws: &CubeTensor<R>,
-    count: CubeCount,
-    scalars: Scalars,
-    width: usize,
-) {
-    let (sizes, taps, stride, pad) = scalars;
-    let m = sizes.0;
-    let dtypes: [StorageType; 2] = [x.dtype.into(), grad_out.dtype.into()];
+fn launch_narrow<R: CubeRuntime>(launch: Partial<'_, R>, width: usize) {
+    let m = launch.scalars.0 .0;
+    let (dtypes, client, (x, grad_out, ws)) = launch.arguments();
     // SAFETY: `check` bounded both operands' spans below 2^31 elements; a unit reads `x` only
     // at a voxel inside the input grid, at a vector `vector_widths` checked lies whole inside
     // its channels, and `grad_out` at positions of its slice (below K) and channels below
@@ -243,17 +222,14 @@ fn launch_narrow<R: CubeRuntime>(
     // M, N]` workspace.
     unsafe {
         narrow::wgrad_partial_narrow::launch_unchecked::<R>(
-            &x.client.clone(),
-            count,
+            &client,
+            launch.count,
             CubeDim::new_1d(narrow::UNITS as u32),
             width,
-            x.into_tensor_arg(),
-            grad_out.into_tensor_arg(),
-            ws.clone().into_tensor_arg(),
-            sizes,
-            taps,
-            stride,
-            pad,
+            x,
+            grad_out,
+            ws,
+            launch.scalars,
             m,
             dtypes,
         );

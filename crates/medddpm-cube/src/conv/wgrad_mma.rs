@@ -14,7 +14,7 @@ use cubecl::prelude::*;
 
 use super::super::mma::fragment;
 pub(super) use super::super::mma_parts::zeroed_accumulators;
-use super::kernel::{advance, decompose, load_row, loader, place, BK, SIDE, VEC};
+use super::kernel::{advance, decompose, load_row, loader, place, Scalars, BK, SIDE, VEC};
 
 /// Staged 16-bit values one at a time (the scalar kernel's).
 type One<S> = Vector<S, Const<1>>;
@@ -68,15 +68,13 @@ pub(super) fn wgrad_partial_mma<FX: Float, FY: Float, S: Float>(
     x: &Tensor<FX>,
     dy: &Tensor<FY>,
     ws: &mut Tensor<f32>,
-    sizes: (usize, usize, usize, usize, usize),
-    kernel: (usize, usize),
-    stride: (i32, i32, i32),
-    pad: (i32, i32, i32),
+    scalars: Scalars,
     #[comptime] tm: usize,
     #[comptime] tn: usize,
     #[comptime] channels_last: bool,
     #[define(FX, FY, S)] _dtypes: [StorageType; 3],
 ) {
+    let (sizes, kernel, stride, pad) = scalars;
     let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
     let sa = comptime!(SIDE * tm + 8);
     let sb = comptime!(SIDE * tn + 8);

@@ -6,7 +6,7 @@
 
 use cubecl::prelude::*;
 
-use super::kernel::{advance, decompose, place, row_offsets, SIDE};
+use super::kernel::{advance, decompose, place, row_offsets, Scalars, SIDE};
 use super::mma::{multiply, plane_place, plane_share, store_partial};
 use crate::conv::mma_ldm::{accumulator_sets, products_ldm, store_partial_ldm};
 
@@ -87,14 +87,12 @@ pub(super) fn wgrad_partial_mma_vec<FX: Float, FY: Float, S: Float, NA: Size, NV
     x: &Tensor<Vector<FX, NV>>,
     dy: &Tensor<Vector<FY, NA>>,
     ws: &mut Tensor<f32>,
-    sizes: (usize, usize, usize, usize, usize),
-    kernel: (usize, usize),
-    stride: (i32, i32, i32),
-    pad: (i32, i32, i32),
+    scalars: Scalars,
     #[comptime] pipe: VectorPipe,
     #[define(FX, FY, S)] _dtypes: [StorageType; 3],
 ) {
     let (tm, tn, stages) = comptime!((pipe.tm, pipe.tn, pipe.stages));
+    let (sizes, kernel, stride, pad) = scalars;
     let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
     let v = NV::value();
     let u = NA::value();

@@ -12,7 +12,7 @@
 
 use cubecl::prelude::*;
 
-use super::kernel::{advance, decompose};
+use super::kernel::{advance, decompose, Scalars};
 
 /// Units per cube, each owning `NV` columns.
 pub(super) const UNITS: usize = 256;
@@ -27,13 +27,11 @@ pub(super) fn wgrad_partial_narrow<FX: Float, FY: Float, NV: Size>(
     x: &Tensor<Vector<FX, NV>>,
     dy: &Tensor<FY>,
     ws: &mut Tensor<f32>,
-    sizes: (usize, usize, usize, usize, usize),
-    kernel: (usize, usize),
-    stride: (i32, i32, i32),
-    pad: (i32, i32, i32),
+    scalars: Scalars,
     #[comptime] m: usize,
     #[define(FX, FY)] _dtypes: [StorageType; 2],
 ) {
+    let (sizes, kernel, stride, pad) = scalars;
     let (_m_total, n_total, channels_in, k_total, slice_len) = sizes;
     let v = NV::value();
     let (kernel_h, kernel_w) = kernel;

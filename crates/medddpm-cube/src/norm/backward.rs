@@ -8,7 +8,10 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
-use super::parts::{group_and_channel, lane_params, row_block, shift_index, xhat_and_da};
+use super::parts::{
+    group_and_channel, lane_params, row_block, shift_index, vector_row_block, xhat_and_da, Flags,
+    Rows,
+};
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::reference::norm::GroupNormSpec;
@@ -35,26 +38,19 @@ fn backward_sums<F: Float, P: Float, S: Float>(
     rstd: &Tensor<f32>,
     sums: &mut Tensor<f32>,
     half: usize,
-    r: usize,
-    q: usize,
-    rows: usize,
-    blocks: usize,
-    group_div: usize,
-    c: usize,
-    #[comptime] channels_last: bool,
-    #[comptime] silu: bool,
-    #[comptime] shifted: bool,
+    v: Rows,
+    #[comptime] flags: Flags,
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let pos = ABSOLUTE_POS;
     if pos >= half {
         terminate!();
     }
-    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
-    let (g, ch) = group_and_channel(p, q, col, group_div, c, channels_last);
+    let (base, start, end, p, col) = row_block(pos, v.r, v.q, v.rows, v.blocks);
+    let (g, ch) = group_and_channel(p, v.q, col, v.group_div, v.c, flags.channels_last);
     let mut m = mean[g];
-    if shifted {
-        m -= f32::cast_from(shift[shift_index(p, ch, c, channels_last)]);
+    if flags.shifted {
+        m -= f32::cast_from(shift[shift_index(p, ch, v.c, flags.channels_last)]);
     }
     let rs = rstd[g];
     let ga = f32::cast_from(gamma[ch]);
@@ -63,7 +59,7 @@ fn backward_sums<F: Float, P: Float, S: Float>(
     let mut acc_da_xhat = 0.0f32;
     let mut acc_xhat = 0.0f32;
     for row in start..end {
-        let idx = base + row * q;
+        let idx = base + row * v.q;
         let (x_hat, da) = xhat_and_da(
             f32::cast_from(x[idx]),
             f32::cast_from(dy[idx]),
@@ -71,17 +67,17 @@ fn backward_sums<F: Float, P: Float, S: Float>(
             be,
             m,
             rs,
-            silu,
+            flags.silu,
         );
         acc_da += da;
         acc_da_xhat += da * x_hat;
-        if shifted {
+        if flags.shifted {
             acc_xhat += x_hat;
         }
     }
     sums[pos] = acc_da;
     sums[half + pos] = acc_da_xhat;
-    if shifted {
+    if flags.shifted {
         sums[2 * half + pos] = acc_xhat;
     }
 }
@@ -171,24 +167,12 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     m1: &Tensor<f32>,
     m2: &Tensor<f32>,
     dx: &mut Tensor<Vector<F, N>>,
-    r: usize,
-    q: usize,
-    rows: usize,
-    blocks: usize,
-    group_div: usize,
-    c: usize,
-    #[comptime] channels_last: bool,
-    #[comptime] silu: bool,
-    #[comptime] shifted: bool,
+    v: Rows,
+    #[comptime] flags: Flags,
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
-    let qv = q / n;
-    let pos = ABSOLUTE_POS;
-    if pos >= blocks * qv * (dx.len() / (r * qv)) {
-        terminate!();
-    }
-    let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
+    let (base, start, end, p, col, qv) = vector_row_block(dx.len(), &v, n);
     // Per lane (column `col * n + i`): the group's statistics and means, the channel's
     // parameters, read once for the thread's rows.
     let (mu, rs, ga, be) = lane_params::<P, S, N>(
@@ -199,17 +183,18 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
         shift,
         p,
         col * n,
-        q,
-        group_div,
-        c,
-        channels_last,
-        shifted,
+        v.q,
+        v.group_div,
+        v.c,
+        flags.channels_last,
+        flags.shifted,
     );
     let mut g1 = Vector::<f32, N>::empty();
     let mut g2 = Vector::<f32, N>::empty();
     #[unroll]
     for i in 0..n {
-        let (g, _ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        let (g, _ch) =
+            group_and_channel(p, v.q, col * n + i, v.group_div, v.c, flags.channels_last);
         g1[i] = m1[g];
         g2[i] = m2[g];
     }
@@ -226,7 +211,7 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
                 be[i],
                 mu[i],
                 rs[i],
-                silu,
+                flags.silu,
             );
             out[i] = F::cast_from(rs[i] * (ga[i] * da - g1[i] - x_hat * g2[i]));
         }
@@ -281,15 +266,8 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         rstd.clone().into_tensor_arg(),
         partial.clone().into_tensor_arg(),
         v.p * blocks * v.q,
-        v.r,
-        v.q,
-        BACKWARD_ROWS,
-        blocks,
-        v.group_div(),
-        v.channels,
-        v.channels_last,
-        spec.silu,
-        shifted,
+        v.rows(BACKWARD_ROWS, blocks),
+        v.flags(spec, shifted),
         [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()],
     );
     ChannelSums {
@@ -381,15 +359,8 @@ pub fn backward_input_grad<R: CubeRuntime>(
         into_contiguous(m1).into_tensor_arg(),
         into_contiguous(m2).into_tensor_arg(),
         pass.out.clone().into_tensor_arg(),
-        v.r,
-        v.q,
-        ELEMENTWISE_ROWS,
-        pass.blocks,
-        v.group_div(),
-        v.channels,
-        v.channels_last,
-        spec.silu,
-        shifted,
+        v.rows(ELEMENTWISE_ROWS, pass.blocks),
+        v.flags(spec, shifted),
         dtypes,
     );
     pass.out

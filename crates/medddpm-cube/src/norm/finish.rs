@@ -7,7 +7,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
-use super::parts::{chunked_sum, cube_total};
+use super::parts::{chunked_sum, cube_total, Partials, PartialsLaunch};
 use super::view::{f32_buffer, View};
 
 /// Partial sums a finishing thread adds before adding that to its total.
@@ -26,21 +26,36 @@ pub(super) enum Finish {
 }
 
 /// Where the partial sums of one output lie in the `[p, blocks, q]` partials of `v` (see
-/// [`group_sums`]): `(outputs per batch, batch stride, group stride, run, run stride, n)`.
-/// Channels-last partials `[b, blocks, c]` hold an output's values as runs of `width` channels,
-/// one run per block; channels-first ones `[b * c, blocks, q]` hold them contiguously.
-pub(super) fn addressing(v: &View, blocks: usize, per: Finish) -> [usize; 6] {
+/// [`Partials`]), and the outputs per batch item. Channels-last partials `[b, blocks, c]` hold
+/// an output's values as runs of `width` channels, one run per block; channels-first ones
+/// `[b * c, blocks, q]` hold them contiguously.
+pub(super) fn addressing<R: CubeRuntime>(
+    v: &View,
+    blocks: usize,
+    per: Finish,
+) -> (PartialsLaunch<R>, usize) {
     let width = match per {
         Finish::Groups => v.cpg(),
         Finish::Channels => 1,
     };
     let per_batch = v.channels / width;
-    if v.channels_last {
-        [per_batch, blocks * v.q, width, width, v.q, blocks * width]
+    let [batch_stride, group_stride, run, run_stride, n] = if v.channels_last {
+        [blocks * v.q, width, width, v.q, blocks * width]
     } else {
         let n = width * blocks * v.q;
-        [per_batch, v.channels * blocks * v.q, n, n, n, n]
-    }
+        [v.channels * blocks * v.q, n, n, n, n]
+    };
+    let chunks = n.div_ceil(FINISH_THREADS * FINISH_ROWS);
+    let partials = PartialsLaunch::new(
+        per_batch,
+        batch_stride,
+        group_stride,
+        run,
+        run_stride,
+        n,
+        chunks,
+    );
+    (partials, per_batch)
 }
 
 /// The second level of every reduction: one cube per output `o` of each of the `parts`
@@ -54,21 +69,17 @@ fn group_sums(
     output: &mut Tensor<f32>,
     outputs_per_part: usize,
     part_stride: usize,
-    per_batch: usize,
-    batch_stride: usize,
-    group_stride: usize,
-    run: usize,
-    run_stride: usize,
-    n: usize,
-    chunks: usize,
+    a: Partials,
     #[comptime] threads: usize,
     #[comptime] rows: usize,
 ) {
     let part = CUBE_POS / outputs_per_part;
     let o = CUBE_POS % outputs_per_part;
     let t = UNIT_POS as usize;
-    let base = part * part_stride + (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
-    let total = chunked_sum(input, base, run, run_stride, n, chunks, threads, rows);
+    let base = part * part_stride
+        + (o / a.per_batch) * a.batch_stride
+        + (o % a.per_batch) * a.group_stride;
+    let total = chunked_sum(input, base, &a, threads, rows);
     let mut shared = SharedMemory::<f32>::new(threads);
     let sum = cube_total(&mut shared, total);
     if t == 0 {
@@ -85,7 +96,7 @@ pub(super) fn finish<R: CubeRuntime>(
     blocks: usize,
     per: Finish,
 ) -> CubeTensor<R> {
-    let [per_batch, batch_stride, group_stride, run, run_stride, n] = addressing(v, blocks, per);
+    let (a, per_batch) = addressing(v, blocks, per);
     let outputs = v.batch * per_batch;
     let out = f32_buffer(partial, Shape::new([parts, v.batch, per_batch]));
     group_sums::launch::<R>(
@@ -96,13 +107,7 @@ pub(super) fn finish<R: CubeRuntime>(
         out.clone().into_tensor_arg(),
         outputs,
         v.p * blocks * v.q,
-        per_batch,
-        batch_stride,
-        group_stride,
-        run,
-        run_stride,
-        n,
-        n.div_ceil(FINISH_THREADS * FINISH_ROWS),
+        a,
         FINISH_THREADS,
         FINISH_ROWS,
     );

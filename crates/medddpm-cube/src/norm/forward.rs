@@ -9,7 +9,10 @@ use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
 use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
-use super::parts::{chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid};
+use super::parts::{
+    chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid, vector_row_block,
+    Flags, Partials, Rows,
+};
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::elementwise;
@@ -24,7 +27,7 @@ pub const FORWARD_ROWS: usize = 256;
 /// wider than a tile's cube): per block of `rows` rows of each column of a contiguous
 /// `[p, r, q]` array (plus the column's shift, when `shifted`), the sum and the sum of squares
 /// about the block's own mean (two passes over the block, the second from cache), into
-/// `moments` `[2, p, ceil(r / rows), q]`.
+/// `moments` `[2, p, ceil(r / rows), q]`. Columns need no group here: `v.group_div` is unused.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn block_moments<F: Float, S: Float>(
@@ -32,11 +35,7 @@ fn block_moments<F: Float, S: Float>(
     shift: &Tensor<S>,
     moments: &mut Tensor<f32>,
     half: usize,
-    r: usize,
-    q: usize,
-    rows: usize,
-    blocks: usize,
-    c: usize,
+    v: Rows,
     #[comptime] channels_last: bool,
     #[comptime] shifted: bool,
     #[define(F, S)] _dtypes: [StorageType; 2],
@@ -45,19 +44,19 @@ fn block_moments<F: Float, S: Float>(
     if pos >= half {
         terminate!();
     }
-    let (base, start, end, p, col) = row_block(pos, r, q, rows, blocks);
+    let (base, start, end, p, col) = row_block(pos, v.r, v.q, v.rows, v.blocks);
     let mut s = 0.0f32;
     if shifted {
-        s = f32::cast_from(shift[shift_index(p, col, c, channels_last)]);
+        s = f32::cast_from(shift[shift_index(p, col, v.c, channels_last)]);
     }
     let mut acc = 0.0f32;
     for row in start..end {
-        acc += f32::cast_from(input[base + row * q]) + s;
+        acc += f32::cast_from(input[base + row * v.q]) + s;
     }
     let m = acc / f32::cast_from(end - start);
     let mut m2 = 0.0f32;
     for row in start..end {
-        let d = f32::cast_from(input[base + row * q]) + s - m;
+        let d = f32::cast_from(input[base + row * v.q]) + s - m;
         m2 += d * d;
     }
     moments[pos] = acc;
@@ -76,13 +75,7 @@ fn group_moments(
     mean: &mut Tensor<f32>,
     rstd: &mut Tensor<f32>,
     half: usize,
-    per_batch: usize,
-    batch_stride: usize,
-    group_stride: usize,
-    run: usize,
-    run_stride: usize,
-    n: usize,
-    chunks: usize,
+    a: Partials,
     r: usize,
     q: usize,
     rows: usize,
@@ -95,22 +88,20 @@ fn group_moments(
 ) {
     let o = CUBE_POS;
     let t = UNIT_POS as usize;
-    let base = (o / per_batch) * batch_stride + (o % per_batch) * group_stride;
+    let base = (o / a.per_batch) * a.batch_stride + (o % a.per_batch) * a.group_stride;
     let mut shared = SharedMemory::<f32>::new(threads);
-    let total = chunked_sum(
-        moments, base, run, run_stride, n, chunks, threads, chunk_rows,
-    );
+    let total = chunked_sum(moments, base, &a, threads, chunk_rows);
     let mu = cube_total(&mut shared, total) * inv_n;
     let mut total2 = 0.0f32;
-    for c in 0..chunks {
+    for c in 0..a.chunks {
         let mut acc = 0.0f32;
         for j in 0..chunk_rows {
             let k = (c * chunk_rows + j) * threads + t;
-            if k < n {
-                let at = base + (k / run) * run_stride + k % run;
+            if k < a.n {
+                let at = base + (k / a.run) * a.run_stride + k % a.run;
                 let mut blk = (k / q) % blocks;
                 if channels_last {
-                    blk = k / run;
+                    blk = k / a.run;
                 }
                 let mut count = r - blk * rows;
                 if count > rows {
@@ -144,33 +135,21 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
     y: &mut Tensor<Vector<F, N>>,
-    r: usize,
-    q: usize,
-    rows: usize,
-    blocks: usize,
-    group_div: usize,
-    c: usize,
-    #[comptime] channels_last: bool,
-    #[comptime] silu: bool,
-    #[comptime] shifted: bool,
+    v: Rows,
+    #[comptime] flags: Flags,
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
-    let qv = q / n;
-    let pos = ABSOLUTE_POS;
-    if pos >= blocks * qv * (y.len() / (r * qv)) {
-        terminate!();
-    }
-    let (base, start, end, p, col) = row_block(pos, r, qv, rows, blocks);
+    let (base, start, end, p, col, qv) = vector_row_block(y.len(), &v, n);
     let mut scale = Vector::<f32, N>::empty();
     let mut offset = Vector::<f32, N>::empty();
     #[unroll]
     for i in 0..n {
-        let (g, ch) = group_and_channel(p, q, col * n + i, group_div, c, channels_last);
+        let (g, ch) = group_and_channel(p, v.q, col * n + i, v.group_div, v.c, flags.channels_last);
         let s = rstd[g] * f32::cast_from(gamma[ch]);
         let mut centre = mean[g];
-        if shifted {
-            centre -= f32::cast_from(shift_in[shift_index(p, ch, c, channels_last)]);
+        if flags.shifted {
+            centre -= f32::cast_from(shift_in[shift_index(p, ch, v.c, flags.channels_last)]);
         }
         scale[i] = s;
         offset[i] = f32::cast_from(beta[ch]) - centre * s;
@@ -181,7 +160,7 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
         let mut out = Vector::<F, N>::empty();
         #[unroll]
         for i in 0..n {
-            if silu {
+            if flags.silu {
                 out[i] = F::cast_from(a[i] * sigmoid(a[i]));
             } else {
                 out[i] = F::cast_from(a[i]);
@@ -242,11 +221,7 @@ fn statistics<R: CubeRuntime>(
                 shift_t.clone().into_tensor_arg(),
                 moments.clone().into_tensor_arg(),
                 half,
-                v.r,
-                v.q,
-                FORWARD_ROWS,
-                blocks,
-                v.channels,
+                v.rows(FORWARD_ROWS, blocks),
                 v.channels_last,
                 shifted,
                 [x_dtype, shift_t.dtype.into()],
@@ -255,8 +230,7 @@ fn statistics<R: CubeRuntime>(
         }
     };
     let half = v.p * blocks * v.q;
-    let [per_batch, batch_stride, group_stride, run, run_stride, n] =
-        addressing(v, blocks, Finish::Groups);
+    let (partials, _) = addressing(v, blocks, Finish::Groups);
     let stats = || f32_buffer(x, Shape::new([v.batch, v.groups]));
     let (mean, rstd) = (stats(), stats());
     group_moments::launch::<R>(
@@ -267,13 +241,7 @@ fn statistics<R: CubeRuntime>(
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
         half,
-        per_batch,
-        batch_stride,
-        group_stride,
-        run,
-        run_stride,
-        n,
-        n.div_ceil(FINISH_THREADS * FINISH_ROWS),
+        partials,
         v.r,
         v.q,
         rows,
@@ -317,15 +285,8 @@ fn normalised<R: CubeRuntime>(
         mean.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
         pass.out.clone().into_tensor_arg(),
-        v.r,
-        v.q,
-        ELEMENTWISE_ROWS,
-        pass.blocks,
-        v.group_div(),
-        v.channels,
-        v.channels_last,
-        spec.silu,
-        shifted,
+        v.rows(ELEMENTWISE_ROWS, pass.blocks),
+        v.flags(spec, shifted),
         [x_dtype, p_dtype, s_dtype],
     );
     pass.out

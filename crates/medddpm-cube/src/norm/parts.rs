@@ -3,6 +3,27 @@
 
 use cubecl::prelude::*;
 
+/// The `[p, r, q]` view as the kernels take it: `blocks` blocks of `rows` rows per `p`, and
+/// what finds a column's group and channel (`group_div`, `c`: see [`group_and_channel`]).
+#[derive(CubeType, CubeLaunch, Clone)]
+pub(super) struct Rows {
+    pub r: usize,
+    pub q: usize,
+    pub rows: usize,
+    pub blocks: usize,
+    pub group_div: usize,
+    pub c: usize,
+}
+
+/// The compile-time choices of the per-element kernels: the layout, whether a SiLU follows the
+/// affine map, whether the input has a `[b, c]` shift added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Flags {
+    pub channels_last: bool,
+    pub silu: bool,
+    pub shifted: bool,
+}
+
 /// Where thread `pos` works in a `[p, r, q]` view cut into blocks of `rows` rows: the first
 /// element of its column in that view (`base`; rows are `q` apart), its rows `start..end`, and
 /// its `p` and column.
@@ -23,6 +44,23 @@ pub(super) fn row_block(
         end = r;
     }
     (p * r * q + col, start, end, p, col)
+}
+
+/// [`row_block`] for a thread of an elementwise pass over `len` vectors of `n` columns (the
+/// `[p, r, q / n]` view of `v`), and `q / n`; a thread past the last block stops here.
+#[cube]
+pub(super) fn vector_row_block(
+    len: usize,
+    v: &Rows,
+    #[comptime] n: usize,
+) -> (usize, usize, usize, usize, usize, usize) {
+    let qv = v.q / n;
+    let pos = ABSOLUTE_POS;
+    if pos >= v.blocks * qv * (len / (v.r * qv)) {
+        terminate!();
+    }
+    let (base, start, end, p, col) = row_block(pos, v.r, qv, v.rows, v.blocks);
+    (base, start, end, p, col, qv)
 }
 
 /// The (batch, group) index and the channel of column `col` of row block `p`: the group is
@@ -99,28 +137,40 @@ pub(super) fn lane_params<P: Float, S: Float, N: Size>(
     (mu, rs, ga, be)
 }
 
+/// Where the `n` partial sums of output `o` lie in `[p, blocks, q]` partials: from
+/// `(o / per_batch) * batch_stride + (o % per_batch) * group_stride`, in runs of `run` values
+/// `run_stride` apart; a finishing thread adds `chunks` chunks of them.
+#[derive(CubeType, CubeLaunch, Clone)]
+pub(super) struct Partials {
+    pub per_batch: usize,
+    pub batch_stride: usize,
+    pub group_stride: usize,
+    pub run: usize,
+    pub run_stride: usize,
+    pub n: usize,
+    pub chunks: usize,
+}
+
 /// This unit's share of the `n` partial sums `input[base + (k / run) * run_stride + k % run]`
-/// of one output (every `threads`-th `k`), added in chunks of `rows` in f32.
+/// of one output (every `threads`-th `k`; see [`Partials`]), added in `chunks` chunks of `rows`
+/// in f32.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn chunked_sum(
     input: &Tensor<f32>,
     base: usize,
-    run: usize,
-    run_stride: usize,
-    n: usize,
-    chunks: usize,
+    a: &Partials,
     #[comptime] threads: usize,
     #[comptime] rows: usize,
 ) -> f32 {
     let t = UNIT_POS as usize;
     let mut total = 0.0f32;
-    for c in 0..chunks {
+    for c in 0..a.chunks {
         let mut acc = 0.0f32;
         for j in 0..rows {
             let k = (c * rows + j) * threads + t;
-            if k < n {
-                acc += input[base + (k / run) * run_stride + k % run];
+            if k < a.n {
+                acc += input[base + (k / a.run) * a.run_stride + k % a.run];
             }
         }
         total += acc;

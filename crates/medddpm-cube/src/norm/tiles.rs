@@ -91,30 +91,50 @@ impl Tiles {
         (f32_buffer(like, shape), v.p * self.blocks * v.q)
     }
 
+    /// The tiling of `v` as the kernels take it.
+    fn shape<R: CubeRuntime>(&self, v: &View) -> TileShapeLaunch<R> {
+        TileShapeLaunch::new(
+            v.r,
+            v.q,
+            self.qv,
+            self.ry,
+            self.rows,
+            self.blocks,
+            self.steps,
+        )
+    }
+
     /// Floats of the shared sums (a slot per thread and channel of its vector).
     fn shared_len(&self) -> usize {
         TILE_THREADS * self.vector
     }
 }
 
+/// A `[p, r, q]` view's tiling as the kernels take it (see [`Tiles`]).
+#[derive(CubeType, CubeLaunch, Clone)]
+struct TileShape {
+    r: usize,
+    q: usize,
+    qv: usize,
+    ry: usize,
+    rows: usize,
+    blocks: usize,
+    steps: usize,
+}
+
 /// Where a tile's thread works: its batch item, first and end rows of the tile, its column (in
 /// vectors), its row offset, and the index of the tile's first vector in its column.
 #[cube]
-fn tile_place(
-    r: usize,
-    qv: usize,
-    rows: usize,
-    blocks: usize,
-) -> (usize, usize, usize, usize, usize, usize) {
+fn tile_place(s: &TileShape) -> (usize, usize, usize, usize, usize, usize) {
     let t = UNIT_POS as usize;
-    let p = CUBE_POS / blocks;
-    let start = (CUBE_POS % blocks) * rows;
-    let mut end = start + rows;
-    if end > r {
-        end = r;
+    let p = CUBE_POS / s.blocks;
+    let start = (CUBE_POS % s.blocks) * s.rows;
+    let mut end = start + s.rows;
+    if end > s.r {
+        end = s.r;
     }
-    let vc = t % qv;
-    (p, start, end, vc, t / qv, p * r * qv + vc)
+    let vc = t % s.qv;
+    (p, start, end, vc, t / s.qv, p * s.r * s.qv + vc)
 }
 
 /// Adds the per-thread sums `a`, `b` (a vector of channels each) over the cube's rows side by
@@ -169,33 +189,27 @@ fn tile_moments<F: Float, S: Float, N: Size>(
     shift_in: &Tensor<S>,
     moments: &mut Tensor<f32>,
     half: usize,
-    r: usize,
-    q: usize,
-    qv: usize,
-    ry: usize,
-    rows: usize,
-    blocks: usize,
-    steps: usize,
+    ts: TileShape,
     #[comptime] shared_len: usize,
     #[comptime] shifted: bool,
     #[define(F, S)] _dtypes: [StorageType; 2],
 ) {
     let n = x.vector_size();
-    let (p, start, end, vc, y, base) = tile_place(r, qv, rows, blocks);
+    let (p, start, end, vc, y, base) = tile_place(&ts);
     let mut sa = SharedMemory::<f32>::new(shared_len);
     let mut sb = SharedMemory::<f32>::new(shared_len);
     let mut s1 = Vector::<f32, N>::new(0.0);
     let mut s2 = Vector::<f32, N>::new(0.0);
     // Differences from the tile's first row: the input's shift cancels in them (it moves the
     // first row too) and is added back in the tile's sum below.
-    let first = Vector::<f32, N>::cast_from(x[base + start * qv]);
-    if y < ry {
-        for k in 0..steps {
+    let first = Vector::<f32, N>::cast_from(x[base + start * ts.qv]);
+    if y < ts.ry {
+        for k in 0..ts.steps {
             #[unroll]
             for u in 0..UNROLL {
-                let row = start + (k * UNROLL + u) * ry + y;
+                let row = start + (k * UNROLL + u) * ts.ry + y;
                 if row < end {
-                    let d = Vector::<f32, N>::cast_from(x[base + row * qv]) - first;
+                    let d = Vector::<f32, N>::cast_from(x[base + row * ts.qv]) - first;
                     s1 += d;
                     s2 += d * d;
                 }
@@ -210,16 +224,16 @@ fn tile_moments<F: Float, S: Float, N: Size>(
         for i in 0..n {
             let mut k = first[i];
             if shifted {
-                k += f32::cast_from(shift_in[p * q + vc * n + i]);
+                k += f32::cast_from(shift_in[p * ts.q + vc * n + i]);
             }
             firsts[vc * n + i] = k;
         }
     }
-    tile_channel_totals(&mut sa, &mut sb, s1, s2, vc, y, ry, q);
+    tile_channel_totals(&mut sa, &mut sb, s1, s2, vc, y, ts.ry, ts.q);
     let count = f32::cast_from(end - start);
-    let tile = CUBE_POS * q;
+    let tile = CUBE_POS * ts.q;
     let mut ch = UNIT_POS as usize;
-    while ch < q {
+    while ch < ts.q {
         let d1 = sa[ch];
         moments[tile + ch] = count * firsts[ch] + d1;
         moments[half + tile + ch] = sb[ch] - d1 * d1 / count;
@@ -242,13 +256,7 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
     rstd: &Tensor<f32>,
     sums: &mut Tensor<f32>,
     half: usize,
-    r: usize,
-    q: usize,
-    qv: usize,
-    ry: usize,
-    rows: usize,
-    blocks: usize,
-    steps: usize,
+    ts: TileShape,
     group_div: usize,
     #[comptime] shared_len: usize,
     #[comptime] silu: bool,
@@ -256,7 +264,7 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
-    let (p, start, end, vc, y, base) = tile_place(r, qv, rows, blocks);
+    let (p, start, end, vc, y, base) = tile_place(&ts);
     let (mu, rs, ga, be) = lane_params::<P, S, N>(
         mean,
         rstd,
@@ -265,22 +273,22 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
         shift_in,
         p,
         vc * n,
-        q,
+        ts.q,
         group_div,
-        q,
+        ts.q,
         true,
         shifted,
     );
     let mut s_da = Vector::<f32, N>::new(0.0);
     let mut s_da_xhat = Vector::<f32, N>::new(0.0);
     let mut s_xhat = Vector::<f32, N>::new(0.0);
-    if y < ry {
-        for k in 0..steps {
+    if y < ts.ry {
+        for k in 0..ts.steps {
             #[unroll]
             for u in 0..UNROLL {
-                let row = start + (k * UNROLL + u) * ry + y;
+                let row = start + (k * UNROLL + u) * ts.ry + y;
                 if row < end {
-                    let idx = base + row * qv;
+                    let idx = base + row * ts.qv;
                     let (xv, dyv) = (x[idx], dy[idx]);
                     #[unroll]
                     for i in 0..n {
@@ -304,7 +312,7 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
         }
     }
     write_tile_sums(
-        sums, s_da, s_da_xhat, s_xhat, half, vc, y, ry, q, shared_len, shifted,
+        sums, s_da, s_da_xhat, s_xhat, half, vc, y, ts.ry, ts.q, shared_len, shifted,
     );
 }
 
@@ -367,13 +375,7 @@ pub(super) fn moments<R: CubeRuntime>(
         shift.clone().into_tensor_arg(),
         moments.clone().into_tensor_arg(),
         half,
-        v.r,
-        v.q,
-        tiles.qv,
-        tiles.ry,
-        tiles.rows,
-        tiles.blocks,
-        tiles.steps,
+        tiles.shape(v),
         tiles.shared_len(),
         shifted,
         [x.dtype.into(), shift.dtype.into()],
@@ -413,13 +415,7 @@ pub(super) fn backward_sums<R: CubeRuntime>(
         rstd.clone().into_tensor_arg(),
         sums.clone().into_tensor_arg(),
         half,
-        v.r,
-        v.q,
-        tiles.qv,
-        tiles.ry,
-        tiles.rows,
-        tiles.blocks,
-        tiles.steps,
+        tiles.shape(v),
         v.group_div(),
         tiles.shared_len(),
         silu,

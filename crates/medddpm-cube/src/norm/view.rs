@@ -6,6 +6,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::{CubeCount, CubeDim};
 
+use super::parts::{Flags, RowsLaunch};
 use crate::compute::Layout;
 use crate::reference::norm::GroupNormSpec;
 use crate::{elementwise, empty};
@@ -68,6 +69,27 @@ impl View {
             self.cpg()
         } else {
             self.cpg() * self.q
+        }
+    }
+
+    /// The view as the per-element kernels take it, in blocks of `rows` rows, `blocks` per `p`.
+    pub(super) fn rows<R: CubeRuntime>(&self, rows: usize, blocks: usize) -> RowsLaunch<R> {
+        RowsLaunch::new(
+            self.r,
+            self.q,
+            rows,
+            blocks,
+            self.group_div(),
+            self.channels,
+        )
+    }
+
+    /// The per-element kernels' compile-time choices for `spec`, the input `shifted` or not.
+    pub(super) fn flags(&self, spec: &GroupNormSpec, shifted: bool) -> Flags {
+        Flags {
+            channels_last: self.channels_last,
+            silu: spec.silu,
+            shifted,
         }
     }
 
