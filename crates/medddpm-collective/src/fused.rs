@@ -6,10 +6,9 @@ use std::marker::PhantomData;
 
 use burn::tensor::backend::DeviceId;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::DType;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
 
-use super::nccl::{check_call, device_count, register, status, AllReduceMean, AllReduceMeanPacked};
+use super::nccl::{check_call, device_count, register, register_packed, status, AllReduceMean};
 use super::{sorted_group, CollectiveBackend, CollectiveUnavailable, NcclId, ProcessGroup};
 use crate::cuda::{Cube, Fused};
 
@@ -39,23 +38,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fuse
         tensors: Vec<FloatTensor<Self>>,
         group: &[DeviceId],
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let group = check_call::<F, I, BT>(&tensors, group)?;
-        let total: usize = tensors.iter().map(|t| t.shape.num_elements()).sum();
-        if total >= 1 << 31 {
-            return Err(CollectiveUnavailable(format!(
-                "{total} elements is more than the packed all-reduce addresses (2^31)"
-            )));
-        }
-        Ok(register::<F, I, BT, _>(
-            "medddpm_nccl_all_reduce_mean_packed",
-            tensors,
-            Some(DType::F32),
-            |desc| AllReduceMeanPacked::<Cube<F, I, BT>> {
-                desc,
-                group,
-                _b: PhantomData,
-            },
-        ))
+        all_reduce_mean::<F, I, BT>(tensors, group, true)
     }
 
     fn join_process_group(
@@ -78,16 +61,30 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fuse
         tensors: Vec<FloatTensor<Self>>,
         group: &[DeviceId],
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let group = check_call::<F, I, BT>(&tensors, group)?;
-        Ok(register::<F, I, BT, _>(
+        all_reduce_mean::<F, I, BT>(tensors, group, false)
+    }
+}
+
+/// [`AllReduceMean`] of `tensors` over `group`, packed or each on its own.
+fn all_reduce_mean<F: FloatElement, I: IntElement, BT: BoolElement>(
+    tensors: Vec<FloatTensor<Fused<F, I, BT>>>,
+    group: &[DeviceId],
+    packed: bool,
+) -> Result<Vec<FloatTensor<Fused<F, I, BT>>>, CollectiveUnavailable> {
+    let group = check_call::<F, I, BT>(&tensors, group)?;
+    let op = |desc| AllReduceMean::<Cube<F, I, BT>> {
+        desc,
+        group,
+        packed,
+        _b: PhantomData,
+    };
+    match packed {
+        true => register_packed::<F, I, BT, _>("medddpm_nccl_all_reduce_mean_packed", tensors, op),
+        false => Ok(register::<F, I, BT, _>(
             "medddpm_nccl_all_reduce_mean",
             tensors,
             None,
-            |desc| AllReduceMean::<Cube<F, I, BT>> {
-                desc,
-                group,
-                _b: PhantomData,
-            },
-        ))
+            op,
+        )),
     }
 }

@@ -183,18 +183,14 @@ impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff
         tensors: Vec<FloatTensor<Self>>,
         group: &[DeviceId],
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let inner = tensors.into_iter().map(Self::inner).collect();
-        let out = B::all_reduce_mean_many(inner, group)?;
-        Ok(out.into_iter().map(Self::from_inner).collect())
+        on_inner::<Self, _>(tensors, group, B::all_reduce_mean_many)
     }
 
     fn all_reduce_mean_packed(
         tensors: Vec<FloatTensor<Self>>,
         group: &[DeviceId],
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let inner = tensors.into_iter().map(Self::inner).collect();
-        let out = B::all_reduce_mean_packed(inner, group)?;
-        Ok(out.into_iter().map(Self::from_inner).collect())
+        on_inner::<Self, _>(tensors, group, B::all_reduce_mean_packed)
     }
 
     fn join_process_group(
@@ -210,10 +206,22 @@ impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff
         tensors: Vec<FloatTensor<Self>>,
         group: &ProcessGroup,
     ) -> Result<Vec<FloatTensor<Self>>, CollectiveUnavailable> {
-        let inner = tensors.into_iter().map(Self::inner).collect();
-        let out = B::all_reduce_mean_packed_across(inner, group)?;
-        Ok(out.into_iter().map(Self::from_inner).collect())
+        on_inner::<Self, _>(tensors, group, B::all_reduce_mean_packed_across)
     }
+}
+
+/// `op` of the inner backend on the tensors' values, its results back on the autodiff backend.
+fn on_inner<A: AutodiffBackend, G: ?Sized>(
+    tensors: Vec<FloatTensor<A>>,
+    group: &G,
+    op: impl FnOnce(
+        Vec<FloatTensor<A::InnerBackend>>,
+        &G,
+    ) -> Result<Vec<FloatTensor<A::InnerBackend>>, CollectiveUnavailable>,
+) -> Result<Vec<FloatTensor<A>>, CollectiveUnavailable> {
+    let inner = tensors.into_iter().map(A::inner).collect();
+    let out = op(inner, group)?;
+    Ok(out.into_iter().map(A::from_inner).collect())
 }
 
 /// NCCL's version (e.g. "NCCL 2.21.5") if the library loads, else why not and how to provide

@@ -112,11 +112,14 @@ pub(super) fn device_count() -> Result<usize, CollectiveUnavailable> {
     }
 }
 
-/// The all-reduce of each input into the output of the same position.
+/// The mean all-reduce over `group` of each input into the output of the same position, or
+/// (`packed`) of every input at once: packed into one f32 buffer, averaged by one NCCL call,
+/// each output an f32 view of its part.
 #[derive(Debug, Clone)]
 pub(super) struct AllReduceMean<B> {
     pub desc: CustomOpIr,
     pub group: Vec<DeviceId>,
+    pub packed: bool,
     pub _b: PhantomData<B>,
 }
 
@@ -124,6 +127,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for AllReduceMean<Cube<F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<F, I, BT>) {
+        if self.packed {
+            Packed::reduce::<F, I, BT>(&self.desc, handles, |flat, _| {
+                self.mean_in_place(flat).sync_collective()
+            });
+            return;
+        }
         let mut last_client = None;
         for (input, output) in self.desc.inputs.iter().zip(&self.desc.outputs) {
             let tensor = handles.get_float_tensor::<Cube<F, I, BT>>(input);
@@ -133,21 +142,29 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
                 continue;
             }
             let tensor = exclusive_contiguous(tensor);
-            let mut client = tensor.client.clone();
-            client.all_reduce(
-                tensor.handle.clone(),
-                tensor.handle.clone(),
-                tensor.dtype.into(),
-                self.group.clone(),
-                ReduceOperation::Mean,
-            );
-            last_client = Some(client);
+            last_client = Some(self.mean_in_place(&tensor));
             handles.register_float_tensor::<Cube<F, I, BT>>(&output.id, tensor);
         }
         // One wait of the compute stream for the communication stream covers all of them.
         if let Some(client) = last_client {
             client.sync_collective();
         }
+    }
+}
+
+impl<B> AllReduceMean<B> {
+    /// `ncclAllReduce(ncclAvg)` of `tensor`'s buffer over the group, in place, queued on the
+    /// communication stream: the client whose `sync_collective` orders later kernels after it.
+    fn mean_in_place(&self, tensor: &CubeTensor<CudaRuntime>) -> ComputeClient<CudaRuntime> {
+        let mut client = tensor.client.clone();
+        client.all_reduce(
+            tensor.handle.clone(),
+            tensor.handle.clone(),
+            tensor.dtype.into(),
+            self.group.clone(),
+            ReduceOperation::Mean,
+        );
+        client
     }
 }
 
@@ -165,49 +182,33 @@ fn exclusive_contiguous<R: burn_cubecl::CubeRuntime>(tensor: CubeTensor<R>) -> C
     CubeTensor::new(client, copy.handle, *copy.metadata, device, dtype)
 }
 
-/// The all-reduce of every input at once: packed into one f32 buffer, averaged by one NCCL
-/// call, each output an f32 view of its part.
-#[derive(Debug, Clone)]
-pub(super) struct AllReduceMeanPacked<B> {
-    pub desc: CustomOpIr,
-    pub group: Vec<DeviceId>,
-    pub _b: PhantomData<B>,
-}
-
-impl<F: FloatElement, I: IntElement, BT: BoolElement>
-    Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>
-    for AllReduceMeanPacked<Cube<F, I, BT>>
-{
-    fn execute(&self, handles: &mut Handles<F, I, BT>) {
-        let Some(packed) = Packed::inputs_of::<F, I, BT>(&self.desc, handles) else {
-            return;
-        };
-        if packed.total > 0 {
-            let mut c = packed.flat.client.clone();
-            c.all_reduce(
-                packed.flat.handle.clone(),
-                packed.flat.handle.clone(),
-                DType::F32.into(),
-                self.group.clone(),
-                ReduceOperation::Mean,
-            );
-            c.sync_collective();
-        }
-        packed.register_views::<F, I, BT>(&self.desc.outputs, handles);
-    }
-}
-
 /// Tensors packed into one f32 buffer, each part starting on the device's alignment.
 pub(super) struct Packed {
-    pub flat: CubeTensor<CudaRuntime>,
+    flat: CubeTensor<CudaRuntime>,
     offsets: Vec<usize>,
     /// Elements in use (the buffer holds at least one).
-    pub total: usize,
+    total: usize,
 }
 
 impl Packed {
+    /// The inputs of `desc` packed, `reduce` run on the buffer in place (given its elements in
+    /// use, where there are any), and the outputs registered as f32 views of their parts.
+    pub fn reduce<F: FloatElement, I: IntElement, BT: BoolElement>(
+        desc: &CustomOpIr,
+        handles: &mut Handles<F, I, BT>,
+        reduce: impl FnOnce(&CubeTensor<CudaRuntime>, usize),
+    ) {
+        let Some(packed) = Self::inputs_of::<F, I, BT>(desc, handles) else {
+            return;
+        };
+        if packed.total > 0 {
+            reduce(&packed.flat, packed.total);
+        }
+        packed.register_views::<F, I, BT>(&desc.outputs, handles);
+    }
+
     /// The inputs of `desc` packed.
-    pub fn inputs_of<F: FloatElement, I: IntElement, BT: BoolElement>(
+    fn inputs_of<F: FloatElement, I: IntElement, BT: BoolElement>(
         desc: &CustomOpIr,
         handles: &mut Handles<F, I, BT>,
     ) -> Option<Self> {
@@ -243,7 +244,7 @@ impl Packed {
     }
 
     /// Registers each output as an f32 view of its part.
-    pub fn register_views<F: FloatElement, I: IntElement, BT: BoolElement>(
+    fn register_views<F: FloatElement, I: IntElement, BT: BoolElement>(
         &self,
         outputs: &[TensorIr],
         handles: &mut Handles<F, I, BT>,
@@ -348,6 +349,25 @@ pub(super) fn check_call<F: FloatElement, I: IntElement, BT: BoolElement>(
         }
     }
     Ok(group)
+}
+
+/// [`register`] of an operation on `tensors` packed into one f32 buffer (f32 outputs), if the
+/// packing kernel's 32-bit addresses reach all their elements.
+pub(super) fn register_packed<F: FloatElement, I: IntElement, BT: BoolElement, O>(
+    name: &'static str,
+    tensors: Vec<FloatTensor<Fused<F, I, BT>>>,
+    op: impl FnOnce(CustomOpIr) -> O,
+) -> Result<Vec<FloatTensor<Fused<F, I, BT>>>, CollectiveUnavailable>
+where
+    O: Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
+{
+    let total: usize = tensors.iter().map(|t| t.shape.num_elements()).sum();
+    if total >= 1 << 31 {
+        return Err(CollectiveUnavailable(format!(
+            "{total} elements is more than the packed all-reduce addresses (2^31)"
+        )));
+    }
+    Ok(register::<F, I, BT, O>(name, tensors, Some(DType::F32), op))
 }
 
 /// Registers the collective `op` on `tensors` (outputs of their shapes, in `out_dtype` or

@@ -7,13 +7,12 @@ use std::marker::PhantomData;
 
 use burn::tensor::backend::DeviceOps;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::DType;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
 
-use super::nccl::{check_call, register, status, Handles, Packed};
+use super::nccl::{check_call, register_packed, status, Handles, Packed};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
 use crate::cuda::{Cube, Fused};
 use crate::panics::quiet_catch;
@@ -116,18 +115,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
     for AllReduceMeanAcross<Cube<F, I, BT>>
 {
     fn execute(&self, handles: &mut Handles<F, I, BT>) {
-        let Some(packed) = Packed::inputs_of::<F, I, BT>(&self.desc, handles) else {
-            return;
-        };
-        if packed.total > 0 {
+        Packed::reduce::<F, I, BT>(&self.desc, handles, |flat, total| {
             let comm = self
                 .comm
                 .clone()
                 .downcast::<ProcessComm>()
                 .expect("checked when registered");
-            enqueue_all_reduce(comm, packed.flat.handle.clone(), packed.total);
-        }
-        packed.register_views::<F, I, BT>(&self.desc.outputs, handles);
+            enqueue_all_reduce(comm, flat.handle.clone(), total);
+        });
     }
 }
 
@@ -199,21 +194,12 @@ pub(super) fn all_reduce_mean_packed_across<F: FloatElement, I: IntElement, BT: 
         }
         check_call::<F, I, BT>(&tensors, &[own])?;
     }
-    let total: usize = tensors.iter().map(|t| t.shape.num_elements()).sum();
-    if total >= 1 << 31 {
-        return Err(CollectiveUnavailable(format!(
-            "{total} elements is more than the packed all-reduce addresses (2^31)"
-        )));
-    }
     let comm: std::sync::Arc<dyn std::any::Any + Send + Sync> = comm;
-    Ok(register::<F, I, BT, _>(
-        "medddpm_nccl_all_reduce_mean_across",
-        tensors,
-        Some(DType::F32),
-        |desc| AllReduceMeanAcross::<Cube<F, I, BT>> {
+    register_packed::<F, I, BT, _>("medddpm_nccl_all_reduce_mean_across", tensors, |desc| {
+        AllReduceMeanAcross::<Cube<F, I, BT>> {
             desc,
             comm,
             _b: PhantomData,
-        },
-    ))
+        }
+    })
 }

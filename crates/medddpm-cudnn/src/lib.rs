@@ -54,6 +54,7 @@ mod algorithms;
 mod calls;
 pub mod cublas;
 pub mod cuda_graph;
+pub mod custom;
 mod descriptors;
 mod device_thread;
 mod devices;

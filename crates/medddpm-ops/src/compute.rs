@@ -7,6 +7,28 @@ use std::str::FromStr;
 use burn::tensor::DType;
 use serde::{Deserialize, Serialize};
 
+/// `Display` as the choice's `name()`, and `FromStr` from that name in any case, for a setting
+/// whose choices are all in its `ALL`.
+macro_rules! named_choice {
+    ($ty:ty, $setting:literal, $expected:literal) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownChoice;
+            fn from_str(s: &str) -> Result<Self, UnknownChoice> {
+                <$ty>::ALL
+                    .into_iter()
+                    .find(|c| c.name().eq_ignore_ascii_case(s))
+                    .ok_or_else(|| UnknownChoice::new($setting, s, $expected))
+            }
+        }
+    };
+}
+
 /// How convolutions and matrix products compute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -65,12 +87,6 @@ impl Precision {
     }
 }
 
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A name that is none of a setting's choices: the error of the settings' `FromStr` (the
 /// command line's flags and the experiment files are read through it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,15 +111,7 @@ impl UnknownChoice {
     }
 }
 
-impl FromStr for Precision {
-    type Err = UnknownChoice;
-    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
-        Precision::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownChoice::new("precision", s, "fp32, tf32, bf16 or f16"))
-    }
-}
+named_choice!(Precision, "precision", "fp32, tf32, bf16 or f16");
 
 /// Memory order of the activations inside the network.
 ///
@@ -195,23 +203,11 @@ impl ConvEngine {
     }
 }
 
-impl fmt::Display for ConvEngine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for ConvEngine {
-    type Err = UnknownChoice;
-    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
-        ConvEngine::ALL
-            .into_iter()
-            .find(|e| e.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                UnknownChoice::new("convolution engine", s, "auto, cudnn, cubecl or burn")
-            })
-    }
-}
+named_choice!(
+    ConvEngine,
+    "convolution engine",
+    "auto, cudnn, cubecl or burn"
+);
 
 /// Which code computes GroupNorm (+ SiLU) and its gradients.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -238,21 +234,7 @@ impl NormEngine {
     }
 }
 
-impl fmt::Display for NormEngine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for NormEngine {
-    type Err = UnknownChoice;
-    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
-        NormEngine::ALL
-            .into_iter()
-            .find(|e| e.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownChoice::new("normalisation engine", s, "kernel or ops"))
-    }
-}
+named_choice!(NormEngine, "normalisation engine", "kernel or ops");
 
 /// Everything that decides how the network's operations compute.
 ///

@@ -9,9 +9,9 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
-use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::{CustomOpIr, OperationOutput};
 use cubecl_cuda::CudaRuntime;
 
 use super::library::{compute_type, data_type, library, Types};
@@ -21,6 +21,7 @@ use crate::reference::product::product_primitive;
 use crate::reference::product::spec::ProductSpec;
 
 use crate::cuda::{device_thread, Cube, CudaServer, Fused};
+use crate::custom::{register, Handles};
 use crate::error::{cubecl, EngineError};
 type Tensor = CubeTensor<CudaRuntime>;
 
@@ -34,12 +35,7 @@ struct CublasProduct<B> {
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for CublasProduct<Cube<F, I, BT>>
 {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
         let ([a, b], [c]) = self.desc.as_fixed();
         let a = handles.get_float_tensor::<Cube<F, I, BT>>(a);
         let b = handles.get_float_tensor::<Cube<F, I, BT>>(b);
@@ -63,24 +59,19 @@ pub fn register_product<F: FloatElement, I: IntElement, BT: BoolElement>(
         .sizes(dims(&a.shape), dims(&b.shape))
         .unwrap_or_else(|e| panic!("product: {e}"));
     let client = a.client.clone();
-    let dtype = a.dtype;
-    let out_shape = Shape::new([a.shape[0], m, n]);
-    let inputs = [a, b];
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let out = TensorIr::uninit(client.create_empty_handle(), out_shape, dtype);
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new("medddpm_cublas_product", &irs, &[out]);
-    client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            CublasProduct::<Cube<F, I, BT>> {
-                desc,
-                spec,
-                _b: core::marker::PhantomData,
-            },
-        )
-        .output()
+    let output = (Shape::new([a.shape[0], m, n]), a.dtype);
+    register::<F, I, BT, _>(
+        &client,
+        "medddpm_cublas_product",
+        vec![a, b],
+        [output],
+        |desc| CublasProduct::<Cube<F, I, BT>> {
+            desc,
+            spec,
+            _b: core::marker::PhantomData,
+        },
+    )
+    .output()
 }
 
 /// An operand as cuBLAS reads it: in place where [`Operand::in_place`] allows, else made

@@ -12,14 +12,15 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
-use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::{CustomOpIr, OperationOutput};
 use cubecl::stream_id::StreamId;
 use cubecl_cuda::{CudaDevice, CudaGraph, CudaRuntime};
 
 use crate::capture::{Captured, GraphError, StepFn};
 use crate::cuda::{device_thread, Cube, CudaServer, DeviceThread, Fused};
+use crate::custom::{register, Handles};
 use crate::error::{cubecl, EngineError};
 
 mod copies;
@@ -205,18 +206,13 @@ pub fn replay<F: FloatElement, I: IntElement, BT: BoolElement>(
         .expect("a graph captured by the CUDA backend")
         .clone();
     let client = captured.outputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let outs: Vec<TensorIr> = captured
-        .outputs
-        .iter()
-        .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
-        .collect();
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new("medddpm_cuda_graph_replay", &irs, &outs);
-    let outputs = client.register(
-        streams,
-        OperationIr::Custom(desc.clone()),
-        Replay::<Cube<F, I, BT>> {
+    let outputs = captured.outputs.iter().map(|t| (t.shape.clone(), t.dtype));
+    let outputs = register::<F, I, BT, _>(
+        &client,
+        "medddpm_cuda_graph_replay",
+        inputs,
+        outputs,
+        |desc| Replay::<Cube<F, I, BT>> {
             desc,
             exec,
             _b: core::marker::PhantomData,
@@ -271,12 +267,8 @@ where
     O: Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
 {
     let client = t.client.clone();
-    let streams = OperationStreams::with_inputs([&t]);
-    let out = TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype);
-    let desc = CustomOpIr::new(name, &[t.into_ir()], &[out]);
-    client
-        .register(streams, OperationIr::Custom(desc.clone()), op(desc))
-        .output()
+    let output = (t.shape.clone(), t.dtype);
+    register::<F, I, BT, _>(&client, name, vec![t], [output], op).output()
 }
 
 #[derive(Debug, Clone)]
@@ -321,10 +313,6 @@ struct Replay<B> {
     exec: Arc<CudaStepGraph>,
     _b: core::marker::PhantomData<B>,
 }
-
-type Handles<F, I, BT> = HandleContainer<
-    <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
->;
 
 /// A fresh contiguous tensor shaped as `like`, on the current stream.
 fn empty_like(like: &CubeTensor<CudaRuntime>) -> CubeTensor<CudaRuntime> {

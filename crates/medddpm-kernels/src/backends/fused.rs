@@ -4,9 +4,9 @@
 use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
-use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::stream::Operation;
+use burn_fusion::FusionBackend;
+use burn_ir::{CustomOpIr, OperationOutput};
 use cubecl_cuda::CudaRuntime;
 
 use crate::compute::Layout;
@@ -14,6 +14,7 @@ use crate::conv::{
     data_grad_via_forward, forward_in_padded, is_strided_same, Conv3dSpec, KernelBackend,
 };
 use crate::cuda::{Cube, Fused};
+use crate::cudnn::custom::{register, Handles};
 use crate::cudnn::engine::{run, warn_fallback, Operands};
 use crate::cudnn::operands::ConvOp;
 use crate::primitive::{float, tensor};
@@ -33,12 +34,7 @@ struct CudnnConv<B> {
 impl<F: FloatElement, I: IntElement, BT: BoolElement>
     Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> for CudnnConv<Cube<F, I, BT>>
 {
-    fn execute(
-        &self,
-        handles: &mut HandleContainer<
-            <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
-        >,
-    ) {
+    fn execute(&self, handles: &mut Handles<F, I, BT>) {
         let options: ConvOptions<3> = self.spec.options();
         let out = match self.op {
             ConvOp::Forward => {
@@ -81,35 +77,28 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement>
     }
 }
 
-fn register<F: FloatElement, I: IntElement, BT: BoolElement>(
+fn register_conv<F: FloatElement, I: IntElement, BT: BoolElement>(
     op: ConvOp,
     inputs: Vec<FloatTensor<Fused<F, I, BT>>>,
     out_shape: Shape,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<F, I, BT>> {
     let client = inputs[0].client.clone();
-    let dtype = inputs[0].dtype;
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let out = TensorIr::uninit(client.create_empty_handle(), out_shape, dtype);
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let output = (out_shape, inputs[0].dtype);
     let name = match op {
         ConvOp::Forward => "medddpm_cudnn_conv3d_forward",
         ConvOp::DataGrad => "medddpm_cudnn_conv3d_data_grad",
         ConvOp::WeightGrad => "medddpm_cudnn_conv3d_weight_grad",
     };
-    let desc = CustomOpIr::new(name, &irs, &[out]);
-    client
-        .register(
-            streams,
-            OperationIr::Custom(desc.clone()),
-            CudnnConv::<Cube<F, I, BT>> {
-                desc,
-                op,
-                spec,
-                _b: core::marker::PhantomData,
-            },
-        )
-        .output()
+    register::<F, I, BT, _>(&client, name, inputs, [output], |desc| CudnnConv::<
+        Cube<F, I, BT>,
+    > {
+        desc,
+        op,
+        spec,
+        _b: core::marker::PhantomData,
+    })
+    .output()
 }
 
 fn conv_output_shape(x: &Shape, w: &Shape, spec: &Conv3dSpec) -> Shape {
@@ -175,7 +164,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
             ));
         }
         let shape = conv_output_shape(&x.shape, &weight.shape, &spec);
-        register::<F, I, BT>(ConvOp::Forward, vec![x, weight], shape, spec)
+        register_conv::<F, I, BT>(ConvOp::Forward, vec![x, weight], shape, spec)
     }
 
     fn conv3d_data_grad(
@@ -201,7 +190,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
             ));
         }
         let shape = x.shape.clone();
-        register::<F, I, BT>(ConvOp::DataGrad, vec![x, weight, grad_out], shape, spec)
+        register_conv::<F, I, BT>(ConvOp::DataGrad, vec![x, weight, grad_out], shape, spec)
     }
 
     fn conv3d_weight_grad(
@@ -227,7 +216,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
             ));
         }
         let shape = weight.shape.clone();
-        register::<F, I, BT>(ConvOp::WeightGrad, vec![x, weight, grad_out], shape, spec)
+        register_conv::<F, I, BT>(ConvOp::WeightGrad, vec![x, weight, grad_out], shape, spec)
     }
 }
 

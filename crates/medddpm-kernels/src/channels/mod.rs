@@ -53,28 +53,16 @@ pub fn engine_vs_reference<B: KernelBackend>(
     dtype: burn::tensor::DType,
     seed: u64,
 ) -> [f64; 3] {
-    use burn::backend::Flex;
-    use burn::tensor::backend::Backend;
-    use burn::tensor::{DType, Distribution};
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
-    let round = |t: Tensor<Flex, 2>| crate::cast_to(crate::cast_to(t, dtype), DType::F32);
-    let draw = |c: usize| {
-        round(Tensor::<Flex, 2>::random(
-            [rows, c],
-            Distribution::Default,
-            &cpu,
-        ))
-    };
+    use crate::agreement::{draw_rounded, on_cpu, on_device, seeded_cpu};
+    use burn::tensor::Distribution;
+    let cpu = seeded_cpu(seed);
+    let draw = |c: usize| draw_rounded([rows, c], Distribution::Default, dtype, &cpu);
     let (a, b) = (draw(first), draw(second));
     let joined = draw(first + second);
     let want_cat = reference::cat_last(a.clone(), b.clone());
     let want_split = reference::split_last(joined.clone(), first);
-    let on =
-        |t: &Tensor<Flex, 2>| crate::cast_to(Tensor::<B, 2>::from_data(t.to_data(), device), dtype);
-    let back = |t: Tensor<B, 2>| {
-        Tensor::<Flex, 2>::from_data(crate::cast_to(t, DType::F32).to_data(), &cpu)
-    };
+    let on = |t| on_device::<B, 2>(t, device, dtype);
+    let back = on_cpu::<B, 2>;
     let got_cat = back(cat_last(on(&a), on(&b)));
     let [ga, gb] = split_last(on(&joined), first).map(back);
     let split = Tensor::cat(vec![ga, gb], 1);

@@ -1,11 +1,8 @@
 //! Agreement checks: an engine against the f32 CPU convolution on the same operands (what
 //! `medddpm check-kernels` and the tests run), and the error measure every check uses.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
-
 use super::ops::{conv3d, conv3d_data_grad, conv3d_weight_grad};
-use crate::agreement::{rel_l2, worse};
+use crate::agreement::{draw_rounded, on_cpu, on_device, rel_l2, seeded_cpu, worse};
 use crate::compute::{Compute, Layout};
 use crate::extension::KernelBackend;
 use crate::reference::conv as reference;
@@ -79,32 +76,24 @@ pub fn engine_vs_reference<B: KernelBackend>(
     seed: u64,
     calls: usize,
 ) -> [f64; 3] {
-    use burn::backend::Flex;
-    use burn::tensor::Distribution;
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
+    use burn::tensor::Distribution::Normal;
+    let cpu = seeded_cpu(seed);
     let dtype = compute.precision.compute_dtype();
-    let round = |t: Tensor<Flex, 5>| t.cast(dtype).cast(burn::tensor::DType::F32);
     let [d, h, w] = case.size;
     let k = case.kernel;
-    let x = round(Tensor::<Flex, 5>::random(
+    let x = draw_rounded(
         [case.batch, case.c_in, d, h, w],
-        Distribution::Normal(0.0, 1.0),
+        Normal(0.0, 1.0),
+        dtype,
         &cpu,
-    ));
+    );
     let fan_in = (case.c_in * k * k * k) as f64;
-    let weight = round(Tensor::<Flex, 5>::random(
-        [case.c_out, case.c_in, k, k, k],
-        Distribution::Normal(0.0, 1.0 / fan_in.sqrt()),
-        &cpu,
-    ));
+    let weight_dist = Normal(0.0, 1.0 / fan_in.sqrt());
+    let weight = draw_rounded([case.c_out, case.c_in, k, k, k], weight_dist, dtype, &cpu);
     let spec = case.spec(compute);
     let out = spec.output_size(case.size, [k; 3]);
-    let grad = round(Tensor::<Flex, 5>::random(
-        [case.batch, case.c_out, out[0], out[1], out[2]],
-        Distribution::Normal(0.0, 1.0),
-        &cpu,
-    ));
+    let grad_dims = [case.batch, case.c_out, out[0], out[1], out[2]];
+    let grad = draw_rounded(grad_dims, Normal(0.0, 1.0), dtype, &cpu);
     let reference_spec = Conv3dSpec {
         compute: Compute {
             layout: Layout::Ncdhw,
@@ -117,7 +106,7 @@ pub fn engine_vs_reference<B: KernelBackend>(
         reference::data_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
         reference::weight_grad(x.clone(), weight.clone(), grad.clone(), reference_spec),
     ];
-    let on_b = |t: &Tensor<Flex, 5>| Tensor::<B, 5>::from_data(t.to_data(), device).cast(dtype);
+    let on_b = |t| on_device::<B, 5>(t, device, dtype);
     let layout = compute.layout;
     let (xb, wb, gb) = (
         in_layout(on_b(&x), layout),
@@ -136,8 +125,7 @@ pub fn engine_vs_reference<B: KernelBackend>(
             conv3d_weight_grad(xb.clone(), wb.clone(), gb.clone(), spec),
         ];
         for (i, (g, w)) in got.into_iter().zip(want.iter()).enumerate() {
-            let g = Tensor::<Flex, 5>::from_data(g.cast(burn::tensor::DType::F32).to_data(), &cpu);
-            errs[i] = worse(errs[i], rel_l2(g, w.clone()));
+            errs[i] = worse(errs[i], rel_l2(on_cpu(g), w.clone()));
         }
     }
     errs

@@ -11,6 +11,7 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
 use super::backward_profile;
+use super::node::{checkpointing_node, register_each, retrieve};
 use super::{KernelBackend, MemoryStats};
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
@@ -37,53 +38,9 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         weight: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct Conv3dBackward;
-
-        impl<B: KernelBackend> Backward<B, 2> for Conv3dBackward {
-            type State = (NodeId, NodeId, Conv3dSpec);
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 2>,
-                grads: &mut Gradients,
-                checkpointer: &mut Checkpointer,
-            ) {
-                let [node_x, node_weight] = ops.parents;
-                let grad = grads.consume::<B>(&ops.node);
-                let (x_state, weight_state, spec) = ops.state;
-                let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x_state);
-                let weight =
-                    checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight_state);
-                let timer = backward_profile::Timer::<B>::start(&x);
-                if let Some(node) = node_x {
-                    let dx = B::conv3d_data_grad(x.clone(), weight.clone(), grad.clone(), spec);
-                    let dx = timer.lap(0, dx);
-                    grads.register::<B>(node.id, dx);
-                }
-                if let Some(node) = node_weight {
-                    let dw = B::conv3d_weight_grad(x, weight, grad, spec);
-                    let dw = timer.lap(1, dw);
-                    grads.register::<B>(node.id, dw);
-                }
-            }
-        }
-
-        match Conv3dBackward
-            .prepare::<C>([x.node.clone(), weight.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(mut prep) => {
-                let x_state = prep.checkpoint(&x);
-                let weight_state = prep.checkpoint(&weight);
-                let out = B::conv3d_forward(x.primitive, weight.primitive, spec);
-                prep.finish((x_state, weight_state, spec), out)
-            }
-            OpsKind::UnTracked(prep) => {
-                prep.finish(B::conv3d_forward(x.primitive, weight.primitive, spec))
-            }
-        }
+        checkpointing_node::<B, C, _, _, 2>(Conv3dBackward, [x, weight], |[x, weight]| {
+            (B::conv3d_forward(x, weight, spec), spec)
+        })
     }
 
     fn group_norm(
@@ -193,48 +150,9 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     }
 
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct ProductBackward;
-
-        impl<B: KernelBackend> Backward<B, 2> for ProductBackward {
-            type State = (NodeId, NodeId, ProductSpec);
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 2>,
-                grads: &mut Gradients,
-                checkpointer: &mut Checkpointer,
-            ) {
-                let [node_a, node_b] = ops.parents;
-                let grad = grads.consume::<B>(&ops.node);
-                let (a_state, b_state, spec) = ops.state;
-                let a = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(a_state);
-                let b = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(b_state);
-                let (da, db) = backward_plan(spec);
-                if let Some(node) = node_a {
-                    let (first, second) = da.operands(grad.clone(), b);
-                    grads.register::<B>(node.id, B::product(first, second, da.spec));
-                }
-                if let Some(node) = node_b {
-                    let (first, second) = db.operands(grad, a);
-                    grads.register::<B>(node.id, B::product(first, second, db.spec));
-                }
-            }
-        }
-
-        match ProductBackward
-            .prepare::<C>([a.node.clone(), b.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(mut prep) => {
-                let a_state = prep.checkpoint(&a);
-                let b_state = prep.checkpoint(&b);
-                let out = B::product(a.primitive, b.primitive, spec);
-                prep.finish((a_state, b_state, spec), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::product(a.primitive, b.primitive, spec)),
-        }
+        checkpointing_node::<B, C, _, _, 2>(ProductBackward, [a, b], |[a, b]| {
+            (B::product(a, b, spec), spec)
+        })
     }
 
     // The other gradient methods keep their provided bodies (burn's own ops, which autodiff
@@ -259,7 +177,7 @@ where
     C: CheckpointStrategy,
     GroupNormBackward: Backward<B, N, State = GroupNormState<B>>,
 {
-    super::node::checkpointing_node::<B, C, _, _, N>(GroupNormBackward, inputs, |inputs| {
+    checkpointing_node::<B, C, _, _, N>(GroupNormBackward, inputs, |inputs| {
         let out = forward_of::<B, N>(inputs, spec);
         (out.y, (out.mean, out.rstd, spec))
     })
@@ -286,24 +204,79 @@ fn group_norm_grads<B: KernelBackend>(
     checkpointer: &mut Checkpointer,
 ) {
     let (states, (mean, rstd, spec)) = state;
-    let mut inputs = states
-        .into_iter()
-        .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
+    let mut inputs = retrieve::<B>(states, checkpointer);
     let mut next = || inputs.next().expect("the parents' checkpoints");
     let (x, gamma, beta) = (next(), next(), next());
     let shift = inputs.next();
     let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec);
-    let mut register = |at: usize, t: FloatTensor<B>| {
-        if let Some(Some(id)) = parents.get(at) {
-            grads.register::<B>(*id, t);
-        }
-    };
-    register(0, g.x);
-    register(1, g.gamma);
-    register(2, g.beta);
-    if let Some(ds) = g.shift {
-        register(3, ds);
+    register_each::<B>(
+        grads,
+        parents,
+        [g.x, g.gamma, g.beta].into_iter().chain(g.shift),
+    );
+}
+
+node_backward_impl!(GroupNormBackward, GroupNormState<B>, group_norm_grads, 3, 4);
+
+/// The convolution's node: parents x and the weight, kept as checkpoints, and the spec.
+#[derive(Debug)]
+struct Conv3dBackward;
+
+/// The convolution's backward: the inner backend's two gradient methods.
+fn conv3d_grads<B: KernelBackend>(
+    parents: &[Option<NodeId>],
+    grad: FloatTensor<B>,
+    (states, spec): (Vec<NodeId>, Conv3dSpec),
+    grads: &mut Gradients,
+    checkpointer: &mut Checkpointer,
+) {
+    let mut inputs = retrieve::<B>(states, checkpointer);
+    let mut next = || inputs.next().expect("x and the weight");
+    let (x, weight) = (next(), next());
+    let timer = backward_profile::Timer::<B>::start(&x);
+    if let Some(id) = parents[0] {
+        let dx = B::conv3d_data_grad(x.clone(), weight.clone(), grad.clone(), spec);
+        let dx = timer.lap(0, dx);
+        grads.register::<B>(id, dx);
+    }
+    if let Some(id) = parents[1] {
+        let dw = B::conv3d_weight_grad(x, weight, grad, spec);
+        let dw = timer.lap(1, dw);
+        grads.register::<B>(id, dw);
     }
 }
 
-node_backward_impl!(GroupNormBackward, GroupNormState, group_norm_grads, 3, 4);
+node_backward_impl!(Conv3dBackward, (Vec<NodeId>, Conv3dSpec), conv3d_grads, 2);
+
+/// The product's node: parents a and b, kept as checkpoints, and the spec.
+#[derive(Debug)]
+struct ProductBackward;
+
+/// The product's backward: a product per operand that needs a gradient.
+fn product_grads<B: KernelBackend>(
+    parents: &[Option<NodeId>],
+    grad: FloatTensor<B>,
+    (states, spec): (Vec<NodeId>, ProductSpec),
+    grads: &mut Gradients,
+    checkpointer: &mut Checkpointer,
+) {
+    let mut inputs = retrieve::<B>(states, checkpointer);
+    let mut next = || inputs.next().expect("both operands");
+    let (a, b) = (next(), next());
+    let (da, db) = backward_plan(spec);
+    if let Some(id) = parents[0] {
+        let (first, second) = da.operands(grad.clone(), b);
+        grads.register::<B>(id, B::product(first, second, da.spec));
+    }
+    if let Some(id) = parents[1] {
+        let (first, second) = db.operands(grad, a);
+        grads.register::<B>(id, B::product(first, second, db.spec));
+    }
+}
+
+node_backward_impl!(
+    ProductBackward,
+    (Vec<NodeId>, ProductSpec),
+    product_grads,
+    2
+);

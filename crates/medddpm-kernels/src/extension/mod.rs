@@ -2,12 +2,12 @@
 //! gets, and what the bench reads of burn's memory pools.
 
 /// `Backward` for a node kind with `N` parents for each listed `N`: the node's gradient
-/// consumed, its parents' ids and its state handed to `$grads` (GroupNorm's nodes and the
-/// normalisation-convolution's).
+/// consumed, its parents' ids and its state (of type `$state`, which may name the backend `B`)
+/// handed to `$grads`.
 macro_rules! node_backward_impl {
-    ($node:ty, $state:ident, $grads:ident, $($n:literal),*) => {$(
+    ($node:ty, $state:ty, $grads:ident, $($n:literal),*) => {$(
         impl<B: KernelBackend> Backward<B, $n> for $node {
-            type State = $state<B>;
+            type State = $state;
 
             fn backward(
                 self,

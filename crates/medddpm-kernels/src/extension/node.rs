@@ -1,6 +1,9 @@
-//! What the hand-written autodiff nodes share: a node that keeps its parents as checkpoints.
+//! What the hand-written autodiff nodes share: a node that keeps its parents as checkpoints,
+//! and its backward's first and last steps.
 
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, OpsKind};
 use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
@@ -29,5 +32,29 @@ where
             prep.finish((states, extra), out)
         }
         OpsKind::UnTracked(prep) => prep.finish(forward(inputs.map(|t| t.primitive)).0),
+    }
+}
+
+/// The parents' tensors from the checkpoints a [`checkpointing_node`] kept, in order.
+pub(super) fn retrieve<B: KernelBackend>(
+    states: Vec<NodeId>,
+    checkpointer: &mut Checkpointer,
+) -> impl Iterator<Item = FloatTensor<B>> + '_ {
+    states
+        .into_iter()
+        .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id))
+}
+
+/// Each of `tensors` as the gradient of the parent in its position, where that parent needs
+/// one.
+pub(super) fn register_each<B: KernelBackend>(
+    grads: &mut Gradients,
+    parents: &[Option<NodeId>],
+    tensors: impl IntoIterator<Item = FloatTensor<B>>,
+) {
+    for (parent, t) in parents.iter().zip(tensors) {
+        if let Some(id) = parent {
+            grads.register::<B>(*id, t);
+        }
     }
 }

@@ -11,7 +11,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
-use super::node::checkpointing_node;
+use super::node::{checkpointing_node, register_each, retrieve};
 use super::KernelBackend;
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
@@ -78,9 +78,7 @@ fn norm_conv_grads<B: KernelBackend>(
     checkpointer: &mut Checkpointer,
 ) {
     let (states, (mean, rstd, norm, conv)) = state;
-    let mut inputs = states
-        .into_iter()
-        .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
+    let mut inputs = retrieve::<B>(states, checkpointer);
     let mut next = || inputs.next().expect("the parents' checkpoints");
     let (x, gamma, beta, weight) = (next(), next(), next(), next());
     let shift = inputs.next();
@@ -100,18 +98,8 @@ fn norm_conv_grads<B: KernelBackend>(
         Layout::Ndhwc => B::float_permute(dy, &TO_LAST),
     };
     let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, dy, norm);
-    let mut register = |at: usize, t: FloatTensor<B>| {
-        if let Some(Some(id)) = parents.get(at) {
-            grads.register::<B>(*id, t);
-        }
-    };
-    register(0, g.x);
-    register(1, g.gamma);
-    register(2, g.beta);
-    register(3, dw);
-    if let Some(ds) = g.shift {
-        register(4, ds);
-    }
+    let each = [g.x, g.gamma, g.beta, dw].into_iter().chain(g.shift);
+    register_each::<B>(grads, parents, each);
 }
 
-node_backward_impl!(NormConvBackward, State, norm_conv_grads, 4, 5);
+node_backward_impl!(NormConvBackward, State<B>, norm_conv_grads, 4, 5);

@@ -2,13 +2,11 @@
 //! `medddpm check-kernels` and the tests run), and the geometries it runs on.
 
 use burn::backend::Flex;
-use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor};
 
-use crate::agreement::rel_l2;
+use crate::agreement::{draw_rounded, on_cpu, on_device, rel_l2, seeded_cpu};
 use crate::compute::{Layout, NormEngine};
-use crate::dtype::cast_to;
 use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
 use crate::reference::norm::{backward, channel_sums, forward, GroupNormSpec};
@@ -120,33 +118,24 @@ pub fn engine_vs_reference<B: KernelBackend>(
         dy.clone(),
         &spec,
     );
-    let on5 = |t: &Tensor<Flex, 5>| cast_to(Tensor::<B, 5>::from_data(t.to_data(), device), dtype);
-    let on1 = |t: &Tensor<Flex, 1>| Tensor::<B, 1>::from_data(t.to_data(), device);
-    let on2 = |t: &Tensor<Flex, 2>| {
-        float(cast_to(
-            Tensor::<B, 2>::from_data(t.to_data(), device),
-            dtype,
-        ))
+    // The operands on `B` (uploaded afresh for each pass, as a training step has them).
+    let operands = || {
+        (
+            float(on_device::<B, 5>(&x, device, dtype)),
+            shift
+                .as_ref()
+                .map(|s| float(on_device::<B, 2>(s, device, dtype))),
+            float(Tensor::<B, 1>::from_data(gamma.to_data(), device)),
+            float(Tensor::<B, 1>::from_data(beta.to_data(), device)),
+        )
     };
-    let out = B::group_norm_forward(
-        float(on5(&x)),
-        shift.as_ref().map(on2),
-        float(on1(&gamma)),
-        float(on1(&beta)),
-        spec,
-    );
-    let grads = B::group_norm_backward(
-        float(on5(&x)),
-        shift.as_ref().map(on2),
-        float(on1(&gamma)),
-        float(on1(&beta)),
-        out.mean,
-        out.rstd,
-        float(on5(&dy)),
-        spec,
-    );
-    let back5 = on_cpu::<B, 5>;
-    let back1 = on_cpu::<B, 1>;
+    let (bx, bshift, bgamma, bbeta) = operands();
+    let out = B::group_norm_forward(bx, bshift, bgamma, bbeta, spec);
+    let (bx, bshift, bgamma, bbeta) = operands();
+    let bdy = float(on_device::<B, 5>(&dy, device, dtype));
+    let grads = B::group_norm_backward(bx, bshift, bgamma, bbeta, out.mean, out.rstd, bdy, spec);
+    let back5 = |t| on_cpu::<B, 5>(tensor(t));
+    let back1 = |t| on_cpu::<B, 1>(tensor(t));
     let shift_err = shift_error::<B>(grads.shift, dshift, &dx, layout);
     [
         rel_l2(back5(out.y), y),
@@ -168,7 +157,7 @@ fn shift_error<B: KernelBackend>(
     match (got, want) {
         (Some(got), Some(want)) => {
             let scale = channel_sums(dx.clone().abs(), layout);
-            let diff: f64 = on_cpu::<B, 2>(got)
+            let diff: f64 = on_cpu::<B, 2>(tensor(got))
                 .sub(want)
                 .square()
                 .sum()
@@ -180,14 +169,6 @@ fn shift_error<B: KernelBackend>(
         (None, None) => 0.0,
         _ => f64::NAN,
     }
-}
-
-/// A backend's tensor in f32 on the CPU.
-fn on_cpu<B: KernelBackend, const D: usize>(t: FloatTensor<B>) -> Tensor<Flex, D> {
-    Tensor::from_data(
-        cast_to(tensor::<B, D>(t), DType::F32).to_data(),
-        &Default::default(),
-    )
 }
 
 /// The operands of one check, drawn on the CPU and rounded to the activations' dtype: `x`
@@ -204,28 +185,22 @@ struct Operands {
 impl Operands {
     fn draw(case: NormCase, layout: Layout, dtype: DType, seed: u64) -> Self {
         use burn::tensor::Distribution::Normal;
-        let cpu = Default::default();
-        Flex::seed(&cpu, seed);
+        let cpu = seeded_cpu(seed);
         let shape = case.shape(layout);
         let c = case.channels;
-        let x = Tensor::<Flex, 5>::random(shape, Normal(1.5, 2.0), &cpu);
-        let dy = Tensor::<Flex, 5>::random(shape, Normal(0.0, 1.0), &cpu);
+        let x = draw_rounded(shape, Normal(1.5, 2.0), dtype, &cpu);
+        let dy = draw_rounded(shape, Normal(0.0, 1.0), dtype, &cpu);
         let gamma = Tensor::<Flex, 1>::random([c], Normal(1.0, 0.5), &cpu);
         let beta = Tensor::<Flex, 1>::random([c], Normal(0.0, 0.5), &cpu);
         let shift = case
             .shift
-            .then(|| Tensor::<Flex, 2>::random([case.batch, c], Normal(0.5, 1.0), &cpu));
+            .then(|| draw_rounded([case.batch, c], Normal(0.5, 1.0), dtype, &cpu));
         Operands {
-            x: rounded(x, dtype),
-            dy: rounded(dy, dtype),
+            x,
+            dy,
             gamma,
             beta,
-            shift: shift.map(|s| rounded(s, dtype)),
+            shift,
         }
     }
-}
-
-/// `t` rounded to `dtype` and back to f32.
-fn rounded<const D: usize>(t: Tensor<Flex, D>, dtype: DType) -> Tensor<Flex, D> {
-    cast_to(cast_to(t, dtype), DType::F32)
 }

@@ -4,8 +4,7 @@
 use burn::backend::Autodiff;
 use burn::tensor::{DType, Distribution, Tensor};
 
-use crate::agreement::rel_l2;
-use crate::dtype::cast_to;
+use crate::agreement::{draw_rounded, on_cpu, on_device, rel_l2, seeded_cpu};
 use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
 use crate::reference::product::{self as reference, spec::ProductSpec};
@@ -24,18 +23,9 @@ pub fn engine_vs_reference<B: KernelBackend>(
     seed: u64,
 ) -> [f64; 3] {
     use burn::backend::Flex;
-    use burn::tensor::backend::Backend as _;
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
+    let cpu = seeded_cpu(seed);
     let (m, _, n) = spec.sizes(a_dims, b_dims).expect("shapes that multiply");
-    let round = |t: Tensor<Flex, 3>| cast_to(cast_to(t, dtype), DType::F32);
-    let draw = |dims: [usize; 3]| {
-        round(Tensor::<Flex, 3>::random(
-            dims,
-            Distribution::Normal(0.0, 1.0),
-            &cpu,
-        ))
-    };
+    let draw = |dims| draw_rounded(dims, Distribution::Normal(0.0, 1.0), dtype, &cpu);
     let (a, b, g) = (draw(a_dims), draw(b_dims), draw([a_dims[0], m, n]));
 
     type Ad<T> = Autodiff<T>;
@@ -52,10 +42,8 @@ pub fn engine_vs_reference<B: KernelBackend>(
             b.grad(&grads).expect("dL/db"),
         )
     };
-    let on =
-        |t: &Tensor<Flex, 3>| cast_to(Tensor::<Ad<B>, 3>::from_data(t.to_data(), device), dtype);
-    let back =
-        |t: Tensor<B, 3>| Tensor::<Flex, 3>::from_data(cast_to(t, DType::F32).to_data(), &cpu);
+    let on = |t| on_device::<Ad<B>, 3>(t, device, dtype);
+    let back = on_cpu::<B, 3>;
     let (ga, gb) = (on(&a).require_grad(), on(&b).require_grad());
     let c: Tensor<Ad<B>, 3> = tensor(<Ad<B> as KernelBackend>::product(
         float(ga.clone()),
