@@ -8,7 +8,9 @@ use burn::tensor::backend::DeviceId;
 use burn::tensor::ops::FloatTensor;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
 
-use super::nccl::{check_call, device_count, register, register_packed, status, AllReduceMean};
+use super::nccl::{
+    check_call, device_count, register, register_packed, status, AllReduceMean, Gradient,
+};
 use super::{sorted_group, CollectiveBackend, CollectiveUnavailable, NcclId, ProcessGroup};
 use crate::cuda::{Cube, Fused};
 
@@ -70,7 +72,7 @@ fn all_reduce_mean<F: FloatElement, I: IntElement, BT: BoolElement>(
     tensors: Vec<FloatTensor<Fused<F, I, BT>>>,
     group: &[DeviceId],
     packed: bool,
-) -> Result<Vec<FloatTensor<Fused<F, I, BT>>>, CollectiveUnavailable> {
+) -> Result<Vec<Gradient<F, I, BT>>, CollectiveUnavailable> {
     let group = check_call::<F, I, BT>(&tensors, group)?;
     let op = |desc| AllReduceMean::<Cube<F, I, BT>> {
         desc,

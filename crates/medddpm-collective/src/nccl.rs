@@ -35,6 +35,9 @@ pub(super) type Handles<F, I, BT> = HandleContainer<
     <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
 >;
 
+/// A tensor the collectives average (a step's gradient).
+pub(super) type Gradient<F, I, BT> = FloatTensor<Fused<F, I, BT>>;
+
 /// Oldest NCCL accepted: 2.10 brought `ncclAvg` (the mean) and bf16 reductions.
 pub const MIN_NCCL_VERSION: i32 = 21000;
 
@@ -357,7 +360,7 @@ pub(super) fn register_packed<F: FloatElement, I: IntElement, BT: BoolElement, O
     name: &'static str,
     tensors: Vec<FloatTensor<Fused<F, I, BT>>>,
     op: impl FnOnce(CustomOpIr) -> O,
-) -> Result<Vec<FloatTensor<Fused<F, I, BT>>>, CollectiveUnavailable>
+) -> Result<Vec<Gradient<F, I, BT>>, CollectiveUnavailable>
 where
     O: Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
 {

@@ -6,18 +6,15 @@
 use std::marker::PhantomData;
 
 use burn::tensor::backend::DeviceOps;
-use burn::tensor::ops::FloatTensor;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
 
-use super::nccl::{check_call, register_packed, status, Handles, Packed};
+use super::nccl::{check_call, register_packed, status, Gradient, Handles, Packed};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
-use crate::cuda::{Cube, Fused};
+use crate::cuda::Cube;
 use crate::panics::quiet_catch;
-
-type Gradient<F, I, BT> = FloatTensor<Fused<F, I, BT>>;
 
 use crate::cuda::CudaServer;
 
