@@ -155,15 +155,13 @@ fn a_hung_rank_stops_the_run_after_the_step_timeout() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(logged() >= 3, "the run did not start");
-    let signal = |name: &str| {
-        let pid = rank1.id().to_string();
-        Command::new("kill").args([name, &pid]).status().unwrap()
-    };
-    signal("-STOP");
+    // SAFETY: sends a signal to the rank's process, which this test started.
+    let signal = |sig| assert_eq!(unsafe { libc::kill(rank1.id() as i32, sig) }, 0);
+    signal(libc::SIGSTOP);
     let stopped = std::time::Instant::now();
     let out = rank0.wait_with_output().unwrap();
     let took = stopped.elapsed().as_secs_f64();
-    signal("-CONT");
+    signal(libc::SIGCONT);
     let _ = rank1.kill();
     let _ = rank1.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
