@@ -84,7 +84,8 @@ impl ClusterPlace {
         var: &dyn Fn(&str) -> Option<String>,
         port: u16,
     ) -> Result<Option<Self>, ClusterError> {
-        let place = if var("RANK").is_some() || var("WORLD_SIZE").is_some() {
+        // Both, so that a stray `RANK` of another tool does not make a plain run a cluster's.
+        let place = if var("RANK").is_some() && var("WORLD_SIZE").is_some() {
             Self::torchrun(var)?
         } else if var("SLURM_PROCID").is_some() && var("SLURM_STEP_ID").is_some() {
             Self::slurm(var, port)?
@@ -296,6 +297,10 @@ mod tests {
     #[test]
     fn one_process_or_no_launcher_is_a_plain_run() {
         assert_eq!(ClusterPlace::from_env(&env(&[]), 29500), Ok(None));
+        assert_eq!(
+            ClusterPlace::from_env(&env(&[("RANK", "3")]), 29500),
+            Ok(None)
+        );
         let single = env(&[
             ("RANK", "0"),
             ("WORLD_SIZE", "1"),
