@@ -34,11 +34,26 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(600);
 /// [`CONNECT_TIMEOUT`], or the seconds `MEDDDPM_RDZV_TIMEOUT` gives (a cluster run whose
 /// nodes start far apart, or a test that wants a wrong address named sooner).
 pub(crate) fn rendezvous_timeout() -> Duration {
-    std::env::var("MEDDDPM_RDZV_TIMEOUT")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(CONNECT_TIMEOUT, Duration::from_secs_f64)
+    let seconds = seconds_from_env("MEDDDPM_RDZV_TIMEOUT", CONNECT_TIMEOUT.as_secs_f64());
+    match seconds {
+        0.0 => CONNECT_TIMEOUT,
+        s => Duration::from_secs_f64(s),
+    }
+}
+
+/// Seconds from the environment variable `name`, else `default`: a value that is not a
+/// number of seconds is said (through the log) and the default kept.
+fn seconds_from_env(name: &str, default: f64) -> f64 {
+    let Ok(text) = std::env::var(name) else {
+        return default;
+    };
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => s,
+        _ => {
+            log::warn!("{name}={text:?} is not a number of seconds: {default} s kept");
+            default
+        }
+    }
 }
 
 /// Where a replica process finds its lead, and who it is.
@@ -241,7 +256,7 @@ fn retry_connect(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         ConnectionRefused | ConnectionReset | TimedOut | HostUnreachable | NetworkUnreachable
-    ) || e.raw_os_error() == Some(113)
+    )
 }
 
 /// How long a process waits at a meeting for the others (a rank that hangs, or whose machine
@@ -249,11 +264,7 @@ fn retry_connect(e: &std::io::Error) -> bool {
 /// `MEDDDPM_STEP_TIMEOUT` seconds, default 1800 (far above a step, a checkpoint with its
 /// samples, or a first step that compiles every kernel), `0` to wait for ever.
 pub(crate) fn meeting_timeout() -> Option<Duration> {
-    let seconds = std::env::var("MEDDDPM_STEP_TIMEOUT")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .unwrap_or(1800.0);
+    let seconds = seconds_from_env("MEDDDPM_STEP_TIMEOUT", 1800.0);
     (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
