@@ -215,3 +215,24 @@ fn a_launcher_s_rank_without_token_or_rank_0_is_told_so() {
         "{stderr}"
     );
 }
+
+/// A rank whose command line resolves other compute settings than rank 0's is refused with
+/// both, before the first step.
+#[test]
+fn ranks_computing_differently_are_refused() {
+    let (tmp, file) = experiment_file(None);
+    let (port, run) = (free_port(), tmp.path().join("run"));
+    let args = train_args(&file, &run);
+    let mut other = args.clone();
+    other.extend(["--layout", "ndhwc"].map(String::from));
+    let rank1 = rank(&other, "1", &port, &[]);
+    let rank0 = rank(&args, "0", &port, &[]);
+    let outs = [rank1, rank0].map(|c| c.wait_with_output().unwrap());
+    assert!(outs.iter().all(|o| !o.status.success()));
+    let rank1 = String::from_utf8_lossy(&outs[0].stderr);
+    assert!(
+        rank1.contains("this process computes as") && rank1.contains("Ndhwc"),
+        "{rank1}"
+    );
+    assert!(!run.join("metrics.jsonl").exists() || losses(&run).is_empty());
+}

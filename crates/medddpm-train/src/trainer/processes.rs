@@ -78,9 +78,10 @@ pub trait ReplicaLauncher {
 struct Start {
     config_toml: String,
     collective: Collective,
-    /// How the lead computes: a replica that a cluster launcher started resolved its own
-    /// settings, which must be the same.
-    compute: Compute,
+    /// How the lead computes, for ranks that a cluster launcher started: each resolved its
+    /// own settings, which must be the same. (A replica the lead started has the lead's on its
+    /// command line, and nothing to compare.)
+    compute: Option<Compute>,
     /// The step the session stops at.
     end: usize,
     from: StartPoint,
@@ -101,12 +102,19 @@ pub fn train_processes<B: KernelAutodiffBackend>(
 ) -> Result<TrainSummary, TrainError> {
     let names: Vec<String> = devices.iter().map(usize::to_string).collect();
     let start = || start_replicas(devices, options.compute, launcher);
-    lead_processes::<B>(config, run, options, (&names, device), start, observer)
+    lead_processes::<B>(
+        config,
+        run,
+        options,
+        (&names, device, false),
+        start,
+        observer,
+    )
 }
 
 /// Rank 0 of a run whose processes a cluster launcher started (`torchrun`, `srun`): listens
 /// at `place.rendezvous` for the other ranks, which present `token`, then trains as the lead
-/// of [`train_processes`] does. The other ranks run [`train_replica`].
+/// of [`train_processes`] does. The other ranks run [`train_cluster_replica`].
 pub fn train_cluster_lead<B: KernelAutodiffBackend>(
     config: &ExperimentConfig,
     run: &RunDir,
@@ -125,16 +133,25 @@ pub fn train_cluster_lead<B: KernelAutodiffBackend>(
             .map_err(|e| Started::Lead(format!("at {}: {e}", place.rendezvous)))?;
         Ok((Replicas(Vec::new()), link))
     };
-    lead_processes::<B>(config, run, options, (&names, device), start, observer)
+    lead_processes::<B>(
+        config,
+        run,
+        options,
+        (&names, device, true),
+        start,
+        observer,
+    )
 }
 
 /// The lead's part of a run of one process per device, once `start` has its replicas
-/// connected; `names[r]` is rank `r`'s device, for errors.
+/// connected; `names[r]` is rank `r`'s device, for errors; `cluster`: the replicas resolved
+/// their own compute settings (a cluster launcher started them), which they check against
+/// the lead's.
 fn lead_processes<B: KernelAutodiffBackend>(
     config: &ExperimentConfig,
     run: &RunDir,
     options: &SessionOptions,
-    (names, device): (&[String], &B::Device),
+    (names, device, cluster): (&[String], &B::Device, bool),
     start: impl FnOnce() -> Result<(Replicas, ProcessLink), Started>,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary, TrainError> {
@@ -165,7 +182,7 @@ fn lead_processes<B: KernelAutodiffBackend>(
     let start = Start {
         config_toml: config.to_toml(),
         collective,
-        compute: options.compute,
+        compute: cluster.then_some(options.compute),
         end: end_step(config, options, s.state.step),
         from: StartPoint::of(&s.state),
         nccl_id: nccl_id.clone(),
@@ -369,12 +386,12 @@ fn replica_session<B: KernelAutodiffBackend>(
     let optim_bytes = link.broadcast(Vec::new()).map_err(lost)?;
     let config = ExperimentConfig::from_toml(&start.config_toml)
         .map_err(|e| error(format!("the lead's experiment does not read: {e}")))?;
-    if start.compute != spec.compute {
+    if let Some(lead) = start.compute.filter(|c| *c != spec.compute) {
         return Err(error(format!(
-            "this process computes as {:?} but rank 0 as {:?}: give every process the same \
+            "this process computes as {:?} but rank 0 as {lead:?}: give every process the same \
              --precision, --layout, --conv-engine and --norm-engine (and the same GPU model \
              where they are `auto`)",
-            spec.compute, start.compute
+            spec.compute
         )));
     }
     // The lead's weights in memory, checked when they were read: no check again, whose
