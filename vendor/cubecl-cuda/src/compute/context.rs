@@ -74,7 +74,7 @@ impl CudaContext {
                     let root = cache.root();
                     Some(CompilationCache::new(
                         "ptx",
-                        CacheOption::default().name("cuda").root(root),
+                        CacheOption::default().name("cuda-inline-meta").root(root),
                     ))
                 } else {
                     None
