@@ -237,6 +237,11 @@ pub struct BenchRecord {
     pub train_issue_median_ms: Option<f64>,
     /// Median sampling step (network forward and DDPM update), synchronised.
     pub sample_step_median_ms: Option<f64>,
+    /// Training micro-steps enqueued back to back and synchronised once, mean ms a step (how
+    /// `../shared/peer/torch_bench.py` times PyTorch; a step's start overlaps the previous one).
+    pub train_back_to_back_ms: Option<f64>,
+    /// Sampling steps enqueued back to back and synchronised once, mean ms a step.
+    pub sample_back_to_back_ms: Option<f64>,
     /// Peak device memory in MiB.
     pub peak_memory_mib: Option<f64>,
     /// How `peak_memory_mib` was measured (e.g. `nvidia-smi used_memory of the process`).
@@ -338,6 +343,8 @@ impl BenchRecord {
             train_step_median_ms: None,
             train_issue_median_ms: None,
             sample_step_median_ms: None,
+            train_back_to_back_ms: None,
+            sample_back_to_back_ms: None,
             peak_memory_mib: None,
             memory_source: None,
             breakdown_ms: BTreeMap::new(),

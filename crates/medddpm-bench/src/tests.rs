@@ -58,6 +58,9 @@ fn measures_every_precision_and_layout_the_cpu_runs() {
                 "{r:?}"
             );
             assert!(r.sample_step_median_ms.unwrap() > 0.0);
+            // Steps enqueued back to back were measured beside the synchronised ones.
+            assert!(r.train_back_to_back_ms.unwrap() > 0.0, "{r:?}");
+            assert!(r.sample_back_to_back_ms.unwrap() > 0.0, "{r:?}");
             assert!(r.first_train_step_s.unwrap() > 0.0);
             let err = r.agreement_rel_l2.unwrap();
             match precision {

@@ -38,6 +38,12 @@ pub(super) struct Record {
     #[serde(default)]
     train_issue_median_ms: Option<f64>,
     sample_step_median_ms: Option<f64>,
+    // Absent rather than null when not measured: records from before these existed stay in
+    // the current form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    train_back_to_back_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sample_back_to_back_ms: Option<f64>,
     peak_memory_mib: Option<f64>,
     memory_source: Option<String>,
     breakdown_ms: BTreeMap<String, f64>,
@@ -82,6 +88,8 @@ macro_rules! with_common_fields {
             train_step_median_ms: $r.train_step_median_ms,
             train_issue_median_ms: $r.train_issue_median_ms,
             sample_step_median_ms: $r.sample_step_median_ms,
+            train_back_to_back_ms: $r.train_back_to_back_ms,
+            sample_back_to_back_ms: $r.sample_back_to_back_ms,
             peak_memory_mib: $r.peak_memory_mib,
             memory_source: $r.memory_source,
             breakdown_ms: $r.breakdown_ms,

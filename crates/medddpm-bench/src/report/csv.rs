@@ -18,7 +18,7 @@ fn csv_f64(v: Option<f64>) -> String {
 }
 
 /// The columns before the breakdown's (`fwd_<class>_ms`) and the message.
-const COLUMNS: [&str; 18] = [
+const COLUMNS: [&str; 20] = [
     "backend",
     "device",
     "precision",
@@ -34,6 +34,8 @@ const COLUMNS: [&str; 18] = [
     "train_step_median_ms",
     "train_issue_median_ms",
     "sample_step_median_ms",
+    "train_back_to_back_ms",
+    "sample_back_to_back_ms",
     "peak_memory_mib",
     "memory_source",
     "tune_cache_warm",
@@ -71,6 +73,8 @@ pub fn to_csv(records: &[BenchRecord]) -> String {
             csv_f64(r.train_step_median_ms),
             csv_f64(r.train_issue_median_ms),
             csv_f64(r.sample_step_median_ms),
+            csv_f64(r.train_back_to_back_ms),
+            csv_f64(r.sample_back_to_back_ms),
             csv_f64(r.peak_memory_mib),
             r.memory_source.clone().unwrap_or_default(),
             r.tune_cache_warm.map(|b| b.to_string()).unwrap_or_default(),

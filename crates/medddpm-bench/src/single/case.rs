@@ -40,6 +40,19 @@ pub(super) fn step<C: Case>(case: &mut C) -> Result<Step<C::Output>> {
     })
 }
 
+/// `steps` steps of `case` enqueued one after another and waited for once at the end, in ms a
+/// step: the mean as `../shared/peer/torch_bench.py` times PyTorch (CUDA events around the
+/// loop), where a step's start overlaps the previous step's work as in training.
+pub(super) fn back_to_back<C: Case>(case: &mut C, steps: usize) -> Result<f64> {
+    case.sync()?;
+    let start = Instant::now();
+    for _ in 0..steps {
+        case.execute()?;
+    }
+    case.sync()?;
+    Ok(ms_since(start) / steps.max(1) as f64)
+}
+
 /// The first step of `case`, in seconds: it compiles and tunes the step's kernels.
 pub(super) fn first_step<C: Case>(case: &mut C) -> Result<f64> {
     let start = Instant::now();

@@ -11,7 +11,7 @@ use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::{network_input, DdpmSampler};
 use medddpm_unet::{cast_compute_params, ForwardGraphs, OpProfile, UNet};
 
-use super::case::{step, timed_steps, Case};
+use super::case::{back_to_back, step, timed_steps, Case};
 use super::{median, sync, Inputs, Run, TIMESTEPS};
 use crate::error::{Error, Result};
 use crate::record::GraphRun;
@@ -95,6 +95,10 @@ pub(super) fn measure<A: KernelAutodiffBackend>(
     run.record.first_sample_step_s = Some(run.first_step(case, "sampling step", "kernels")?);
     let (steps, _) = timed_steps(case, run.config.warmup, run.config.steps, || Ok(()))?;
     let sample_ms: Vec<f64> = steps.iter().map(|s| s.ms).collect();
+    // The chain walks down the schedule: back to back only while timesteps remain.
+    if case.steps_done + 2 * run.config.steps + super::TRACED_STEPS < TIMESTEPS {
+        run.record.sample_back_to_back_ms = Some(back_to_back(case, run.config.steps)?);
+    }
     // The chain walks down the schedule: trace only while timesteps remain.
     if run.traces_gpu() && case.steps_done + super::TRACED_STEPS < TIMESTEPS {
         run.record.sample_gpu = run.trace_gpu(case, "sampling step")?;
@@ -111,9 +115,10 @@ pub(super) fn measure<A: KernelAutodiffBackend>(
     run.record.sample_step_median_ms = Some(median(&sample_ms));
     run.save("the sampling steps");
     run.say(&format!(
-        "sampling step median {:.2} ms over {} steps",
+        "sampling step median {:.2} ms over {} steps; back to back {:.2} ms a step",
         median(&sample_ms),
-        sample_ms.len()
+        sample_ms.len(),
+        run.record.sample_back_to_back_ms.unwrap_or(f64::NAN),
     ));
     Ok(())
 }

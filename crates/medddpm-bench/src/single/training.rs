@@ -16,7 +16,7 @@ use medddpm_train::{
 };
 use medddpm_unet::{ActivationCheckpointing, UNet};
 
-use super::case::{step, timed_steps, Case};
+use super::case::{back_to_back, step, timed_steps, Case};
 use super::{median, ms_since, sync, Inputs, Run, MEMORY_IN_USE, MEMORY_RESERVED};
 use crate::error::{Error, FileAction, Result};
 use crate::host_profile::HostProfile;
@@ -139,6 +139,7 @@ pub(super) fn measure<B: KernelAutodiffBackend>(
     let train_ms: Vec<f64> = steps.iter().map(|s| s.ms).collect();
     let issue_ms: Vec<f64> = steps.iter().map(|s| s.output).collect();
     run.record.train_threads_ms = crate::threads::per_step(train_ms.len());
+    run.record.train_back_to_back_ms = Some(back_to_back(case, run.config.steps)?);
     if let Some(profile) = profile.flatten() {
         profile.finish()?;
     }
@@ -156,10 +157,11 @@ pub(super) fn measure<B: KernelAutodiffBackend>(
     run.record.train_step_median_ms = Some(median(&train_ms));
     run.save("the training micro-steps");
     run.say(&format!(
-        "training micro-step median {:.2} ms over {} steps, {:.2} ms of it to enqueue (loss {loss:.4})",
+        "training micro-step median {:.2} ms over {} steps, {:.2} ms of it to enqueue (loss {loss:.4}); back to back {:.2} ms a step",
         median(&train_ms),
         train_ms.len(),
         run.record.train_issue_median_ms.unwrap_or(f64::NAN),
+        run.record.train_back_to_back_ms.unwrap_or(f64::NAN),
     ));
     report_threads(run);
     Ok(())
