@@ -17,6 +17,7 @@ mod render;
 mod replica;
 mod sample;
 mod signals;
+mod synthesize;
 mod train;
 
 use std::process::ExitCode;
@@ -39,6 +40,11 @@ enum Command {
     // One device: the data-parallel training switches stay out of its help.
     #[command(mut_arg("collective", |a| a.hide(true)), mut_arg("launch", |a| a.hide(true)))]
     Sample(sample::SampleArgs),
+    /// Make a synthetic data set: N image/label pairs from a folder of masks (DPM-Solver++ 25
+    /// steps by default), resumable (manifest.jsonl), in our layout or nnU-Net v2's, one
+    /// process per device with --devices.
+    #[command(mut_arg("collective", |a| a.hide(true)))]
+    Synthesize(synthesize::SynthesizeArgs),
     /// Judge generated volumes against real ones: PSNR, SSIM and MAE inside the mask,
     /// diversity (MS-SSIM among samples of one mask), MMD between the sets, and mask adherence.
     Eval(eval::EvalArgs),
@@ -163,6 +169,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Train(args) => train::run(args),
         Command::Sample(args) => sample::run(args),
+        Command::Synthesize(args) => synthesize::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Render(args) => render::run(args),
         Command::Inspect(args) => inspect::run(args),

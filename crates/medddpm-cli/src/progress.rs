@@ -217,6 +217,82 @@ impl SamplingProgress {
     }
 }
 
+/// Progress of a synthesis run in pairs, with volumes per hour and the time left: a bar, or
+/// lines when stderr is not a terminal. Positions count reverse steps (`steps` per pair), so
+/// the estimate moves within a pair; pairs done before this run count as done, not as speed.
+pub struct SynthProgress {
+    bar: ProgressBar,
+    plain: Option<PlainLines>,
+    steps: u64,
+    before: u64,
+    made: u64,
+    start: Instant,
+}
+
+impl SynthProgress {
+    /// `count` pairs, `before` of them done already, `steps` reverse steps each (1 to count
+    /// whole pairs only).
+    pub fn new(count: u64, before: u64, steps: u64) -> Self {
+        let steps = steps.max(1);
+        let bar = ProgressBar::new(count * steps).with_position(before * steps);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "synthesize {bar:30} {msg}  [{elapsed_precise} < {eta_precise}]",
+            )
+            .expect("valid template"),
+        );
+        bar.reset_eta();
+        let mut progress = Self {
+            bar,
+            plain: PlainLines::if_not_terminal("synthesize", "pairs", before, count),
+            steps,
+            before,
+            made: 0,
+            start: Instant::now(),
+        };
+        progress.show(before * steps);
+        progress
+    }
+
+    /// The pair being made is `done` reverse steps in, `batch` pairs at once.
+    pub fn step(&mut self, batch: usize, done: usize) {
+        self.show((self.before + self.made) * self.steps + batch as u64 * done as u64);
+    }
+
+    /// One more pair finished.
+    pub fn pair(&mut self) {
+        self.made += 1;
+        self.show((self.before + self.made) * self.steps);
+    }
+
+    /// `pairs` finished in all (when counted from the manifests).
+    pub fn set_pairs(&mut self, pairs: u64) {
+        self.made = pairs.saturating_sub(self.before);
+        self.show(pairs * self.steps);
+    }
+
+    fn show(&mut self, pos: u64) {
+        let count = self.bar.length().unwrap_or(0) / self.steps;
+        let hours = self.start.elapsed().as_secs_f64() / 3600.0;
+        let done_now = pos.saturating_sub(self.before * self.steps) as f64 / self.steps as f64;
+        let rate = match done_now > 0.0 && hours > 0.0 {
+            true => format!("{:.1} volumes/h", done_now / hours),
+            false => "- volumes/h".into(),
+        };
+        let pairs = self.before + self.made;
+        self.bar
+            .set_message(format!("{pairs}/{count} pairs  {rate}"));
+        self.bar.set_position(pos.min(count * self.steps));
+        if let Some(line) = self.plain.as_mut().and_then(|p| p.update(pairs, &rate)) {
+            eprintln!("{line}");
+        }
+    }
+
+    pub fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::PlainLines;

@@ -25,11 +25,45 @@ enum ReferenceModel {
     Brats,
 }
 
+/// Which weights sample: shared by `sample` and `synthesize`.
 #[derive(Debug, Args)]
-pub struct SampleArgs {
+pub struct WeightsArgs {
     /// Our checkpoint folder, a run folder (its latest checkpoint), or a reference `.pt` file.
     #[arg(long)]
     checkpoint: PathBuf,
+    /// Use the live training weights instead of the EMA weights.
+    #[arg(long)]
+    pub live_weights: bool,
+    /// The network of a reference `.pt` checkpoint.
+    #[arg(long, value_enum, default_value = "whole-head")]
+    reference_model: ReferenceModel,
+}
+
+impl WeightsArgs {
+    /// The weights these switches name.
+    pub fn source(&self) -> WeightsSource {
+        let is_pt = self
+            .checkpoint
+            .extension()
+            .is_some_and(|e| e == "pt" || e == "pth");
+        if !is_pt {
+            return WeightsSource::Checkpoint(self.checkpoint.clone());
+        }
+        let experiment = match self.reference_model {
+            ReferenceModel::WholeHead => ExperimentConfig::reference_whole_head(),
+            ReferenceModel::Brats => ExperimentConfig::reference_brats(),
+        };
+        WeightsSource::Reference {
+            path: self.checkpoint.clone(),
+            experiment: Box::new(experiment),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    #[command(flatten)]
+    weights: WeightsArgs,
     /// A mask file, or a folder of masks (*.nii, *.nii.gz).
     #[arg(long)]
     masks: PathBuf,
@@ -45,12 +79,6 @@ pub struct SampleArgs {
     /// Rescale the network's [-1, 1] output linearly to MIN,MAX before writing.
     #[arg(long, value_parser = parse_range)]
     rescale: Option<(f32, f32)>,
-    /// Use the live training weights instead of the EMA weights.
-    #[arg(long)]
-    live_weights: bool,
-    /// The network of a reference `.pt` checkpoint.
-    #[arg(long, value_enum, default_value = "whole-head")]
-    reference_model: ReferenceModel,
     /// Reverse process: `ddpm` (ancestral, every timestep: the reference's), `ddim`, or
     /// `dpm-solver++` (second-order multistep, deterministic; 10-25 steps). Default: the
     /// run's `[sampler]` section (ddpm for reference `.pt` files and runs without one).
@@ -94,7 +122,7 @@ pub struct SampleArgs {
 }
 
 /// A count that must be at least 1 (0 samples or 0 frames would write nothing and succeed).
-fn at_least_one(s: &str) -> Result<usize, String> {
+pub fn at_least_one(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
@@ -102,7 +130,8 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_range(s: &str) -> Result<(f32, f32), String> {
+/// `--rescale MIN,MAX`: finite and ordered.
+pub fn parse_range(s: &str) -> Result<(f32, f32), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("'{s}': expected MIN,MAX"))?;
@@ -225,13 +254,13 @@ impl BackendTask for SampleTask {
     }
 }
 
-/// The experiment a checkpoint was trained with, if it can be read without loading weights.
-fn experiment_of(source: &WeightsSource) -> Option<ExperimentConfig> {
+/// The experiment a checkpoint was trained with, read without loading weights.
+pub fn experiment_of(source: &WeightsSource) -> Result<ExperimentConfig, TrainError> {
     match source {
-        WeightsSource::Reference { experiment, .. } => Some((**experiment).clone()),
+        WeightsSource::Reference { experiment, .. } => Ok((**experiment).clone()),
         WeightsSource::Checkpoint(path) => {
-            let checkpoint = medddpm_train::RunDir::resolve_checkpoint(path).ok()?;
-            medddpm_train::checkpoint::read_config(&checkpoint).ok()
+            let checkpoint = medddpm_train::RunDir::resolve_checkpoint(path)?;
+            medddpm_train::checkpoint::read_config(&checkpoint)
         }
     }
 }
@@ -244,22 +273,7 @@ fn graphs_line(graphs: &GraphStatus) {
 }
 
 pub fn run(args: SampleArgs) -> anyhow::Result<()> {
-    let is_pt = args
-        .checkpoint
-        .extension()
-        .is_some_and(|e| e == "pt" || e == "pth");
-    let source = if is_pt {
-        let experiment = match args.reference_model {
-            ReferenceModel::WholeHead => ExperimentConfig::reference_whole_head(),
-            ReferenceModel::Brats => ExperimentConfig::reference_brats(),
-        };
-        WeightsSource::Reference {
-            path: args.checkpoint.clone(),
-            experiment: Box::new(experiment),
-        }
-    } else {
-        WeightsSource::Checkpoint(args.checkpoint.clone())
-    };
+    let source = args.weights.source();
     let masks = list_masks(&args.masks)
         .with_context(|| format!("finding masks in {}", args.masks.display()))?;
     let settings = args.compute.settings();
@@ -267,7 +281,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
     settings.one_device("sample")?;
     // The plan needs the run's network and grid; a checkpoint that cannot say is left to the
     // loading below, whose errors name the problem.
-    if let Some(config) = experiment_of(&source) {
+    if let Ok(config) = experiment_of(&source) {
         let shape = medddpm_plan::RunShape {
             batch: 1,
             ..crate::plan::training_shape(&config, crate::plan::precision_of(&settings))
@@ -279,7 +293,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
         &settings,
         SampleTask {
             source,
-            live: args.live_weights,
+            live: args.weights.live_weights,
             masks,
             out: args.out,
             samples_per_mask: args.samples_per_mask,

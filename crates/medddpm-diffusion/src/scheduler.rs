@@ -171,12 +171,31 @@ pub trait Scheduler {
         denoiser: &M,
         cond: Tensor<B, 5>,
         image_channels: usize,
-        mut on_step: impl FnMut(usize, &Tensor<B, 5>),
+        on_step: impl FnMut(usize, &Tensor<B, 5>),
     ) -> Tensor<B, 5> {
         let [b, _, d, h, w] = cond.dims();
         let device = cond.device();
         let shape = [b, image_channels, d, h, w];
-        let mut x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let x = Tensor::<B, 5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let draw = |_: usize| Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        self.sample_from(denoiser, cond, x, draw, on_step)
+    }
+
+    /// As `sample_observed`, from the given pure noise `x` (x_T, `[b, image channels, d, h,
+    /// w]`) and with the z of step `i` (0-based) from `draw(i)`, asked only for the steps that
+    /// add noise: for callers that draw each example's noise from a stream of its own, so that
+    /// an example of a batch gets the sample it would get alone (`medddpm synthesize`).
+    fn sample_from<B: Backend, M: Denoiser<B>>(
+        &self,
+        denoiser: &M,
+        cond: Tensor<B, 5>,
+        mut x: Tensor<B, 5>,
+        mut draw: impl FnMut(usize) -> Tensor<B, 5>,
+        mut on_step: impl FnMut(usize, &Tensor<B, 5>),
+    ) -> Tensor<B, 5> {
+        let shape = x.dims();
+        let device = x.device();
+        let b = shape[0];
         let mut state = Self::State::<B>::default();
         let timesteps = self.timesteps();
         for (i, &t) in timesteps.iter().enumerate() {
@@ -187,7 +206,7 @@ pub trait Scheduler {
                 .prediction()
                 .to_noise(self.schedule(), output, t, x.clone());
             let noise = if self.adds_noise(t, next) {
-                Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device)
+                draw(i)
             } else {
                 Tensor::zeros(shape, &device)
             };

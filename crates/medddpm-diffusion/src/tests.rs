@@ -397,3 +397,43 @@ fn every_sampler_reaches_the_oracle_image_from_a_v_prediction() {
         }
     }
 }
+
+#[test]
+fn sampling_from_given_noise_asks_for_z_only_where_a_step_adds_it() {
+    // `sample` is `sample_from` with the generator's draws: the same result from the same
+    // draws, and `noise(i)` asked for exactly the steps that add noise.
+    let s = CosineSchedule::new(20);
+    let device = Default::default();
+    let cond = Tensor::<B, 5>::zeros([2, 2, 2, 2, 2], &device);
+    let oracle = Oracle {
+        schedule: s.clone(),
+        c: -0.4,
+    };
+    let shape = [2, 1, 2, 2, 2];
+    let normal = burn::tensor::Distribution::Normal(0.0, 1.0);
+    for (config, asked) in [
+        (SamplerConfig::default(), (0..19).collect::<Vec<_>>()),
+        (
+            SamplerConfig {
+                kind: SamplerKind::DpmSolver,
+                steps: Some(5),
+                eta: 0.0,
+            },
+            vec![],
+        ),
+    ] {
+        let sampler = Sampler::new(s.clone(), &config).unwrap();
+        B::seed(&device, 11);
+        let want = values(sampler.sample(&oracle, cond.clone(), 1, |_| {}));
+        B::seed(&device, 11);
+        let x = Tensor::<B, 5>::random(shape, normal, &device);
+        let mut steps = Vec::new();
+        let draw = |i| {
+            steps.push(i);
+            Tensor::random(shape, normal, &device)
+        };
+        let got = values(sampler.sample_from(&oracle, cond.clone(), x, draw, |_, _| {}));
+        assert_eq!(got, want, "{config:?}");
+        assert_eq!(steps, asked, "{config:?}");
+    }
+}

@@ -51,6 +51,13 @@ fn sum_file(path: &Path) -> Result<FileSum, TrainError> {
     })
 }
 
+/// The size and CRC-32 of a file, as `crc32:<8 hex digits>:<bytes>` (what a checksum manifest
+/// records per file): a cheap identity for weights a run was made with.
+pub fn file_checksum(path: &Path) -> Result<String, TrainError> {
+    let sum = sum_file(path)?;
+    Ok(format!("crc32:{:08x}:{}", sum.crc32, sum.bytes))
+}
+
 /// The regular files of `dir` other than the manifest, by name.
 fn listed_files(dir: &Path) -> Result<Vec<String>, TrainError> {
     let mut names = Vec::new();

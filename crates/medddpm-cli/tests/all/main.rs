@@ -9,3 +9,4 @@ mod eval_render;
 mod plan;
 mod prepare;
 mod processes;
+mod synthesize;

@@ -9,9 +9,11 @@ use medddpm_nifti::Volume;
 use medddpm_unet::{load_reference_checkpoint, UNet, WeightsEntry};
 use medddpm_unet::{GraphStatus, GraphedUNet, KernelBackend};
 
+mod batch;
 pub mod brain;
 mod output;
 
+pub use batch::{draw_seed, prepare_condition, BatchSampler, Condition};
 pub use brain::BrainMasks;
 pub use output::{case_id, sample_stem, write_sample};
 
@@ -150,8 +152,24 @@ fn prepare_mask<B: KernelBackend>(
     scheme: &LabelScheme,
     brain_masks: Option<&BrainMasks>,
 ) -> Result<PreparedMask, TrainError> {
+    prepare_volume(
+        model,
+        Volume::read(mask_path)?,
+        mask_path,
+        scheme,
+        brain_masks,
+    )
+}
+
+/// [`prepare_mask`] of a label map already read (or made) for `mask_path`.
+fn prepare_volume<B: KernelBackend>(
+    model: &SamplingModel<B>,
+    mut seg: Volume,
+    mask_path: &Path,
+    scheme: &LabelScheme,
+    brain_masks: Option<&BrainMasks>,
+) -> Result<PreparedMask, TrainError> {
     let data = &model.config.data;
-    let mut seg = Volume::read(mask_path)?;
     brain::ensure_brain_label(
         &mut seg,
         mask_path,

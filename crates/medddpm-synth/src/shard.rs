@@ -1,0 +1,173 @@
+//! One process's share of the work: its pending pairs in batches through the network, each
+//! pair's image and label written atomically, then its manifest line.
+
+use std::time::Instant;
+
+use medddpm_nifti::{Volume, WriteOptions};
+use medddpm_train::sample::brain::ensure_brain_label;
+use medddpm_train::sample::{prepare_condition, BatchSampler, Condition};
+use medddpm_train::SamplingModel;
+use medddpm_unet::{GraphStatus, KernelBackend};
+
+use crate::hook::MaskSource;
+use crate::layout::label_dtype;
+use crate::manifest::{Appender, PairRecord};
+use crate::synthesis::Synthesis;
+use crate::work::Pair;
+use crate::SynthError;
+
+/// What a shard reports while it runs.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// A batch of `batch` pairs is `done` of its `steps` reverse steps in.
+    Step {
+        /// Pairs in the batch.
+        batch: usize,
+        /// Reverse steps done.
+        done: usize,
+        /// Reverse steps per sample.
+        steps: usize,
+    },
+    /// A pair is finished and listed.
+    Pair(&'a PairRecord),
+}
+
+/// What [`run_shard`] did.
+#[derive(Debug)]
+pub struct ShardSummary {
+    /// Pairs made.
+    pub made: usize,
+    /// What the CUDA graphs did.
+    pub graphs: GraphStatus,
+}
+
+/// Makes `pairs` (from [`Synthesis::pending`]) as process `rank` of `world`, `masks` giving
+/// each its mask, in batches of the options' size; `progress` hears each reverse step and
+/// each finished pair.
+pub fn run_shard<B: KernelBackend>(
+    synthesis: &Synthesis,
+    model: &SamplingModel<B>,
+    masks: &dyn MaskSource,
+    pairs: &[Pair],
+    (rank, world): (usize, usize),
+    device: &B::Device,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ShardSummary, SynthError> {
+    let options = synthesis.options();
+    let channels = model.unet.out_channels();
+    if channels != synthesis.channels() {
+        return Err(SynthError::Options(format!(
+            "the network makes {channels} image channels, its configuration says {}",
+            synthesis.channels()
+        )));
+    }
+    let sampler = BatchSampler::new(
+        model,
+        &options.sampler,
+        options.cuda_graphs,
+        options.rescale,
+    )?;
+    let steps = sampler.num_steps();
+    let mut manifest = Appender::open(synthesis.manifest_path(rank, world))?;
+    let mut made = 0;
+    for batch in pairs.chunks(options.batch_size.max(1)) {
+        let start = Instant::now();
+        let mut conditions = Vec::with_capacity(batch.len());
+        for pair in batch {
+            conditions.push(condition(synthesis, model, masks, pair)?);
+        }
+        let inputs: Vec<(&Condition, u64)> = conditions
+            .iter()
+            .zip(batch)
+            .map(|((c, _), p)| (c, p.seed))
+            .collect();
+        let n = batch.len();
+        let samples = sampler.sample(&inputs, device, |done| {
+            progress(Progress::Step {
+                batch: n,
+                done,
+                steps,
+            })
+        })?;
+        let share = start.elapsed().as_secs_f64() / n as f64;
+        for ((pair, (cond, augmentation)), values) in batch.iter().zip(conditions).zip(samples) {
+            let start = Instant::now();
+            let files = write_pair(synthesis, pair, &cond, values)?;
+            let record = PairRecord {
+                pair: pair.id,
+                case: pair.case.clone(),
+                source_mask: synthesis.list().masks()[pair.mask]
+                    .path
+                    .display()
+                    .to_string(),
+                variant: pair.variant,
+                augmentation,
+                seed: pair.seed,
+                sampler: options.sampler.kind.to_string(),
+                steps,
+                checkpoint: synthesis.settings().checkpoint_checksum.clone(),
+                seconds: share + start.elapsed().as_secs_f64(),
+                files,
+            };
+            manifest.append(&record)?;
+            made += 1;
+            progress(Progress::Pair(&record));
+        }
+    }
+    Ok(ShardSummary {
+        made,
+        graphs: sampler.graphs(),
+    })
+}
+
+/// Pair `pair`'s condition: its source mask read, given the brain label where the model has
+/// one, through the augmentation hook, encoded; with the hook's record.
+fn condition<B: KernelBackend>(
+    synthesis: &Synthesis,
+    model: &SamplingModel<B>,
+    masks: &dyn MaskSource,
+    pair: &Pair,
+) -> Result<(Condition, Option<serde_json::Value>), SynthError> {
+    let source = &synthesis.list().masks()[pair.mask];
+    let mut seg = Volume::read(&source.path)?;
+    let brain = synthesis.options().brain_masks.as_ref();
+    ensure_brain_label(
+        &mut seg,
+        &source.path,
+        &source.case,
+        synthesis.scheme(),
+        brain,
+    )?;
+    let chosen = masks
+        .mask_for(seg, pair.id, pair.seed)
+        .map_err(|e| SynthError::Augmentation {
+            mask: source.path.clone(),
+            pair: pair.id,
+            message: e.to_string(),
+        })?;
+    let cond = prepare_condition(model, chosen.mask, &source.path)?;
+    Ok((cond, chosen.record))
+}
+
+/// Writes a pair's images (`values`, channels in file order) and its label map, each
+/// atomically, on the label map's grid; returns their paths relative to the output folder.
+fn write_pair(
+    synthesis: &Synthesis,
+    pair: &Pair,
+    cond: &Condition,
+    values: Vec<f32>,
+) -> Result<Vec<String>, SynthError> {
+    let files = synthesis
+        .options()
+        .layout
+        .files(&pair.case, synthesis.channels());
+    let labels = cond.labels();
+    let voxels = labels.voxel_count();
+    for (c, rel) in files.images.iter().enumerate() {
+        let image = labels.with_data(values[c * voxels..(c + 1) * voxels].to_vec())?;
+        image.write(synthesis.out().join(rel))?;
+    }
+    let dtype = WriteOptions::dtype(label_dtype(synthesis.scheme()));
+    labels.write_with(synthesis.out().join(&files.label), dtype)?;
+    Ok(files.all().map(|f| f.display().to_string()).collect())
+}

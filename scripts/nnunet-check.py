@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""nnU-Net v2's own data set check on data sets `medddpm synthesize --dataset-layout nnunet`
+makes: a whole-head model (one channel) trained briefly on 16^3 phantoms, and a BraTS-style
+model (four modalities as four channels, labels 0-4) trained briefly on the shared BraTS case
+at 16x16x12. Each data set goes through `nnunetv2.experiment_planning.verify_dataset_integrity.
+verify_dataset_integrity(folder, num_processes=1)`; the script fails if either check raises.
+
+    python3 -m venv /tmp/nnunet-venv && /tmp/nnunet-venv/bin/pip install nnunetv2
+    cargo build -p medddpm
+    /tmp/nnunet-venv/bin/python scripts/nnunet-check.py [--medddpm target/debug/medddpm] [--work DIR]
+
+The models are barely trained (the images are noise-like): the check is about the files,
+their geometry and labels, and dataset.json, not the pictures. Output: docs/synthesize.md.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+WHOLE_HEAD = """
+[model]
+in_channels = 3
+out_channels = 1
+model_channels = 8
+channel_mult = [1, 2]
+attention_resolutions = []
+image_size = 16
+num_groups = 8
+
+[diffusion]
+timesteps = 50
+
+[data]
+source = {{ layout = "phantom", dir = "{work}/phantoms", count = 2, size = [16, 16, 16], seed = 3 }}
+
+[train]
+steps = 2
+save_every = 2
+samples_per_checkpoint = 0
+ema_start = 1
+"""
+
+BRATS = """
+[model]
+in_channels = 8
+out_channels = 4
+model_channels = 8
+channel_mult = [1, 2]
+attention_resolutions = []
+image_size = 16
+num_groups = 8
+
+[diffusion]
+timesteps = 50
+
+[data]
+source = {{ layout = "brats", root = "{brats}" }}
+grid = [16, 16, 12]
+grid_policy = "resize"
+
+[train]
+steps = 2
+save_every = 2
+samples_per_checkpoint = 0
+ema_start = 1
+"""
+
+
+def run(cmd):
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def make(medddpm, work, name, toml, masks, count, dataset_id):
+    """Trains `toml` briefly and synthesizes `count` pairs in the nnU-Net layout."""
+    exp = os.path.join(work, f"{name}.toml")
+    with open(exp, "w") as f:
+        f.write(toml)
+    run_dir = os.path.join(work, f"{name}-run")
+    run([medddpm, "train", "--backend", "cpu", "--experiment", exp, "--run-dir", run_dir])
+    out = os.path.join(work, f"{name}-synth")
+    run([medddpm, "synthesize", "--backend", "cpu", "--checkpoint", run_dir, "--masks", masks,
+         "--out", out, "--count", str(count), "--steps", "5", "--dataset-layout", "nnunet",
+         "--dataset-id", str(dataset_id), "--dataset-name", name])
+    return os.path.join(out, f"Dataset{dataset_id:03d}_{name}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--medddpm", default=os.path.join(ROOT, "target/debug/medddpm"))
+    parser.add_argument("--work", default=None, help="folder for the runs (default: a temporary one)")
+    args = parser.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="nnunet-check-")
+    os.makedirs(work, exist_ok=True)
+    shared = os.environ.get("MEDDDPM_SHARED_DIR", os.path.join(ROOT, "..", "shared"))
+    brats = os.path.abspath(os.path.join(shared, "datasets/medddpm-samples/brats2021"))
+    # nnunetv2 reads these at import; the check itself uses none of them.
+    for var in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
+        os.environ.setdefault(var, os.path.join(work, var))
+    from nnunetv2.experiment_planning.verify_dataset_integrity import verify_dataset_integrity
+    from importlib.metadata import version
+    print(f"nnunetv2 {version('nnunetv2')}, python {sys.version.split()[0]}")
+    sets = [
+        make(args.medddpm, work, "WholeHeadTiny", WHOLE_HEAD.format(work=work),
+             os.path.join(work, "phantoms/mask"), 4, 501),
+        make(args.medddpm, work, "BratsTiny", BRATS.format(brats=brats),
+             os.path.join(brats, "seg"), 3, 502),
+    ]
+    for folder in sets:
+        print(f"\n== verify_dataset_integrity({os.path.basename(folder)}, num_processes=1)", flush=True)
+        with open(os.path.join(folder, "dataset.json")) as f:
+            print(f.read())
+        print("files:", sorted(os.listdir(os.path.join(folder, "imagesTr"))),
+              sorted(os.listdir(os.path.join(folder, "labelsTr"))), flush=True)
+        verify_dataset_integrity(folder, num_processes=1)
+    print("both data sets passed nnU-Net's check")
+
+
+if __name__ == "__main__":
+    main()
