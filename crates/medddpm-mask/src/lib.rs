@@ -1,4 +1,5 @@
-//! Label maps to the one-hot condition channels Med-DDPM is trained on.
+//! Label maps to the one-hot condition channels Med-DDPM is trained on, and new masks drawn
+//! from given ones ([`augment`]).
 //!
 //! A [`LabelScheme`] says which label values switch each channel on and which values the
 //! voxels may carry at all; [`LabelScheme::encode`] turns a mask [`Volume`] into a
@@ -21,6 +22,8 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+
+pub mod augment;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
