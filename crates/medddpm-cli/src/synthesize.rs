@@ -1,6 +1,7 @@
 //! `medddpm synthesize`: a data set of image/label pairs sampled from masks, resumable, on one
 //! device or one process per device (`synthesize/lead.rs`).
 
+mod augment;
 mod lead;
 
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use medddpm_backend::{
 };
 use medddpm_diffusion::{SamplerConfig, SamplerKind};
 use medddpm_plan::{plan, RunShape, Work};
-use medddpm_synth::{run_shard, DatasetLayout, Identity, Progress, SynthOptions, Synthesis};
+use medddpm_synth::{run_shard, DatasetLayout, Progress, SynthOptions, Synthesis};
 use medddpm_train::data::list_masks;
 use medddpm_train::sample::BrainMasks;
 use medddpm_train::{load_sampling_model, ExperimentConfig, WeightsSource};
@@ -40,6 +41,8 @@ enum LayoutArg {
 pub struct SynthesizeArgs {
     #[command(flatten)]
     weights: WeightsArgs,
+    #[command(flatten)]
+    augment: augment::AugmentArgs,
     /// A mask file, or a folder of masks (*.nii, *.nii.gz): the pairs' sources.
     #[arg(long)]
     masks: PathBuf,
@@ -170,23 +173,27 @@ pub fn run(args: SynthesizeArgs) -> anyhow::Result<()> {
     let masks = list_masks(&args.masks)
         .with_context(|| format!("finding masks in {}", args.masks.display()))?;
     let settings = args.compute.settings();
+    let augmentation = args.augment.config()?;
     let plan = |batch: usize| {
         let options = args.options(batch);
         let weights = (&source, args.weights.live_weights);
-        Synthesis::new(&args.out, &masks, &config, weights, options, None)
+        let recorded = augmentation.as_ref().map(augment::settings_value);
+        Synthesis::new(&args.out, &masks, &config, weights, options, recorded)
     };
     match args.shard {
         Some((rank, world)) => {
             let synthesis = plan(1)?;
             synthesis.check_settings()?;
-            one_process(&args, &config, &source, synthesis, (rank, world), settings)
+            let task = (synthesis, augmentation);
+            one_process(&args, &config, &source, task, (rank, world), settings)
         }
         None if settings.devices.len() > 1 => lead::run(plan(1)?, &settings),
         None => {
             let synthesis = plan(1)?;
             let (_lock, state) = synthesis.begin()?;
             say_resumed(&synthesis, state);
-            one_process(&args, &config, &source, synthesis, (0, 1), settings)
+            let task = (synthesis, augmentation);
+            one_process(&args, &config, &source, task, (0, 1), settings)
         }
     }
 }
@@ -210,7 +217,7 @@ fn one_process(
     args: &SynthesizeArgs,
     config: &ExperimentConfig,
     source: &WeightsSource,
-    mut synthesis: Synthesis,
+    (mut synthesis, augmentation): (Synthesis, Option<medddpm_mask::augment::AugmentConfig>),
     (rank, world): (usize, usize),
     mut settings: ComputeSettings,
 ) -> anyhow::Result<()> {
@@ -247,6 +254,7 @@ fn one_process(
     )?;
     synthesis.set_batch_size(batch);
     let task = SynthTask {
+        masks: augment::mask_source(augmentation, &config.data.label_scheme),
         synthesis,
         live: args.weights.live_weights,
         source,
@@ -281,6 +289,8 @@ fn auto_batch(config: &ExperimentConfig, settings: &ComputeSettings) -> usize {
 /// One process's pairs on the backend it runs.
 struct SynthTask<'a> {
     synthesis: Synthesis,
+    /// Where each pair's mask comes from (the source mask, or its augmented variant).
+    masks: Box<dyn medddpm_synth::MaskSource>,
     source: &'a WeightsSource,
     live: bool,
     pairs: Vec<medddpm_synth::Pair>,
@@ -328,7 +338,7 @@ impl BackendTask for SynthTask<'_> {
         let summary = run_shard(
             s,
             &model,
-            &Identity,
+            self.masks.as_ref(),
             &self.pairs,
             (rank, world),
             &device,
@@ -350,7 +360,11 @@ impl BackendTask for SynthTask<'_> {
 /// Merges the manifest and writes `dataset.json`; says where the data set is.
 fn finish(s: &Synthesis) -> anyhow::Result<()> {
     let state = s.finish()?;
-    let root = s.out().join(s.options().layout.root());
+    // `join("")` would add a trailing separator for our layout, whose root is --out itself.
+    let root = match s.options().layout.root() {
+        r if r.as_os_str().is_empty() => s.out().to_path_buf(),
+        r => s.out().join(r),
+    };
     println!("{}", root.display());
     eprintln!(
         "{} of {} pairs in {} (manifest: {})",

@@ -262,3 +262,60 @@ fn one_process_per_device_makes_the_same_pairs_as_one() {
     );
     assert_refused(&refused, &["several devices need the CUDA backend"]);
 }
+
+/// `--augment-config`: every pair's manifest line records what was drawn, the label written is
+/// that variant (labels kept, tumour inside the head: the augmentation's own check), a rerun
+/// with other augmentation settings is refused, and the same settings resume.
+#[test]
+fn augmented_pairs_record_their_draws_and_resume_only_with_the_same_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, masks) = trained(dir.path());
+    let small = dir.path().join("augment.toml");
+    std::fs::write(
+        &small,
+        "flip_probability = 1.0\nmax_rotation_deg = 5.0\nscale_range = [0.95, 1.05]\nmax_tumour_shift = 1\ntumour_scale_range = [0.9, 1.1]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("aug");
+    let cfg = [
+        "--count",
+        "3",
+        "--steps",
+        "2",
+        "--augment-config",
+        s(&small),
+    ];
+    let (ok, _, stderr) = synthesize(&run, &masks, &out, &cfg);
+    assert!(ok, "{stderr}");
+    assert_complete(&out, 3, 2);
+    let text = std::fs::read_to_string(out.join("manifest.jsonl")).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let record = &v["augmentation"];
+        assert_eq!(record["flip"], true, "{line}");
+        assert!(record["seed"].is_u64(), "{line}");
+        let label = Volume::read(out.join(v["files"][1].as_str().unwrap())).unwrap();
+        let source = Volume::read(v["source_mask"].as_str().unwrap()).unwrap();
+        assert_eq!(label.dims(), source.dims());
+        assert!(label.data().iter().all(|&x| [0.0, 1.0, 2.0].contains(&x)));
+        assert_ne!(
+            label.data(),
+            source.data(),
+            "a flipped variant equals its mask"
+        );
+    }
+    // The defaults are other settings: refused, nothing touched.
+    let (ok, _, stderr) = synthesize(
+        &run,
+        &masks,
+        &out,
+        &["--count", "4", "--steps", "2", "--augment"],
+    );
+    assert!(!ok && stderr.contains("manifest"), "{stderr}");
+    assert_complete(&out, 3, 2);
+    let mut more = cfg.to_vec();
+    more[1] = "4";
+    let (ok, _, stderr) = synthesize(&run, &masks, &out, &more);
+    assert!(ok, "{stderr}");
+    assert_complete(&out, 4, 2);
+}
