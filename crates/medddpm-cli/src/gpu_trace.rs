@@ -146,6 +146,8 @@ mod tests {
             step,
             loss: 0.5,
             lr: 1e-5,
+            grad_norm: None,
+            loss_scale: None,
             steps_per_s: 1.0,
             elapsed_s: step as f64,
         }

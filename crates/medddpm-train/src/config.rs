@@ -125,6 +125,14 @@ pub struct TrainSettings {
     /// Optimizer steps without an overflow after which the loss scale doubles (`GradScaler`:
     /// 2000).
     pub loss_scale_growth_interval: usize,
+    /// Write TensorBoard event files into the run folder beside `metrics.jsonl` (each step's
+    /// scalars, the periodic samples' slices, the settings), so `tensorboard --logdir runs/`
+    /// shows the run. Only the process that writes `metrics.jsonl` writes them.
+    pub tensorboard: bool,
+    /// Log each step's gradient norm (the global L2 norm of what Adam takes) in
+    /// `metrics.jsonl` and TensorBoard. It costs a reduction per weight tensor each step on
+    /// the lead device, read with the loss.
+    pub grad_norm: bool,
 }
 
 /// See [`TrainSettings::on_non_finite_loss`].
@@ -162,6 +170,8 @@ impl Default for TrainSettings {
             activation_checkpointing: ActivationCheckpointing::None,
             loss_scale: 65536.0,
             loss_scale_growth_interval: 2000,
+            tensorboard: true,
+            grad_norm: true,
         }
     }
 }

@@ -43,6 +43,9 @@ pub enum TrainError {
     /// A picture (sample montage, loss curve, trajectory) could not be drawn or written.
     #[error(transparent)]
     Render(Box<medddpm_render::RenderError>),
+    /// The run's TensorBoard event file could not be written.
+    #[error(transparent)]
+    TensorBoard(#[from] medddpm_tensorboard::TensorBoardError),
     /// The loss stopped being a finite number.
     #[error("training diverged at step {step}: the loss is {loss} (batch: {}); {}", files.join(", "), match last_checkpoint {
         Some(p) => format!("the last checkpoint is {} (resume continues from it; a lower learning rate or [train] on_non_finite_loss = \"skip\" may get past this step)", p.display()),

@@ -55,9 +55,20 @@ fn two_cpu_processes_train_like_one_device() {
     assert!(stderr.contains("one process per device"), "{stderr}");
     assert_eq!(losses(&two), losses(&one));
     assert_eq!(losses(&one).len(), 3);
-    // The lead alone writes: one run folder, its checkpoint verifies.
+    // The lead alone writes: one run folder, its checkpoint verifies, one event file.
     let (ok, stderr) = medddpm(&["inspect", two.to_str().unwrap()]);
     assert!(ok, "{stderr}");
+    let event_files = std::fs::read_dir(&two)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("tfevents")
+        })
+        .count();
+    assert_eq!(event_files, 1);
 }
 
 #[test]

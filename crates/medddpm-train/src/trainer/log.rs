@@ -18,6 +18,13 @@ pub struct StepMetrics {
     pub loss: f32,
     /// Learning rate.
     pub lr: f64,
+    /// Global L2 norm of the gradients Adam took (averaged over the replicas, unscaled);
+    /// absent with `[train] grad_norm = false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f32>,
+    /// f16's loss scale after the step; absent in other precisions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
     /// Optimizer steps per second over this session so far.
     pub steps_per_s: f64,
     /// Seconds of training in the whole run.

@@ -4,9 +4,11 @@
 //!
 //! Modules: `session` (opening a run: data, network, fresh or resumed state), `step` (the data
 //! order and the micro-step the bench times too), `log` (`metrics.jsonl` and loss windows),
-//! `periodic` (checkpoints, the loss curve and samples on the cadence).
+//! `events` (TensorBoard event files), `progress` (a step logged to both), `periodic`
+//! (checkpoints, the loss curve and samples on the cadence).
 
 mod accumulate;
+mod events;
 mod exchange;
 pub(crate) mod graphed;
 mod link;
@@ -15,6 +17,7 @@ mod log;
 mod parallel;
 mod periodic;
 pub mod processes;
+mod progress;
 mod scaler;
 mod session;
 mod shard;
@@ -23,7 +26,6 @@ mod team;
 mod update;
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::DType;
@@ -34,13 +36,14 @@ pub use graphed::MicroStepGraphs;
 pub use log::{StepMetrics, LOSS_WINDOW};
 pub use step::{micro_step, micro_step_forward, micro_step_loss, MicroBatch, MicroStepForward};
 
-use crate::checkpoint::{LossScale, RunDir, TrainState};
+use crate::checkpoint::{LossScale, RunDir};
 use crate::data::NiftiDataset;
 use crate::ema::{update_ema, EmaAction, EmaSchedule};
 use crate::{ExperimentConfig, FusedAdamOptimizer, TrainError};
 use accumulate::{accumulate, Replica};
+use events::RunEvents;
 use loader::Loader;
-use log::{mean, LossWindows, MetricsLog};
+use progress::{Logged, Progress};
 use session::Session;
 use shard::Shard;
 #[cfg(test)]
@@ -198,7 +201,9 @@ fn lead<B: KernelAutodiffBackend>(
         std::sync::Arc::clone(&s.dataset),
         loader::host_memory::<B>(device),
     );
-    let mut progress = Progress::start(run, &s.state)?;
+    let session = (s.config_toml.as_str(), &options.compute, team.shard.world);
+    let events = RunEvents::open(config, run, session, s.state.step)?;
+    let mut progress = Progress::start(run, &s.state, events)?;
     let mut skipped_in_a_row = 0usize;
     observer.started(progress.start_step, end_step);
     let compute_dtype = options.compute.precision.compute_dtype();
@@ -224,7 +229,8 @@ fn lead<B: KernelAutodiffBackend>(
             (config, &team, lr, compute_dtype),
         )?;
         s.model = model;
-        let Some(loss) = applied(outcome, step_number, &s.dataset, &batch, observer)? else {
+        let Some((loss, grad_norm)) = applied(outcome, step_number, &s.dataset, &batch, observer)?
+        else {
             continue;
         };
         stop_on_failure(&s, loss, &batch, &progress.last_checkpoint, run)?;
@@ -237,16 +243,20 @@ fn lead<B: KernelAutodiffBackend>(
         s.state.last_loss = loss;
 
         // 4. Log.
-        progress.record(&mut s.state, loss, lr, observer)?;
+        let loss_scale = scaled(&mut s.state.loss_scale, options).map(|l| l.scale);
+        let logged = Logged {
+            loss,
+            lr,
+            grad_norm,
+            loss_scale,
+        };
+        progress.record(&mut s.state, logged, observer)?;
 
         // 5. Checkpoint (and sample with the EMA weights) on the cadence and at the end.
         let checkpointed =
             s.state.step.is_multiple_of(settings.save_every) || s.state.step == end_step;
         if checkpointed {
-            let (path, drawn) =
-                periodic::checkpoint_and_sample(&s, config, run, options, device, observer)?;
-            progress.last_checkpoint = Some(path);
-            progress.samples.extend(drawn);
+            periodic::checkpoint(&s, config, run, (options, device), &mut progress, observer)?;
         }
         // 6. Asked to stop: this step's checkpoint, then the session ends (every replica at
         // this step: they agree on it).
@@ -254,9 +264,7 @@ fn lead<B: KernelAutodiffBackend>(
         if team.agree_stop(asked)? {
             if !checkpointed {
                 // Off the cadence: the checkpoint and loss curve, no samples.
-                let (path, _) =
-                    periodic::checkpoint_and_sample(&s, config, run, options, device, observer)?;
-                progress.last_checkpoint = Some(path);
+                periodic::checkpoint(&s, config, run, (options, device), &mut progress, observer)?;
             }
             observer.message(&format!(
                 "stopped at step {} as asked; --resume continues from its checkpoint",
@@ -271,17 +279,18 @@ fn lead<B: KernelAutodiffBackend>(
     progress.summary(run, &s.state)
 }
 
-/// The loss of an update the lead goes on with (`None`: the step is tried again with the next
-/// batch, after saying why).
+/// The loss (and gradient norm) of an update the lead goes on with (`None`: the step is tried
+/// again with the next batch, after saying why).
 fn applied(
     outcome: Update,
     step: usize,
     dataset: &NiftiDataset,
     batch: &[usize],
     observer: &mut dyn TrainObserver,
-) -> Result<Option<f32>, TrainError> {
+) -> Result<Option<(f32, Option<f32>)>, TrainError> {
     match outcome {
-        Update::Applied(loss) | Update::GaveUp(loss) => Ok(Some(loss)),
+        Update::Applied { loss, grad_norm } => Ok(Some((loss, grad_norm))),
+        Update::GaveUp(loss) => Ok(Some((loss, None))),
         // Scales below 1 cannot help: the gradients themselves overflow f16.
         Update::Overflow { to, .. } if to < 1.0 => {
             Err(TrainError::GradientOverflow { step, scale: to })
@@ -373,75 +382,6 @@ fn optimizer_step<B: KernelAutodiffBackend>(
         )?,
     };
     Ok((model, outcome, batch))
-}
-
-/// A session's running record: the metrics log, timing, loss windows and what it wrote.
-struct Progress {
-    start_step: usize,
-    metrics: MetricsLog,
-    session_start: Instant,
-    elapsed_before: f64,
-    losses: LossWindows,
-    last_checkpoint: Option<PathBuf>,
-    samples: Vec<PathBuf>,
-}
-
-impl Progress {
-    fn start(run: &RunDir, state: &TrainState) -> Result<Self, TrainError> {
-        Ok(Self {
-            start_step: state.step,
-            metrics: MetricsLog::open(&run.metrics_path(), state.step)?,
-            session_start: Instant::now(),
-            elapsed_before: state.elapsed_s,
-            losses: LossWindows::default(),
-            last_checkpoint: None,
-            samples: Vec::new(),
-        })
-    }
-
-    /// Logs the optimizer step just completed (and keeps the run's training time in `state`).
-    fn record(
-        &mut self,
-        state: &mut TrainState,
-        loss: f32,
-        lr: f64,
-        observer: &mut dyn TrainObserver,
-    ) -> Result<(), TrainError> {
-        self.losses.push(loss);
-        let session_s = self.session_start.elapsed().as_secs_f64();
-        state.elapsed_s = self.elapsed_before + session_s;
-        let m = StepMetrics {
-            step: state.step,
-            loss,
-            lr,
-            steps_per_s: (state.step - self.start_step) as f64 / session_s.max(1e-9),
-            elapsed_s: state.elapsed_s,
-        };
-        self.metrics.write(&m)?;
-        observer.step(&m);
-        Ok(())
-    }
-
-    /// The session's numbers and its last checkpoint (the run's latest if it wrote none).
-    fn summary(self, run: &RunDir, state: &TrainState) -> Result<TrainSummary, TrainError> {
-        let checkpoint = match self.last_checkpoint {
-            Some(p) => p,
-            None => run.latest_checkpoint()?.ok_or_else(|| {
-                TrainError::checkpoint(&run.checkpoints(), "no checkpoint was written")
-            })?,
-        };
-        Ok(TrainSummary {
-            start_step: self.start_step,
-            end_step: state.step,
-            first_loss: self.losses.first.unwrap_or(f32::NAN),
-            last_loss: state.last_loss,
-            first_mean_loss: mean(self.losses.first_window.iter()),
-            last_mean_loss: mean(self.losses.last_window.iter()),
-            loss_window: self.losses.first_window.len(),
-            checkpoint,
-            samples: self.samples,
-        })
-    }
 }
 
 /// Stops the run on a device error or a non-finite loss (after `skip` gave up), before

@@ -129,8 +129,8 @@ impl<B: KernelAutodiffBackend> Worker<B> {
                 Update::Overflow { .. } => continue,
                 // The lead stops the run with the error that names the batch.
                 Update::GaveUp(_) => return Ok(()),
-                Update::Applied(loss) if !loss.is_finite() => return Ok(()),
-                Update::Applied(_) => {
+                Update::Applied { loss, .. } if !loss.is_finite() => return Ok(()),
+                Update::Applied { .. } => {
                     self.step += 1;
                     // The lead's stop (a signal), at the step boundary it checkpoints.
                     if team.agree_stop(false)? {

@@ -1,5 +1,5 @@
 //! What happens on the checkpoint cadence: the checkpoint itself, the loss curve, and samples
-//! drawn with the EMA weights.
+//! drawn with the EMA weights (with their slices in the TensorBoard events).
 
 use std::path::PathBuf;
 
@@ -8,6 +8,8 @@ use burn::optim::Optimizer;
 use medddpm_diffusion::{CosineSchedule, Sampler, Scheduler};
 use medddpm_unet::{cast_compute_params, KernelAutodiffBackend, KernelBackend, UNet};
 
+use super::events::RunEvents;
+use super::progress::Progress;
 use super::session::Session;
 use super::step::batch_tensor;
 use super::{SessionOptions, TrainObserver};
@@ -17,16 +19,17 @@ use crate::sample::write_sample;
 use crate::{ExperimentConfig, TrainError};
 
 /// Writes the checkpoint for the session's step and redraws the loss curve; on the
-/// `save_every` cadence (not for the final step of a shorter session) also samples.
-/// Returns the checkpoint folder and the sample files written.
-pub(super) fn checkpoint_and_sample<B: KernelAutodiffBackend>(
+/// `save_every` cadence (not for the final step of a shorter session) also samples, logging
+/// each sample's slices to the session's events. Notes the checkpoint folder and the sample
+/// files written in `progress`.
+pub(super) fn checkpoint<B: KernelAutodiffBackend>(
     session: &Session<B>,
     config: &ExperimentConfig,
     run: &RunDir,
-    options: &SessionOptions,
-    device: &B::Device,
+    (options, device): (&SessionOptions, &B::Device),
+    progress: &mut Progress,
     observer: &mut dyn TrainObserver,
-) -> Result<(PathBuf, Vec<PathBuf>), TrainError> {
+) -> Result<(), TrainError> {
     let settings = &config.train;
     let path = run.write_checkpoint(
         &session.state,
@@ -41,12 +44,12 @@ pub(super) fn checkpoint_and_sample<B: KernelAutodiffBackend>(
         },
     )?;
     observer.checkpoint(&path);
+    progress.last_checkpoint = Some(path);
     // A picture that cannot be drawn is not worth stopping a run for.
     let curve = run.root.join(crate::pictures::LOSS_CURVE_FILE);
     if let Err(e) = crate::pictures::loss_curve(&run.metrics_path(), &curve) {
         observer.message(&format!("loss curve not written: {e}"));
     }
-    let mut samples = Vec::new();
     let step = session.state.step;
     if settings.samples_per_checkpoint > 0 && step.is_multiple_of(settings.save_every) {
         let ema = cast_compute_params(
@@ -60,9 +63,11 @@ pub(super) fn checkpoint_and_sample<B: KernelAutodiffBackend>(
             step,
             run,
         };
-        samples = periodic_samples::<B::InnerBackend>(&ctx, &ema, device, observer)?;
+        let events = &mut progress.events;
+        let drawn = periodic_samples::<B::InnerBackend>(&ctx, &ema, (device, events), observer)?;
+        progress.samples.extend(drawn);
     }
-    Ok((path, samples))
+    Ok(())
 }
 
 /// What periodic sampling reads.
@@ -81,7 +86,7 @@ struct SampleContext<'a> {
 fn periodic_samples<B: KernelBackend>(
     ctx: &SampleContext<'_>,
     ema: &UNet<B>,
-    device: &B::Device,
+    (device, events): (&B::Device, &mut Option<RunEvents>),
     observer: &mut dyn TrainObserver,
 ) -> Result<Vec<PathBuf>, TrainError> {
     let (config, dataset) = (ctx.config, ctx.dataset);
@@ -129,6 +134,13 @@ fn periodic_samples<B: KernelBackend>(
         match picture.write(&montage) {
             Ok(path) => written.push(path),
             Err(e) => observer.message(&format!("sample montage not written: {e}")),
+        }
+        if let Some(events) = events.as_mut() {
+            let case = (example.id.as_str(), &reference);
+            let channels = picture.channel_names;
+            if let Err(e) = events.sample(step, case, &values, &channels) {
+                observer.message(&format!("sample slices not logged to TensorBoard: {e}"));
+            }
         }
     }
     Ok(written)

@@ -9,7 +9,7 @@ use medddpm_unet::{KernelAutodiffBackend, UNet};
 
 use super::accumulate::AccumulatedStep;
 use super::team::Team;
-use super::update::{read_mean, skip_batch, Update};
+use super::update::{read_mean, skip_batch, GradNorm, Update};
 use crate::checkpoint::LossScale;
 use crate::{ExperimentConfig, FusedAdamOptimizer, NonFiniteLoss, TrainError};
 
@@ -31,14 +31,16 @@ pub(super) fn scaled_update<B: KernelAutodiffBackend>(
             return Ok((model, skip_batch(loss, skipped_in_a_row)));
         }
         // The run stops on this loss (`stop_on_failure`), so nothing is updated.
-        return Ok((model, Update::Applied(loss)));
+        let grad_norm = None;
+        return Ok((model, Update::Applied { loss, grad_norm }));
     }
     *skipped_in_a_row = 0;
     let grads = team.average(&model, step.accumulator.grads(), device)?;
     let (grads, finite) = unscale(&model, grads, scale.per_replica(team.shard.world));
     let from = scale.scale;
     if scale.update(finite, config.train.loss_scale_growth_interval) {
-        return Ok((optim.step(lr, model, grads), Update::Applied(loss)));
+        let norm = GradNorm::<B>::wanted(config, team).queue(&model, &grads);
+        return Ok((optim.step(lr, model, grads), norm.applied(loss)));
     }
     Ok((
         model,

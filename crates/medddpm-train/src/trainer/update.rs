@@ -1,8 +1,10 @@
 //! What a step's gradients become: Adam's update, or a skipped batch (a non-finite loss with
 //! `skip`; f16 gradients that overflowed, in `scaler`).
 
-use burn::optim::Optimizer;
-use burn::tensor::{ElementConversion, Tensor};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, ElementConversion, Tensor};
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
 use super::accumulate::AccumulatedStep;
@@ -15,8 +17,9 @@ const MAX_SKIPPED_IN_A_ROW: usize = 10;
 /// What became of one optimizer step's update.
 pub(super) enum Update {
     /// Adam stepped; the step's mean loss (not finite: the run stops, and with loss scaling
-    /// Adam did not step).
-    Applied(f32),
+    /// Adam did not step) and the norm of the gradients it took, where asked for
+    /// ([`GradNorm`]).
+    Applied { loss: f32, grad_norm: Option<f32> },
     /// The loss was not finite and `on_non_finite_loss = "skip"` left the weights alone.
     Skipped(f32),
     /// As `Skipped`, but too many in a row: the run stops as without `skip`.
@@ -37,18 +40,21 @@ pub(super) fn update<B: KernelAutodiffBackend>(
     team: &Team<'_>,
     device: &B::Device,
 ) -> Result<(UNet<B>, Update), TrainError> {
+    let norm = GradNorm::<B>::wanted(config, team);
     if config.train.on_non_finite_loss != NonFiniteLoss::Skip {
         let grads = team.average(&model, step.accumulator.grads(), device)?;
+        let norm = norm.queue(&model, &grads);
         let model = optim.step(lr, model, grads);
         let loss = team.mean_loss(read_mean(step.losses))?;
-        return Ok((model, Update::Applied(loss)));
+        return Ok((model, norm.applied(loss)));
     }
     let loss = team.mean_loss(read_mean(step.losses))?;
     if loss.is_finite() {
         *skipped_in_a_row = 0;
         let grads = team.average(&model, step.accumulator.grads(), device)?;
+        let norm = norm.queue(&model, &grads);
         let model = optim.step(lr, model, grads);
-        return Ok((model, Update::Applied(loss)));
+        return Ok((model, norm.applied(loss)));
     }
     Ok((model, skip_batch(loss, skipped_in_a_row)))
 }
@@ -71,5 +77,118 @@ pub(super) fn skip_batch(loss: f32, skipped_in_a_row: &mut usize) -> Update {
         Update::Skipped(loss)
     } else {
         Update::GaveUp(loss)
+    }
+}
+
+/// The global L2 norm of the gradients Adam takes (all of them as one vector, in f32, after
+/// the replicas' average and f16's unscaling), for the log: `[train] grad_norm`, computed by
+/// the lead alone (the replicas hold the same average). Queued on the device before the
+/// update and read after it, with the loss, so the GPU does not wait for the host.
+pub(super) enum GradNorm<B: AutodiffBackend> {
+    /// Not asked for, or not this replica's job.
+    Off,
+    /// To be queued.
+    Wanted,
+    /// The sum of squares, queued.
+    Queued(Tensor<B::InnerBackend, 1>),
+}
+
+impl<B: AutodiffBackend> GradNorm<B> {
+    pub fn wanted(config: &ExperimentConfig, team: &Team<'_>) -> Self {
+        if config.train.grad_norm && team.shard.rank == 0 {
+            Self::Wanted
+        } else {
+            Self::Off
+        }
+    }
+
+    /// Queues the sum of squares of `grads` (those of `model`'s parameters).
+    pub fn queue<M: Module<B>>(self, model: &M, grads: &GradientsParams) -> Self {
+        if !matches!(self, Self::Wanted) {
+            return self;
+        }
+        let mut visitor = SquaredSum::<B> { grads, sum: None };
+        model.visit(&mut visitor);
+        visitor.sum.map_or(Self::Off, Self::Queued)
+    }
+
+    /// The update's outcome, reading the norm (which waits for the device).
+    pub fn applied(self, loss: f32) -> Update {
+        let grad_norm = match self {
+            Self::Queued(sum) => Some(sum.into_scalar().elem::<f32>().sqrt()),
+            _ => None,
+        };
+        Update::Applied { loss, grad_norm }
+    }
+}
+
+struct SquaredSum<'a, B: AutodiffBackend> {
+    grads: &'a GradientsParams,
+    sum: Option<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredSum<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let g = medddpm_kernels::cast_to(g, DType::F32);
+        let squares = g.clone().mul(g).sum();
+        self.sum = Some(match self.sum.take() {
+            None => squares,
+            Some(s) => s + squares,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::{Linear, LinearConfig};
+
+    type B = Autodiff<Flex>;
+
+    fn values<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
+        t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+    }
+
+    /// The norm is that of every gradient of the model as one vector, a bf16 one in f32.
+    #[test]
+    fn grad_norm_is_the_l2_norm_of_all_gradients() {
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
+        let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]], &device);
+        let loss = model.forward(x).powi_scalar(2).sum();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        let bias = model.bias.as_ref().unwrap().id;
+        let w = grads.remove::<Flex, 2>(model.weight.id).unwrap();
+        let w = medddpm_kernels::cast_to(w, DType::BF16);
+        grads.register(model.weight.id, w.clone());
+        let b = grads.get::<Flex, 1>(bias).unwrap();
+        let mut all = values(medddpm_kernels::cast_to(w, DType::F32));
+        all.extend(values(b));
+        let expected = all.iter().map(|g| g * g).sum::<f64>().sqrt();
+        assert!(expected > 0.0);
+
+        let Update::Applied { loss, grad_norm } =
+            GradNorm::<B>::Wanted.queue(&model, &grads).applied(0.5)
+        else {
+            panic!("not applied")
+        };
+        assert_eq!(loss, 0.5);
+        let got = grad_norm.unwrap() as f64;
+        assert!(
+            (got - expected).abs() < 1e-5 * expected,
+            "{got} vs {expected}"
+        );
+
+        // Not wanted: nothing queued, nothing read.
+        let Update::Applied { grad_norm, .. } =
+            GradNorm::<B>::Off.queue(&model, &grads).applied(0.5)
+        else {
+            panic!("not applied")
+        };
+        assert_eq!(grad_norm, None);
     }
 }

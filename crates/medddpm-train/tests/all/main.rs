@@ -11,6 +11,7 @@ mod run_lock;
 mod sample_brats;
 mod train_checkpointing;
 mod train_crash;
+mod train_events;
 mod train_non_finite;
 mod train_parallel;
 mod train_precision;

@@ -91,6 +91,25 @@ fn f16_sessions_with_loss_scaling_train_like_the_default() {
     // The other precisions keep no scale.
     let base_state = medddpm_train::checkpoint::read_state(&base.checkpoint).unwrap();
     assert_eq!(base_state.loss_scale, None);
+
+    // The log has the scale after each step, and the norm of the unscaled gradients: the
+    // f32 run's up to f16's rounding (the first step's, before the weights part).
+    let (f16_run, f32_run) = (
+        RunDir::new(tmp.path().join("f16")),
+        RunDir::new(tmp.path().join("f32")),
+    );
+    let scales: Vec<f64> = common::logged(&f16_run, "loss_scale");
+    assert_eq!(scales, vec![config.train.loss_scale; config.train.steps]);
+    let events = medddpm_tensorboard::read_dir_events(&f16_run.root).unwrap();
+    let logged = medddpm_tensorboard::scalars(&events, "train/loss_scale");
+    assert_eq!(logged.len(), config.train.steps);
+    assert!(logged.iter().all(|s| s.1 as f64 == config.train.loss_scale));
+    let n16: Vec<f32> = common::logged(&f16_run, "grad_norm");
+    let n32: Vec<f32> = common::logged(&f32_run, "grad_norm");
+    assert!(
+        (n16[0] - n32[0]).abs() < 0.02 * n32[0],
+        "{n16:?} vs {n32:?}"
+    );
 }
 
 /// A scale so large that f16's gradients overflow: those steps are skipped and the scale
