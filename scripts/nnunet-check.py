@@ -90,6 +90,24 @@ def make(medddpm, work, name, toml, masks, count, dataset_id):
     return os.path.join(out, f"Dataset{dataset_id:03d}_{name}")
 
 
+def complete_brats(source, work):
+    """A BraTS root in `work` linking the cases of `source` that have every modality."""
+    source = os.path.abspath(source)
+    root = os.path.join(work, "brats")
+    mods = ["t1", "t1ce", "t2", "flair"]
+    for folder in mods + ["seg"]:
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+    for name in sorted(os.listdir(os.path.join(source, "seg"))):
+        case = name[: -len("_seg.nii.gz")]
+        files = {m: os.path.join(source, m, f"{case}_{m}.nii.gz") for m in mods + ["seg"]}
+        if all(os.path.isfile(f) for f in files.values()):
+            for m, f in files.items():
+                link = os.path.join(root, m, os.path.basename(f))
+                if not os.path.exists(link):
+                    os.symlink(f, link)
+    return root
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--medddpm", default=os.path.join(ROOT, "target/debug/medddpm"))
@@ -98,7 +116,7 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="nnunet-check-")
     os.makedirs(work, exist_ok=True)
     shared = os.environ.get("MEDDDPM_SHARED_DIR", os.path.join(ROOT, "..", "shared"))
-    brats = os.path.abspath(os.path.join(shared, "datasets/medddpm-samples/brats2021"))
+    brats = complete_brats(os.path.join(shared, "datasets/medddpm-samples/brats2021"), work)
     # nnunetv2 reads these at import; the check itself uses none of them.
     for var in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
         os.environ.setdefault(var, os.path.join(work, var))

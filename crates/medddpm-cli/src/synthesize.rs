@@ -230,6 +230,7 @@ fn one_process(
         };
     }
     if world > 1 {
+        end_with_the_lead();
         // Each process is one device; on the CPU a device other than 0 needs `processes`.
         settings.launch = medddpm_backend::Launch::Processes;
         settings.show_tuning = false;
@@ -262,6 +263,20 @@ fn one_process(
         place: (rank, world),
     };
     run_on(&settings, task)
+}
+
+/// A process of a multi-device run ends when the process that started it does (Linux), so
+/// that a lead killed with -9 leaves none writing into the folder a rerun will tidy.
+fn end_with_the_lead() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_PDEATHSIG only sets this process's parent-death signal.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The lead may have ended before the call: then this process was handed to init.
+        if libc::getppid() == 1 {
+            libc::_exit(1);
+        }
+    }
 }
 
 /// The largest batch (up to [`AUTO_MAX_BATCH`]) whose sampling the memory plan fits on the
@@ -360,11 +375,7 @@ impl BackendTask for SynthTask<'_> {
 /// Merges the manifest and writes `dataset.json`; says where the data set is.
 fn finish(s: &Synthesis) -> anyhow::Result<()> {
     let state = s.finish()?;
-    // `join("")` would add a trailing separator for our layout, whose root is --out itself.
-    let root = match s.options().layout.root() {
-        r if r.as_os_str().is_empty() => s.out().to_path_buf(),
-        r => s.out().join(r),
-    };
+    let root = s.dataset_dir();
     println!("{}", root.display());
     eprintln!(
         "{} of {} pairs in {} (manifest: {})",

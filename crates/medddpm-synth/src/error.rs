@@ -23,12 +23,10 @@ pub enum SynthError {
         second: PathBuf,
     },
     /// The output folder was made with other settings, so resuming would mix two data sets.
-    #[error("{}: cannot resume: this folder was made with {setting} {made}, this run asks for {asked} (settings in {}); use another --out, or the settings it was made with", manifest.display(), settings.display())]
+    #[error("{}: cannot resume: this folder was made with {setting} {made}, this run asks for {asked} (settings in {} beside it); use another --out, or the settings it was made with", manifest.display(), crate::files::SETTINGS_FILE)]
     OtherSettings {
         /// The manifest of the folder.
         manifest: PathBuf,
-        /// The settings file beside it.
-        settings: PathBuf,
         /// Which setting differs.
         setting: String,
         /// Its value in the folder.

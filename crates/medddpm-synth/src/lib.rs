@@ -11,11 +11,12 @@
 //!
 //! Modules: [`work`] (the work list and seeds), [`layout`] (where files go, `dataset.json`),
 //! [`manifest`] (records, parts, torn lines), [`settings`] (`synthesize.json` and the
-//! checkpoint checksum), [`hook`] (the augmentation hook), `synthesis` (the folder's life
+//! checkpoint checksum), `files` (the file names beside a data set), [`hook`] (the augmentation hook), `synthesis` (the folder's life
 //! cycle), `shard` (sampling and writing one process's pairs).
 #![warn(missing_docs)]
 
 mod error;
+mod files;
 pub mod hook;
 pub mod layout;
 pub mod manifest;

@@ -17,13 +17,7 @@ use serde_json::Value;
 
 use crate::SynthError;
 
-/// The merged manifest in the output folder.
-pub const MANIFEST_FILE: &str = "manifest.jsonl";
-
-/// The part process `rank` appends to while several processes run.
-pub fn part_name(rank: usize) -> String {
-    format!("manifest.rank-{rank}.jsonl")
-}
+pub use crate::files::{part_name, MANIFEST_FILE};
 
 /// One finished pair.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -13,8 +13,7 @@ use serde_json::Value;
 use crate::layout::DatasetLayout;
 use crate::SynthError;
 
-/// The settings file in the output folder.
-pub const SETTINGS_FILE: &str = "synthesize.json";
+pub use crate::files::SETTINGS_FILE;
 
 /// What decides a data set's pairs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

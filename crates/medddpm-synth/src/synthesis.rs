@@ -12,8 +12,10 @@ use medddpm_train::{ExperimentConfig, WeightsSource};
 use serde_json::Value;
 
 use crate::layout::DatasetLayout;
-use crate::manifest::{part_name, read_manifests, write_merged, PairRecord, MANIFEST_FILE};
-use crate::settings::{checkpoint_checksum, RunSettings, SETTINGS_FILE};
+use crate::manifest::{
+    part_name, read_manifests, write_merged, Manifests, PairRecord, MANIFEST_FILE,
+};
+use crate::settings::{checkpoint_checksum, RunSettings};
 use crate::work::{pair_seed, Pair, WorkList};
 use crate::SynthError;
 
@@ -120,6 +122,15 @@ impl Synthesis {
         &self.out
     }
 
+    /// The data set's own folder: the output folder (ours) or its `DatasetNNN_Name` (nnU-Net).
+    pub fn dataset_dir(&self) -> PathBuf {
+        let root = self.options.layout.root();
+        match root.as_os_str().is_empty() {
+            true => self.out.clone(),
+            false => self.out.join(root),
+        }
+    }
+
     /// The work list.
     pub fn list(&self) -> &WorkList {
         &self.list
@@ -178,7 +189,6 @@ impl Synthesis {
     fn other_settings(&self, setting: String, made: String, asked: String) -> SynthError {
         SynthError::OtherSettings {
             manifest: self.out.join(MANIFEST_FILE),
-            settings: self.out.join(SETTINGS_FILE),
             setting,
             made,
             asked,
@@ -201,7 +211,7 @@ impl Synthesis {
 
     /// The pairs of process `rank` of `world` that are not finished yet.
     pub fn pending(&self, rank: usize, world: usize) -> Result<Vec<Pair>, SynthError> {
-        let done = self.finished()?.0;
+        let done = self.finished()?.records;
         Ok(self
             .list
             .shard(rank, world)
@@ -226,18 +236,19 @@ impl Synthesis {
         Ok(state)
     }
 
-    /// The finished pairs (listed, made with these settings, every file present), the torn
-    /// lines and the parts read.
-    fn finished(&self) -> Result<(BTreeMap<usize, PairRecord>, usize, Vec<PathBuf>), SynthError> {
-        let m = read_manifests(&self.out)?;
+    /// The manifests with only the finished pairs (listed, made with these settings, every
+    /// file present).
+    fn finished(&self) -> Result<Manifests, SynthError> {
+        let mut m = read_manifests(&self.out)?;
         let mut done = BTreeMap::new();
-        for (id, record) in m.records {
+        for (id, record) in std::mem::take(&mut m.records) {
             self.check_record(&record)?;
             if id < self.list.count() && record.files.iter().all(|f| self.out.join(f).is_file()) {
                 done.insert(id, record);
             }
         }
-        Ok((done, m.torn, m.parts))
+        m.records = done;
+        Ok(m)
     }
 
     /// A record of another checkpoint, sampler or seed is refused, naming the manifest.
@@ -269,7 +280,11 @@ impl Synthesis {
     /// Merges the manifests into `manifest.jsonl`, keeping only finished pairs, and removes
     /// temporary files and the files of pairs not listed.
     fn compact(&self) -> Result<FolderState, SynthError> {
-        let (done, torn, parts) = self.finished()?;
+        let Manifests {
+            records: done,
+            torn,
+            parts,
+        } = self.finished()?;
         let mut removed = 0;
         let mut dirs: BTreeSet<PathBuf> =
             [self.out.clone(), self.out.join(self.options.layout.root())].into();

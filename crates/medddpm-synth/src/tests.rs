@@ -296,7 +296,7 @@ fn a_folder_made_otherwise_is_refused_naming_its_manifest() {
         .unwrap_err()
         .to_string()
         .contains("layout"));
-    std::fs::write(&weights_path(&weights), b"other weights").unwrap();
+    std::fs::write(weights_path(&weights), b"other weights").unwrap();
     let err = new(options(2, 1, DatasetLayout::Ours))
         .begin()
         .unwrap_err()
