@@ -293,6 +293,55 @@ impl SynthProgress {
     }
 }
 
+/// One bar per pass of a computation made of passes (`eval`'s memorisation check: prefilter,
+/// then SSIM), each replacing the last; plain lines when stderr is not a terminal.
+pub struct StageProgress {
+    what: &'static str,
+    bar: Option<ProgressBar>,
+    plain: Option<PlainLines>,
+}
+
+impl StageProgress {
+    pub fn new() -> Self {
+        Self {
+            what: "",
+            bar: None,
+            plain: None,
+        }
+    }
+
+    /// `done` of `total` `unit` of the pass `what`; a new `what` starts a new bar.
+    pub fn update(&mut self, what: &'static str, unit: &'static str, done: u64, total: u64) {
+        if self.what != what || self.bar.is_none() {
+            if let Some(old) = self.bar.take() {
+                old.finish_and_clear();
+            }
+            let bar = ProgressBar::new(total);
+            bar.set_style(
+                ProgressStyle::with_template(&format!(
+                    "{what} {{bar:30}} {{pos}}/{{len}} {unit}  [{{elapsed_precise}} < {{eta_precise}}]"
+                ))
+                .expect("valid template"),
+            );
+            self.what = what;
+            self.bar = Some(bar);
+            self.plain = PlainLines::if_not_terminal(what, unit, 0, total);
+        }
+        if let Some(line) = self.plain.as_mut().and_then(|p| p.update(done, "")) {
+            eprintln!("{line}");
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+        }
+    }
+
+    pub fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::PlainLines;

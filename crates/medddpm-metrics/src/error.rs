@@ -76,6 +76,23 @@ pub enum MetricsError {
         /// What is allowed.
         reason: &'static str,
     },
+    /// A volume holds NaN or infinite voxels, so every score of it would be NaN.
+    #[error("{what}: {count} voxel(s) are NaN or infinite")]
+    NonFinite {
+        /// Which volume.
+        what: String,
+        /// How many voxels are not finite.
+        count: usize,
+    },
+    /// A caller's loader could not provide a volume (a file that does not read, a grid that
+    /// cannot be matched); `reason` is the loader's own message.
+    #[error("{name}: {reason}")]
+    Load {
+        /// The volume's name, as the loader gave it.
+        name: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// An error about one named item of an [`crate::EvalInput`], so the user knows which file
     /// to look at.
     #[error("{context}: {source}")]
@@ -141,6 +158,18 @@ pub(crate) fn check_data_range(data_range: f64) -> Result<()> {
             name: "data_range",
             value: data_range.to_string(),
             reason: "must be finite and > 0 (2.0 for images in [-1, 1])",
+        })
+    }
+}
+
+pub(crate) fn check_finite(what: &str, data: &[f32]) -> Result<()> {
+    let count = data.iter().filter(|v| !v.is_finite()).count();
+    if count == 0 {
+        Ok(())
+    } else {
+        Err(MetricsError::NonFinite {
+            what: what.to_string(),
+            count,
         })
     }
 }

@@ -10,11 +10,13 @@
 //! - diversity: [`ms_ssim3d`], [`mean_pairwise_ms_ssim`];
 //! - distribution: [`mmd2_unbiased`] on [`volume_features`];
 //! - mask adherence: [`label_stats`], [`TissueClassifier`], [`dice`], [`per_label_dice`];
+//! - is the synthetic data new: [`nearest_training`] -> [`MemorisationSection`];
 //! - everything at once: [`evaluate`] -> [`EvalReport`] (serde, [`EvalReport::to_markdown`]).
 #![warn(missing_docs)]
 
 mod adherence;
 mod error;
+mod memorisation;
 mod mmd;
 mod pixel;
 mod report;
@@ -25,6 +27,10 @@ pub use adherence::{
     TissueClassifier,
 };
 pub use error::{MetricsError, Result};
+pub use memorisation::{
+    nearest_training, MemorisationOptions, MemorisationProgress, MemorisationSection,
+    MemorisationStage, NamedVolume, NearestRow, Neighbour, Spread, VolumeSource,
+};
 pub use mmd::{
     median_heuristic, mmd2_biased, mmd2_unbiased, volume_features, volume_features_with,
     FeatureOptions, Mmd, MmdEstimator,

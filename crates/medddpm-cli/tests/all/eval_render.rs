@@ -261,3 +261,131 @@ fn eval_refuses_a_volume_elsewhere_in_space_or_with_nan_voxels() {
     let (ok, _, stderr) = eval();
     assert!(ok, "{stderr}");
 }
+
+/// A head (the phantom's ball) filled with waves whose directions and phases follow `seed`:
+/// distinct training cases that a copy must be told apart from.
+fn textured(seed: u64) -> Vec<f32> {
+    let (mask, _) = phantom();
+    let mut state = seed.wrapping_add(1);
+    let mut draw = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let waves: Vec<[f64; 4]> = (0..3)
+        .map(|_| [draw() - 0.5, draw() - 0.5, draw() - 0.5, 6.3 * draw()])
+        .collect();
+    let mut out = Vec::with_capacity(N * N * N);
+    for (at, &m) in mask.iter().enumerate() {
+        let p = [at % N, at / N % N, at / (N * N)].map(|x| x as f64 - 11.5);
+        let t: f64 = waves
+            .iter()
+            .map(|w| (1.2 * (w[0] * p[0] + w[1] * p[1] + w[2] * p[2]) + w[3]).sin())
+            .sum();
+        out.push(if m > 0.0 {
+            (0.1 + 0.23 * t) as f32
+        } else {
+            -1.0
+        });
+    }
+    out
+}
+
+/// `eval --train-dir`: a sample that is a training volume is found as a near-copy of it, new
+/// ones are not; alone (no masks) and beside the evaluation by mask.
+#[test]
+fn eval_train_dir_finds_a_copied_training_volume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for d in ["train/mask", "train/image", "synth"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let (mask, _) = phantom();
+    for t in 0..4 {
+        write(&dir.join(format!("train/mask/t{t}.nii.gz")), mask.clone());
+        write(&dir.join(format!("train/image/t{t}.nii.gz")), textured(t));
+    }
+    write(&dir.join("synth/t2_seed-0_sample-0.nii.gz"), textured(2));
+    write(&dir.join("synth/new_sample-0.nii.gz"), textured(10));
+    write(&dir.join("synth/new_sample-1.nii.gz"), textured(11));
+    // A scan in scanner units (a held-out real image, to calibrate): normalised like training.
+    let scan = textured(12).iter().map(|v| 500.0 * v + 500.0).collect();
+    write(&dir.join("synth/scan.nii.gz"), scan);
+    let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
+    let (train, synth) = (p("train"), p("synth"));
+    let args = ["eval", "--synthetic", &synth, "--train-dir", &train];
+
+    let (ok, stdout, stderr) = crate::common::medddpm_with(
+        &args,
+        &["--out", &p("alone"), "--memorisation-candidates", "2"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("## Memorisation"), "{stdout}");
+    assert!(!stdout.contains("## Paired fidelity"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("alone/eval.json")).unwrap()).unwrap();
+    let m = &report["memorisation"];
+    assert_eq!(m["n_training"], 4);
+    assert_eq!(m["n_synthetic"], 4);
+    assert_eq!(m["compared_pairs"], 4 * 2);
+    assert_eq!(m["near_copies"], 1);
+    assert_eq!(m["near_copy_fraction"], 0.25);
+    assert_eq!(m["options"]["ssim_threshold"], 0.95);
+    let rows = m["rows"].as_array().unwrap();
+    let row = |name: &str| rows.iter().find(|r| r["synthetic"] == name).unwrap();
+    let copy = row("t2_seed-0_sample-0");
+    assert_eq!(copy["nearest"]["training"], "t2");
+    assert!(copy["nearest"]["ssim"].as_f64().unwrap() > 0.9999);
+    assert_eq!(copy["near_copy"], true);
+    assert_eq!(copy["near_copy_of"]["training"], "t2");
+    assert!(copy["second"]["ssim"].as_f64().unwrap() < 0.9);
+    for new in ["new_sample-0", "new_sample-1", "scan"] {
+        assert_eq!(row(new)["near_copy"], false, "{}", row(new));
+        assert!(row(new)["nearest"]["ssim"].as_f64().unwrap() < 0.9);
+    }
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("1 of 4 synthetic volume(s) are named after a training case"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("1 --synthetic volume(s) outside [-1, 1] were normalised"),
+        "{notes}"
+    );
+
+    // Beside the evaluation by mask (samples named after the masks): both sections.
+    std::fs::create_dir(dir.join("by_mask")).unwrap();
+    write(&dir.join("by_mask/t2_seed-0_sample-0.nii.gz"), textured(2));
+    write(&dir.join("by_mask/t1_seed-0_sample-0.nii.gz"), textured(11));
+    let (ok, stdout, stderr) = medddpm(&[
+        "eval",
+        "--synthetic",
+        &p("by_mask"),
+        "--train-dir",
+        &train,
+        "--masks",
+        &p("train/mask"),
+        "--real",
+        &p("train/image"),
+        "--out",
+        &p("both"),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("## Paired fidelity") && stdout.contains("## Memorisation"));
+    let both: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("both/eval.json")).unwrap()).unwrap();
+    assert_eq!(both["memorisation"]["near_copies"], 1);
+    assert!(!both["paired"]["rows"].as_array().unwrap().is_empty());
+
+    // --real needs masks; a training file that is not a volume is named.
+    assert_refused(
+        &crate::common::medddpm_with(&args, &["--real", &p("train/image")]),
+        &["--masks"],
+    );
+    std::fs::write(dir.join("train/image/t3.nii.gz"), b"not a volume").unwrap();
+    assert_refused(
+        &crate::common::medddpm_with(&args, &[]),
+        &["t3.nii.gz", "training volume 't3'"],
+    );
+}

@@ -52,6 +52,7 @@ pub fn evaluate(input: &EvalInput) -> Result<EvalReport> {
         diversity,
         mmd,
         adherence,
+        memorisation: None,
         notes,
     })
 }

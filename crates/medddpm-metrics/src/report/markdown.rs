@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::memorisation::{MemorisationSection, Neighbour};
 use crate::mmd::MmdEstimator;
 
 use super::sections::{AdherenceSection, DiversitySection, EvalReport, MmdSection, PairedSection};
@@ -26,10 +27,15 @@ impl EvalReport {
             "Grid {ni}x{nj}x{nk}, data range {}; {} masks, {} real, {} synthetic images.\n",
             self.data_range, self.n_masks, self.n_real, self.n_synthetic
         );
-        paired_markdown(&mut s, &self.paired);
-        diversity_markdown(&mut s, &self.diversity);
-        mmd_markdown(&mut s, self.mmd.as_ref());
-        adherence_markdown(&mut s, self.adherence.as_ref());
+        if self.n_masks > 0 {
+            paired_markdown(&mut s, &self.paired);
+            diversity_markdown(&mut s, &self.diversity);
+            mmd_markdown(&mut s, self.mmd.as_ref());
+            adherence_markdown(&mut s, self.adherence.as_ref());
+        }
+        if let Some(m) = &self.memorisation {
+            memorisation_markdown(&mut s, m);
+        }
         if !self.notes.is_empty() {
             let _ = writeln!(s, "## Notes\n");
             for n in &self.notes {
@@ -179,5 +185,59 @@ fn adherence_markdown(s: &mut String, adherence: Option<&AdherenceSection>) {
         "| image | kind | mask | label | voxels | mean | std | real mean | Dice |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
         rows,
+    );
+}
+
+/// Name, SSIM and correlation of a neighbour, as three table cells.
+fn neighbour_cells(n: Option<&Neighbour>) -> String {
+    n.map_or_else(
+        || "- | - | -".into(),
+        |n| format!("{} | {:.4} | {:.4}", n.training, n.ssim, n.correlation),
+    )
+}
+
+fn memorisation_markdown(s: &mut String, m: &MemorisationSection) {
+    let o = &m.options;
+    let _ = writeln!(s, "## Memorisation (nearest training volume)\n");
+    let _ = writeln!(
+        s,
+        "{} synthetic against {} training volumes; head: {}. Search: {} ({} pairs).\n",
+        m.n_synthetic, m.n_training, m.head, m.search, m.compared_pairs
+    );
+    let rows = m.rows.iter().map(|r| {
+        format!(
+            "| {} | {} | {} | {} |",
+            r.synthetic,
+            neighbour_cells(Some(&r.nearest)),
+            neighbour_cells(r.second.as_ref()),
+            r.near_copy_of
+                .as_ref()
+                .map_or("no", |n| n.training.as_str())
+        )
+    });
+    table(
+        s,
+        "| synthetic | nearest | SSIM | corr. | second | SSIM | corr. | near-copy of |",
+        "|---|---|---:|---:|---|---:|---:|---|",
+        rows,
+    );
+    let (ss, sc) = (&m.nearest_ssim, &m.nearest_correlation);
+    let _ = writeln!(
+        s,
+        "Near-copies (a training volume at SSIM >= {} or correlation >= {}): **{} of {} \
+         ({:.1}%)**. \
+         Nearest SSIM min {:.4}, median {:.4}, max {:.4}; its correlation min {:.4}, median \
+         {:.4}, max {:.4}.\n",
+        o.ssim_threshold,
+        o.correlation_threshold,
+        m.near_copies,
+        m.n_synthetic,
+        100.0 * m.near_copy_fraction,
+        ss.min,
+        ss.median,
+        ss.max,
+        sc.min,
+        sc.median,
+        sc.max
     );
 }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::memorisation::MemorisationSection;
 use crate::mmd::MmdEstimator;
 use crate::ssim::MsSsimOptions;
 
@@ -168,6 +169,41 @@ pub struct EvalReport {
     pub mmd: Option<MmdSection>,
     /// Mask adherence; `None` without real images (nothing to fit the classifier on).
     pub adherence: Option<AdherenceSection>,
+    /// Nearest training volumes of the synthetic ones; `None` unless a training set was
+    /// given (absent from the JSON then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memorisation: Option<MemorisationSection>,
     /// Caveats for the reader.
     pub notes: Vec<String>,
+}
+
+impl EvalReport {
+    /// A report of the memorisation check alone (no masks, so no paired, diversity, MMD or
+    /// adherence sections: those stay empty).
+    pub fn memorisation_only(dims: [usize; 3], memorisation: MemorisationSection) -> Self {
+        Self {
+            dims,
+            data_range: memorisation.options.data_range,
+            n_masks: 0,
+            n_real: 0,
+            n_synthetic: memorisation.n_synthetic,
+            paired: PairedSection {
+                region: String::new(),
+                rows: Vec::new(),
+                mean: None,
+            },
+            diversity: DiversitySection {
+                ms_ssim: MsSsimOptions::default(),
+                rows: Vec::new(),
+            },
+            mmd: None,
+            adherence: None,
+            memorisation: Some(memorisation),
+            notes: vec![
+                "no masks given: only the memorisation section (paired, diversity, MMD and \
+                 adherence need masks)"
+                    .into(),
+            ],
+        }
+    }
 }

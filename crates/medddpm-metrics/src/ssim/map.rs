@@ -23,6 +23,10 @@ impl Level {
         let (sq, _) = blur(&squares, dims, window);
         Self { dims, data, mu, sq }
     }
+
+    pub(super) fn dims(&self) -> [usize; 3] {
+        self.dims
+    }
 }
 
 /// Calls `f(luminance, contrast_structure)` for every valid voxel of a pair of levels, in map
@@ -147,17 +151,22 @@ pub fn ssim3d_map(
             window: window.size(),
         });
     }
-    let (c1, c2) = constants(data_range);
     let x = Level::new(to_f64(a), dims, window);
     let y = Level::new(to_f64(b), dims, window);
+    Ok(level_map(&x, &y, window, data_range))
+}
+
+/// The SSIM map of two levels of equal dims (checked by the caller).
+pub(super) fn level_map(x: &Level, y: &Level, window: &GaussianWindow, data_range: f64) -> SsimMap {
+    let (c1, c2) = constants(data_range);
     let mut values = Vec::with_capacity(x.mu.len());
-    let md = pair_terms(&x, &y, window, c1, c2, |l, c| values.push(l * c));
-    Ok(SsimMap {
-        volume_dims: dims,
+    let md = pair_terms(x, y, window, c1, c2, |l, c| values.push(l * c));
+    SsimMap {
+        volume_dims: x.dims,
         dims: md,
         offset: window.radius(),
         values,
-    })
+    }
 }
 
 /// Mean 3-D SSIM (default window, sigma 1.5) over the window centres inside `mask`.

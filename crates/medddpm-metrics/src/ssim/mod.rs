@@ -12,15 +12,18 @@
 //!
 //! - `window`: the Gaussian window and the separable blur;
 //! - `map`: single-scale SSIM ([`ssim3d`], [`SsimMap`]);
+//! - `prepared`: one volume's blurred statistics, kept for comparing it with many others;
 //! - `multiscale`: MS-SSIM ([`ms_ssim3d`]) and the pairwise diversity score
 //!   ([`mean_pairwise_ms_ssim`]).
 
 mod map;
 mod multiscale;
+mod prepared;
 mod window;
 
 pub use map::{ssim3d, ssim3d_map, ssim3d_with, SsimMap};
 pub use multiscale::{
     mean_pairwise_ms_ssim, ms_ssim3d, ms_ssim3d_with, MsSsimOptions, MS_SSIM_WEIGHTS,
 };
+pub(crate) use prepared::SsimVolume;
 pub use window::{GaussianWindow, DEFAULT_SIGMA};

@@ -276,3 +276,72 @@ fn each_images_real_mean_is_its_pairs() {
         "the pairs differ"
     );
 }
+
+/// The memorisation section: absent from an ordinary report's JSON; with it, the Markdown table
+/// and the near-copy line, the JSON fields, and the round trip.
+#[test]
+fn memorisation_section_in_json_and_markdown() {
+    let rep = evaluate(&input()).unwrap();
+    assert!(!serde_json::to_string(&rep)
+        .unwrap()
+        .contains("memorisation"));
+    let inp = input();
+    let training: Vec<NamedVolume> = inp
+        .real
+        .iter()
+        .map(|r| NamedVolume {
+            name: r.name.clone(),
+            data: r.data.clone(),
+        })
+        .collect();
+    let synthetic: Vec<NamedVolume> = inp
+        .synthetic
+        .iter()
+        .map(|s| NamedVolume {
+            name: s.name.clone(),
+            data: s.data.clone(),
+        })
+        .collect();
+    let m = nearest_training(
+        &synthetic,
+        &training[..],
+        DIMS,
+        &MemorisationOptions {
+            ssim_threshold: 0.99,
+            correlation_threshold: 0.99,
+            ..Default::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    // These images are their masks' labels plus noise, so the other samples of a real image's
+    // mask score 0.98: below the thresholds set here, above the defaults.
+    let mut with = rep.clone();
+    with.memorisation = Some(m.clone());
+    let md = with.to_markdown();
+    assert!(
+        md.contains("## Memorisation (nearest training volume)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| s0_copy | r0 | 1.0000 | 1.0000 | r1 |"),
+        "{md}"
+    );
+    assert!(md.contains("**1 of 4 (25.0%)**"), "{md}");
+    let json = serde_json::to_value(&with).unwrap();
+    let mem = &json["memorisation"];
+    assert_eq!(mem["near_copies"], 1);
+    assert_eq!(mem["near_copy_fraction"], 0.25);
+    assert_eq!(mem["options"]["ssim_threshold"], 0.99);
+    assert!(mem["options"].get("threads").is_none());
+    assert_eq!(mem["rows"][0]["near_copy_of"]["training"], "r0");
+    assert!(mem["rows"][1]["near_copy_of"].is_null());
+    let back: EvalReport = serde_json::from_value(json.clone()).unwrap();
+    assert!(close(&serde_json::to_value(&back).unwrap(), &json));
+
+    // Memorisation alone: the sections that need masks are left out of the Markdown.
+    let alone = EvalReport::memorisation_only(DIMS, m).to_markdown();
+    assert!(alone.contains("## Memorisation"), "{alone}");
+    assert!(!alone.contains("## Paired fidelity"), "{alone}");
+    assert!(alone.contains("no masks given"), "{alone}");
+}

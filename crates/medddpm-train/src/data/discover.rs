@@ -174,3 +174,131 @@ pub(super) fn pair_brats(root: &Path) -> Result<Vec<Entry>, DataError> {
     }
     Ok(entries)
 }
+
+/// One image of a training set, as `medddpm eval --train-dir` compares samples with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingImage {
+    /// The case: the file stem (whole-head, plain folder) or the BraTS case id.
+    pub id: String,
+    /// The BraTS modality (`t1`, `t1ce`, `t2`, `flair`); `None` for single-channel layouts.
+    pub channel: Option<String>,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// The images of the training set in `dir`, sorted by case (then BraTS channel order):
+/// - a BraTS root (`dir/seg/` beside the modality folders): every case's four modalities,
+///   paired and checked as training pairs them;
+/// - a whole-head root (`dir/image/`, what the phantoms and `medddpm prepare` write): its
+///   images, paired with `dir/mask/` as training pairs them when that folder exists;
+/// - any other folder: the `.nii`/`.nii.gz` files in it (e.g. a whole-head image folder).
+pub fn training_images(dir: &Path) -> Result<Vec<TrainingImage>, DataError> {
+    let plain = |id: String, path: PathBuf| TrainingImage {
+        id,
+        channel: None,
+        path,
+    };
+    if dir.join("seg").is_dir() {
+        let entries = pair_brats(dir)?;
+        return Ok(entries
+            .into_iter()
+            .flat_map(|e| {
+                let id = e.id;
+                e.images
+                    .into_iter()
+                    .zip(BRATS_MODALITIES)
+                    .map(move |(path, m)| TrainingImage {
+                        id: id.clone(),
+                        channel: Some(m.to_string()),
+                        path,
+                    })
+            })
+            .collect());
+    }
+    let images = dir.join("image");
+    if images.is_dir() {
+        if dir.join("mask").is_dir() {
+            let entries = pair_whole_head(&dir.join("mask"), &images)?;
+            return Ok(entries
+                .into_iter()
+                .flat_map(|e| {
+                    let id = e.id;
+                    e.images.into_iter().map(move |p| plain(id.clone(), p))
+                })
+                .collect());
+        }
+        return Ok(list_nifti(&images, "image")?
+            .into_iter()
+            .map(|(id, p)| plain(id, p))
+            .collect());
+    }
+    Ok(list_nifti(dir, "training image")?
+        .into_iter()
+        .map(|(id, p)| plain(id, p))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::training_images;
+    use crate::data::DataError;
+
+    fn touch(dir: &Path, names: &[&str]) {
+        for n in names {
+            let p = dir.join(n);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"").unwrap();
+        }
+    }
+
+    #[test]
+    fn training_sets_in_each_layout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let whole = tmp.path().join("whole");
+        touch(
+            &whole,
+            &[
+                "mask/b.nii.gz",
+                "mask/a.nii",
+                "image/a.nii.gz",
+                "image/b.nii",
+            ],
+        );
+        let got = training_images(&whole).unwrap();
+        let ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(got[0].path, whole.join("image/a.nii.gz"));
+        assert!(got.iter().all(|t| t.channel.is_none()));
+        // The image folder itself is a plain folder of images.
+        assert_eq!(training_images(&whole.join("image")).unwrap(), got);
+
+        // A mask without its image is refused, as training refuses it.
+        touch(&whole, &["mask/c.nii.gz"]);
+        let err = training_images(&whole).unwrap_err();
+        assert!(matches!(err, DataError::Unpaired { .. }), "{err}");
+
+        let brats = tmp.path().join("brats");
+        let mut files = vec!["seg/X_1_seg.nii.gz".to_string()];
+        for m in ["t1", "t1ce", "t2", "flair"] {
+            files.push(format!("{m}/X_1_{m}.nii.gz"));
+        }
+        touch(
+            &brats,
+            &files.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let got = training_images(&brats).unwrap();
+        let channels: Vec<_> = got.iter().map(|t| t.channel.as_deref().unwrap()).collect();
+        assert_eq!(channels, ["t1", "t1ce", "t2", "flair"]);
+        assert!(got.iter().all(|t| t.id == "X_1"));
+
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let err = training_images(&empty).unwrap_err().to_string();
+        assert!(
+            err.contains("training image folder") && err.contains("holds no"),
+            "{err}"
+        );
+    }
+}

@@ -21,7 +21,7 @@ pub mod regrid;
 pub use crate::error::DataError;
 pub use config::{DataConfig, DataSource, GridPolicy};
 pub use dataset::{Example, NiftiDataset, CACHE_LIMIT_BYTES};
-pub use discover::{list_masks, nifti_stem};
+pub use discover::{list_masks, nifti_stem, training_images, TrainingImage};
 pub use regrid::{condition_of, load_condition, regrid_mask, to_mask_grid};
 
 /// BraTS modalities in the channel order the reference stacks them: [t1, t1ce, t2, flair].

@@ -1,10 +1,15 @@
-//! `medddpm eval`: generated volumes against real ones, by mask.
+//! `medddpm eval`: generated volumes against real ones, by mask, and against the training set
+//! (`memorisation`: is the synthetic data new?).
+
+mod memorisation;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use medddpm_metrics::{evaluate, EvalInput, EvalReport, MsSsimOptions, NamedImage, NamedLabels};
+use medddpm_metrics::{
+    evaluate, EvalInput, EvalReport, MsSsimOptions, NamedImage, NamedLabels, NamedVolume,
+};
 use medddpm_nifti::{Normalization, Volume};
 use medddpm_train::data::list_masks;
 use medddpm_train::data::nifti_stem;
@@ -13,16 +18,38 @@ use medddpm_train::sample::case_id;
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// A mask file or a folder of masks (*.nii, *.nii.gz): the label maps the volumes belong to.
-    #[arg(long)]
-    masks: PathBuf,
+    /// Optional with --train-dir, which then runs alone.
+    #[arg(long, required_unless_present = "train_dir")]
+    masks: Option<PathBuf>,
     /// Generated volumes (a file or a folder), named `<mask>_seed-<s>_sample-<n>.nii.gz` as
-    /// `medddpm sample` writes them (any `<mask>_..._sample-<n>` pairs with `<mask>`).
+    /// `medddpm sample` writes them (any `<mask>_..._sample-<n>` pairs with `<mask>`). Without
+    /// --masks, every volume of the folder, named as you like.
     #[arg(long)]
     synthetic: PathBuf,
     /// Real volumes (a file or a folder), named like their mask (`<mask>.nii.gz`, or
     /// `<mask>_<anything>.nii.gz`). Without them only diversity is computed.
-    #[arg(long)]
+    #[arg(long, requires = "masks")]
     real: Option<PathBuf>,
+    /// Is the data new? The training set to compare every synthetic volume with (its nearest
+    /// training volume by SSIM inside the head, and the fraction of near-copies): a folder as
+    /// `medddpm train` reads it (whole-head with image/ and mask/, BraTS) or of images.
+    #[arg(long)]
+    train_dir: Option<PathBuf>,
+    /// How training intensities are brought to [-1, 1]; the values of --real-normalization.
+    /// Pick the mode the model was trained with (whole-head: reference-per-slice).
+    #[arg(long, default_value = "auto")]
+    train_normalization: String,
+    /// A training volume at this SSIM or above makes a near-copy (library default 0.95).
+    #[arg(long)]
+    near_copy_ssim: Option<f64>,
+    /// A training volume at this correlation or above makes a near-copy (library default
+    /// 0.98; catches copies with other intensities).
+    #[arg(long)]
+    near_copy_correlation: Option<f64>,
+    /// Training volumes per synthetic volume compared at full resolution after the coarse
+    /// correlation prefilter; 0 compares every pair (library default 5).
+    #[arg(long)]
+    memorisation_candidates: Option<usize>,
     /// Only files whose name ends in `_<CHANNEL>` (multi-channel samples, e.g. `t1`).
     #[arg(long)]
     channel: Option<String>,
@@ -61,7 +88,8 @@ fn nifti_files(path: &Path, what: &str) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn normalization(name: &str, data: &[f32]) -> anyhow::Result<Option<Normalization>> {
+/// The normalisation a volume with voxels `data` gets under the mode `name` of `flag`.
+fn normalization(flag: &str, name: &str, data: &[f32]) -> anyhow::Result<Option<Normalization>> {
     Ok(match name {
         "auto" => data
             .iter()
@@ -76,7 +104,7 @@ fn normalization(name: &str, data: &[f32]) -> anyhow::Result<Option<Normalizatio
             high: 99.5,
         }),
         other => bail!(
-            "--real-normalization {other}: expected auto, none, volume-minmax, reference-per-slice or percentile"
+            "{flag} {other}: expected auto, none, volume-minmax, reference-per-slice or percentile"
         ),
     })
 }
@@ -120,12 +148,58 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let (grid, masks) = load_masks(&args.masks)?;
+    // A bad mode is refused before minutes of evaluation by mask.
+    normalization("--train-normalization", &args.train_normalization, &[])?;
+    let report = match (&args.masks, &args.train_dir) {
+        (Some(masks), train_dir) => {
+            let (mut report, input) = by_mask(&args, masks)?;
+            if let Some(dir) = train_dir {
+                let synthetic: Vec<NamedVolume> = input
+                    .synthetic
+                    .into_iter()
+                    .map(|s| NamedVolume {
+                        name: s.name,
+                        data: s.data,
+                    })
+                    .collect();
+                let (section, notes) = memorisation::check(&args, dir, &synthetic, input.dims)?;
+                report.memorisation = Some(section);
+                report.notes.extend(notes);
+            }
+            report
+        }
+        (None, Some(dir)) => {
+            let (dims, synthetic, normalised) = memorisation::load_synthetic_any(&args)?;
+            let (section, notes) = memorisation::check(&args, dir, &synthetic, dims)?;
+            let mut report = EvalReport::memorisation_only(dims, section);
+            report.notes.extend(notes);
+            if normalised > 0 {
+                report.notes.push(format!(
+                    "memorisation: {normalised} --synthetic volume(s) outside [-1, 1] were \
+                     normalised as the training images (--train-normalization {})",
+                    args.train_normalization
+                ));
+            }
+            report
+        }
+        (None, None) => bail!("give --masks, --train-dir or both"),
+    };
+    let markdown = report.to_markdown();
+    println!("{markdown}");
+    if let Some(out) = &args.out {
+        write_report(out, &report, &markdown)?;
+    }
+    Ok(())
+}
+
+/// The evaluation by mask (paired fidelity, diversity, MMD, adherence) and its input.
+fn by_mask(args: &EvalArgs, masks: &Path) -> anyhow::Result<(EvalReport, EvalInput)> {
+    let (grid, masks) = load_masks(masks)?;
     let dims = grid.first.dims();
     let names: Vec<String> = masks.iter().map(|m| m.name.clone()).collect();
-    let synthetic = load_synthetic(&args, &grid, &names)?;
+    let synthetic = load_synthetic(args, &grid, &names)?;
     let real = match &args.real {
-        Some(dir) => load_real(&args, dir, &grid, &names)?,
+        Some(dir) => load_real(args, dir, &grid, &names)?,
         None => Vec::new(),
     };
     let scales = ms_ssim_scales(dims);
@@ -156,12 +230,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             dims[0], dims[1], dims[2]
         ));
     }
-    let markdown = report.to_markdown();
-    println!("{markdown}");
-    if let Some(out) = &args.out {
-        write_report(out, &report, &markdown)?;
-    }
-    Ok(())
+    Ok((report, input))
 }
 
 /// The voxel grid every volume of an evaluation shares: the first mask's dimensions and its
@@ -267,7 +336,8 @@ fn load_real(
         let vol = Volume::read(&path).with_context(|| format!("reading {}", path.display()))?;
         check_grid(grid, &vol, &path)?;
         check_finite(&vol, &path)?;
-        let vol = match normalization(&args.real_normalization, vol.data())? {
+        let vol = match normalization("--real-normalization", &args.real_normalization, vol.data())?
+        {
             Some(n) => vol
                 .normalized(n)
                 .with_context(|| format!("normalising {}", path.display()))?,
