@@ -191,11 +191,7 @@ fn lead<B: KernelAutodiffBackend>(
 ) -> Result<TrainSummary, TrainError> {
     let settings = &config.train;
     let end_step = end_step(config, options, s.state.step);
-    let ema_schedule = EmaSchedule {
-        decay: settings.ema_decay,
-        every: settings.ema_every,
-        start: settings.ema_start,
-    };
+    let ema_schedule = ema_schedule(config);
     let mut loader = Loader::new(
         settings.seed,
         std::sync::Arc::clone(&s.dataset),
@@ -252,24 +248,9 @@ fn lead<B: KernelAutodiffBackend>(
         };
         progress.record(&mut s.state, logged, observer)?;
 
-        // 5. Checkpoint (and sample with the EMA weights) on the cadence and at the end.
-        let checkpointed =
-            s.state.step.is_multiple_of(settings.save_every) || s.state.step == end_step;
-        if checkpointed {
-            periodic::checkpoint(&s, config, run, (options, device), &mut progress, observer)?;
-        }
-        // 6. Asked to stop: this step's checkpoint, then the session ends (every replica at
-        // this step: they agree on it).
-        let asked = s.state.step < end_step && observer.stop_requested();
-        if team.agree_stop(asked)? {
-            if !checkpointed {
-                // Off the cadence: the checkpoint and loss curve, no samples.
-                periodic::checkpoint(&s, config, run, (options, device), &mut progress, observer)?;
-            }
-            observer.message(&format!(
-                "stopped at step {} as asked; --resume continues from its checkpoint",
-                s.state.step
-            ));
+        // 5-6. The checkpoint on the cadence, and a stop when asked.
+        let place = (config, run, options, device);
+        if checkpoint_or_stop(&s, place, end_step, &team, &mut progress, observer)? {
             break;
         }
     }
@@ -277,6 +258,45 @@ fn lead<B: KernelAutodiffBackend>(
         observer.message(&line);
     }
     progress.summary(run, &s.state)
+}
+
+/// When the EMA of the weights is updated, and how.
+fn ema_schedule(config: &ExperimentConfig) -> EmaSchedule {
+    EmaSchedule {
+        decay: config.train.ema_decay,
+        every: config.train.ema_every,
+        start: config.train.ema_start,
+    }
+}
+
+/// Steps 5 and 6 of the lead's loop: the checkpoint (and samples with the EMA weights) on the
+/// cadence and at the end; when asked to stop, this step's checkpoint, then the session ends
+/// (every replica at this step: they agree on it). True when the session ends.
+fn checkpoint_or_stop<B: KernelAutodiffBackend>(
+    s: &Session<B>,
+    (config, run, options, device): (&ExperimentConfig, &RunDir, &SessionOptions, &B::Device),
+    end_step: usize,
+    team: &Team<'_>,
+    progress: &mut Progress,
+    observer: &mut dyn TrainObserver,
+) -> Result<bool, TrainError> {
+    let step = s.state.step;
+    let checkpointed = step.is_multiple_of(config.train.save_every) || step == end_step;
+    if checkpointed {
+        periodic::checkpoint(s, config, run, (options, device), progress, observer)?;
+    }
+    let asked = step < end_step && observer.stop_requested();
+    if !team.agree_stop(asked)? {
+        return Ok(false);
+    }
+    if !checkpointed {
+        // Off the cadence: the checkpoint and loss curve, no samples.
+        periodic::checkpoint(s, config, run, (options, device), progress, observer)?;
+    }
+    observer.message(&format!(
+        "stopped at step {step} as asked; --resume continues from its checkpoint"
+    ));
+    Ok(true)
 }
 
 /// The loss (and gradient norm) of an update the lead goes on with (`None`: the step is tried
