@@ -129,6 +129,20 @@ pub(crate) fn check_len(what: &str, expected: usize, got: usize) -> Result<()> {
     }
 }
 
+/// A grid's voxel count, refused when it overflows or is empty.
+pub(crate) fn check_grid(dims: [usize; 3]) -> Result<usize> {
+    let n = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| MetricsError::InvalidParameter {
+            name: "dims",
+            value: format!("{dims:?}"),
+            reason: "grid has more voxels than fit in memory",
+        })?;
+    check_dims("grid", dims, n)?;
+    Ok(n)
+}
+
 pub(crate) fn check_dims(what: &str, dims: [usize; 3], len: usize) -> Result<()> {
     let voxels = dims
         .iter()

@@ -264,8 +264,9 @@ fn one_process_per_device_makes_the_same_pairs_as_one() {
 }
 
 /// `--augment-config`: every pair's manifest line records what was drawn, the label written is
-/// that variant (labels kept, tumour inside the head: the augmentation's own check), a rerun
-/// with other augmentation settings is refused, and the same settings resume.
+/// that variant (on the source's grid, only the source's labels, not the source itself), a
+/// rerun with other augmentation settings is refused, and the same settings resume. (Where
+/// the tumour may go is `medddpm-mask`'s `augment` tests' subject.)
 #[test]
 fn augmented_pairs_record_their_draws_and_resume_only_with_the_same_settings() {
     let dir = tempfile::tempdir().unwrap();

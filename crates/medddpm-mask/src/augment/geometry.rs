@@ -42,8 +42,9 @@ pub(crate) fn mirror(data: &[f32], dims: [usize; 3], axis: usize) -> Vec<f32> {
     out
 }
 
-/// The rotation by `deg` degrees about world x, then y, then z: `Rz Ry Rx`.
-pub(crate) fn rotation(deg: [f64; 3]) -> Mat3 {
+/// The rotation by `deg` degrees about world x, then y, then z: `Rz Ry Rx` (also
+/// `medddpm-prepare`'s demo augmentation's).
+pub fn rotation(deg: [f64; 3]) -> Mat3 {
     let [x, y, z] = deg.map(f64::to_radians);
     let rx = [
         [1.0, 0.0, 0.0],

@@ -61,6 +61,7 @@ pub use check::check_mask;
 pub use config::{AugmentConfig, TumourLabels};
 pub use draw::AugmentRecord;
 pub use error::{AugmentError, MaskProblem, Stage};
+pub use geometry::rotation;
 
 /// A new mask from `mask`, drawn from `seed` under `cfg`, on the same grid, affine and header;
 /// `labels` says which labels are the tumour and the brain (`None`: no tumour move, and no

@@ -37,7 +37,7 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{check_data_range, check_dims, check_finite, check_len, MetricsError, Result};
+use crate::error::{check_data_range, check_finite, check_grid, check_len, MetricsError, Result};
 use crate::ssim::GaussianWindow;
 
 pub use section::{MemorisationSection, NearestRow, Neighbour, Spread};
@@ -188,15 +188,7 @@ pub fn nearest_training<S: VolumeSource + ?Sized>(
 ) -> Result<MemorisationSection> {
     options.check()?;
     let window = GaussianWindow::default();
-    let n = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| MetricsError::InvalidParameter {
-            name: "dims",
-            value: format!("{dims:?}"),
-            reason: "grid has more voxels than fit in memory",
-        })?;
-    check_dims("grid", dims, n)?;
+    let n = check_grid(dims)?;
     if dims.iter().any(|&d| d < window.size()) {
         return Err(MetricsError::TooSmall {
             dims,

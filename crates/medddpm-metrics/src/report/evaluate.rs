@@ -1,7 +1,7 @@
 //! [`evaluate`]: every section of the report, one step per section.
 
 use crate::adherence::{label_stats, per_label_dice_for, LabelStats, TissueClassifier};
-use crate::error::{check_data_range, check_dims, check_len, MetricsError, Result};
+use crate::error::{check_data_range, check_grid, check_len, MetricsError, Result};
 use crate::mmd::{mmd2_unbiased, volume_features_with};
 use crate::pixel::{mae, mse, psnr_from_mse};
 use crate::ssim::{mean_pairwise_ms_ssim, ssim3d};
@@ -68,15 +68,7 @@ fn mean_of(v: impl IntoIterator<Item = f64>) -> Option<f64> {
 /// image's length, and every image's mask index.
 fn check_input(input: &EvalInput) -> Result<()> {
     let dims = input.dims;
-    let n = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| MetricsError::InvalidParameter {
-            name: "dims",
-            value: format!("{dims:?}"),
-            reason: "grid has more voxels than fit in memory",
-        })?;
-    check_dims("grid", dims, n)?;
+    let n = check_grid(dims)?;
     check_data_range(input.data_range)?;
     for m in &input.masks {
         check_len("labels", n, m.labels.len())

@@ -95,22 +95,6 @@ impl Draw {
     /// The world-to-world map from an output point to the subject point it shows:
     /// `p = c + R S F (w - c) + t` about the head's centre `c`.
     pub fn world_map(&self, centre: [f64; 3]) -> Affine {
-        let [ax, ay, az] = self.rotation_deg.map(f64::to_radians);
-        let rx = [
-            [1.0, 0.0, 0.0],
-            [0.0, ax.cos(), -ax.sin()],
-            [0.0, ax.sin(), ax.cos()],
-        ];
-        let ry = [
-            [ay.cos(), 0.0, ay.sin()],
-            [0.0, 1.0, 0.0],
-            [-ay.sin(), 0.0, ay.cos()],
-        ];
-        let rz = [
-            [az.cos(), -az.sin(), 0.0],
-            [az.sin(), az.cos(), 0.0],
-            [0.0, 0.0, 1.0],
-        ];
         let mul3 = |a: [[f64; 3]; 3], b: [[f64; 3]; 3]| -> [[f64; 3]; 3] {
             std::array::from_fn(|i| {
                 std::array::from_fn(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum())
@@ -122,7 +106,7 @@ impl Draw {
             [0.0, self.scale[1], 0.0],
             [0.0, 0.0, self.scale[2]],
         ];
-        let l = mul3(mul3(rz, mul3(ry, rx)), sf);
+        let l = mul3(medddpm_mask::augment::rotation(self.rotation_deg), sf);
         let mut m = IDENTITY;
         for i in 0..3 {
             m[i][..3].copy_from_slice(&l[i]);
