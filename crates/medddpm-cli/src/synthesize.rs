@@ -280,15 +280,19 @@ fn end_with_the_lead() {
 }
 
 /// The largest batch (up to [`AUTO_MAX_BATCH`]) whose sampling the memory plan fits on the
-/// CUDA device, with the first-run margin; 1 on the other backends, where batching gains
-/// little (the CPU) or the memory is not known (wgpu).
+/// CUDA device, with the first-run margin, and whose largest activation stays under 2^31
+/// values (cuDNN refuses larger tensors, and burn's fallback convolution took 187 ms where
+/// cuDNN takes a few: four BraTS volumes at 192x192x144 crossed it); 1 on the other backends,
+/// where batching gains little (the CPU) or the memory is not known (wgpu).
 fn auto_batch(config: &ExperimentConfig, settings: &ComputeSettings) -> usize {
     let target = crate::plan::target(settings.backend, settings.devices[0]);
     let (BackendKind::Cuda, Some(capacity)) = (target.backend, target.capacity) else {
         return 1;
     };
     let base = crate::plan::training_shape(config, crate::plan::precision_of(settings));
-    (1..=AUTO_MAX_BATCH)
+    let largest = medddpm_plan::census(&base.model, base.grid).largest_tensor;
+    let indexable = (i32::MAX as u64 / largest.max(1)).max(1) as usize;
+    (1..=AUTO_MAX_BATCH.min(indexable))
         .take_while(|&batch| {
             let shape = RunShape {
                 batch,

@@ -39,6 +39,9 @@ pub struct Census {
     /// waiting for the decoder and the working tensors of one block, attention weights
     /// excepted, and those weights.
     pub inference_live: (u64, u64),
+    /// The most values of one activation tensor a convolution reads or writes (the decoder's
+    /// joined input at full resolution): cuDNN refuses tensors of 2^31 values or more.
+    pub largest_tensor: u64,
 }
 
 /// The counts as the walk meets the blocks, in f64 so that no setting, however absurd,
@@ -54,6 +57,7 @@ struct Counts {
     recompute_working: f64,
     norm_outputs: (f64, f64),
     inference_live: (f64, f64),
+    largest_tensor: f64,
 }
 
 /// The walk through the network's blocks.
@@ -77,6 +81,11 @@ impl Walk {
     fn push_skip(&mut self, values: f64) {
         self.skips.push(values);
         self.held += values;
+    }
+
+    /// A convolution's input or output of `values` values.
+    fn tensor(&mut self, values: f64) {
+        self.census.largest_tensor = self.census.largest_tensor.max(values);
     }
 
     fn conv(&mut self, c_in: f64, c_out: f64, kernel: f64) {
@@ -119,6 +128,7 @@ impl Walk {
         with_attention: bool,
     ) -> f64 {
         let v = self.voxels(level);
+        self.tensor(c_in.max(c_out) * v);
         // GroupNorm, conv, time-embedding Linear, GroupNorm, conv, and the 1x1 skip conv.
         self.census.parameters += 2.0 * c_in + 2.0 * c_out + self.emb * c_out + c_out;
         self.conv(c_in, c_out, 27.0);
@@ -189,6 +199,7 @@ impl Walk {
                     // Upsample: the trilinear x2 output and its conv's, one level up.
                     walk.conv(ch, ch, 27.0);
                     let up = 2.0 * ch * walk.voxels(level - 1);
+                    walk.tensor(up / 2.0);
                     walk.block(up, 0.0, up, (up, 0.0), up / 2.0);
                 }
             }
@@ -226,6 +237,7 @@ pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
     walk.conv(c_in, ch, 27.0);
     walk.census.block_outputs += c_in * v0;
     let stem = (c_in + ch) * v0;
+    walk.tensor(c_in.max(ch) * v0);
     walk.block(stem, 0.0, 2.0 * stem, (stem, 0.0), ch * v0);
     walk.push_skip(ch * v0);
     let mut skip_channels = vec![ch];
@@ -260,6 +272,7 @@ pub fn census(model: &UNetConfig, grid: [usize; 3]) -> Census {
         recompute_working: whole(n.recompute_working),
         norm_outputs: (whole(n.norm_outputs.0), whole(n.norm_outputs.1)),
         inference_live: (whole(n.inference_live.0), whole(n.inference_live.1)),
+        largest_tensor: whole(n.largest_tensor),
     }
 }
 
@@ -299,6 +312,18 @@ mod tests {
                 .num_params() as u64;
             assert_eq!(census(&model, [16, 16, 16]).parameters, built, "{model:?}");
         }
+    }
+
+    /// The largest tensor is the decoder's joined input at full resolution (64 channels and a
+    /// 64-channel skip for both released networks): four BraTS examples pass cuDNN's 2^31.
+    #[test]
+    fn the_largest_tensor_is_the_joined_input_at_full_resolution() {
+        let whole_head = census(&UNetConfig::whole_head(), [128, 128, 128]);
+        assert_eq!(whole_head.largest_tensor, 128 * 128 * 128 * 128);
+        let brats = census(&UNetConfig::brats(), [144, 192, 192]);
+        assert_eq!(brats.largest_tensor, 128 * 144 * 192 * 192);
+        assert!(4 * brats.largest_tensor > i32::MAX as u64);
+        assert!(3 * brats.largest_tensor <= i32::MAX as u64);
     }
 
     /// Activations grow with the voxels and the batch's examples do not share them; the
