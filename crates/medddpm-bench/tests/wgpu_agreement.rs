@@ -506,7 +506,8 @@ fn channel_join_split_and_pad_kernels_copy_exactly() {
 /// The CubeCL Adam update against its plain-op twin on the CPU: four steps with the learning
 /// rate and step count changing (each launch must use its own scalars), 70 tensors of uneven
 /// sizes per call (more than one launch's worth), f32 and f16 gradients; and the gradient sum
-/// of micro-batches (`sum_f32`) over the same tensors.
+/// of micro-batches (`sum_f32`) and the gradients' squared norm (`squared_norm_f32`) over the
+/// same tensors.
 struct AdamKernel;
 
 impl Check for AdamKernel {
@@ -540,6 +541,16 @@ impl Check for AdamKernel {
                     bad.push(format!(
                         "{len} values, sums of {grads:?} gradients: {err:e}"
                     ));
+                }
+                // Their squared norm, to the f32 additions' rounding.
+                let err = medddpm_kernels::adam::sum::squared_norm_vs_reference::<B::InnerBackend>(
+                    &device,
+                    len,
+                    40 + i as u64,
+                    grads,
+                );
+                if err > 1e-5 {
+                    bad.push(format!("{len} values, squared norm of {grads:?}: {err:e}"));
                 }
             }
         }

@@ -111,6 +111,9 @@ struct AdamRow {
     /// same tensors: two in the gradients' dtype, then a running f32 sum and one more) from the
     /// twin's sums (must be 0).
     gradient_sum: f64,
+    /// Relative difference of the gradients' squared norm (`KernelBackend::squared_norm_f32`
+    /// on the same tensors) from the exact sum (at most [`NORM_TOLERANCE`]).
+    gradient_norm: f64,
     tolerance: f64,
     pass: bool,
 }
@@ -118,6 +121,9 @@ struct AdamRow {
 /// Adam updates run in f32 (the master weights) whatever the precision: the kernel does the
 /// twin's arithmetic, so only rounding differences (contracted multiply-adds) remain.
 const ADAM_TOLERANCE: f64 = 1e-5;
+
+/// The squared norm's f32 additions, in any order, over about a million exact squares.
+const NORM_TOLERANCE: f64 = 1e-5;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -380,12 +386,21 @@ fn adam_rows<B: KernelAutodiffBackend>(
                 310 + i as u64,
                 work.unwrap_or(burn::tensor::DType::F32),
             );
+            let norm = medddpm_kernels::adam::sum::squared_norm_vs_reference::<B::InnerBackend>(
+                device,
+                len,
+                320 + i as u64,
+                work.unwrap_or(burn::tensor::DType::F32),
+            );
             // The working copy must be exactly the cast of the master parameter, the sums
             // exactly the twin's.
-            let pass = within(&[p, m, v], ADAM_TOLERANCE) && c == 0.0 && sum == 0.0;
+            let pass = within(&[p, m, v], ADAM_TOLERANCE)
+                && c == 0.0
+                && sum == 0.0
+                && norm <= NORM_TOLERANCE;
             let grads = work.map_or("f32".to_string(), |d| format!("{d:?}"));
             eprintln!(
-                    "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e}, gradient sum {sum:.2e} {}",
+                    "Adam update of {} tensors in one call (the largest {len} values), {steps} steps, {grads} gradients: parameter {p:.2e}, first moment {m:.2e}, second moment {v:.2e}, working copy {c:.2e}, gradient sum {sum:.2e}, squared norm {norm:.2e} {}",
                     medddpm_kernels::adam::case_lengths(len).len(),
                     verdict(pass)
                 );
@@ -398,6 +413,7 @@ fn adam_rows<B: KernelAutodiffBackend>(
                 moment_2: v,
                 working_copy: c,
                 gradient_sum: sum,
+                gradient_norm: norm,
                 tolerance: ADAM_TOLERANCE,
                 pass,
             });

@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 /// Threads per cube, and the most cubes a launch uses (its threads then stride).
-const CUBE_SIZE: u32 = 256;
+pub(super) const CUBE_SIZE: u32 = 256;
 const MAX_CUBES: usize = 1024;
 
 /// `items` in launches of consecutive items with equal `key`s, at most `per_launch` each, their

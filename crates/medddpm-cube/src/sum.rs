@@ -1,9 +1,9 @@
-//! The micro-batches' gradients summed in f32 (see [`crate::adam::sum`]): a launch takes up to
-//! [`PAIRS_PER_LAUNCH`] pairs of tensors, its threads stride through each in turn (as the
-//! Adam kernel's, through [`super::lists`]).
+//! The micro-batches' gradients summed in f32 (see [`crate::adam::sum`]), and the gradients'
+//! squared norm: a launch takes up to [`PAIRS_PER_LAUNCH`] pairs of tensors (or tensors), its
+//! threads stride through each in turn (as the Adam kernel's, through [`super::lists`]).
 
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::DType;
+use burn::tensor::{DType, Shape};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
@@ -11,7 +11,8 @@ use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
 use super::{lists, register, Fused, Kernel};
-use crate::reference::sum::sum_f32_primitive;
+use crate::norm::cube_total;
+use crate::reference::sum::{squared_norm_f32_primitive, sum_f32_primitive};
 
 /// The most pairs one launch sums (three bindings each).
 pub const PAIRS_PER_LAUNCH: usize = 32;
@@ -132,4 +133,131 @@ pub fn sum_f32<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         .collect();
     let inputs = pairs.into_iter().flatten().collect();
     register::<R, F, I, BT, _>("medddpm_sum_f32", inputs, outputs, SumOp)
+}
+
+/// Per cube, the sum of squares (f32) of its threads' strided shares of every tensor of the
+/// list, at `partials[offset + CUBE_POS]`: no atomics, so the same gradients give the same
+/// norm on every run.
+#[cube(launch)]
+fn squares_partials<G: Float>(
+    x: &Sequence<Tensor<G>>,
+    partials: &mut Tensor<f32>,
+    offset: u32,
+    stride: u32,
+    #[comptime] threads: usize,
+    #[define(G)] _dtype: StorageType,
+) {
+    let count = comptime!(x.len());
+    let mut acc = 0.0f32;
+    #[unroll]
+    for k in 0..count {
+        let t = x.index(k);
+        let len = t.len();
+        let mut i = ABSOLUTE_POS;
+        while i < len {
+            let v = f32::cast_from(t[i]);
+            acc += v * v;
+            i += stride as usize;
+        }
+    }
+    let mut shared = SharedMemory::<f32>::new(threads);
+    let total = cube_total(&mut shared, acc);
+    if UNIT_POS == 0 {
+        partials[offset as usize + CUBE_POS] = total;
+    }
+}
+
+/// One cube adds every partial sum into `out[0]`.
+#[cube(launch)]
+fn partials_total(partials: &Tensor<f32>, out: &mut Tensor<f32>, #[comptime] threads: usize) {
+    let mut acc = 0.0f32;
+    let mut i = UNIT_POS as usize;
+    while i < partials.len() {
+        acc += partials[i];
+        i += threads;
+    }
+    let mut shared = SharedMemory::<f32>::new(threads);
+    let total = cube_total(&mut shared, acc);
+    if UNIT_POS == 0 {
+        out[0] = total;
+    }
+}
+
+/// The sum of squares of every value of `tensors`, as a one-value f32 tensor: a launch per
+/// group of consecutive tensors of one dtype (as many as the bindings allow), each cube
+/// writing its partial sum, then one cube adding them.
+pub fn squared_norm_run<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> CubeTensor<R> {
+    let client = tensors[0].client.clone();
+    let device = tensors[0].device.clone();
+    let per_launch = lists::per_launch(&client, 1, PAIRS_PER_LAUNCH);
+    let tensors: Vec<CubeTensor<R>> = tensors.into_iter().map(into_contiguous).collect();
+    let groups = lists::in_launches(tensors, per_launch, |t| t.dtype, |g| vec![g]);
+    let grids: Vec<_> = groups
+        .iter()
+        .map(|g| lists::grid(g.iter().map(|t| t.meta.num_elements()).max().unwrap_or(0)))
+        .collect();
+    let cubes = |count: &CubeCount| match count {
+        CubeCount::Static(x, _, _) => *x,
+        _ => unreachable!("lists::grid gives a static count"),
+    };
+    let total_cubes: u32 = grids.iter().map(|(count, ..)| cubes(count)).sum();
+    let buffer = |n: usize| {
+        empty_device_contiguous_dtype::<R>(client.clone(), device.clone(), [n].into(), DType::F32)
+    };
+    let partials = buffer(total_cubes as usize);
+    let mut offset = 0u32;
+    for (group, (count, dim, stride)) in groups.into_iter().zip(grids) {
+        let n = cubes(&count);
+        let dtype = group[0].dtype;
+        let args: Vec<TensorArg<R>> = group.iter().map(|t| t.clone().into_tensor_arg()).collect();
+        squares_partials::launch::<R>(
+            &client,
+            count,
+            dim,
+            args.into_iter().collect(),
+            partials.clone().into_tensor_arg(),
+            offset,
+            stride,
+            dim.x as usize,
+            dtype.into(),
+        );
+        offset += n;
+    }
+    let out = buffer(1);
+    let threads = lists::CUBE_SIZE as usize;
+    partials_total::launch::<R>(
+        &client,
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(threads as u32),
+        partials.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        threads,
+    );
+    out
+}
+
+/// The squared norm as one fusion operation: inputs the tensors, output one value.
+#[derive(Debug)]
+struct SquaredNormOp;
+
+impl<R: CubeRuntime> Kernel<R> for SquaredNormOp {
+    fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
+        vec![squared_norm_run(inputs)]
+    }
+}
+
+/// [`crate::KernelBackend::squared_norm_f32`] on burn's fused CubeCL backends: one fusion
+/// operation for the whole list when every dtype is f32, f16 or bf16; the plain-op twin
+/// otherwise (f64).
+pub fn squared_norm_f32<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    tensors: Vec<FloatTensor<Fused<R, F, I, BT>>>,
+) -> FloatTensor<Fused<R, F, I, BT>> {
+    let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    if tensors.is_empty() || !tensors.iter().all(|t| float(t.dtype)) {
+        return squared_norm_f32_primitive::<Fused<R, F, I, BT>>(tensors);
+    }
+    let outputs = vec![(Shape::new([1]), DType::F32)];
+    let mut out =
+        register::<R, F, I, BT, _>("medddpm_squared_norm_f32", tensors, outputs, SquaredNormOp);
+    out.remove(0)
 }

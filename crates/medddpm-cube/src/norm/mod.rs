@@ -35,3 +35,4 @@ pub use backward::{
     backward_channel_sums, backward_input_grad, backward_param_grads, ChannelSums, BACKWARD_ROWS,
 };
 pub use forward::{forward, FORWARD_ROWS};
+pub(crate) use parts::cube_total;

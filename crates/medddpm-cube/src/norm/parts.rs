@@ -180,7 +180,7 @@ pub(super) fn chunked_sum(
 
 /// The sum of `value` over the cube (a tree in `shared`, one slot per unit); every unit gets it.
 #[cube]
-pub(super) fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
+pub(crate) fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
     let t = UNIT_POS as usize;
     shared[t] = value;
     sync_cube();

@@ -1,6 +1,7 @@
 //! Gradients of several micro-batches summed in f32 for one optimizer step, as one backend
 //! operation: [`crate::KernelBackend::sum_f32`], with [`sum_f32_primitive`] (a cast of each
-//! operand and an addition, per tensor) as its plain-op twin.
+//! operand and an addition, per tensor) as its plain-op twin; and their squared norm for the
+//! log ([`crate::KernelBackend::squared_norm_f32`], checked by [`squared_norm_vs_reference`]).
 //!
 //! Per tensor, the casts and the addition were burn operations for each of the U-Net's 246
 //! parameter tensors and micro-batch: 738 operations an optimizer step with two micro-batches,
@@ -61,6 +62,43 @@ pub fn engine_vs_reference<B: KernelBackend>(
     worst
 }
 
+/// The relative difference of backend `B`'s [`crate::KernelBackend::squared_norm_f32`] over
+/// the tensors of [`super::case_lengths`]`(len)` in `dtype` from the exact sum (f64 on the
+/// CPU). The values are bf16 numbers between -4 and 4, whose squares f32 holds exactly: what
+/// is left is the f32 additions' rounding, about 1e-7 for any order of adding.
+pub fn squared_norm_vs_reference<B: KernelBackend>(
+    device: &B::Device,
+    len: usize,
+    seed: u64,
+    dtype: DType,
+) -> f64 {
+    use burn::backend::Flex;
+    use burn::tensor::Distribution;
+    let cpu = Default::default();
+    Flex::seed(&cpu, seed);
+    let mut exact = 0.0f64;
+    let tensors = super::case_lengths(len)
+        .into_iter()
+        .map(|n| {
+            let t = Tensor::<Flex, 1>::random([n], Distribution::Uniform(-4.0, 4.0), &cpu);
+            let t = cast_to(cast_to(t, DType::BF16), DType::F32);
+            let values: Vec<f32> = t.to_data().to_vec().unwrap();
+            exact += values
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>();
+            let on = Tensor::<B, 1>::from_data(t.to_data(), device);
+            cast_to(on, dtype).into_primitive().tensor()
+        })
+        .collect();
+    let got = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::squared_norm_f32(tensors)));
+    if got.dtype() != DType::F32 || got.dims() != [1] {
+        return f64::INFINITY;
+    }
+    let got: Vec<f32> = got.to_data().to_vec().unwrap();
+    (f64::from(got[0]) - exact).abs() / exact
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +129,26 @@ mod tests {
         );
         for grads in [DType::BF16, DType::F32] {
             assert_eq!(engine_vs_reference::<Flex>(&device, 300, 5, grads), 0.0);
+        }
+    }
+
+    #[test]
+    fn the_squared_norm_twin_is_the_sum_of_every_square() {
+        let device = Default::default();
+        let a = Tensor::<Flex, 2>::from_floats([[1.0, 2.5], [3.0, -4.0]], &device);
+        let b = cast_to(
+            Tensor::<Flex, 1>::from_floats([0.5, -2.0], &device),
+            DType::BF16,
+        );
+        let out = crate::reference::sum::squared_norm_f32_primitive::<Flex>(vec![
+            a.into_primitive().tensor(),
+            b.into_primitive().tensor(),
+        ]);
+        let norm = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(out));
+        assert_eq!(norm.dtype(), DType::F32);
+        assert_eq!(norm.into_data().to_vec::<f32>().unwrap(), vec![36.5]);
+        for dtype in [DType::BF16, DType::F32] {
+            assert!(squared_norm_vs_reference::<Flex>(&device, 300, 5, dtype) < 1e-6);
         }
     }
 }

@@ -70,6 +70,10 @@ macro_rules! cube_kernels {
         fn sum_f32(pairs: Vec<[FloatTensor<Self>; 2]>) -> Vec<FloatTensor<Self>> {
             $crate::cube::sum::sum_f32::<$runtime, $f, $i, $bt>(pairs)
         }
+
+        fn squared_norm_f32(tensors: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+            $crate::cube::sum::squared_norm_f32::<$runtime, $f, $i, $bt>(tensors)
+        }
     };
 }
 

@@ -236,6 +236,15 @@ pub trait KernelBackend: CollectiveBackend {
         crate::reference::sum::sum_f32_primitive::<Self>(pairs)
     }
 
+    /// The sum of `f32(x)^2` over every value of `tensors` (at least one, any float dtypes),
+    /// a one-value f32 tensor: the gradients' squared global norm for the log. Provided body:
+    /// the plain-op twin (a cast, a product and a sum per tensor: about 500 operations for
+    /// the U-Net's gradients, each costing the host what a launch does); the CubeCL backends
+    /// read a few dozen tensors per launch, one operation for the whole list.
+    fn squared_norm_f32(tensors: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        crate::reference::sum::squared_norm_f32_primitive::<Self>(tensors)
+    }
+
     /// `step` on `inputs`, run where this backend captures graphs ([`crate::graph`]), as it
     /// comes. Provided body: `step` itself.
     fn graph_warm_up(

@@ -1,5 +1,5 @@
-//! The plain-op twin of `medddpm_kernels::KernelBackend::sum_f32`: the micro-batches' gradients summed
-//! in f32 for one optimizer step.
+//! The plain-op twins of `medddpm_kernels::KernelBackend::sum_f32` (the micro-batches' gradients
+//! summed in f32 for one optimizer step) and `squared_norm_f32` (the gradients' squared norm).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -22,6 +22,21 @@ pub fn sum_f32_primitive<B: Backend>(pairs: Vec<[FloatTensor<B>; 2]>) -> Vec<Flo
             B::float_reshape(sum.into_primitive().tensor(), shape)
         })
         .collect()
+}
+
+/// The plain-op twin: the sum of `f32(x)^2` over every value of `tensors` (at least one), a
+/// one-value f32 tensor.
+pub fn squared_norm_f32_primitive<B: Backend>(tensors: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    tensors
+        .into_iter()
+        .map(|t| {
+            let t = cast_to(flat::<B>(t), DType::F32);
+            t.clone().mul(t).sum()
+        })
+        .reduce(|a, b| a + b)
+        .expect("squared_norm_f32: no tensors")
+        .into_primitive()
+        .tensor()
 }
 
 /// A primitive viewed as a vector.

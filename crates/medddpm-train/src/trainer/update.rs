@@ -4,7 +4,9 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, ElementConversion, Tensor};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{ElementConversion, Tensor, TensorPrimitive};
+use medddpm_kernels::KernelBackend;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
 use super::accumulate::AccumulatedStep;
@@ -83,17 +85,19 @@ pub(super) fn skip_batch(loss: f32, skipped_in_a_row: &mut usize) -> Update {
 /// The global L2 norm of the gradients Adam takes (all of them as one vector, in f32, after
 /// the replicas' average and f16's unscaling), for the log: `[train] grad_norm`, computed by
 /// the lead alone (the replicas hold the same average). Queued on the device before the
-/// update and read after it, with the loss, so the GPU does not wait for the host.
-pub(super) enum GradNorm<B: AutodiffBackend> {
+/// update and read after it, with the loss, so the GPU does not wait for the host; one
+/// backend operation for all the gradients (`KernelBackend::squared_norm_f32`), not a few per
+/// parameter tensor on the thread that now sets a training step's pace.
+pub(super) enum GradNorm<B: KernelAutodiffBackend> {
     /// Not asked for, or not this replica's job.
     Off,
     /// To be queued.
     Wanted,
     /// The sum of squares, queued.
-    Queued(Tensor<B::InnerBackend, 1>),
+    Queued(FloatTensor<B::InnerBackend>),
 }
 
-impl<B: AutodiffBackend> GradNorm<B> {
+impl<B: KernelAutodiffBackend> GradNorm<B> {
     pub fn wanted(config: &ExperimentConfig, team: &Team<'_>) -> Self {
         if config.train.grad_norm && team.shard.rank == 0 {
             Self::Wanted
@@ -107,37 +111,41 @@ impl<B: AutodiffBackend> GradNorm<B> {
         if !matches!(self, Self::Wanted) {
             return self;
         }
-        let mut visitor = SquaredSum::<B> { grads, sum: None };
+        let mut visitor = Gathered::<B> {
+            grads,
+            tensors: Vec::new(),
+        };
         model.visit(&mut visitor);
-        visitor.sum.map_or(Self::Off, Self::Queued)
+        if visitor.tensors.is_empty() {
+            return Self::Off;
+        }
+        Self::Queued(B::InnerBackend::squared_norm_f32(visitor.tensors))
     }
 
     /// The update's outcome, reading the norm (which waits for the device).
     pub fn applied(self, loss: f32) -> Update {
         let grad_norm = match self {
-            Self::Queued(sum) => Some(sum.into_scalar().elem::<f32>().sqrt()),
+            Self::Queued(sum) => {
+                let sum = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(sum));
+                Some(sum.into_scalar().elem::<f32>().sqrt())
+            }
             _ => None,
         };
         Update::Applied { loss, grad_norm }
     }
 }
 
-struct SquaredSum<'a, B: AutodiffBackend> {
+/// The gradients of a model's parameters, in its order.
+struct Gathered<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
-    sum: Option<Tensor<B::InnerBackend, 1>>,
+    tensors: Vec<FloatTensor<B::InnerBackend>>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredSum<'_, B> {
+impl<B: AutodiffBackend> ModuleVisitor<B> for Gathered<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) else {
-            return;
-        };
-        let g = medddpm_kernels::cast_to(g, DType::F32);
-        let squares = g.clone().mul(g).sum();
-        self.sum = Some(match self.sum.take() {
-            None => squares,
-            Some(s) => s + squares,
-        });
+        if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
+            self.tensors.push(g.into_primitive().tensor());
+        }
     }
 }
 
@@ -146,6 +154,7 @@ mod tests {
     use super::*;
     use burn::backend::{Autodiff, Flex};
     use burn::nn::{Linear, LinearConfig};
+    use burn::tensor::DType;
 
     type B = Autodiff<Flex>;
 
