@@ -70,54 +70,108 @@ pub fn run_shard<B: KernelBackend>(
     let steps = sampler.num_steps();
     let mut manifest = Appender::open(synthesis.manifest_path(rank, world))?;
     let mut made = 0;
-    for batch in pairs.chunks(options.batch_size.max(1)) {
-        let start = Instant::now();
-        let mut conditions = Vec::with_capacity(batch.len());
-        for pair in batch {
-            conditions.push(condition(synthesis, model, masks, pair)?);
-        }
-        let inputs: Vec<(&Condition, u64)> = conditions
-            .iter()
-            .zip(batch)
-            .map(|((c, _), p)| (c, p.seed))
-            .collect();
-        let n = batch.len();
-        let samples = sampler.sample(&inputs, device, |done| {
-            progress(Progress::Step {
-                batch: n,
-                done,
-                steps,
-            })
-        })?;
-        let share = start.elapsed().as_secs_f64() / n as f64;
-        for ((pair, (cond, augmentation)), values) in batch.iter().zip(conditions).zip(samples) {
+    std::thread::scope(|scope| -> Result<(), SynthError> {
+        // The previous batch's files are written while the network samples the next batch.
+        let mut writing: Option<std::thread::ScopedJoinHandle<'_, Written>> = None;
+        for batch in pairs.chunks(options.batch_size.max(1)) {
             let start = Instant::now();
-            let files = write_pair(synthesis, pair, &cond, values)?;
-            let record = PairRecord {
-                pair: pair.id,
-                case: pair.case.clone(),
-                source_mask: synthesis.list().masks()[pair.mask]
+            let mut conditions = Vec::with_capacity(batch.len());
+            for pair in batch {
+                conditions.push(condition(synthesis, model, masks, pair)?);
+            }
+            let inputs: Vec<(&Condition, u64)> = conditions
+                .iter()
+                .zip(batch)
+                .map(|((c, _), p)| (c, p.seed))
+                .collect();
+            let n = batch.len();
+            let samples = sampler.sample(&inputs, device, |done| {
+                progress(Progress::Step {
+                    batch: n,
+                    done,
+                    steps,
+                })
+            })?;
+            let share = start.elapsed().as_secs_f64() / n as f64;
+            if let Some(job) = writing.take() {
+                made += listed(job, &mut manifest, progress)?;
+            }
+            let sampled: Vec<Sampled> = batch
+                .iter()
+                .zip(conditions)
+                .zip(samples)
+                .map(|((pair, (cond, augmentation)), values)| Sampled {
+                    pair: pair.clone(),
+                    labels: cond.labels().clone(),
+                    augmentation,
+                    values,
+                })
+                .collect();
+            let steps_run = steps;
+            writing = Some(scope.spawn(move || write_batch(synthesis, sampled, share, steps_run)));
+        }
+        if let Some(job) = writing.take() {
+            made += listed(job, &mut manifest, progress)?;
+        }
+        Ok(())
+    })?;
+    Ok(ShardSummary {
+        made,
+        graphs: sampler.graphs(),
+    })
+}
+
+/// A sampled pair waiting for its files.
+struct Sampled {
+    pair: Pair,
+    labels: Volume,
+    augmentation: Option<serde_json::Value>,
+    values: Vec<f32>,
+}
+
+/// A batch's pairs with their files written, in order; the first error stops the batch.
+type Written = Result<Vec<PairRecord>, SynthError>;
+
+/// Writes a batch's files (on the writer thread) and makes each pair's manifest record.
+fn write_batch(synthesis: &Synthesis, sampled: Vec<Sampled>, share: f64, steps: usize) -> Written {
+    let options = synthesis.options();
+    sampled
+        .into_iter()
+        .map(|s| {
+            let start = Instant::now();
+            let files = write_pair(synthesis, &s.pair, &s.labels, s.values)?;
+            Ok(PairRecord {
+                pair: s.pair.id,
+                case: s.pair.case.clone(),
+                source_mask: synthesis.list().masks()[s.pair.mask]
                     .path
                     .display()
                     .to_string(),
-                variant: pair.variant,
-                augmentation,
-                seed: pair.seed,
+                variant: s.pair.variant,
+                augmentation: s.augmentation,
+                seed: s.pair.seed,
                 sampler: options.sampler.kind.to_string(),
                 steps,
                 checkpoint: synthesis.settings().checkpoint_checksum.clone(),
                 seconds: share + start.elapsed().as_secs_f64(),
                 files,
-            };
-            manifest.append(&record)?;
-            made += 1;
-            progress(Progress::Pair(&record));
-        }
+            })
+        })
+        .collect()
+}
+
+/// Waits for a batch's files, then lists each pair (its files are complete before its line).
+fn listed(
+    job: std::thread::ScopedJoinHandle<'_, Written>,
+    manifest: &mut Appender,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<usize, SynthError> {
+    let records = job.join().expect("the writer thread does not panic")?;
+    for record in &records {
+        manifest.append(record)?;
+        progress(Progress::Pair(record));
     }
-    Ok(ShardSummary {
-        made,
-        graphs: sampler.graphs(),
-    })
+    Ok(records.len())
 }
 
 /// Pair `pair`'s condition: its source mask read, given the brain label where the model has
@@ -150,24 +204,38 @@ fn condition<B: KernelBackend>(
 }
 
 /// Writes a pair's images (`values`, channels in file order) and its label map, each
-/// atomically, on the label map's grid; returns their paths relative to the output folder.
+/// atomically and each on its own thread (compressing a BraTS modality takes about a second),
+/// on the label map's grid; returns their paths relative to the output folder.
 fn write_pair(
     synthesis: &Synthesis,
     pair: &Pair,
-    cond: &Condition,
+    labels: &Volume,
     values: Vec<f32>,
 ) -> Result<Vec<String>, SynthError> {
     let files = synthesis
         .options()
         .layout
         .files(&pair.case, synthesis.channels());
-    let labels = cond.labels();
     let voxels = labels.voxel_count();
-    for (c, rel) in files.images.iter().enumerate() {
-        let image = labels.with_data(values[c * voxels..(c + 1) * voxels].to_vec())?;
-        image.write(synthesis.out().join(rel))?;
-    }
+    let images = files
+        .images
+        .iter()
+        .zip(values.chunks(voxels.max(1)))
+        .map(|(rel, data)| Ok((labels.with_data(data.to_vec())?, synthesis.out().join(rel))))
+        .collect::<Result<Vec<_>, SynthError>>()?;
     let dtype = WriteOptions::dtype(label_dtype(synthesis.scheme()));
-    labels.write_with(synthesis.out().join(&files.label), dtype)?;
+    let label_path = synthesis.out().join(&files.label);
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = images
+            .iter()
+            .map(|(image, path)| scope.spawn(move || image.write(path)))
+            .collect();
+        let label = labels.write_with(&label_path, dtype);
+        writers
+            .into_iter()
+            .map(|w| w.join().expect("a file writer does not panic"))
+            .chain([label])
+            .collect::<Result<(), _>>()
+    })?;
     Ok(files.all().map(|f| f.display().to_string()).collect())
 }
