@@ -8,6 +8,7 @@ mod eval;
 mod experiments;
 mod gpu_trace;
 mod inspect;
+mod nodes;
 mod notes;
 mod oom;
 mod plan;

@@ -59,6 +59,20 @@ pub struct TrainArgs {
     /// own, MASTER_PORT); see docs/distributed.md.
     #[arg(long, default_value_t = medddpm_train::cluster::DEFAULT_RENDEZVOUS_PORT)]
     rdzv_port: u16,
+    /// A run across machines launched by hand: the number of machines. Give every machine the
+    /// same command with its own --node-rank; each starts one rank per device of --devices (the
+    /// same count on every machine) and needs MEDDDPM_RDZV_TOKEN (docs/distributed.md).
+    #[arg(long, value_name = "N")]
+    nnodes: Option<usize>,
+    /// With --nnodes: this machine's place, 0 (the machine of rank 0) to N-1.
+    #[arg(long, value_name = "R")]
+    node_rank: Option<usize>,
+    /// With --nnodes: where rank 0 listens, on the machine of --node-rank 0, e.g. node01:29500.
+    #[arg(long, value_name = "HOST:PORT")]
+    rdzv: Option<String>,
+    /// Set by --nnodes on the ranks it starts: the launcher's variables are that launch's.
+    #[arg(long, hide = true)]
+    manual_rank: bool,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -158,7 +172,8 @@ impl BackendTask for TrainTask {
     }
 }
 
-pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+/// The run folder, the experiment with the command line's overrides, and whether it resumes.
+fn load(args: &TrainArgs) -> anyhow::Result<(RunDir, ExperimentConfig, bool)> {
     let (run, mut config, resume) = match &args.resume {
         Some(dir) => {
             let run = RunDir::new(dir);
@@ -198,9 +213,23 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         eprintln!("warning: [model] {warning}");
     }
     config.validate()?;
+    Ok((run, config, resume))
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    let env = |name: &str| std::env::var(name).ok();
+    let rdzv = args.rdzv.as_deref();
+    let manual = crate::nodes::ManualLaunch::from_flags(args.nnodes, args.node_rank, rdzv, &env)?;
+    let (run, config, resume) = load(&args)?;
     let mut settings = args.compute.settings_with(&config.compute);
+    if let Some(launch) = manual {
+        return crate::nodes::run(&launch, &settings.devices);
+    }
     let cluster = match crate::cluster::place(args.rdzv_port)? {
-        Some(place) => {
+        Some(mut place) => {
+            if args.manual_rank {
+                place.launcher = medddpm_train::Launcher::Manual;
+            }
             let token = crate::cluster::token(&place)?;
             let listed = args.compute.devices.is_some() || config.compute.devices.is_some();
             settings = crate::cluster::settings_for(&place, settings, listed)?;

@@ -19,6 +19,9 @@ pub enum Launcher {
     Torchrun,
     /// A Slurm job step started by `srun`.
     Slurm,
+    /// `medddpm train --nnodes N --node-rank R --rdzv HOST:PORT` on each machine, which starts
+    /// that machine's ranks itself with torchrun's variables set.
+    Manual,
 }
 
 impl std::fmt::Display for Launcher {
@@ -26,6 +29,7 @@ impl std::fmt::Display for Launcher {
         f.write_str(match self {
             Launcher::Torchrun => "torchrun",
             Launcher::Slurm => "Slurm (srun)",
+            Launcher::Manual => "manual launch",
         })
     }
 }

@@ -7,10 +7,12 @@ use std::process::{Child, Command, Stdio};
 
 use crate::processes::{experiment, losses, medddpm};
 
-const TOKEN: &str = "a-test-secret-of-some-length";
+mod nodes;
+
+pub(crate) const TOKEN: &str = "a-test-secret-of-some-length";
 
 /// `medddpm train` of the experiment `file` into `run` on the CPU.
-fn train_args(file: &Path, run: &Path) -> Vec<String> {
+pub(crate) fn train_args(file: &Path, run: &Path) -> Vec<String> {
     let (file, run) = (file.to_str().unwrap(), run.to_str().unwrap());
     [
         "train",
@@ -26,7 +28,7 @@ fn train_args(file: &Path, run: &Path) -> Vec<String> {
 }
 
 /// A port nothing listens on.
-fn free_port() -> String {
+pub(crate) fn free_port() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port().to_string()
 }
@@ -52,7 +54,7 @@ fn rank(args: &[String], rank: &str, port: &str, env: &[(&str, &str)]) -> Child 
 }
 
 /// A temporary folder with the experiment `train` (a `[train]` section) written in it.
-fn experiment_file(train: Option<&str>) -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn experiment_file(train: Option<&str>) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("exp.toml");
     let text = match train {
@@ -65,7 +67,7 @@ fn experiment_file(train: Option<&str>) -> (tempfile::TempDir, PathBuf) {
 
 /// Every weight of a checkpoint's `file` (`model.mpk`, `ema.mpk`), in the network's order:
 /// the files themselves differ between runs (burn records each parameter's random id).
-fn saved_weights(run: &Path, file: &str) -> Vec<Vec<f32>> {
+pub(crate) fn saved_weights(run: &Path, file: &str) -> Vec<Vec<f32>> {
     use burn::backend::Flex;
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
