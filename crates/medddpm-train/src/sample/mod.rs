@@ -51,6 +51,17 @@ pub struct SamplingModel<B: Backend> {
     pub config: ExperimentConfig,
 }
 
+impl<B: Backend> SamplingModel<B> {
+    /// `unet` with the schedule of `config`'s timesteps.
+    pub fn new(unet: UNet<B>, config: ExperimentConfig) -> Self {
+        Self {
+            unet,
+            schedule: CosineSchedule::new(config.diffusion.timesteps),
+            config,
+        }
+    }
+}
+
 /// Loads weights for sampling: the EMA weights unless `live` asks for the live ones.
 pub fn load_sampling_model<B: Backend>(
     source: &WeightsSource,
@@ -71,11 +82,7 @@ pub fn load_sampling_model<B: Backend>(
                 &file,
                 device,
             )?;
-            Ok(SamplingModel {
-                unet,
-                schedule: CosineSchedule::new(config.diffusion.timesteps),
-                config,
-            })
+            Ok(SamplingModel::new(unet, config))
         }
         WeightsSource::Reference { path, experiment } => {
             let entry = if live {
@@ -91,11 +98,7 @@ pub fn load_sampling_model<B: Backend>(
             if let Some(timesteps) = report.timesteps {
                 config.diffusion.timesteps = timesteps;
             }
-            Ok(SamplingModel {
-                unet,
-                schedule: CosineSchedule::new(config.diffusion.timesteps),
-                config,
-            })
+            Ok(SamplingModel::new(unet, config))
         }
     }
 }
