@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Precision};
+use medddpm_bench::record::Workload;
 use medddpm_bench::{BenchOptions, Model, ScalingOptions};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
@@ -208,10 +209,12 @@ impl BenchArgs {
         Some(Ok(Scaling {
             settings,
             options: ScalingOptions {
-                model: self.model.0,
-                size: self.size,
-                batch: self.batch,
-                activation_checkpointing: self.activation_checkpointing,
+                workload: Workload {
+                    model: self.model.0,
+                    size: self.size,
+                    batch: self.batch,
+                    activation_checkpointing: self.activation_checkpointing,
+                },
                 warmup: self.warmup,
                 steps: self.steps,
                 out: self.out.clone(),

@@ -157,10 +157,7 @@ fn pair(images: &Path, masks: &Path) -> Result<(Vec<Pair>, Vec<Skipped>), Prepar
         });
     }
     let unpaired = |path: PathBuf, partner: &str, dir: &Path| {
-        let expected_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let expected_name = medddpm_nifti::file_name(&path);
         CaseProblem::Unpaired {
             path,
             partner: partner.into(),

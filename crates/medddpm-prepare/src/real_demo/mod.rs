@@ -107,12 +107,7 @@ pub fn load_subject(
     if !missing.is_empty() {
         let names = missing
             .iter()
-            .map(|p| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            })
+            .map(|p| medddpm_nifti::file_name(p))
             .collect();
         return Err(CaseProblem::MissingFiles {
             names,

@@ -318,13 +318,7 @@ impl<B: KernelBackend> Draw<'_, B> {
             .sample_observed(self.denoiser, cond, channels, |done, x| {
                 if let Some(t) = trajectory.as_mut().filter(|t| t.wants(done)) {
                     let voxels = d * h * w;
-                    let values = x
-                        .clone()
-                        .narrow(1, 0, 1)
-                        .into_data()
-                        .convert::<f32>()
-                        .to_vec::<f32>()
-                        .expect("f32 data");
+                    let values = crate::host::f32_values(x.clone().narrow(1, 0, 1));
                     if let Err(e) = t.push(done, values[..voxels].to_vec()) {
                         frame_error.get_or_insert(e);
                     }
@@ -334,11 +328,7 @@ impl<B: KernelBackend> Draw<'_, B> {
         if let Some(e) = frame_error {
             return Err(e);
         }
-        let values = x
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .expect("f32 data");
+        let values = crate::host::f32_values(x);
         Ok((values, trajectory))
     }
 }
