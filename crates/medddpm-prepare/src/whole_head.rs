@@ -14,7 +14,7 @@ use medddpm_mask::LabelScheme;
 use medddpm_nifti::{Interpolation, Volume};
 use serde::{Deserialize, Serialize};
 
-use crate::report::{CaseDetails, Report, Skipped};
+use crate::report::{Report, Skipped};
 use crate::resample::{centred_index_map, resample};
 use crate::runner::{run_cases, Progress};
 use crate::{files, CaseProblem, PrepareError};
@@ -121,11 +121,7 @@ pub struct WholeHeadDone {
     pub image_range: [f32; 2],
 }
 
-impl CaseDetails for WholeHeadDone {
-    fn case(&self) -> &str {
-        &self.case
-    }
-}
+crate::report::case_details_by_field!(WholeHeadDone);
 
 /// One volume on the model grid: [`Volume::resize`] or the centred grid at `spacing`.
 /// Positions outside the input take `fill`.
