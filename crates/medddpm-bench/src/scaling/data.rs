@@ -152,7 +152,7 @@ fn brats_case(labels: &[f32], image: &[f32]) -> (Vec<f32>, [Vec<f32>; 4]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Workload;
+    use crate::options::Workload;
     use medddpm_train::data::NiftiDataset;
 
     #[test]

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, HostProfileError};
 use crate::host_profile::HostProfile;
 use crate::median;
-use crate::record::Workload;
+use crate::options::Workload;
 
 /// What `medddpm bench --devices` measures.
 #[derive(Debug, Clone)]
