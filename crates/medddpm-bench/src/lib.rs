@@ -23,7 +23,7 @@ pub mod single;
 pub mod threads;
 
 pub use error::{Error, Result};
-pub use options::{BenchOptions, Model};
+pub use options::{BenchOptions, Model, Workload};
 pub use record::{BenchRecord, GraphRun, RecordBackend, RecordStatus, Source};
 pub use run::{run_bench, write_reports, BenchReport};
 pub use scaling::{

@@ -44,7 +44,7 @@ pub fn placeholder(
         RecordBackend::burn(cell.backend),
         cell.precision,
         cell.layout,
-        config.workload(),
+        config.workload,
         status,
     );
     r.message = Some(message);

@@ -81,6 +81,20 @@ medddpm_backend::choice_by_name!(
     str::eq
 );
 
+/// The network, volume and batch a row benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    /// The network.
+    pub model: Model,
+    /// Volume size (d, h, w).
+    pub size: [usize; 3],
+    /// Batch size.
+    pub batch: usize,
+    /// Activations the training micro-step recomputed instead of keeping (absent: none).
+    #[serde(default)]
+    pub activation_checkpointing: ActivationCheckpointing,
+}
+
 /// What one `medddpm bench` (or `medddpm check`) run measures and where it writes. The
 /// defaults are the command's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,15 +110,10 @@ pub struct BenchOptions {
     pub conv_engine: ConvEngine,
     /// GroupNorm code of every configuration.
     pub norm_engine: NormEngine,
-    /// Network configuration.
-    pub model: Model,
-    /// Volume size (d, h, w).
-    pub size: [usize; 3],
-    /// Batch size.
-    pub batch: usize,
-    /// Activations the training micro-step recomputes in its backward pass instead of keeping
-    /// (the trainer's `[train] activation_checkpointing`).
-    pub activation_checkpointing: ActivationCheckpointing,
+    /// Network, volume size, batch size, and the activations the training micro-step
+    /// recomputes in its backward pass instead of keeping (the trainer's `[train]
+    /// activation_checkpointing`).
+    pub workload: Workload,
     /// Untimed steps after the first.
     pub warmup: usize,
     /// Timed steps (the median is reported).
@@ -156,10 +165,12 @@ impl Default for BenchOptions {
             layouts: Layout::ALL.to_vec(),
             conv_engine: ConvEngine::Auto,
             norm_engine: NormEngine::Kernel,
-            model: Model::WholeHead,
-            size: [128; 3],
-            batch: 1,
-            activation_checkpointing: ActivationCheckpointing::None,
+            workload: Workload {
+                model: Model::WholeHead,
+                size: [128; 3],
+                batch: 1,
+                activation_checkpointing: ActivationCheckpointing::None,
+            },
             warmup: 2,
             steps: 5,
             breakdown: true,
@@ -186,17 +197,18 @@ impl BenchOptions {
     /// cannot take, no steps or batch, more sampling steps than the schedule has.
     pub fn validate(&self, unet: &UNetConfig) -> Result<(), InvalidOptions> {
         let divisor = unet.size_divisor();
-        if self.size.iter().any(|&s| s == 0 || s % divisor != 0) {
+        let w = &self.workload;
+        if w.size.iter().any(|&s| s == 0 || s % divisor != 0) {
             return Err(InvalidOptions::Size {
-                size: self.size,
+                size: w.size,
                 divisor,
-                model: self.model.name().to_string(),
+                model: w.model.name().to_string(),
             });
         }
         if self.steps == 0 {
             return Err(InvalidOptions::Zero { option: "steps" });
         }
-        if self.batch == 0 {
+        if w.batch == 0 {
             return Err(InvalidOptions::Zero { option: "batch" });
         }
         // The sampling steps walk down from the last timestep, one per step.

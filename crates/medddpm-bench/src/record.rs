@@ -15,7 +15,7 @@ use medddpm_unet::{ActivationCheckpointing, Layout};
 use serde::{Deserialize, Serialize};
 
 use crate::gpu_trace::GpuTime;
-use crate::options::Model;
+use crate::options::{Model, Workload};
 
 mod wire;
 
@@ -173,19 +173,6 @@ impl Source {
     pub fn is_measured(&self) -> bool {
         matches!(self, Source::Measured)
     }
-}
-
-/// The network, volume and batch a row benchmarks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Workload {
-    /// The network.
-    pub model: Model,
-    /// Volume size (d, h, w).
-    pub size: [usize; 3],
-    /// Batch size.
-    pub batch: usize,
-    /// Activations the training micro-step recomputed instead of keeping.
-    pub activation_checkpointing: ActivationCheckpointing,
 }
 
 /// One configuration (backend x precision x layout) of the benchmark matrix and what was

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::options::Model;
-use crate::record::{BenchRecord, RecordBackend, RecordStatus, Source, Workload};
+use crate::options::Workload;
+use crate::record::{BenchRecord, RecordBackend, RecordStatus, Source};
 
 /// The data file of the H100 figures.
 const H100_FILE: &str = "data/pytorch-h100.json";

@@ -55,15 +55,12 @@ pub fn run_bench(options: BenchOptions, command: Vec<String>) -> Result<Option<B
 
 /// What every configuration's child measures, once the options are known to be runnable.
 fn single_config(options: &BenchOptions) -> Result<SingleConfig> {
-    let unet = options.model.config();
+    let unet = options.workload.model.config();
     unet.validate()?;
     options.validate(&unet)?;
     Ok(SingleConfig {
-        model: options.model,
+        workload: options.workload,
         unet,
-        size: options.size,
-        batch: options.batch,
-        activation_checkpointing: options.activation_checkpointing,
         warmup: options.warmup,
         steps: options.steps,
         lr: 1e-5,

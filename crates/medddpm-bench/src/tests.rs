@@ -10,11 +10,13 @@ fn run(settings: &ComputeSettings, config: &SingleConfig) -> BenchRecord {
 
 fn tiny(check_only: bool) -> SingleConfig {
     SingleConfig {
-        model: Model::Tiny,
+        workload: Workload {
+            model: Model::Tiny,
+            size: [8, 8, 8],
+            batch: 1,
+            activation_checkpointing: Default::default(),
+        },
         unet: Model::Tiny.config(),
-        size: [8, 8, 8],
-        batch: 1,
-        activation_checkpointing: Default::default(),
         warmup: 1,
         steps: 2,
         lr: 1e-5,
@@ -122,7 +124,7 @@ fn check_only_reports_agreement_without_timings() {
 #[test]
 fn a_correct_backend_has_no_deviating_operation() {
     let config = tiny(true);
-    let probe = crate::probe::Probe::new(&config.unet, config.size, 3, None).unwrap();
+    let probe = crate::probe::Probe::new(&config.unet, config.workload.size, 3, None).unwrap();
     for layout in Layout::ALL {
         let case = crate::probe::ProbeCase {
             unet: &config.unet,
@@ -154,10 +156,8 @@ fn measures_a_checkpointed_training_step_and_records_the_choice() {
         show_tuning: false,
         ..Default::default()
     };
-    let config = SingleConfig {
-        activation_checkpointing: medddpm_unet::ActivationCheckpointing::Blocks,
-        ..tiny(false)
-    };
+    let mut config = tiny(false);
+    config.workload.activation_checkpointing = medddpm_unet::ActivationCheckpointing::Blocks;
     let r = run(&settings, &config);
     assert_eq!(r.status, RecordStatus::Ok, "{r:?}");
     assert!(r.train_step_median_ms.unwrap() > 0.0);

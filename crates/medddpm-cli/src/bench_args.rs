@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Precision};
-use medddpm_bench::{BenchOptions, Model, ScalingOptions};
+use medddpm_bench::{BenchOptions, Model, ScalingOptions, Workload};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
 use crate::compute_args::{BackendArg, CollectiveArg, LaunchArg};
@@ -208,10 +208,7 @@ impl BenchArgs {
         Some(Ok(Scaling {
             settings,
             options: ScalingOptions {
-                model: self.model.0,
-                size: self.size,
-                batch: self.batch,
-                activation_checkpointing: self.activation_checkpointing,
+                workload: self.workload(),
                 warmup: self.warmup,
                 steps: self.steps,
                 out: self.out.clone(),
@@ -223,18 +220,26 @@ impl BenchArgs {
         }))
     }
 
+    /// The network, volume, batch and activation checkpointing these switches select.
+    fn workload(&self) -> Workload {
+        Workload {
+            model: self.model.0,
+            size: self.size,
+            batch: self.batch,
+            activation_checkpointing: self.activation_checkpointing,
+        }
+    }
+
     /// The benchmark's options these switches select.
     pub fn into_options(self) -> BenchOptions {
+        let workload = self.workload();
         BenchOptions {
             backends: self.backends.into_iter().map(BackendKind::from).collect(),
             precisions: self.precisions,
             layouts: self.layouts,
             conv_engine: self.conv_engine,
             norm_engine: self.norm_engine,
-            model: self.model.0,
-            size: self.size,
-            batch: self.batch,
-            activation_checkpointing: self.activation_checkpointing,
+            workload,
             warmup: self.warmup,
             steps: self.steps,
             breakdown: !self.no_breakdown,
@@ -306,10 +311,12 @@ impl CheckArgs {
             layouts: self.layouts,
             conv_engine: self.conv_engine,
             norm_engine: NormEngine::default(),
-            model: self.model.0,
-            size: self.size,
-            batch: 1,
-            activation_checkpointing: ActivationCheckpointing::None,
+            workload: Workload {
+                model: self.model.0,
+                size: self.size,
+                batch: 1,
+                activation_checkpointing: ActivationCheckpointing::None,
+            },
             warmup: 0,
             steps: 1,
             breakdown: false,
@@ -427,10 +434,12 @@ mod tests {
             layouts: vec![Layout::Ndhwc],
             conv_engine: ConvEngine::Cubecl,
             norm_engine: NormEngine::Ops,
-            model: Model::WholeHeadC32,
-            size: [16, 32, 48],
-            batch: 2,
-            activation_checkpointing: ActivationCheckpointing::Blocks,
+            workload: Workload {
+                model: Model::WholeHeadC32,
+                size: [16, 32, 48],
+                batch: 2,
+                activation_checkpointing: ActivationCheckpointing::Blocks,
+            },
             warmup: 3,
             steps: 4,
             breakdown: false,
@@ -461,10 +470,11 @@ mod tests {
         };
         let options = args.into_options();
         assert_eq!(options.backends, vec![BackendKind::Cpu]);
-        assert_eq!(options.model, Model::Tiny);
-        assert_eq!(options.size, [32; 3]);
+        assert_eq!(options.workload.model, Model::Tiny);
+        assert_eq!(options.workload.size, [32; 3]);
         assert!(options.check_only && options.locate && !options.breakdown);
-        assert_eq!((options.warmup, options.steps, options.batch), (0, 1, 1));
+        let batch = options.workload.batch;
+        assert_eq!((options.warmup, options.steps, batch), (0, 1, 1));
         assert_eq!(options.out, PathBuf::from("check-results"));
     }
 

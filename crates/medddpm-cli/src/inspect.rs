@@ -19,10 +19,7 @@ pub struct InspectArgs {
 
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let path = PathBuf::from(&args.path);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
+    let name = medddpm_nifti::file_name(&path);
     if name.ends_with(".nii") || name.ends_with(".nii.gz") || name.ends_with(".hdr") {
         return volume(&path);
     }

@@ -136,7 +136,8 @@ fn bench_fits(options: &medddpm_bench::BenchOptions, anyway: bool) -> anyhow::Re
     if options.single_config.is_some() || options.report_only {
         return Ok(());
     }
-    let [d, h, w] = options.size;
+    let workload = &options.workload;
+    let [d, h, w] = workload.size;
     for &backend in &options.backends {
         for &precision in &options.precisions {
             let settings = medddpm_backend::ComputeSettings {
@@ -145,17 +146,17 @@ fn bench_fits(options: &medddpm_bench::BenchOptions, anyway: bool) -> anyhow::Re
                 ..Default::default()
             };
             let shape = medddpm_plan::RunShape {
-                model: options.model.config(),
+                model: workload.model.config(),
                 grid: [d, h, w],
-                batch: options.batch,
+                batch: workload.batch,
                 half: matches!(
                     precision,
                     medddpm_backend::Precision::Bf16 | medddpm_backend::Precision::F16
                 ),
-                checkpointing: options.activation_checkpointing
+                checkpointing: workload.activation_checkpointing
                     == medddpm_unet::ActivationCheckpointing::Blocks,
                 strict_fp32: precision == medddpm_backend::Precision::Fp32,
-                recompute_norms: options.activation_checkpointing
+                recompute_norms: workload.activation_checkpointing
                     == medddpm_unet::ActivationCheckpointing::Norms,
             };
             let what = format!("the {backend} {precision} configuration");

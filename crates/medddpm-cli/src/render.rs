@@ -97,12 +97,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
         None => args
             .volumes
             .iter()
-            .map(|p| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            })
+            .map(|p| medddpm_nifti::file_name(p))
             .collect(),
     };
     let rows: Vec<Row> = volumes

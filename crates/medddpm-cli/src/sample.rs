@@ -60,6 +60,34 @@ impl WeightsArgs {
     }
 }
 
+/// How the sampling runs: shared by `sample` and `synthesize`.
+#[derive(Debug, Args)]
+pub struct RunSwitches {
+    /// Brain masks for segmentations that hold tumour labels only, for models conditioned on
+    /// a brain label (BraTS: 4): one file for every mask, or a folder with one per case
+    /// (`<seg file name>`, `<case>_brain`, `<case>_brainmask` or `<case>`, .nii.gz or .nii).
+    /// A voxel above 0 is brain; the label goes where no tumour label is.
+    #[arg(long, value_name = "FILE|DIR")]
+    brain_mask: Option<PathBuf>,
+    /// Replay the network's forward pass from a CUDA graph after two warm-up calls (CUDA; the
+    /// network's output is the same bit for bit, whole samples differ in the last bits: up to
+    /// 1.6e-4 after 250 DDPM steps, probably because without graphs the network's last
+    /// elementwise operations fuse into the sampler's update). Off by default: on an H200 it did not make
+    /// the sampling step faster (22.0 against 21.7 ms; docs/benchmarks).
+    #[arg(long)]
+    pub cuda_graphs: bool,
+    /// Start even when the memory plan says the run (its batch) does not fit the device.
+    #[arg(long)]
+    pub no_memory_check: bool,
+}
+
+impl RunSwitches {
+    /// `--brain-mask`, for the sampler.
+    pub fn brain_masks(&self) -> Option<BrainMasks> {
+        self.brain_mask.clone().map(BrainMasks)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SampleArgs {
     #[command(flatten)]
@@ -101,22 +129,8 @@ pub struct SampleArgs {
     /// any of its outputs exists).
     #[arg(long)]
     overwrite: bool,
-    /// Brain masks for segmentations that hold tumour labels only, for models conditioned on
-    /// a brain label (BraTS: 4): one file for every mask, or a folder with one per case
-    /// (`<seg file name>`, `<case>_brain`, `<case>_brainmask` or `<case>`, .nii.gz or .nii).
-    /// A voxel above 0 is brain; the label goes where no tumour label is.
-    #[arg(long, value_name = "FILE|DIR")]
-    brain_mask: Option<PathBuf>,
-    /// Replay the network's forward pass from a CUDA graph after two warm-up calls (CUDA; the
-    /// network's output is the same bit for bit, whole samples differ in the last bits: up to
-    /// 1.6e-4 after 250 DDPM steps, probably because without graphs the network's last
-    /// elementwise operations fuse into the sampler's update). Off by default: on an H200 it did not make
-    /// the sampling step faster (22.0 against 21.7 ms; docs/benchmarks).
-    #[arg(long)]
-    cuda_graphs: bool,
-    /// Start even when the memory plan says the run does not fit the device.
-    #[arg(long)]
-    no_memory_check: bool,
+    #[command(flatten)]
+    run: RunSwitches,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -156,7 +170,7 @@ struct SampleTask {
     rescale: Option<(f32, f32)>,
     trajectory: Option<usize>,
     overwrite: bool,
-    brain_mask: Option<PathBuf>,
+    brain_masks: Option<BrainMasks>,
     cuda_graphs: bool,
     sampler: SamplerFlags,
 }
@@ -201,7 +215,7 @@ impl BackendTask for SampleTask {
             sampler: self.sampler.resolve(&model.config.sampler),
             trajectory: self.trajectory,
             overwrite: self.overwrite,
-            brain_masks: self.brain_mask.map(BrainMasks),
+            brain_masks: self.brain_masks,
             cuda_graphs: self.cuda_graphs,
         };
         let steps = Sampler::new(model.schedule.clone(), &options.sampler)?.num_steps();
@@ -287,7 +301,13 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
             ..crate::plan::training_shape(&config, crate::plan::precision_of(&settings))
         };
         let work = medddpm_plan::Work::Sampling;
-        crate::plan::check_fits("sampling", &shape, work, &settings, args.no_memory_check)?;
+        crate::plan::check_fits(
+            "sampling",
+            &shape,
+            work,
+            &settings,
+            args.run.no_memory_check,
+        )?;
     }
     run_on(
         &settings,
@@ -301,8 +321,8 @@ pub fn run(args: SampleArgs) -> anyhow::Result<()> {
             rescale: args.rescale,
             trajectory: args.trajectory,
             overwrite: args.overwrite,
-            brain_mask: args.brain_mask,
-            cuda_graphs: args.cuda_graphs,
+            brain_masks: args.run.brain_masks(),
+            cuda_graphs: args.run.cuda_graphs,
             sampler: SamplerFlags {
                 kind: args.sampler,
                 steps: args.steps,

@@ -15,13 +15,12 @@ use medddpm_diffusion::{SamplerConfig, SamplerKind};
 use medddpm_plan::{plan, RunShape, Work};
 use medddpm_synth::{run_shard, DatasetLayout, Progress, SynthOptions, Synthesis};
 use medddpm_train::data::list_masks;
-use medddpm_train::sample::BrainMasks;
 use medddpm_train::{load_sampling_model, ExperimentConfig, WeightsSource};
 use medddpm_unet::cast_compute_params;
 
 use crate::compute_args::ComputeArgs;
 use crate::progress::SynthProgress;
-use crate::sample::{at_least_one, experiment_of, parse_range, WeightsArgs};
+use crate::sample::{at_least_one, experiment_of, parse_range, RunSwitches, WeightsArgs};
 
 /// DDIM's and DPM-Solver++'s network calls when `--steps` is not given.
 const DEFAULT_STEPS: usize = 25;
@@ -86,15 +85,8 @@ pub struct SynthesizeArgs {
     /// Rescale the images from [-1, 1] linearly to MIN,MAX before writing.
     #[arg(long, value_parser = parse_range)]
     rescale: Option<(f32, f32)>,
-    /// Brain masks for segmentations with tumour labels only (BraTS models; as `sample`).
-    #[arg(long, value_name = "FILE|DIR")]
-    brain_mask: Option<PathBuf>,
-    /// Replay the network's forward pass from CUDA graphs.
-    #[arg(long)]
-    cuda_graphs: bool,
-    /// Start even when the memory plan says the batch does not fit the device.
-    #[arg(long)]
-    no_memory_check: bool,
+    #[command(flatten)]
+    run: RunSwitches,
     /// This process's share of the work, R/W (set by the process that starts one per device).
     #[arg(long, hide = true, value_parser = parse_shard)]
     shard: Option<(usize, usize)>,
@@ -159,9 +151,9 @@ impl SynthesizeArgs {
             sampler: self.sampler(),
             layout: self.layout(),
             rescale: self.rescale,
-            brain_masks: self.brain_mask.clone().map(BrainMasks),
+            brain_masks: self.run.brain_masks(),
             batch_size,
-            cuda_graphs: self.cuda_graphs,
+            cuda_graphs: self.run.cuda_graphs,
         }
     }
 }
@@ -251,7 +243,7 @@ fn one_process(
         &shape,
         Work::Sampling,
         &settings,
-        args.no_memory_check,
+        args.run.no_memory_check,
     )?;
     synthesis.set_batch_size(batch);
     let task = SynthTask {

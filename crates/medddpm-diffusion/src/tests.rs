@@ -24,6 +24,15 @@ struct Oracle {
     c: f32,
 }
 
+impl Oracle {
+    fn new(schedule: &CosineSchedule, c: f32) -> Self {
+        Self {
+            schedule: schedule.clone(),
+            c,
+        }
+    }
+}
+
 impl Denoiser<B> for Oracle {
     fn predict_noise(&self, input: Tensor<B, 5>, timesteps: &[usize]) -> Tensor<B, 5> {
         let t = timesteps[0];
@@ -368,6 +377,18 @@ fn v_target_is_hand_computed_and_converts_back_to_the_noise() {
     assert_eq!(values(same), values(noise));
 }
 
+/// `sampler`'s one-channel sample for `cond` from `denoiser`, the backend's generator seeded
+/// with `seed` (the caller holds [`backend_rng`]).
+fn seeded_sample(
+    sampler: &Sampler,
+    denoiser: &impl Denoiser<B>,
+    cond: &Tensor<B, 5>,
+    seed: u64,
+) -> Vec<f32> {
+    B::seed(&Default::default(), seed);
+    values(sampler.sample(denoiser, cond.clone(), 1, |_| {}))
+}
+
 #[test]
 fn every_sampler_reaches_the_oracle_image_from_a_v_prediction() {
     // The same exact denoiser expressed as v: each sampler, told the network predicts v,
@@ -375,14 +396,8 @@ fn every_sampler_reaches_the_oracle_image_from_a_v_prediction() {
     let s = CosineSchedule::new(250);
     let device = Default::default();
     let cond = Tensor::<B, 5>::zeros([1, 2, 2, 2, 2], &device);
-    let eps_model = Oracle {
-        schedule: s.clone(),
-        c: 0.3,
-    };
-    let v_model = VOracle(Oracle {
-        schedule: s.clone(),
-        c: 0.3,
-    });
+    let eps_model = Oracle::new(&s, 0.3);
+    let v_model = VOracle(Oracle::new(&s, 0.3));
     for config in [
         SamplerConfig::default(),
         SamplerConfig {
@@ -398,11 +413,9 @@ fn every_sampler_reaches_the_oracle_image_from_a_v_prediction() {
     ] {
         let sampler = Sampler::new(s.clone(), &config).unwrap();
         let _rng = backend_rng();
-        B::seed(&device, 5);
-        let want = values(sampler.sample(&eps_model, cond.clone(), 1, |_| {}));
+        let want = seeded_sample(&sampler, &eps_model, &cond, 5);
         let sampler = sampler.with_prediction(Prediction::V);
-        B::seed(&device, 5);
-        let got = values(sampler.sample(&v_model, cond.clone(), 1, |_| {}));
+        let got = seeded_sample(&sampler, &v_model, &cond, 5);
         for (g, w) in got.iter().zip(&want) {
             assert!((g - 0.3).abs() < 1e-3, "{config:?}: {g}");
             assert!((g - w).abs() < 1e-4, "{config:?}: {g} vs {w}");
@@ -417,10 +430,7 @@ fn sampling_from_given_noise_asks_for_z_only_where_a_step_adds_it() {
     let s = CosineSchedule::new(20);
     let device = Default::default();
     let cond = Tensor::<B, 5>::zeros([2, 2, 2, 2, 2], &device);
-    let oracle = Oracle {
-        schedule: s.clone(),
-        c: -0.4,
-    };
+    let oracle = Oracle::new(&s, -0.4);
     let shape = [2, 1, 2, 2, 2];
     let normal = burn::tensor::Distribution::Normal(0.0, 1.0);
     for (config, asked) in [
@@ -436,8 +446,7 @@ fn sampling_from_given_noise_asks_for_z_only_where_a_step_adds_it() {
     ] {
         let sampler = Sampler::new(s.clone(), &config).unwrap();
         let _rng = backend_rng();
-        B::seed(&device, 11);
-        let want = values(sampler.sample(&oracle, cond.clone(), 1, |_| {}));
+        let want = seeded_sample(&sampler, &oracle, &cond, 11);
         B::seed(&device, 11);
         let x = Tensor::<B, 5>::random(shape, normal, &device);
         let mut steps = Vec::new();

@@ -38,7 +38,7 @@ pub use grid::Interpolation;
 pub use header::{DataType, Endian, NiftiHeader, NIFTI1_HEADER_SIZE, NIFTI1_VOX_OFFSET};
 pub use io::WriteOptions;
 pub use normalize::Normalization;
-pub use volume::{ensure_same_grid, nifti_stem, Volume};
+pub use volume::{ensure_same_grid, file_name, nifti_stem, Volume};
 
 /// The memory the system can give without swapping (`MemAvailable` of `/proc/meminfo`), in
 /// bytes; `None` where it cannot be read. What the readers and writers of volumes check a

@@ -197,6 +197,14 @@ pub fn ensure_same_grid(
     })
 }
 
+/// A file's name as messages and titles show it (lossy UTF-8; empty for a path without one,
+/// such as `..`).
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// The id a NIfTI file name stands for (`sample_3.nii.gz` -> `sample_3`, any case of the
 /// extension); `None` for other files and hidden ones (editors' and the atomic writer's
 /// temporaries start with a dot). Training pairs files, sampling names outputs and `prepare`

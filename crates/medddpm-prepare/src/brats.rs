@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use medddpm_nifti::Volume;
 use serde::{Deserialize, Serialize};
 
-use crate::report::{CaseDetails, Report, Skipped};
+use crate::report::{Report, Skipped};
 use crate::runner::{run_cases, Progress};
 use crate::{files, CaseProblem, PrepareError};
 
@@ -86,11 +86,7 @@ pub struct BratsDone {
     pub outputs: Vec<PathBuf>,
 }
 
-impl CaseDetails for BratsDone {
-    fn case(&self) -> &str {
-        &self.case
-    }
-}
+crate::report::case_details_by_field!(BratsDone);
 
 /// The five output files of a case: `out/{t1,t1ce,t2,flair,seg}/<case>_<modality>.nii.gz`.
 pub fn output_paths(out: &Path, case: &str) -> Vec<PathBuf> {

@@ -21,6 +21,18 @@ pub trait CaseDetails: Serialize {
     }
 }
 
+/// [`CaseDetails`] for records whose `case` field is the case id and that print no summary.
+macro_rules! case_details_by_field {
+    ($($record:ty),+) => {
+        $(impl $crate::report::CaseDetails for $record {
+            fn case(&self) -> &str {
+                &self.case
+            }
+        })+
+    };
+}
+pub(crate) use case_details_by_field;
+
 /// A case that was skipped, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Skipped {

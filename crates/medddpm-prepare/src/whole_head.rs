@@ -14,7 +14,7 @@ use medddpm_mask::LabelScheme;
 use medddpm_nifti::{Interpolation, Volume};
 use serde::{Deserialize, Serialize};
 
-use crate::report::{CaseDetails, Report, Skipped};
+use crate::report::{Report, Skipped};
 use crate::resample::{centred_index_map, resample};
 use crate::runner::{run_cases, Progress};
 use crate::{files, CaseProblem, PrepareError};
@@ -121,11 +121,7 @@ pub struct WholeHeadDone {
     pub image_range: [f32; 2],
 }
 
-impl CaseDetails for WholeHeadDone {
-    fn case(&self) -> &str {
-        &self.case
-    }
-}
+crate::report::case_details_by_field!(WholeHeadDone);
 
 /// One volume on the model grid: [`Volume::resize`] or the centred grid at `spacing`.
 /// Positions outside the input take `fill`.
@@ -157,10 +153,7 @@ fn pair(images: &Path, masks: &Path) -> Result<(Vec<Pair>, Vec<Skipped>), Prepar
         });
     }
     let unpaired = |path: PathBuf, partner: &str, dir: &Path| {
-        let expected_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let expected_name = medddpm_nifti::file_name(&path);
         CaseProblem::Unpaired {
             path,
             partner: partner.into(),

@@ -301,14 +301,12 @@ impl Chart {
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(draw_err)?;
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                self.raw.clone(),
-                RAW.stroke_width(1),
-            )))
-            .map_err(draw_err)?
-            .label("loss per step")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], RAW.stroke_width(2)));
+        draw_line(
+            &mut chart,
+            &self.raw,
+            RAW.stroke_width(1),
+            "loss per step".into(),
+        )?;
         if self.raw.len() == 1 {
             chart
                 .draw_series(std::iter::once(Circle::new(
@@ -318,18 +316,12 @@ impl Chart {
                 )))
                 .map_err(draw_err)?;
         }
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                self.average.clone(),
-                AVERAGE.stroke_width(2),
-            )))
-            .map_err(draw_err)?
-            .label(format!(
-                "moving average ({} point{})",
-                self.window,
-                if self.window == 1 { "" } else { "s" }
-            ))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], AVERAGE.stroke_width(2)));
+        let average = format!(
+            "moving average ({} point{})",
+            self.window,
+            if self.window == 1 { "" } else { "s" }
+        );
+        draw_line(&mut chart, &self.average, AVERAGE.stroke_width(2), average)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -340,6 +332,26 @@ impl Chart {
             .map_err(draw_err)?;
         Ok(())
     }
+}
+
+/// One line of the chart, and its entry in the legend (drawn 2 px wide whatever `style`'s
+/// width, so that the thin raw line stays visible there).
+fn draw_line<'a, CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    points: &[(f64, f64)],
+    style: ShapeStyle,
+    label: String,
+) -> Result<()> {
+    let legend = ShapeStyle {
+        stroke_width: 2,
+        ..style
+    };
+    chart
+        .draw_series(std::iter::once(PathElement::new(points.to_vec(), style)))
+        .map_err(draw_err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], legend));
+    Ok(())
 }
 
 #[cfg(test)]

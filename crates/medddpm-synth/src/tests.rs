@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use burn::backend::Flex;
-use medddpm_diffusion::{CosineSchedule, SamplerConfig, SamplerKind};
+use medddpm_diffusion::{SamplerConfig, SamplerKind};
 use medddpm_nifti::Volume;
 use medddpm_train::phantom::generate_phantoms;
 use medddpm_train::{ExperimentConfig, SamplingModel, WeightsSource};
 use medddpm_unet::UNetConfig;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::*;
 
@@ -20,16 +20,14 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `tiny` without attention, at 4 channels, on an 8^3 grid with 20 timesteps.
 fn config() -> ExperimentConfig {
     let mut config = ExperimentConfig {
         model: UNetConfig {
             model_channels: 4,
-            num_groups: 4,
-            channel_mult: vec![1, 2],
-            num_res_blocks: 1,
             attention_resolutions: vec![],
             image_size: 8,
-            ..UNetConfig::whole_head()
+            ..UNetConfig::tiny()
         },
         ..Default::default()
     };
@@ -38,28 +36,73 @@ fn config() -> ExperimentConfig {
     config
 }
 
-fn model() -> SamplingModel<Flex> {
-    let config = config();
-    SamplingModel {
-        unet: config.model.init::<Flex>(&Default::default()).unwrap(),
-        schedule: CosineSchedule::new(config.diffusion.timesteps),
-        config,
-    }
+/// A test's set-up: two 8^3 phantom masks in `tmp/phantoms/mask`, a file standing for the
+/// weights, and the untrained network, with the process's lock held until it is dropped.
+struct Setup {
+    tmp: tempfile::TempDir,
+    masks: Vec<PathBuf>,
+    weights: WeightsSource,
+    model: SamplingModel<Flex>,
+    // Last, so that the lock is released after the folder is removed.
+    _one: std::sync::MutexGuard<'static, ()>,
 }
 
-/// Two 8^3 phantom masks in `dir/phantoms/mask`, and a file standing for the weights.
-fn inputs(dir: &Path) -> (Vec<PathBuf>, WeightsSource) {
-    let set = generate_phantoms(&dir.join("phantoms"), 2, [8, 8, 8], 1).unwrap();
-    let weights = dir.join("weights.pt");
-    std::fs::write(&weights, b"stand-in weights").unwrap();
-    let experiment = Box::new(config());
-    (
-        set.masks,
-        WeightsSource::Reference {
-            path: weights,
-            experiment,
-        },
-    )
+impl Setup {
+    fn new() -> Self {
+        let one = one_at_a_time();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let set = generate_phantoms(&dir.join("phantoms"), 2, [8, 8, 8], 1).unwrap();
+        let weights = dir.join("weights.pt");
+        std::fs::write(&weights, b"stand-in weights").unwrap();
+        let experiment = Box::new(config());
+        let config = config();
+        let unet = config.model.init::<Flex>(&Default::default()).unwrap();
+        Self {
+            masks: set.masks,
+            weights: WeightsSource::Reference {
+                path: weights,
+                experiment,
+            },
+            model: SamplingModel::new(unet, config),
+            tmp,
+            _one: one,
+        }
+    }
+
+    /// `name` in the temporary folder.
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    /// The synthesis of the masks with the weights into `out`.
+    fn synthesis(
+        &self,
+        out: &Path,
+        options: SynthOptions,
+        augmentation: Option<Value>,
+    ) -> Synthesis {
+        let weights = (&self.weights, false);
+        Synthesis::new(out, &self.masks, &config(), weights, options, augmentation).unwrap()
+    }
+
+    /// A whole run as one process: begin, every pending pair, finish.
+    fn run(&self, s: &Synthesis, masks: &dyn MaskSource) -> FolderState {
+        let (_lock, _) = s.begin().unwrap();
+        let pairs = s.pending(0, 1).unwrap();
+        let model = &self.model;
+        run_shard(
+            s,
+            model,
+            masks,
+            &pairs,
+            (0, 1),
+            &Default::default(),
+            &mut |_| {},
+        )
+        .unwrap();
+        s.finish().unwrap()
+    }
 }
 
 fn options(count: usize, batch_size: usize, layout: DatasetLayout) -> SynthOptions {
@@ -87,23 +130,6 @@ fn nnunet() -> DatasetLayout {
     }
 }
 
-/// A whole run as one process: begin, every pending pair, finish.
-fn run(s: &Synthesis, model: &SamplingModel<Flex>, masks: &dyn MaskSource) -> FolderState {
-    let (_lock, _) = s.begin().unwrap();
-    let pairs = s.pending(0, 1).unwrap();
-    run_shard(
-        s,
-        model,
-        masks,
-        &pairs,
-        (0, 1),
-        &Default::default(),
-        &mut |_| {},
-    )
-    .unwrap();
-    s.finish().unwrap()
-}
-
 fn records(out: &Path) -> Vec<PairRecord> {
     std::fs::read_to_string(out.join(MANIFEST_FILE))
         .unwrap()
@@ -114,22 +140,11 @@ fn records(out: &Path) -> Vec<PairRecord> {
 
 #[test]
 fn a_run_makes_every_pair_in_both_layouts() {
-    let _one = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let (masks, weights) = inputs(tmp.path());
-    let model = model();
+    let t = Setup::new();
     for (i, layout) in [DatasetLayout::Ours, nnunet()].into_iter().enumerate() {
-        let out = tmp.path().join(format!("out{i}"));
-        let s = Synthesis::new(
-            &out,
-            &masks,
-            &config(),
-            (&weights, false),
-            options(3, 2, layout.clone()),
-            None,
-        )
-        .unwrap();
-        assert_eq!(run(&s, &model, &Identity).done, 3);
+        let out = t.path(&format!("out{i}"));
+        let s = t.synthesis(&out, options(3, 2, layout.clone()), None);
+        assert_eq!(t.run(&s, &Identity).done, 3);
         let got = records(&out);
         assert_eq!(got.iter().map(|r| r.pair).collect::<Vec<_>>(), [0, 1, 2]);
         for r in &got {
@@ -159,22 +174,11 @@ fn a_run_makes_every_pair_in_both_layouts() {
 
 #[test]
 fn a_pair_samples_alike_alone_and_in_a_batch() {
-    let _one = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let (masks, weights) = inputs(tmp.path());
-    let model = model();
+    let t = Setup::new();
     let image = |batch: usize| {
-        let out = tmp.path().join(format!("b{batch}"));
-        let s = Synthesis::new(
-            &out,
-            &masks,
-            &config(),
-            (&weights, false),
-            options(2, batch, DatasetLayout::Ours),
-            None,
-        )
-        .unwrap();
-        run(&s, &model, &Identity);
+        let out = t.path(&format!("b{batch}"));
+        let s = t.synthesis(&out, options(2, batch, DatasetLayout::Ours), None);
+        t.run(&s, &Identity);
         Volume::read(out.join("image/phantom_001_syn000.nii.gz"))
             .unwrap()
             .into_data()
@@ -191,21 +195,10 @@ fn a_pair_samples_alike_alone_and_in_a_batch() {
 
 #[test]
 fn a_killed_run_resumes_to_exactly_the_list() {
-    let _one = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let (masks, weights) = inputs(tmp.path());
-    let model = model();
-    let out = tmp.path().join("out");
-    let s = Synthesis::new(
-        &out,
-        &masks,
-        &config(),
-        (&weights, false),
-        options(4, 1, nnunet()),
-        None,
-    )
-    .unwrap();
-    run(&s, &model, &Identity);
+    let t = Setup::new();
+    let out = t.path("out");
+    let s = t.synthesis(&out, options(4, 1, nnunet()), None);
+    t.run(&s, &Identity);
     // As a kill leaves it: the last pair's files written but its line torn, the one before
     // it listed but its label gone, a temporary half-written.
     let label = out.join(&records(&out)[2].files[1]);
@@ -239,7 +232,7 @@ fn a_killed_run_resumes_to_exactly_the_list() {
     let pending: Vec<usize> = s.pending(0, 1).unwrap().iter().map(|p| p.id).collect();
     assert_eq!(pending, [2, 3]);
     drop(lock);
-    run(&s, &model, &Identity);
+    t.run(&s, &Identity);
     let got: Vec<usize> = records(&out).iter().map(|r| r.pair).collect();
     assert_eq!(got, [0, 1, 2, 3]);
     let images = std::fs::read_dir(out.join("Dataset007_Tiny/imagesTr"))
@@ -247,15 +240,7 @@ fn a_killed_run_resumes_to_exactly_the_list() {
         .count();
     assert_eq!(images, 4);
     // Asking for more extends the same list.
-    let more = Synthesis::new(
-        &out,
-        &masks,
-        &config(),
-        (&weights, false),
-        options(5, 1, nnunet()),
-        None,
-    )
-    .unwrap();
+    let more = t.synthesis(&out, options(5, 1, nnunet()), None);
     assert_eq!(
         more.pending(0, 1)
             .unwrap()
@@ -268,15 +253,10 @@ fn a_killed_run_resumes_to_exactly_the_list() {
 
 #[test]
 fn a_folder_made_otherwise_is_refused_naming_its_manifest() {
-    let _one = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let (masks, weights) = inputs(tmp.path());
-    let model = model();
-    let out = tmp.path().join("out");
-    let new = |o: SynthOptions| {
-        Synthesis::new(&out, &masks, &config(), (&weights, false), o, None).unwrap()
-    };
-    run(&new(options(2, 1, DatasetLayout::Ours)), &model, &Identity);
+    let t = Setup::new();
+    let out = t.path("out");
+    let new = |o: SynthOptions| t.synthesis(&out, o, None);
+    t.run(&new(options(2, 1, DatasetLayout::Ours)), &Identity);
     let mut other = options(2, 1, DatasetLayout::Ours);
     other.sampler.steps = Some(4);
     let err = new(other).begin().unwrap_err().to_string();
@@ -296,7 +276,7 @@ fn a_folder_made_otherwise_is_refused_naming_its_manifest() {
         .unwrap_err()
         .to_string()
         .contains("layout"));
-    std::fs::write(weights_path(&weights), b"other weights").unwrap();
+    std::fs::write(weights_path(&t.weights), b"other weights").unwrap();
     let err = new(options(2, 1, DatasetLayout::Ours))
         .begin()
         .unwrap_err()
@@ -312,11 +292,8 @@ fn weights_path(w: &WeightsSource) -> PathBuf {
 
 #[test]
 fn the_augmentation_hook_gives_the_mask_and_its_record() {
-    let _one = one_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
-    let (masks, weights) = inputs(tmp.path());
-    let model = model();
-    let out = tmp.path().join("out");
+    let t = Setup::new();
+    let out = t.path("out");
     // Drops the tumour label: an augmentation the label file must show.
     let no_tumour = FnMaskSource::new(
         |mut source: Volume, pair, seed| {
@@ -333,16 +310,8 @@ fn the_augmentation_hook_gives_the_mask_and_its_record() {
         Some(json!({"drop": "tumour"})),
     );
     let settings = no_tumour.settings();
-    let s = Synthesis::new(
-        &out,
-        &masks,
-        &config(),
-        (&weights, false),
-        options(2, 2, DatasetLayout::Ours),
-        settings,
-    )
-    .unwrap();
-    run(&s, &model, &no_tumour);
+    let s = t.synthesis(&out, options(2, 2, DatasetLayout::Ours), settings);
+    t.run(&s, &no_tumour);
     for r in records(&out) {
         assert_eq!(
             r.augmentation,
@@ -351,15 +320,7 @@ fn the_augmentation_hook_gives_the_mask_and_its_record() {
         let label = Volume::read(out.join(&r.files[1])).unwrap();
         assert!(label.data().iter().all(|&v| v == 0.0 || v == 1.0));
     }
-    let plain = Synthesis::new(
-        &out,
-        &masks,
-        &config(),
-        (&weights, false),
-        options(2, 2, DatasetLayout::Ours),
-        None,
-    )
-    .unwrap();
+    let plain = t.synthesis(&out, options(2, 2, DatasetLayout::Ours), None);
     assert!(plain
         .begin()
         .unwrap_err()

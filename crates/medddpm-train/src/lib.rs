@@ -10,6 +10,7 @@ pub mod data;
 pub mod ema;
 mod error;
 pub mod gradient_sum;
+mod host;
 pub mod integrity;
 pub mod layout;
 pub mod lock;

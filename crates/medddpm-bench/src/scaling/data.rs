@@ -19,9 +19,10 @@ const PHANTOMS: usize = 4;
 /// The experiment for `devices` devices: one micro-batch per device and step, the EMA every
 /// 10 steps, one checkpoint at the end.
 pub(super) fn experiment(o: &ScalingOptions, devices: usize) -> Result<ExperimentConfig, Error> {
+    let w = &o.workload;
     let mut config = ExperimentConfig {
         // The released network whatever the size, as the single-configuration bench runs it.
-        model: o.model.config(),
+        model: w.model.config(),
         data: data(o)?,
         ..Default::default()
     };
@@ -29,10 +30,10 @@ pub(super) fn experiment(o: &ScalingOptions, devices: usize) -> Result<Experimen
     t.steps = 1 + o.warmup + o.steps;
     t.save_every = t.steps;
     t.samples_per_checkpoint = 0;
-    t.batch_size = o.batch;
+    t.batch_size = w.batch;
     t.grad_accum = devices;
     t.seed = o.seed;
-    t.activation_checkpointing = o.activation_checkpointing;
+    t.activation_checkpointing = w.activation_checkpointing;
     Ok(config)
 }
 
@@ -40,11 +41,11 @@ pub(super) fn experiment(o: &ScalingOptions, devices: usize) -> Result<Experimen
 /// with the same size and seed).
 fn data(o: &ScalingOptions) -> Result<DataConfig, Error> {
     // `size` is the network's (d, h, w); NIfTI files run (i, j, k) = (w, h, d).
-    let [d, h, w] = o.size;
+    let [d, h, w] = o.workload.size;
     let nifti = [w, h, d];
-    let tag = o.size.map(|n| n.to_string()).join("x");
+    let tag = o.workload.size.map(|n| n.to_string()).join("x");
     let phantoms = o.out.join(format!("scaling-phantoms-{tag}"));
-    match o.model {
+    match o.workload.model {
         Model::Brats => {
             let root = o.out.join(format!("scaling-brats-{tag}"));
             brats_layout(&phantoms, &root, nifti, o.seed)?;
@@ -151,6 +152,7 @@ fn brats_case(labels: &[f32], image: &[f32]) -> (Vec<f32>, [Vec<f32>; 4]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Workload;
     use medddpm_train::data::NiftiDataset;
 
     #[test]
@@ -170,10 +172,12 @@ mod tests {
     fn brats_layout_is_read_by_the_brats_source() {
         let dir = tempfile::tempdir().unwrap();
         let o = ScalingOptions {
-            model: Model::Brats,
-            size: [8, 12, 10],
-            batch: 1,
-            activation_checkpointing: Default::default(),
+            workload: Workload {
+                model: Model::Brats,
+                size: [8, 12, 10],
+                batch: 1,
+                activation_checkpointing: Default::default(),
+            },
             warmup: 0,
             steps: 1,
             out: dir.path().to_path_buf(),

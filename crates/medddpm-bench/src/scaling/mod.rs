@@ -20,24 +20,20 @@ use std::time::Instant;
 use medddpm_backend::{BackendTask, RunEnv};
 use medddpm_kernels::Launch;
 use medddpm_train::{ReplicaLauncher, RunDir, SessionOptions, StepMetrics, TrainObserver};
-use medddpm_unet::{ActivationCheckpointing, KernelAutodiffBackend};
+use medddpm_unet::KernelAutodiffBackend;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, HostProfileError};
 use crate::host_profile::HostProfile;
-use crate::{median, Model};
+use crate::median;
+use crate::options::Workload;
 
 /// What `medddpm bench --devices` measures.
 #[derive(Debug, Clone)]
 pub struct ScalingOptions {
-    /// Network.
-    pub model: Model,
-    /// Volume size (d, h, w).
-    pub size: [usize; 3],
-    /// Volumes per device and micro-batch.
-    pub batch: usize,
-    /// Activation checkpointing of the training step.
-    pub activation_checkpointing: ActivationCheckpointing,
+    /// Network, volume size, volumes per device and micro-batch (`batch`), and the training
+    /// step's activation checkpointing.
+    pub workload: Workload,
     /// Untimed optimizer steps after the first (which compiles and tunes).
     pub warmup: usize,
     /// Timed optimizer steps (the median is reported).
@@ -279,7 +275,7 @@ fn measure<B: KernelAutodiffBackend>(
     let timed = &marks[marks.len() - o.steps - 1..];
     let step_ms: Vec<f64> = timed.windows(2).map(|w| (w[1].0 - w[0].0) * 1e3).collect();
     let step_ms_median = median(&step_ms);
-    let samples_per_s = (k * o.batch) as f64 / (step_ms_median / 1e3);
+    let samples_per_s = (k * o.workload.batch) as f64 / (step_ms_median / 1e3);
     Ok(ScalingRecord {
         devices: k,
         device_ids: ids.to_vec(),
@@ -293,9 +289,9 @@ fn measure<B: KernelAutodiffBackend>(
         precision: env.precision.to_string(),
         layout: env.layout.to_string(),
         conv_engine: env.conv_engine.to_string(),
-        model: o.model.name().into(),
-        size: o.size,
-        batch_per_device: o.batch,
+        model: o.workload.model.name().into(),
+        size: o.workload.size,
+        batch_per_device: o.workload.batch,
         steps: o.steps,
         step_ms_median,
         step_ms,

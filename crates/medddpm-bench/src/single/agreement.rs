@@ -29,7 +29,7 @@ pub(super) fn check<B: KernelAutodiffBackend>(run: &mut Run<B>) -> Result<()> {
         Some(dir) => Some(dir.join(format!(
             "{}-fp32-{}.f64",
             env.backend,
-            probe_key(&config.unet, config.size, config.seed)?
+            probe_key(&config.unet, config.workload.size, config.seed)?
         ))),
         None => None,
     };
@@ -41,7 +41,7 @@ pub(super) fn check<B: KernelAutodiffBackend>(run: &mut Run<B>) -> Result<()> {
             run.say(&format!(
                 "no strict-FP32 output of {} at {} is cached (run fp32 first): checking against float64 at the small size instead",
                 env.backend,
-                size_label(config.size)
+                size_label(config.workload.size)
             ));
         }
     }
@@ -77,9 +77,14 @@ fn against_fp32_output<B: KernelAutodiffBackend>(
     let (config, env, tolerance) = (run.config, run.env, case.tolerance);
     run.say(&format!(
         "agreement probe: {:?} on {} {} {} against this backend's strict-FP32 output",
-        config.size, env.backend, env.precision, env.layout
+        config.workload.size, env.backend, env.precision, env.layout
     ));
-    let probe = Probe::against(&config.unet, config.size, config.seed, read_f64(path)?)?;
+    let probe = Probe::against(
+        &config.unet,
+        config.workload.size,
+        config.seed,
+        read_f64(path)?,
+    )?;
     let out = probe.output::<B::InnerBackend>(case, run.device)?;
     let result = probe.compare(&out, tolerance);
     run.record.agreement_rel_l2 = Some(result.rel_l2);
@@ -87,7 +92,7 @@ fn against_fp32_output<B: KernelAutodiffBackend>(
     run.record.agreement_reference = Some(format!(
         "{} fp32 at {}",
         env.backend,
-        size_label(config.size)
+        size_label(config.workload.size)
     ));
     run.say(&format!(
         "agreement: rel. L2 {:.3e} (max abs {:.3e}) against {} fp32, tolerance {:.0e}",
@@ -109,7 +114,7 @@ fn against_float64<B: KernelAutodiffBackend>(
     case: &ProbeCase,
 ) -> Result<(Probe, ProbeResult)> {
     let (config, env, tolerance) = (run.config, run.env, case.tolerance);
-    let small = small_probe_size(&config.unet, config.size);
+    let small = small_probe_size(&config.unet, config.workload.size);
     run.say(&format!(
         "agreement probe: float64 reference on the CPU at {} (cached after the first run)",
         size_label(small)
@@ -143,12 +148,12 @@ fn keep_fp32_output<B: KernelAutodiffBackend>(
     path: &Path,
 ) -> Result<()> {
     let config = run.config;
-    let at_size = Probe::against(&config.unet, config.size, config.seed, Vec::new())?;
+    let at_size = Probe::against(&config.unet, config.workload.size, config.seed, Vec::new())?;
     let out = at_size.output::<B::InnerBackend>(case, run.device)?;
     write_f64(path, &out)?;
     run.say(&format!(
         "kept the strict-FP32 output at {} as the other precisions' reference: {}",
-        size_label(config.size),
+        size_label(config.workload.size),
         path.display()
     ));
     Ok(())

@@ -22,23 +22,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::memory::{nvidia_gpu_name, PeakMemory};
-use crate::options::Model;
-use crate::record::{BenchRecord, RecordBackend, RecordStatus, Workload};
+use crate::options::Workload;
+use crate::record::{BenchRecord, RecordBackend, RecordStatus};
 
 /// What to measure for one configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SingleConfig {
-    /// Model name for the report.
-    pub model: Model,
+    /// The network by name (for the report), volume size (d, h, w), batch size, and the
+    /// activations the training micro-step recomputes instead of keeping.
+    #[serde(flatten)]
+    pub workload: Workload,
     /// The network.
     pub unet: UNetConfig,
-    /// Volume size (d, h, w).
-    pub size: [usize; 3],
-    /// Batch size.
-    pub batch: usize,
-    /// Activations the training micro-step recomputes instead of keeping.
-    #[serde(default)]
-    pub activation_checkpointing: medddpm_unet::ActivationCheckpointing,
     /// Untimed steps after the first one.
     pub warmup: usize,
     /// Timed steps; the median is reported.
@@ -73,18 +68,6 @@ pub struct SingleConfig {
     /// Also time the steps replayed from CUDA graphs (CUDA), after the steps run as they come.
     #[serde(default)]
     pub cuda_graphs: bool,
-}
-
-impl SingleConfig {
-    /// The network, volume and batch.
-    pub fn workload(&self) -> Workload {
-        Workload {
-            model: self.model,
-            size: self.size,
-            batch: self.batch,
-            activation_checkpointing: self.activation_checkpointing,
-        }
-    }
 }
 
 /// Median of `values` (NaN when empty).
@@ -158,7 +141,7 @@ pub fn bench_one_with_partial<B: KernelAutodiffBackend>(
         RecordBackend::of(env),
         env.precision,
         env.layout,
-        config.workload(),
+        config.workload,
         RecordStatus::Ok,
     );
     record.device = device_name::<B>(device, gpu);
@@ -339,8 +322,8 @@ pub(crate) struct Inputs<B: Backend> {
 impl<B: KernelAutodiffBackend> Inputs<B> {
     /// Seeds the device and draws the weights, images and condition.
     fn prepare(run: &mut Run<B>) -> Result<Self> {
-        let [d, h, w] = run.config.size;
-        let b = run.config.batch;
+        let [d, h, w] = run.config.workload.size;
+        let b = run.config.workload.batch;
         let unet: &UNetConfig = &run.config.unet;
         let image_channels = unet.out_channels;
         let cond_channels = unet.in_channels - image_channels;

@@ -38,8 +38,8 @@ impl<'a, A: KernelAutodiffBackend> Sampling<'a, A> {
     /// The inference copy of the network and a pure-noise start.
     pub(super) fn prepare(inputs: &Inputs<A>, run: &Run<'a, A>) -> Self {
         let unet = &run.config.unet;
-        let [d, h, w] = run.config.size;
-        let b = run.config.batch;
+        let [d, h, w] = run.config.workload.size;
+        let b = run.config.workload.batch;
         let model = cast_compute_params(inputs.model.valid(), run.env.compute_dtype());
         let cond = inputs.cond.clone().inner();
         let x_t = Tensor::<Inner<A>, 5>::random(
@@ -131,10 +131,16 @@ pub(super) fn forward_breakdown<A: KernelAutodiffBackend>(
     timesteps: &[usize],
 ) -> Result<()> {
     run.say("per-operation breakdown (2 profiled forwards)");
-    let [d, h, w] = run.config.size;
+    let [d, h, w] = run.config.workload.size;
     let profile = RefCell::new(OpProfile::default());
     let input = Tensor::<A::InnerBackend, 5>::random(
-        [run.config.batch, run.config.unet.in_channels, d, h, w],
+        [
+            run.config.workload.batch,
+            run.config.unet.in_channels,
+            d,
+            h,
+            w,
+        ],
         Distribution::Normal(0.0, 1.0),
         run.device,
     );

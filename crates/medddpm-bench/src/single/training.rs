@@ -61,7 +61,7 @@ impl<'a, B: KernelAutodiffBackend> Training<'a, B> {
             schedule: inputs.schedule,
             objective: DiffusionConfig::default(),
             compute_dtype: run.env.compute_dtype(),
-            checkpointing: run.config.activation_checkpointing,
+            checkpointing: run.config.workload.activation_checkpointing,
             lr: run.config.lr,
             read_loss: false,
             graphs: None,

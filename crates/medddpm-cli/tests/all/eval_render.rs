@@ -49,13 +49,18 @@ fn write(path: &Path, data: Vec<f32>) {
         .unwrap();
 }
 
+/// The folders `names` (paths relative to `dir`).
+fn make_folders(dir: &Path, names: &[&str]) {
+    for d in names {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+}
+
 #[test]
 fn eval_ranks_samples_and_render_draws_them() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    for d in ["mask", "image", "synth"] {
-        std::fs::create_dir(dir.join(d)).unwrap();
-    }
+    make_folders(dir, &["mask", "image", "synth"]);
     let (mask, image) = phantom();
     write(&dir.join("mask/case.nii.gz"), mask);
     write(&dir.join("image/case.nii.gz"), image.clone());
@@ -153,9 +158,7 @@ fn eval_ranks_samples_and_render_draws_them() {
 
 /// `mask/case.nii.gz` (the phantom's labels) and an empty `synth/` in `dir`; the phantom's image.
 fn mask_and_synth(dir: &Path) -> Vec<f32> {
-    for d in ["mask", "synth"] {
-        std::fs::create_dir(dir.join(d)).unwrap();
-    }
+    make_folders(dir, &["mask", "synth"]);
     let (mask, image) = phantom();
     write(&dir.join("mask/case.nii.gz"), mask);
     image
@@ -298,9 +301,7 @@ fn textured(seed: u64) -> Vec<f32> {
 fn eval_train_dir_finds_a_copied_training_volume() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    for d in ["train/mask", "train/image", "synth"] {
-        std::fs::create_dir_all(dir.join(d)).unwrap();
-    }
+    make_folders(dir, &["train/mask", "train/image", "synth"]);
     let (mask, _) = phantom();
     for t in 0..4 {
         write(&dir.join(format!("train/mask/t{t}.nii.gz")), mask.clone());

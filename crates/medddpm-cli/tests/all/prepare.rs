@@ -5,7 +5,7 @@ use std::path::Path;
 
 use medddpm_nifti::{Affine, DataType, Volume, WriteOptions};
 
-use crate::common::medddpm;
+use crate::common::{assert_refused, medddpm};
 
 const RAW_AFFINE: Affine = [
     [-1.0, 0.0, 0.0, 0.0],
@@ -113,11 +113,9 @@ fn prepare_brats_end_to_end() {
     );
 
     // Again: refused, naming an existing output; with --overwrite it runs.
-    let (ok, _, stderr) = medddpm(&args);
-    assert!(!ok);
-    assert!(
-        stderr.contains("BraTS2021_00001_t1.nii.gz") && stderr.contains("--overwrite"),
-        "{stderr}"
+    assert_refused(
+        &medddpm(&args),
+        &["BraTS2021_00001_t1.nii.gz", "--overwrite"],
     );
     let mut again = args.to_vec();
     again.push("--overwrite");
@@ -143,12 +141,8 @@ fn prepare_errors_name_the_file_and_the_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("no-such-raw");
     let out = tmp.path().join("out");
-    let (ok, _, stderr) = prepare_brats(&missing, &out, &[]);
-    assert!(!ok);
-    assert!(
-        stderr.contains("no-such-raw") && stderr.contains("folder not found"),
-        "{stderr}"
-    );
+    let run = prepare_brats(&missing, &out, &[]);
+    assert_refused(&run, &["no-such-raw", "folder not found"]);
 
     // Every case skipped: a failure, with the reasons printed.
     let raw = tmp.path().join("raw");
@@ -159,17 +153,10 @@ fn prepare_errors_name_the_file_and_the_problem() {
     assert!(stderr.contains("no case could be prepared"), "{stderr}");
 
     let list = tmp.path().join("missing.csv");
-    let (ok, _, stderr) = prepare_brats(
-        &raw,
-        &out,
-        &["--cases", list.to_str().unwrap(), "--overwrite"],
-    );
-    assert!(!ok);
-    assert!(stderr.contains("missing.csv"), "{stderr}");
+    let cases = ["--cases", list.to_str().unwrap(), "--overwrite"];
+    assert_refused(&prepare_brats(&raw, &out, &cases), &["missing.csv"]);
 
-    let (ok, _, stderr) = medddpm(&[
-        "prepare",
-        "whole-head",
+    let spacing = [
         "--images",
         "a",
         "--masks",
@@ -178,7 +165,7 @@ fn prepare_errors_name_the_file_and_the_problem() {
         "c",
         "--spacing",
         "0",
-    ]);
-    assert!(!ok);
-    assert!(stderr.contains("--spacing"), "{stderr}");
+    ];
+    let run = crate::common::medddpm_with(&["prepare", "whole-head"], &spacing);
+    assert_refused(&run, &["--spacing"]);
 }

@@ -73,17 +73,9 @@ fn two_cpu_processes_train_like_one_device() {
 
 #[test]
 fn the_replica_command_is_only_for_a_lead() {
-    let (ok, stderr) = medddpm(&[
-        "replica",
-        "--lead",
-        "127.0.0.1:1",
-        "--rank",
-        "1",
-        "--world",
-        "2",
-    ]);
-    assert!(!ok);
-    assert!(stderr.contains("--launch processes"), "{stderr}");
+    let lead = ["--lead", "127.0.0.1:1", "--rank", "1", "--world", "2"];
+    let run = crate::common::medddpm_with(&["replica"], &lead);
+    crate::common::assert_refused(&run, &["--launch processes"]);
 }
 
 /// A replica process killed mid-run: the lead stops and names how it ended (the signal), not

@@ -34,9 +34,9 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// `medddpm synthesize` of `run`'s model from `masks` into `out`, with `extra` switches.
-fn synthesize(run: &Path, masks: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
-    let args = [
+/// The arguments of `medddpm synthesize` of `run`'s model from `masks` into `out`.
+fn synthesize_args<'a>(run: &'a Path, masks: &'a Path, out: &'a Path) -> [&'a str; 9] {
+    [
         "synthesize",
         "--backend",
         "cpu",
@@ -46,8 +46,12 @@ fn synthesize(run: &Path, masks: &Path, out: &Path, extra: &[&str]) -> (bool, St
         s(masks),
         "--out",
         s(out),
-    ];
-    medddpm_with(&args, extra)
+    ]
+}
+
+/// `medddpm synthesize` of `run`'s model from `masks` into `out`, with `extra` switches.
+fn synthesize(run: &Path, masks: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
+    medddpm_with(&synthesize_args(run, masks, out), extra)
 }
 
 /// The manifest's pair ids, in file order (complete lines only: a kill may tear the last).
@@ -192,17 +196,7 @@ fn a_run_killed_mid_way_completes_on_rerun_with_no_pair_twice() {
         "nnunet",
     ];
     let mut child = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args([
-            "synthesize",
-            "--backend",
-            "cpu",
-            "--checkpoint",
-            s(&run),
-            "--masks",
-            s(&masks),
-        ])
-        .arg("--out")
-        .arg(&out)
+        .args(synthesize_args(&run, &masks, &out))
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

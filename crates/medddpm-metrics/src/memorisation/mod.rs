@@ -38,7 +38,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_data_range, check_finite, check_grid, check_len, MetricsError, Result};
-use crate::ssim::GaussianWindow;
+use crate::ssim::{check_fits, GaussianWindow};
 
 pub use section::{MemorisationSection, NearestRow, Neighbour, Spread};
 
@@ -189,15 +189,7 @@ pub fn nearest_training<S: VolumeSource + ?Sized>(
     options.check()?;
     let window = GaussianWindow::default();
     let n = check_grid(dims)?;
-    if dims.iter().any(|&d| d < window.size()) {
-        return Err(MetricsError::TooSmall {
-            dims,
-            scale_dims: dims,
-            scale: 1,
-            scales: 1,
-            window: window.size(),
-        });
-    }
+    check_fits(dims, &window)?;
     for (what, count) in [
         ("synthetic volumes", synthetic.len()),
         ("training set", training.len()),

@@ -205,6 +205,11 @@ impl VolumeSource for Failing {
     }
 }
 
+/// The error of checking `synthetic` against `training` with every pair compared.
+fn refusal(synthetic: &[NamedVolume], training: &[NamedVolume]) -> MetricsError {
+    nearest_training(synthetic, training, DIMS, &options(0), &mut |_| {}).unwrap_err()
+}
+
 #[test]
 fn bad_volumes_are_named() {
     let train = training();
@@ -225,25 +230,21 @@ fn bad_volumes_are_named() {
     }
     let mut short = train.clone();
     short[4].data.truncate(100);
-    let err = nearest_training(&synthetic, &short[..], DIMS, &options(0), &mut |_| {})
-        .unwrap_err()
-        .to_string();
+    let err = refusal(&synthetic, &short).to_string();
     assert!(
         err.contains("train_4") && err.contains("length 100"),
         "{err}"
     );
     let mut nan = train.clone();
     nan[1].data[7] = f32::NAN;
-    let err = nearest_training(&synthetic, &nan[..], DIMS, &options(0), &mut |_| {}).unwrap_err();
+    let err = refusal(&synthetic, &nan);
     assert!(
         matches!(err, MetricsError::NonFinite { count: 1, .. }),
         "{err}"
     );
     let blank = vec![named("blank", vec![-1.0; N * N * N])];
     let only_blank = [named("air", vec![-1.0; N * N * N])];
-    let err = nearest_training(&blank, &only_blank[..], DIMS, &options(0), &mut |_| {})
-        .unwrap_err()
-        .to_string();
+    let err = refusal(&blank, &only_blank).to_string();
     assert!(
         err.contains("'blank' vs training 'air'") && err.contains("head"),
         "{err}"

@@ -2,7 +2,7 @@
 
 use crate::error::{check_data_range, check_dims, check_len, MetricsError, Result};
 
-use super::window::{blur, too_small, GaussianWindow};
+use super::window::{blur, check_fits, GaussianWindow};
 
 const K1: f64 = 0.01;
 const K2: f64 = 0.03;
@@ -142,15 +142,7 @@ pub fn ssim3d_map(
     window: &GaussianWindow,
 ) -> Result<SsimMap> {
     check_pair(a, b, dims, data_range)?;
-    if too_small(dims, window) {
-        return Err(MetricsError::TooSmall {
-            dims,
-            scale_dims: dims,
-            scale: 1,
-            scales: 1,
-            window: window.size(),
-        });
-    }
+    check_fits(dims, window)?;
     let x = Level::new(to_f64(a), dims, window);
     let y = Level::new(to_f64(b), dims, window);
     Ok(level_map(&x, &y, window, data_range))

@@ -26,4 +26,5 @@ pub use multiscale::{
     mean_pairwise_ms_ssim, ms_ssim3d, ms_ssim3d_with, MsSsimOptions, MS_SSIM_WEIGHTS,
 };
 pub(crate) use prepared::SsimVolume;
+pub(crate) use window::check_fits;
 pub use window::{GaussianWindow, DEFAULT_SIGMA};

@@ -4,7 +4,7 @@
 use crate::error::{check_data_range, check_dims, check_len, MetricsError, Result};
 
 use super::map::{level_map, to_f64, Level};
-use super::window::{too_small, GaussianWindow};
+use super::window::{check_fits, GaussianWindow};
 
 /// One volume with its blurred mean and mean square: a pair then costs one blur (of the
 /// product) instead of five.
@@ -18,15 +18,7 @@ impl SsimVolume {
     /// or a volume smaller than the window.
     pub(crate) fn new(data: &[f32], dims: [usize; 3], window: &GaussianWindow) -> Result<Self> {
         check_dims("volume", dims, data.len())?;
-        if too_small(dims, window) {
-            return Err(MetricsError::TooSmall {
-                dims,
-                scale_dims: dims,
-                scale: 1,
-                scales: 1,
-                window: window.size(),
-            });
-        }
+        check_fits(dims, window)?;
         Ok(Self {
             level: Level::new(to_f64(data), dims, window),
             window: window.clone(),

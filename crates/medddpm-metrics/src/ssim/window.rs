@@ -120,3 +120,18 @@ pub(super) fn blur(
 pub(super) fn too_small(dims: [usize; 3], window: &GaussianWindow) -> bool {
     dims.iter().any(|&d| d < window.size())
 }
+
+/// Refuses a single-scale comparison (an SSIM map, a prepared volume, the memorisation check)
+/// of volumes of `dims` smaller than `window` along any axis.
+pub(crate) fn check_fits(dims: [usize; 3], window: &GaussianWindow) -> Result<()> {
+    if too_small(dims, window) {
+        return Err(MetricsError::TooSmall {
+            dims,
+            scale_dims: dims,
+            scale: 1,
+            scales: 1,
+            window: window.size(),
+        });
+    }
+    Ok(())
+}

@@ -286,22 +286,16 @@ fn memorisation_section_in_json_and_markdown() {
         .unwrap()
         .contains("memorisation"));
     let inp = input();
-    let training: Vec<NamedVolume> = inp
-        .real
-        .iter()
-        .map(|r| NamedVolume {
-            name: r.name.clone(),
-            data: r.data.clone(),
-        })
-        .collect();
-    let synthetic: Vec<NamedVolume> = inp
-        .synthetic
-        .iter()
-        .map(|s| NamedVolume {
-            name: s.name.clone(),
-            data: s.data.clone(),
-        })
-        .collect();
+    let volumes = |images: &[NamedImage]| -> Vec<NamedVolume> {
+        images
+            .iter()
+            .map(|i| NamedVolume {
+                name: i.name.clone(),
+                data: i.data.clone(),
+            })
+            .collect()
+    };
+    let (training, synthetic) = (volumes(&inp.real), volumes(&inp.synthetic));
     let m = nearest_training(
         &synthetic,
         &training[..],

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::head_mask::{head_mask, HeadMaskSettings};
 use crate::morphology::{close, fill_holes};
-use crate::report::{CaseDetails, Report};
+use crate::report::Report;
 use crate::resample::{invert, resample};
 use crate::runner::{run_cases, Progress};
 use crate::{files, CaseProblem, PrepareError};
@@ -107,12 +107,7 @@ pub fn load_subject(
     if !missing.is_empty() {
         let names = missing
             .iter()
-            .map(|p| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            })
+            .map(|p| medddpm_nifti::file_name(p))
             .collect();
         return Err(CaseProblem::MissingFiles {
             names,
@@ -192,11 +187,7 @@ pub struct CopyDone {
     pub image_range: [f32; 2],
 }
 
-impl CaseDetails for CopyDone {
-    fn case(&self) -> &str {
-        &self.case
-    }
-}
+crate::report::case_details_by_field!(CopyDone);
 
 /// Copy `copy` of `subject` (number `index` in [`SUBJECTS`]): image and label volumes on the
 /// output grid.

@@ -154,11 +154,7 @@ impl<'a, B: KernelBackend> BatchSampler<'a, B> {
             |done, _| progress(done),
         );
         drop(serial);
-        let values = x
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .expect("f32 data");
+        let values = crate::host::f32_values(x);
         if let Some(message) = medddpm_kernels::device_error() {
             return Err(TrainError::Device {
                 during: format!("a batch of {} samples not written", batch.len()),

@@ -51,6 +51,17 @@ pub struct SamplingModel<B: Backend> {
     pub config: ExperimentConfig,
 }
 
+impl<B: Backend> SamplingModel<B> {
+    /// `unet` with the schedule of `config`'s timesteps.
+    pub fn new(unet: UNet<B>, config: ExperimentConfig) -> Self {
+        Self {
+            unet,
+            schedule: CosineSchedule::new(config.diffusion.timesteps),
+            config,
+        }
+    }
+}
+
 /// Loads weights for sampling: the EMA weights unless `live` asks for the live ones.
 pub fn load_sampling_model<B: Backend>(
     source: &WeightsSource,
@@ -71,11 +82,7 @@ pub fn load_sampling_model<B: Backend>(
                 &file,
                 device,
             )?;
-            Ok(SamplingModel {
-                unet,
-                schedule: CosineSchedule::new(config.diffusion.timesteps),
-                config,
-            })
+            Ok(SamplingModel::new(unet, config))
         }
         WeightsSource::Reference { path, experiment } => {
             let entry = if live {
@@ -91,11 +98,7 @@ pub fn load_sampling_model<B: Backend>(
             if let Some(timesteps) = report.timesteps {
                 config.diffusion.timesteps = timesteps;
             }
-            Ok(SamplingModel {
-                unet,
-                schedule: CosineSchedule::new(config.diffusion.timesteps),
-                config,
-            })
+            Ok(SamplingModel::new(unet, config))
         }
     }
 }
@@ -315,13 +318,7 @@ impl<B: KernelBackend> Draw<'_, B> {
             .sample_observed(self.denoiser, cond, channels, |done, x| {
                 if let Some(t) = trajectory.as_mut().filter(|t| t.wants(done)) {
                     let voxels = d * h * w;
-                    let values = x
-                        .clone()
-                        .narrow(1, 0, 1)
-                        .into_data()
-                        .convert::<f32>()
-                        .to_vec::<f32>()
-                        .expect("f32 data");
+                    let values = crate::host::f32_values(x.clone().narrow(1, 0, 1));
                     if let Err(e) = t.push(done, values[..voxels].to_vec()) {
                         frame_error.get_or_insert(e);
                     }
@@ -331,11 +328,7 @@ impl<B: KernelBackend> Draw<'_, B> {
         if let Some(e) = frame_error {
             return Err(e);
         }
-        let values = x
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .expect("f32 data");
+        let values = crate::host::f32_values(x);
         Ok((values, trajectory))
     }
 }

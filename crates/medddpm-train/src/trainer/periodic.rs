@@ -110,11 +110,7 @@ fn periodic_samples<B: KernelBackend>(
             observer.sampling(done, total)
         });
         drop(serial);
-        let values = x
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .expect("f32 data");
+        let values = crate::host::f32_values(x);
         let reference = dataset.mask_volume(i)?;
         written.extend(write_sample(
             &dir,

@@ -254,11 +254,7 @@ fn host_gather<B: burn::tensor::backend::Backend>(
     flat: Tensor<B, 1>,
     device: &B::Device,
 ) -> Result<Vec<Tensor<B, 1>>, Aborted> {
-    let values = flat
-        .into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("f32 data");
+    let values = crate::host::f32_values(flat);
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let all = link.all_gather(bytes)?;
     Ok(all

@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 
 use burn::backend::Flex;
-use medddpm_diffusion::{CosineSchedule, SamplerConfig, SamplerKind};
+use medddpm_diffusion::{SamplerConfig, SamplerKind};
 use medddpm_nifti::Volume;
 use medddpm_train::data::{DataConfig, DataSource, GridPolicy};
 use medddpm_train::sample::BrainMasks;
@@ -19,15 +19,15 @@ const CASE: &str = "BraTS2021_01306";
 /// An untrained small BraTS network sampling on a 16x16x12 grid (resized from the case's
 /// 192x192x144 and back): the files and conditioning are what is tested, not the images.
 fn model() -> SamplingModel<Flex> {
+    let brats = UNetConfig::brats();
     let mut config = ExperimentConfig {
+        // `tiny` without attention, at 4 channels, with BraTS's inputs and outputs.
         model: UNetConfig {
+            in_channels: brats.in_channels,
+            out_channels: brats.out_channels,
             model_channels: 4,
-            num_groups: 4,
-            channel_mult: vec![1, 2],
-            num_res_blocks: 1,
             attention_resolutions: vec![],
-            image_size: 16,
-            ..UNetConfig::brats()
+            ..UNetConfig::tiny()
         },
         data: DataConfig::new(DataSource::Brats {
             root: "unused".into(),
@@ -37,12 +37,8 @@ fn model() -> SamplingModel<Flex> {
     config.data.grid = [16, 16, 12];
     config.data.grid_policy = GridPolicy::Resize;
     config.diffusion.timesteps = 20;
-    let device = Default::default();
-    SamplingModel {
-        unet: config.model.init::<Flex>(&device).unwrap(),
-        schedule: CosineSchedule::new(config.diffusion.timesteps),
-        config,
-    }
+    let unet = config.model.init::<Flex>(&Default::default()).unwrap();
+    SamplingModel::new(unet, config)
 }
 
 fn options(brain_masks: Option<BrainMasks>) -> SampleOptions {

@@ -99,3 +99,12 @@ pub fn labelled_image(labels: &[u32], means: [f64; 3], noise: f64, seed: u64) ->
         .map(|&l| (means[l as usize] + noise * r.sym()) as f32)
         .collect()
 }
+
+/// Whether `r` is the error for an input of length `got` where `expected` was needed.
+pub fn is_length_mismatch<T>(r: &medddpm_metrics::Result<T>, expected: usize, got: usize) -> bool {
+    matches!(
+        r,
+        Err(medddpm_metrics::MetricsError::LengthMismatch { expected: e, got: g, .. })
+            if (*e, *g) == (expected, got)
+    )
+}
