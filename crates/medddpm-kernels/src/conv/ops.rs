@@ -7,10 +7,21 @@ use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
 use crate::reference::conv_spec::Conv3dSpec;
 
-/// [`KernelBackend::upsample_trilinear_x2`] on tensors: `x` in `layout`'s memory order
-/// (`[b, c, d, h, w]` or `[b, d, h, w, c]`), every spatial size doubled.
-pub fn upsample_x2<B: KernelBackend>(x: Tensor<B, 5>, layout: Layout) -> Tensor<B, 5> {
-    tensor(B::upsample_trilinear_x2(float(x), layout))
+medddpm_ops::on_tensors! {
+    /// [`KernelBackend::upsample_trilinear_x2`] on tensors: `x` in `layout`'s memory order
+    /// (`[b, c, d, h, w]` or `[b, d, h, w, c]`), every spatial size doubled.
+    fn upsample_x2<B: KernelBackend>(x: Tensor<B, 5>, layout: Layout) -> Tensor<B, 5>
+        = B::upsample_trilinear_x2(float(x), layout);
+
+    /// [`KernelBackend::conv3d_data_grad`] on tensors.
+    fn conv3d_data_grad<B: KernelBackend>(x: Tensor<B, 5>, w: Tensor<B, 5>, dy: Tensor<B, 5>,
+        spec: Conv3dSpec) -> Tensor<B, 5>
+        = B::conv3d_data_grad(float(x), float(w), float(dy), spec);
+
+    /// [`KernelBackend::conv3d_weight_grad`] on tensors.
+    fn conv3d_weight_grad<B: KernelBackend>(x: Tensor<B, 5>, w: Tensor<B, 5>, dy: Tensor<B, 5>,
+        spec: Conv3dSpec) -> Tensor<B, 5>
+        = B::conv3d_weight_grad(float(x), float(w), float(dy), spec);
 }
 
 /// A 3-D convolution with optional bias on `B`'s engine.
@@ -32,34 +43,4 @@ pub fn conv3d<B: KernelBackend>(
         }
         None => y,
     }
-}
-
-/// [`KernelBackend::conv3d_data_grad`] on tensors.
-pub fn conv3d_data_grad<B: KernelBackend>(
-    x: Tensor<B, 5>,
-    weight: Tensor<B, 5>,
-    grad_out: Tensor<B, 5>,
-    spec: Conv3dSpec,
-) -> Tensor<B, 5> {
-    tensor(B::conv3d_data_grad(
-        float(x),
-        float(weight),
-        float(grad_out),
-        spec,
-    ))
-}
-
-/// [`KernelBackend::conv3d_weight_grad`] on tensors.
-pub fn conv3d_weight_grad<B: KernelBackend>(
-    x: Tensor<B, 5>,
-    weight: Tensor<B, 5>,
-    grad_out: Tensor<B, 5>,
-    spec: Conv3dSpec,
-) -> Tensor<B, 5> {
-    tensor(B::conv3d_weight_grad(
-        float(x),
-        float(weight),
-        float(grad_out),
-        spec,
-    ))
 }

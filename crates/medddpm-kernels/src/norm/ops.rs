@@ -3,7 +3,8 @@
 use burn::tensor::Tensor;
 
 use crate::extension::KernelBackend;
-use crate::primitive::{float, tensor};
+use crate::primitive::float;
+use crate::reference::conv_spec::Conv3dSpec;
 use crate::reference::norm::GroupNormSpec;
 
 /// GroupNorm (and SiLU when `spec.silu`) of `x` on `B`'s kernels, differentiable on an autodiff
@@ -17,45 +18,22 @@ pub fn group_norm<B: KernelBackend>(
     group_norm_shifted(x, None, gamma, beta, spec)
 }
 
-/// [`group_norm`] of `x` plus `shift` `[b, c]` (where given) broadcast over space: what
-/// `group_norm(x + shift)` computes, with the addition inside the normalisation's own passes
-/// (differentiable in `shift` too).
-pub fn group_norm_shifted<B: KernelBackend>(
-    x: Tensor<B, 5>,
-    shift: Option<Tensor<B, 2>>,
-    gamma: Tensor<B, 1>,
-    beta: Tensor<B, 1>,
-    spec: GroupNormSpec,
-) -> Tensor<B, 5> {
-    tensor(B::group_norm(
-        float(x),
-        shift.map(float),
-        float(gamma),
-        float(beta),
-        spec,
-    ))
-}
+medddpm_ops::on_tensors! {
+    /// [`group_norm`] of `x` plus `shift` `[b, c]` (where given) broadcast over space: what
+    /// `group_norm(x + shift)` computes, with the addition inside the normalisation's own passes
+    /// (differentiable in `shift` too).
+    fn group_norm_shifted<B: KernelBackend>(x: Tensor<B, 5>, shift: Option<Tensor<B, 2>>,
+        gamma: Tensor<B, 1>, beta: Tensor<B, 1>, spec: GroupNormSpec) -> Tensor<B, 5>
+        = B::group_norm(float(x), shift.map(float), float(gamma), float(beta), spec);
 
-/// SiLU(GroupNorm(x [+ shift])) then the convolution with `weight` (no bias), `x` and the
-/// result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose autodiff
-/// node keeps the normalisation's input, not its output.
-#[allow(clippy::too_many_arguments)]
-pub fn norm_conv3d<B: KernelBackend>(
-    x: Tensor<B, 5>,
-    shift: Option<Tensor<B, 2>>,
-    gamma: Tensor<B, 1>,
-    beta: Tensor<B, 1>,
-    norm: GroupNormSpec,
-    weight: Tensor<B, 5>,
-    conv: crate::reference::conv_spec::Conv3dSpec,
-) -> Tensor<B, 5> {
-    tensor(B::norm_conv3d(
-        float(x),
-        shift.map(float),
-        float(gamma),
-        float(beta),
-        norm,
-        float(weight),
-        conv,
-    ))
+    /// SiLU(GroupNorm(x [+ shift])) then the convolution with `weight` (no bias), `x` and the
+    /// result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose autodiff
+    /// node keeps the normalisation's input, not its output.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_conv3d<B: KernelBackend>(x: Tensor<B, 5>, shift: Option<Tensor<B, 2>>,
+        gamma: Tensor<B, 1>, beta: Tensor<B, 1>, norm: GroupNormSpec, weight: Tensor<B, 5>,
+        conv: Conv3dSpec) -> Tensor<B, 5>
+        = B::norm_conv3d(
+            float(x), shift.map(float), float(gamma), float(beta), norm, float(weight), conv,
+        );
 }
