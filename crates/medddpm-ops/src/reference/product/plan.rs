@@ -2,7 +2,7 @@
 //! that the CPU tests check it: which operand goes first, their transpositions, leading
 //! dimensions and batch strides.
 
-use super::spec::{ProductShapeError, ProductSpec};
+use super::spec::{ProductShapeError, ProductShapeKind, ProductSpec};
 
 /// How one `[batch, rows, cols]` operand lies in memory, in elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,15 +84,9 @@ pub fn column_major(
     let (m, k, n) = spec.sizes(a.dims, b.dims)?;
     let batch = a.dims[0];
     if [m, k, n, batch].contains(&0) {
-        return Err(ProductShapeError::Empty {
-            a: a.dims,
-            b: b.dims,
-        });
+        return Err(ProductShapeError::new(a.dims, b.dims, ProductShapeKind::Empty));
     }
-    let too_big = || ProductShapeError::TooBig {
-        a: a.dims,
-        b: b.dims,
-    };
+    let too_big = || ProductShapeError::new(a.dims, b.dims, ProductShapeKind::TooBig);
     let int = |v: usize| i32::try_from(v).map_err(|_| too_big());
     let long = |v: usize| i64::try_from(v).map_err(|_| too_big());
     Ok(ColumnMajor {

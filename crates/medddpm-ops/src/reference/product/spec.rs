@@ -2,46 +2,53 @@
 
 use crate::compute::Compute;
 
-/// Why two operands' shapes make no product (shapes `[batch, rows, cols]`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProductShapeError {
-    /// Their batches differ.
-    #[error("batches differ: {a:?} and {b:?}")]
-    Batches {
-        /// The first operand's shape.
-        a: [usize; 3],
-        /// The second's.
-        b: [usize; 3],
-    },
-    /// The inner sizes of `op(a)` and `op(b)` differ.
-    #[error("inner sizes differ: {a:?} and {b:?} with transpositions ({trans_a}, {trans_b})")]
-    Inner {
-        /// The first operand's shape.
-        a: [usize; 3],
-        /// The second's.
-        b: [usize; 3],
-        /// Whether `a` is transposed.
-        trans_a: bool,
-        /// Whether `b` is transposed.
-        trans_b: bool,
-    },
-    /// A size is zero.
-    #[error("empty product {a:?} x {b:?}")]
-    Empty {
-        /// The first operand's shape.
-        a: [usize; 3],
-        /// The second's.
-        b: [usize; 3],
-    },
-    /// A size or stride does not fit the 32-bit (64-bit for strides) integers of the library.
-    #[error("sizes beyond 32 bits: {a:?} x {b:?}")]
-    TooBig {
-        /// The first operand's shape.
-        a: [usize; 3],
-        /// The second's.
-        b: [usize; 3],
-    },
+/// Why two operands' shapes `a` and `b` (`[batch, rows, cols]`) make no product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductShapeError {
+    /// The first operand's shape.
+    pub a: [usize; 3],
+    /// The second's.
+    pub b: [usize; 3],
+    /// What is wrong with them.
+    pub kind: ProductShapeKind,
 }
+
+/// What makes no product of two shapes (see [`ProductShapeError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProductShapeKind {
+    /// Their batches differ.
+    Batches,
+    /// The inner sizes of `op(a)` and `op(b)` differ, with these transpositions of `a` and `b`.
+    Inner(bool, bool),
+    /// A size is zero.
+    Empty,
+    /// A size or stride does not fit the 32-bit (64-bit for strides) integers of the library.
+    TooBig,
+}
+
+impl ProductShapeError {
+    /// `kind` of shapes `a` and `b`.
+    pub fn new(a: [usize; 3], b: [usize; 3], kind: ProductShapeKind) -> Self {
+        ProductShapeError { a, b, kind }
+    }
+}
+
+impl std::fmt::Display for ProductShapeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b) = (self.a, self.b);
+        match self.kind {
+            ProductShapeKind::Batches => write!(f, "batches differ: {a:?} and {b:?}"),
+            ProductShapeKind::Inner(trans_a, trans_b) => write!(
+                f,
+                "inner sizes differ: {a:?} and {b:?} with transpositions ({trans_a}, {trans_b})"
+            ),
+            ProductShapeKind::Empty => write!(f, "empty product {a:?} x {b:?}"),
+            ProductShapeKind::TooBig => write!(f, "sizes beyond 32 bits: {a:?} x {b:?}"),
+        }
+    }
+}
+
+impl std::error::Error for ProductShapeError {}
 
 /// One product `op(a) · op(b)` of `[batch, rows, cols]` operands, `op` transposing the last
 /// two axes where asked (so that callers pass a transposed operand as it is stored, and
@@ -93,15 +100,11 @@ impl ProductSpec {
             (b[1], b[2])
         };
         if a[0] != b[0] {
-            return Err(ProductShapeError::Batches { a, b });
+            return Err(ProductShapeError::new(a, b, ProductShapeKind::Batches));
         }
         if k != k_b {
-            return Err(ProductShapeError::Inner {
-                a,
-                b,
-                trans_a: self.trans_a,
-                trans_b: self.trans_b,
-            });
+            let kind = ProductShapeKind::Inner(self.trans_a, self.trans_b);
+            return Err(ProductShapeError::new(a, b, kind));
         }
         Ok((m, k, n))
     }
