@@ -83,10 +83,11 @@ pub fn column_major(
 ) -> Result<ColumnMajor, ProductShapeError> {
     let (m, k, n) = spec.sizes(a.dims, b.dims)?;
     let batch = a.dims[0];
+    let error = |kind| ProductShapeError::new(a.dims, b.dims, kind);
     if [m, k, n, batch].contains(&0) {
-        return Err(ProductShapeError::new(a.dims, b.dims, ProductShapeKind::Empty));
+        return Err(error(ProductShapeKind::Empty));
     }
-    let too_big = || ProductShapeError::new(a.dims, b.dims, ProductShapeKind::TooBig);
+    let too_big = || error(ProductShapeKind::TooBig);
     let int = |v: usize| i32::try_from(v).map_err(|_| too_big());
     let long = |v: usize| i64::try_from(v).map_err(|_| too_big());
     Ok(ColumnMajor {
