@@ -82,16 +82,7 @@ fn machines_launched_by_hand_train_like_two_devices() {
 
     let (port, one) = (free_port(), tmp.path().join("one-node"));
     let rdzv = format!("127.0.0.1:{port}");
-    let flags = [
-        "--nnodes",
-        "1",
-        "--node-rank",
-        "0",
-        "--rdzv",
-        &rdzv,
-        "--devices",
-        "0,1",
-    ];
+    let flags = one_machine_of_two(&rdzv);
     let out = node(&train_args(&file, &one), &flags, &[]);
     let stderr = succeeded(out.wait_with_output().unwrap());
     assert!(
@@ -110,16 +101,7 @@ fn a_machine_s_launch_forwards_sigterm_to_its_ranks() {
     ));
     let (port, run) = (free_port(), tmp.path().join("run"));
     let rdzv = format!("127.0.0.1:{port}");
-    let flags = [
-        "--nnodes",
-        "1",
-        "--node-rank",
-        "0",
-        "--rdzv",
-        &rdzv,
-        "--devices",
-        "0,1",
-    ];
+    let flags = one_machine_of_two(&rdzv);
     let launch = node(&train_args(&file, &run), &flags, &[]);
     let logged =
         || std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |s| s.lines().count());
@@ -175,4 +157,18 @@ fn a_machine_s_failed_rank_and_wrong_flags_are_named() {
         &[("MEDDDPM_RDZV_TOKEN", "")],
         "MEDDDPM_RDZV_TOKEN is not set",
     );
+}
+
+/// One machine of two ranks (`--nnodes 1 --node-rank 0 --devices 0,1`) meeting at `rdzv`.
+fn one_machine_of_two(rdzv: &str) -> [&str; 8] {
+    [
+        "--nnodes",
+        "1",
+        "--node-rank",
+        "0",
+        "--rdzv",
+        rdzv,
+        "--devices",
+        "0,1",
+    ]
 }
