@@ -7,11 +7,11 @@
 //! parameter tensors and micro-batch: 738 operations an optimizer step with two micro-batches,
 //! each costing the host about what a kernel launch does.
 
-use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 
-use crate::agreement::rel_l2;
-use crate::dtype::cast_to;
+use burn::tensor::Distribution;
+
+use crate::agreement::{draw_rounded, on_cpu, on_device, rel_l2, seeded_cpu};
 use crate::extension::KernelBackend;
 
 /// The worst relative L2 difference of backend `B`'s [`crate::KernelBackend::sum_f32`] from
@@ -26,14 +26,10 @@ pub fn engine_vs_reference<B: KernelBackend>(
     seed: u64,
     grads: DType,
 ) -> f64 {
-    use burn::backend::Flex;
-    use burn::tensor::Distribution;
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
+    let cpu = seeded_cpu(seed);
     let draw = |n: usize, dtype: DType| {
-        let t = Tensor::<Flex, 1>::random([n], Distribution::Uniform(0.5, 4.0), &cpu);
-        let t = cast_to(cast_to(t, DType::BF16), DType::F32);
-        let on = cast_to(Tensor::<B, 1>::from_data(t.to_data(), device), dtype);
+        let t = draw_rounded([n], Distribution::Uniform(0.5, 4.0), DType::BF16, &cpu);
+        let on = on_device::<B, 1>(&t, device, dtype);
         (t, on)
     };
     let lengths = super::case_lengths(len);
@@ -55,7 +51,7 @@ pub fn engine_vs_reference<B: KernelBackend>(
             if g.dtype() != DType::F32 {
                 return f64::INFINITY;
             }
-            let g = Tensor::<Flex, 1>::from_data(g.to_data(), &cpu);
+            let g = on_cpu(g);
             worst = crate::agreement::worse(worst, rel_l2(g, w));
         }
     }
@@ -72,23 +68,20 @@ pub fn squared_norm_vs_reference<B: KernelBackend>(
     seed: u64,
     dtype: DType,
 ) -> f64 {
-    use burn::backend::Flex;
-    use burn::tensor::Distribution;
-    let cpu = Default::default();
-    Flex::seed(&cpu, seed);
+    let cpu = seeded_cpu(seed);
     let mut exact = 0.0f64;
     let tensors = super::case_lengths(len)
         .into_iter()
         .map(|n| {
-            let t = Tensor::<Flex, 1>::random([n], Distribution::Uniform(-4.0, 4.0), &cpu);
-            let t = cast_to(cast_to(t, DType::BF16), DType::F32);
+            let t = draw_rounded([n], Distribution::Uniform(-4.0, 4.0), DType::BF16, &cpu);
             let values: Vec<f32> = t.to_data().to_vec().unwrap();
             exact += values
                 .iter()
                 .map(|&v| f64::from(v) * f64::from(v))
                 .sum::<f64>();
-            let on = Tensor::<B, 1>::from_data(t.to_data(), device);
-            cast_to(on, dtype).into_primitive().tensor()
+            on_device::<B, 1>(&t, device, dtype)
+                .into_primitive()
+                .tensor()
         })
         .collect();
     let got = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::squared_norm_f32(tensors)));
@@ -102,6 +95,7 @@ pub fn squared_norm_vs_reference<B: KernelBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::cast_to;
     use crate::reference::sum::sum_f32_primitive;
     use burn::backend::Flex;
     use burn::tensor::TensorPrimitive;
