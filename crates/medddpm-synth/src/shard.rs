@@ -204,7 +204,7 @@ fn condition<B: KernelBackend>(
 }
 
 /// Writes a pair's images (`values`, channels in file order) and its label map, each
-/// atomically and each on its own thread (compressing a BraTS modality takes about a second),
+/// atomically and each on its own thread (a BraTS pair is five gzipped 192x192x144 files),
 /// on the label map's grid; returns their paths relative to the output folder.
 fn write_pair(
     synthesis: &Synthesis,
