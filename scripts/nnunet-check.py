@@ -19,56 +19,22 @@ import subprocess
 import sys
 import tempfile
 
+from tiny_experiment import tiny_experiment
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-WHOLE_HEAD = """
-[model]
-in_channels = 3
-out_channels = 1
-model_channels = 8
-channel_mult = [1, 2]
-attention_resolutions = []
-image_size = 16
-num_groups = 8
-
-[diffusion]
-timesteps = 50
-
-[data]
-source = {{ layout = "phantom", dir = "{work}/phantoms", count = 2, size = [16, 16, 16], seed = 3 }}
-
-[train]
-steps = 2
-save_every = 2
-samples_per_checkpoint = 0
-ema_start = 1
-"""
-
-BRATS = """
-[model]
-in_channels = 8
-out_channels = 4
-model_channels = 8
-channel_mult = [1, 2]
-attention_resolutions = []
-image_size = 16
-num_groups = 8
-
-[diffusion]
-timesteps = 50
-
-[data]
-source = {{ layout = "brats", root = "{brats}" }}
-grid = [16, 16, 12]
-grid_policy = "resize"
-
-[train]
-steps = 2
-save_every = 2
-samples_per_checkpoint = 0
-ema_start = 1
-"""
+# The data and training of the two tiny experiments (`tiny_experiment.py`).
+WHOLE_HEAD = dict(
+    data='source = {{ layout = "phantom", dir = "{work}/phantoms", count = 2, size = [16, 16, 16], seed = 3 }}',
+    train="steps = 2\nsave_every = 2\nsamples_per_checkpoint = 0\nema_start = 1",
+)
+BRATS = dict(
+    data='source = {{ layout = "brats", root = "{brats}" }}\ngrid = [16, 16, 12]\ngrid_policy = "resize"',
+    train=WHOLE_HEAD["train"],
+    in_channels=8,
+    out_channels=4,
+)
 
 
 def run(cmd):
@@ -124,9 +90,9 @@ def main():
     from importlib.metadata import version
     print(f"nnunetv2 {version('nnunetv2')}, python {sys.version.split()[0]}")
     sets = [
-        make(args.medddpm, work, "WholeHeadTiny", WHOLE_HEAD.format(work=work),
+        make(args.medddpm, work, "WholeHeadTiny", tiny_experiment(**WHOLE_HEAD).format(work=work),
              os.path.join(work, "phantoms/mask"), 4, 501),
-        make(args.medddpm, work, "BratsTiny", BRATS.format(brats=brats),
+        make(args.medddpm, work, "BratsTiny", tiny_experiment(**BRATS).format(brats=brats),
              os.path.join(brats, "seg"), 3, 502),
     ]
     for folder in sets:

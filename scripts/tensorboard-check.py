@@ -36,23 +36,11 @@ from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
-EXPERIMENT = """[model]
-in_channels = 3
-out_channels = 1
-model_channels = 8
-channel_mult = [1, 2]
-attention_resolutions = []
-image_size = 16
-num_groups = 8
+from tiny_experiment import tiny_experiment
 
-[diffusion]
-timesteps = 50
-
-[data]
-source = {{ layout = "phantom", dir = "{phantoms}", count = 2, size = [16, 16, 16], seed = 3 }}
-
-[train]
-steps = 4
+EXPERIMENT = tiny_experiment(
+    data='source = {{ layout = "phantom", dir = "{phantoms}", count = 2, size = [16, 16, 16], seed = 3 }}',
+    train="""steps = 4
 lr = 1e-3
 batch_size = 1
 grad_accum = 2
@@ -60,8 +48,8 @@ save_every = 2
 samples_per_checkpoint = 1
 keep_checkpoints = 0
 ema_start = 2
-seed = 11
-"""
+seed = 11""",
+)
 
 
 def train(medddpm, args):
