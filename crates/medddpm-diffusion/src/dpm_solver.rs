@@ -146,7 +146,7 @@ mod tests {
         let dpm = DpmSolverSampler::new(s.clone(), 10).unwrap();
         let ddim = DdimSampler::new(s.clone(), 10, 0.0).unwrap();
         let device = Default::default();
-        let _rng = crate::tests::backend_rng();
+        let _rng = crate::backend_rng();
         let x = Tensor::<B, 5>::random([1, 1, 2, 3, 4], Distribution::Normal(0.0, 1.0), &device);
         let eps = Tensor::<B, 5>::random([1, 1, 2, 3, 4], Distribution::Normal(0.0, 1.0), &device);
         let x0 = dpm.chain.x0(eps.clone(), 249, x.clone());

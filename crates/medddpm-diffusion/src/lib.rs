@@ -32,6 +32,7 @@ pub mod dpm_solver;
 pub mod process;
 pub mod schedule;
 pub mod scheduler;
+mod seeding;
 pub mod select;
 pub mod steps;
 
@@ -44,6 +45,7 @@ pub use process::{
 };
 pub use schedule::{CosineSchedule, ScheduleConfig};
 pub use scheduler::{Chain, Scheduler, StepInput, StepOutput};
+pub use seeding::backend_rng;
 pub use select::{Sampler, SamplerConfig, SamplerKind};
 pub use steps::SamplerError;
 

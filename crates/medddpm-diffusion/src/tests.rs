@@ -5,14 +5,6 @@ use crate::*;
 
 type B = Flex;
 
-/// Flex keeps one random generator per process and `cargo test` runs tests on threads: a test
-/// that seeds it or draws from it holds this lock, or another test's draws land between its
-/// seed and its own (seen in CI as a seeded sample off by one float rounding).
-pub(crate) fn backend_rng() -> std::sync::MutexGuard<'static, ()> {
-    static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    BACKEND_RNG.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn values(t: Tensor<B, 5>) -> Vec<f32> {
     t.into_data().to_vec::<f32>().unwrap()
 }

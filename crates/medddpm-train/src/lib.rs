@@ -19,7 +19,6 @@ mod optimizer_record;
 pub mod phantom;
 pub mod pictures;
 pub mod sample;
-mod seeding;
 pub mod trainer;
 
 pub use checkpoint::RunDir;

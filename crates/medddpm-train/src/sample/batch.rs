@@ -145,7 +145,7 @@ impl<'a, B: KernelBackend> BatchSampler<'a, B> {
                 .collect();
             Tensor::cat(parts, 0)
         };
-        let serial = crate::seeding::backend_rng();
+        let serial = medddpm_diffusion::backend_rng();
         let x = self.sampler.sample_from(
             &self.denoiser,
             cond,

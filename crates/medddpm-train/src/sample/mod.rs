@@ -245,7 +245,7 @@ pub fn sample_masks<B: KernelBackend>(
         for n in 0..options.samples_per_mask {
             let stem = sample_stem(&ids[m], options.seed, n);
             // The whole reverse process draws from the generator this seeds.
-            let serial = crate::seeding::backend_rng();
+            let serial = medddpm_diffusion::backend_rng();
             B::seed(
                 device,
                 options

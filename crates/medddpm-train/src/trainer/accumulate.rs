@@ -121,7 +121,7 @@ fn draw_micro_batch<B: KernelAutodiffBackend>(
         let mut rng = ChaCha8Rng::seed_from_u64(config.train.seed);
         rng.set_stream(p as u64 + 1);
         timesteps.push(rng.random_range(0..config.diffusion.timesteps));
-        let _serial = crate::seeding::backend_rng();
+        let _serial = medddpm_diffusion::backend_rng();
         B::seed(device, rng.next_u64());
         noise.push(Tensor::<B, 5>::random(
             [1, c, d, h, w],

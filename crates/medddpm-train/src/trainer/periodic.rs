@@ -102,7 +102,7 @@ fn periodic_samples<B: KernelBackend>(
     let mut written = Vec::new();
     for i in 0..config.train.samples_per_checkpoint.min(dataset.len()) {
         let example = dataset.get(i)?;
-        let serial = crate::seeding::backend_rng();
+        let serial = medddpm_diffusion::backend_rng();
         B::seed(device, config.train.seed ^ (i as u64) << 32);
         let cond = batch_tensor::<B>(std::slice::from_ref(&example), false, device);
         let total = sampler.num_steps();

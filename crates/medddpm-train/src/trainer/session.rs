@@ -45,7 +45,7 @@ impl<B: KernelAutodiffBackend> Session<B> {
         let dataset = NiftiDataset::open(&config.data)?;
         check_channels(config, &dataset)?;
         let settings = &config.train;
-        let serial = crate::seeding::backend_rng();
+        let serial = medddpm_diffusion::backend_rng();
         B::seed(device, settings.seed);
         let model: UNet<B> = config.model.init(device)?.with_compute(options.compute);
         // burn draws a parameter's initial values when it is first read: read them all now,
