@@ -16,7 +16,7 @@ use medddpm_backend::{
     run_on, BackendTask, ComputeSettings, ConvEngine, KernelAutodiffBackend, Layout, Precision,
     RunEnv,
 };
-use medddpm_kernels::conv::{engine_vs_reference, ConvCase};
+use medddpm_kernels::conv::{batch_chunks_vs_reference, engine_vs_reference, ConvCase};
 use medddpm_kernels::norm::NormCase;
 use medddpm_kernels::NormEngine;
 use serde::Serialize;
@@ -57,6 +57,8 @@ pub struct CheckKernelsArgs {
 struct Row {
     case: ConvCase,
     layout: String,
+    /// Examples per engine call where the batch went through the batch-chunk rewrites.
+    batch_chunk: Option<usize>,
     forward: f64,
     data_grad: f64,
     weight_grad: f64,
@@ -232,12 +234,24 @@ fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: 
             layout,
             ..env.compute()
         };
-        for (i, case) in ConvCase::standard(scale).into_iter().enumerate() {
-            let [f, d, w] =
-                engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64, 3);
+        let cases = ConvCase::standard(scale).into_iter().map(|c| (c, None));
+        // The batch cases once more one example per call, as the cuDNN engine runs a batch
+        // past what cuDNN indexes (views at an offset, the parts joined, weight gradients summed).
+        let chunked = ConvCase::standard(scale)
+            .into_iter()
+            .filter(|c| c.batch > 1)
+            .map(|c| (c, Some(1)));
+        for (i, (case, batch_chunk)) in cases.chain(chunked).enumerate() {
+            let [f, d, w] = match batch_chunk {
+                None => engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64, 3),
+                Some(per_call) => batch_chunks_vs_reference::<B::InnerBackend>(
+                    device, case, compute, i as u64, per_call,
+                ),
+            };
             let pass = within(&[f, d, w], tol);
+            let chunks = batch_chunk.map_or(String::new(), |p| format!(" ({p} a call)"));
             eprintln!(
-                    "{layout} {:>3}->{:<3} k{} s{} {:?} b{}: forward {f:.2e}, data grad {d:.2e}, weight grad {w:.2e} {}",
+                    "{layout} {:>3}->{:<3} k{} s{} {:?} b{}{chunks}: forward {f:.2e}, data grad {d:.2e}, weight grad {w:.2e} {}",
                     case.c_in,
                     case.c_out,
                     case.kernel,
@@ -249,6 +263,7 @@ fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: 
             rows.push(Row {
                 case,
                 layout: layout.to_string(),
+                batch_chunk,
                 forward: f,
                 data_grad: d,
                 weight_grad: w,

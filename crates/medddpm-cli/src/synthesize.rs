@@ -273,8 +273,9 @@ fn end_with_the_lead() {
 
 /// The largest batch (up to [`AUTO_MAX_BATCH`]) whose sampling the memory plan fits on the
 /// CUDA device, with the first-run margin, and whose largest activation stays under 2^31
-/// values (cuDNN refuses larger tensors, and burn's fallback convolution took 187 ms where
-/// cuDNN takes a few: four BraTS volumes at 192x192x144 crossed it); 1 on the other backends,
+/// values (cuDNN indexes no more; past it the engine gives cuDNN the batch in parts and joins
+/// their outputs, a copy of each large output a step that a smaller batch does without); 1 on
+/// the other backends,
 /// where batching gains little (the CPU) or the memory is not known (wgpu).
 fn auto_batch(config: &ExperimentConfig, settings: &ComputeSettings) -> usize {
     let target = crate::plan::target(settings.backend, settings.devices[0]);

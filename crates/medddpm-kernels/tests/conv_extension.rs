@@ -3,7 +3,9 @@
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Distribution, Tensor};
-use medddpm_kernels::conv::{engine_vs_reference, in_layout, reference, rel_l2, ConvCase};
+use medddpm_kernels::conv::{
+    batch_chunks_vs_reference, engine_vs_reference, in_layout, reference, rel_l2, ConvCase,
+};
 use medddpm_kernels::{conv3d, Compute, Layout, Precision};
 
 type A = Autodiff<Flex>;
@@ -28,6 +30,36 @@ fn inner_ops_match_the_reference_twin_in_both_layouts() {
             };
             for (i, case) in ConvCase::standard(1).into_iter().enumerate() {
                 let errs = engine_vs_reference::<Flex>(&device, case, compute, i as u64, 2);
+                for (what, e) in ["forward", "data gradient", "weight gradient"]
+                    .iter()
+                    .zip(errs)
+                {
+                    assert!(e < tolerance, "{precision} {layout} {case:?} {what}: {e:e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batch_in_several_calls_matches_the_reference_twin_in_both_layouts() {
+    let device = Default::default();
+    for (precision, tolerance) in [(Precision::Fp32, 1e-6), (Precision::Bf16, 1e-2)] {
+        for layout in Layout::ALL {
+            let compute = Compute {
+                precision,
+                ..compute(layout)
+            };
+            let cases = ConvCase::standard(1).into_iter().chain([ConvCase {
+                batch: 3,
+                c_in: 8,
+                c_out: 16,
+                size: [4, 5, 3],
+                kernel: 3,
+                stride: 1,
+            }]);
+            for (i, case) in cases.filter(|c| c.batch > 1).enumerate() {
+                let errs = batch_chunks_vs_reference::<Flex>(&device, case, compute, i as u64, 1);
                 for (what, e) in ["forward", "data gradient", "weight gradient"]
                     .iter()
                     .zip(errs)

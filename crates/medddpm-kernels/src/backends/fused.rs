@@ -11,7 +11,9 @@ use cubecl_cuda::CudaRuntime;
 
 use crate::compute::Layout;
 use crate::conv::{
-    data_grad_via_forward, forward_in_padded, is_strided_same, Conv3dSpec, KernelBackend,
+    batch_chunks, data_grad_in_batch_chunks, data_grad_via_forward, forward_in_batch_chunks,
+    forward_in_padded, is_strided_same, weight_grad_in_batch_chunks, Conv3dSpec, KernelBackend,
+    CUDNN_MAX_VALUES,
 };
 use crate::cuda::{Cube, Fused};
 use crate::cudnn::custom::{register, Handles};
@@ -155,6 +157,11 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         if !spec.compute.uses_cudnn() {
             return crate::cube::conv::engine::forward::<CudaRuntime, F, I, BT>(x, weight, spec);
         }
+        let shape = conv_output_shape(&x.shape, &weight.shape, &spec);
+        if let Some(chunks) = cudnn_batch_chunks(&x.shape, &shape) {
+            let (x, w) = (tensor(x), tensor(weight));
+            return float(forward_in_batch_chunks::<Self>(x, w, spec, &chunks));
+        }
         if let Some(padded) = padded_in_channels(x.shape[1], x.dtype, &spec) {
             return float(forward_in_padded::<Self>(
                 tensor(x),
@@ -163,7 +170,6 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
                 padded,
             ));
         }
-        let shape = conv_output_shape(&x.shape, &weight.shape, &spec);
         register_conv::<F, I, BT>(ConvOp::Forward, vec![x, weight], shape, spec)
     }
 
@@ -177,6 +183,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
             return crate::cube::conv::engine::data_grad::<CudaRuntime, F, I, BT>(
                 x, weight, grad_out, spec,
             );
+        }
+        if let Some(chunks) = cudnn_batch_chunks(&x.shape, &grad_out.shape) {
+            let (x, w, dy) = (tensor(x), tensor(weight), tensor(grad_out));
+            return float(data_grad_in_batch_chunks::<Self>(x, w, dy, spec, &chunks));
         }
         let kernel = [weight.shape[2], weight.shape[3], weight.shape[4]];
         if is_strided_same(kernel, &spec) {
@@ -204,6 +214,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
                 x, weight, grad_out, spec,
             );
         }
+        if let Some(chunks) = cudnn_batch_chunks(&x.shape, &grad_out.shape) {
+            let (x, w, dy) = (tensor(x), tensor(weight), tensor(grad_out));
+            return float(weight_grad_in_batch_chunks::<Self>(x, w, dy, spec, &chunks));
+        }
         let c_out = weight.shape[0];
         if c_out < PADDED_OUT_CHANNELS {
             let padded = PADDED_OUT_CHANNELS;
@@ -218,6 +232,14 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         let shape = weight.shape.clone();
         register_conv::<F, I, BT>(ConvOp::WeightGrad, vec![x, weight, grad_out], shape, spec)
     }
+}
+
+/// The ranges of examples to give cuDNN one call each when an operand of the whole batch is
+/// past what it indexes (see [`CUDNN_MAX_VALUES`]); `None` for one call.
+fn cudnn_batch_chunks(x: &Shape, y: &Shape) -> Option<Vec<std::ops::Range<usize>>> {
+    let batch = x[0].max(1);
+    let largest = x.num_elements().max(y.num_elements());
+    batch_chunks(batch, largest / batch, CUDNN_MAX_VALUES)
 }
 
 /// Weight gradients with fewer output channels are computed with this many, the extra ones

@@ -2,6 +2,9 @@
 //! `medddpm check-kernels` and the tests run), and the error measure every check uses.
 
 use super::ops::{conv3d, conv3d_data_grad, conv3d_weight_grad};
+use super::rewrites::{
+    batch_chunks, data_grad_in_batch_chunks, forward_in_batch_chunks, weight_grad_in_batch_chunks,
+};
 use crate::agreement::{draw_rounded, on_cpu, on_device, rel_l2, seeded_cpu, worse};
 use crate::compute::{Compute, Layout};
 use crate::extension::KernelBackend;
@@ -76,6 +79,30 @@ pub fn engine_vs_reference<B: KernelBackend>(
     seed: u64,
     calls: usize,
 ) -> [f64; 3] {
+    vs_reference::<B>(device, case, compute, (seed, calls), None)
+}
+
+/// [`engine_vs_reference`] with the batch given to the engine `per_call` examples at a time
+/// through the batch-chunk rewrites (what the cuDNN engine does with a batch past
+/// [`super::CUDNN_MAX_VALUES`]): views of the operands at an offset, the parts joined and the
+/// weight gradients summed.
+pub fn batch_chunks_vs_reference<B: KernelBackend>(
+    device: &B::Device,
+    case: ConvCase,
+    compute: Compute,
+    seed: u64,
+    per_call: usize,
+) -> [f64; 3] {
+    vs_reference::<B>(device, case, compute, (seed, 2), Some(per_call))
+}
+
+fn vs_reference<B: KernelBackend>(
+    device: &B::Device,
+    case: ConvCase,
+    compute: Compute,
+    (seed, calls): (u64, usize),
+    per_call: Option<usize>,
+) -> [f64; 3] {
     use burn::tensor::Distribution::Normal;
     let cpu = seeded_cpu(seed);
     let dtype = compute.precision.compute_dtype();
@@ -119,11 +146,18 @@ pub fn engine_vs_reference<B: KernelBackend>(
     // third with the chosen plan: check-kernels asks for three).
     let mut errs = [0.0f64; 3];
     for _ in 0..calls.max(1) {
-        let got = [
-            conv3d(xb.clone(), wb.clone(), None, spec),
-            conv3d_data_grad(xb.clone(), wb.clone(), gb.clone(), spec),
-            conv3d_weight_grad(xb.clone(), wb.clone(), gb.clone(), spec),
-        ];
+        let got = match per_call.and_then(|p| batch_chunks(case.batch, 1, p)) {
+            None => [
+                conv3d(xb.clone(), wb.clone(), None, spec),
+                conv3d_data_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+                conv3d_weight_grad(xb.clone(), wb.clone(), gb.clone(), spec),
+            ],
+            Some(chunks) => [
+                forward_in_batch_chunks(xb.clone(), wb.clone(), spec, &chunks),
+                data_grad_in_batch_chunks(xb.clone(), wb.clone(), gb.clone(), spec, &chunks),
+                weight_grad_in_batch_chunks(xb.clone(), wb.clone(), gb.clone(), spec, &chunks),
+            ],
+        };
         for (i, (g, w)) in got.into_iter().zip(want.iter()).enumerate() {
             errs[i] = worse(errs[i], rel_l2(on_cpu(g), w.clone()));
         }

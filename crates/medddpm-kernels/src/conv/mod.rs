@@ -23,8 +23,12 @@ pub use crate::extension::backward_profile;
 pub use crate::extension::{KernelAutodiffBackend, KernelBackend, MemoryStats};
 pub use crate::reference::conv as reference;
 pub use crate::reference::conv_spec::Conv3dSpec;
-pub use check::{engine_vs_reference, ConvCase};
+pub use check::{batch_chunks_vs_reference, engine_vs_reference, ConvCase};
 pub use medddpm_ops::layout::{channels_last, in_layout};
 pub use ops::{conv3d, conv3d_data_grad, conv3d_weight_grad, upsample_x2};
 pub(crate) use rewrites::is_same_padded;
-pub use rewrites::{data_grad_via_forward, forward_in_padded, is_strided_same, weight_grad_padded};
+pub use rewrites::{
+    batch_chunks, data_grad_in_batch_chunks, data_grad_via_forward, forward_in_batch_chunks,
+    forward_in_padded, is_strided_same, weight_grad_in_batch_chunks, weight_grad_padded,
+    CUDNN_MAX_VALUES,
+};

@@ -1,11 +1,11 @@
 //! The same convolutions and gradients computed another way where that is much faster: the
 //! data gradient of a "same"-padded convolution as a forward convolution, the weight gradient
-//! with zero output channels added, and a forward convolution of few input channels with zero
-//! input channels added.
+//! with zero output channels added, a forward convolution of few input channels with zero
+//! input channels added, and a batch too large for one cuDNN call as several calls.
 
 use burn::tensor::Tensor;
 
-use super::ops::{conv3d, conv3d_weight_grad};
+use super::ops::{conv3d, conv3d_data_grad, conv3d_weight_grad};
 use crate::compute::Layout;
 use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
@@ -117,4 +117,146 @@ pub fn data_grad_via_forward<B: KernelBackend>(
         ..spec
     };
     tensor(B::conv3d_forward(float(spread), float(kernel), spec))
+}
+
+/// The most values one tensor operand of a cuDNN call may hold: its descriptors index with
+/// 32-bit integers, and it refuses larger tensors (`CUDNN_STATUS_BAD_PARAM`; burn's fallback
+/// convolution then took 187 ms a call for BraTS's full-resolution decoder input at batch 4).
+pub const CUDNN_MAX_VALUES: usize = i32::MAX as usize;
+
+/// Ranges of examples, in order, such that each range's largest operand holds at most
+/// `max_values` values, where `per_example` is the largest operand's values for one example;
+/// `None` where one call suffices (or where even one example is too large: splitting the batch
+/// cannot help, and the caller runs as it would have).
+pub fn batch_chunks(
+    batch: usize,
+    per_example: usize,
+    max_values: usize,
+) -> Option<Vec<std::ops::Range<usize>>> {
+    let per_call = max_values / per_example.max(1);
+    if per_call == 0 || per_call >= batch {
+        return None;
+    }
+    // As even as the count allows: the same shapes for every call where the batch divides.
+    let calls = batch.div_ceil(per_call);
+    let base = batch / calls;
+    let extra = batch % calls;
+    let mut start = 0;
+    Some(
+        (0..calls)
+            .map(|i| {
+                let len = base + usize::from(i < extra);
+                start += len;
+                start - len..start
+            })
+            .collect(),
+    )
+}
+
+/// The examples `range` of `t` (a view: the batch is the outermost axis in both layouts).
+fn examples<B: KernelBackend>(t: &Tensor<B, 5>, range: std::ops::Range<usize>) -> Tensor<B, 5> {
+    t.clone().narrow(0, range.start, range.len())
+}
+
+/// The parts joined along the batch in `layout`'s memory order, so channels-last stays
+/// channels-last without a second copy.
+fn join_batch<B: KernelBackend>(parts: Vec<Tensor<B, 5>>, layout: Layout) -> Tensor<B, 5> {
+    match layout {
+        Layout::Ncdhw => Tensor::cat(parts, 0),
+        Layout::Ndhwc => {
+            let parts = parts.into_iter().map(|t| t.permute([0, 2, 3, 4, 1]));
+            Tensor::cat(parts.collect(), 0).permute([0, 4, 1, 2, 3])
+        }
+    }
+}
+
+/// The forward convolution as one call per range of examples (see [`batch_chunks`]), joined.
+pub fn forward_in_batch_chunks<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    spec: Conv3dSpec,
+    chunks: &[std::ops::Range<usize>],
+) -> Tensor<B, 5> {
+    let parts = chunks
+        .iter()
+        .map(|r| conv3d(examples(&x, r.clone()), weight.clone(), None, spec))
+        .collect();
+    join_batch(parts, spec.compute.layout)
+}
+
+/// The data gradient as one call per range of examples, joined.
+pub fn data_grad_in_batch_chunks<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    grad_out: Tensor<B, 5>,
+    spec: Conv3dSpec,
+    chunks: &[std::ops::Range<usize>],
+) -> Tensor<B, 5> {
+    let parts = chunks
+        .iter()
+        .map(|r| {
+            let (x, dy) = (examples(&x, r.clone()), examples(&grad_out, r.clone()));
+            conv3d_data_grad(x, weight.clone(), dy, spec)
+        })
+        .collect();
+    join_batch(parts, spec.compute.layout)
+}
+
+/// The weight gradient as the sum of one call's per range of examples, added in f32 (each
+/// call accumulates in f32 inside, and the sum of a few 16-bit partials in f32 rounds once).
+pub fn weight_grad_in_batch_chunks<B: KernelBackend>(
+    x: Tensor<B, 5>,
+    weight: Tensor<B, 5>,
+    grad_out: Tensor<B, 5>,
+    spec: Conv3dSpec,
+    chunks: &[std::ops::Range<usize>],
+) -> Tensor<B, 5> {
+    let dtype = weight.dtype();
+    let sum = chunks
+        .iter()
+        .map(|r| {
+            let (x, dy) = (examples(&x, r.clone()), examples(&grad_out, r.clone()));
+            conv3d_weight_grad(x, weight.clone(), dy, spec).cast(burn::tensor::DType::F32)
+        })
+        .reduce(|a, b| a + b)
+        .expect("at least one range of examples");
+    sum.cast(dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_chunks;
+
+    #[test]
+    fn batch_chunks_keep_each_call_within_the_limit_and_cover_the_batch_evenly() {
+        // BraTS's full-resolution decoder input: 128 x 192 x 192 x 144 values an example.
+        let brats = 128 * 192 * 192 * 144;
+        assert_eq!(batch_chunks(3, brats, i32::MAX as usize), None);
+        assert_eq!(
+            batch_chunks(4, brats, i32::MAX as usize),
+            Some(vec![0..2, 2..4])
+        );
+        assert_eq!(batch_chunks(7, 10, 30), Some(vec![0..3, 3..5, 5..7]));
+        assert_eq!(
+            batch_chunks(5, 10, 10),
+            Some((0..5).map(|i| i..i + 1).collect())
+        );
+        // Nothing to split, or nothing splitting can do.
+        assert_eq!(batch_chunks(1, 100, 10), None);
+        assert_eq!(batch_chunks(4, 100, 10), None);
+        for batch in 1..40 {
+            for per_call in 1..12 {
+                if let Some(chunks) = batch_chunks(batch, 3, 3 * per_call) {
+                    assert_eq!(chunks.first().map(|r| r.start), Some(0));
+                    assert_eq!(chunks.last().map(|r| r.end), Some(batch));
+                    assert!(chunks.windows(2).all(|w| w[0].end == w[1].start));
+                    assert!(chunks.iter().all(|r| !r.is_empty() && r.len() <= per_call));
+                    let (min, max) = chunks.iter().fold((usize::MAX, 0), |(a, b), r| {
+                        (a.min(r.len()), b.max(r.len()))
+                    });
+                    assert!(max - min <= 1, "{batch} by {per_call}: {chunks:?}");
+                }
+            }
+        }
+    }
 }
