@@ -6,7 +6,7 @@ use burn::tensor::{Distribution, Tensor};
 use medddpm_kernels::conv::{
     batch_chunks_vs_reference, engine_vs_reference, in_layout, reference, rel_l2, ConvCase,
 };
-use medddpm_kernels::{conv3d, Compute, Layout, Precision};
+use medddpm_kernels::{conv3d, Compute, Conv3dSpec, Layout, Precision};
 
 type A = Autodiff<Flex>;
 
@@ -16,6 +16,22 @@ fn compute(layout: Layout) -> Compute {
         layout,
         ..Default::default()
     }
+}
+
+/// A 3x3x3 convolution's spec: `stride`, padding 1, f32 in `layout`.
+fn padded_one(stride: [usize; 3], layout: Layout) -> Conv3dSpec {
+    Conv3dSpec {
+        stride,
+        padding: [1, 1, 1],
+        compute: compute(layout),
+    }
+}
+
+/// `got` has `want`'s shape and agrees with it to 1e-6 (relative L2); `case` names it.
+fn assert_agrees(got: Tensor<Flex, 5>, want: Tensor<Flex, 5>, case: &str) {
+    assert_eq!(got.dims(), want.dims(), "{case}");
+    let e = rel_l2(got, want);
+    assert!(e < 1e-6, "{case}: {e:e}");
 }
 
 #[test]
@@ -188,7 +204,7 @@ fn upsampling_through_the_extension_is_layout_independent() {
 
 #[test]
 fn strided_data_gradient_as_a_forward_convolution_matches_the_reference() {
-    use medddpm_kernels::conv::{data_grad_via_forward, is_strided_same, Conv3dSpec};
+    use medddpm_kernels::conv::{data_grad_via_forward, is_strided_same};
     let device = Default::default();
     // (batch, c_in, c_out, input size, stride): the U-Net's stride 2, odd and unequal sizes,
     // one channel, a stride of 3 and a stride on one axis only.
@@ -201,11 +217,7 @@ fn strided_data_gradient_as_a_forward_convolution_matches_the_reference() {
     ];
     for layout in Layout::ALL {
         for (i, &(b, ci, co, size, stride)) in cases.iter().enumerate() {
-            let spec = Conv3dSpec {
-                stride,
-                padding: [1, 1, 1],
-                compute: compute(layout),
-            };
+            let spec = padded_one(stride, layout);
             assert!(is_strided_same([3, 3, 3], &spec));
             let x = Tensor::<Flex, 5>::random(
                 [b, ci, size[0], size[1], size[2]],
@@ -217,16 +229,10 @@ fn strided_data_gradient_as_a_forward_convolution_matches_the_reference() {
             let dy = Tensor::<Flex, 5>::random(y.dims(), Distribution::Default, &device);
             let want = reference::data_grad(x, w.clone(), dy.clone(), spec);
             let got = data_grad_via_forward(size, w, in_layout(dy, layout), spec);
-            assert_eq!(got.dims(), want.dims(), "case {i} {layout}");
-            let e = rel_l2(got, want);
-            assert!(e < 1e-6, "case {i} {layout}: {e:e}");
+            assert_agrees(got, want, &format!("case {i} {layout}"));
         }
     }
-    let stride_one = Conv3dSpec {
-        stride: [1, 1, 1],
-        padding: [1, 1, 1],
-        compute: compute(Layout::Ncdhw),
-    };
+    let stride_one = padded_one([1, 1, 1], Layout::Ncdhw);
     assert!(!is_strided_same([3, 3, 3], &stride_one));
     let unpadded = Conv3dSpec {
         padding: [0, 0, 0],
@@ -238,49 +244,37 @@ fn strided_data_gradient_as_a_forward_convolution_matches_the_reference() {
 
 #[test]
 fn weight_gradient_with_padded_output_channels_matches_the_reference() {
-    use medddpm_kernels::conv::{weight_grad_padded, Conv3dSpec};
+    use medddpm_kernels::conv::weight_grad_padded;
     let device = Default::default();
     // (c_in, c_out, padded): the U-Net's 64 -> 1 output convolution, 3 -> 8, odd ones.
     for layout in Layout::ALL {
         for (i, &(ci, co, padded)) in [(6, 1, 8), (3, 5, 8), (2, 9, 16)].iter().enumerate() {
-            let spec = Conv3dSpec {
-                stride: [1, 1, 1],
-                padding: [1, 1, 1],
-                compute: compute(layout),
-            };
+            let spec = padded_one([1, 1, 1], layout);
             let x = Tensor::<Flex, 5>::random([1, ci, 6, 5, 7], Distribution::Default, &device);
             let w = Tensor::<Flex, 5>::random([co, ci, 3, 3, 3], Distribution::Default, &device);
             let dy = Tensor::<Flex, 5>::random([1, co, 6, 5, 7], Distribution::Default, &device);
             let want = reference::weight_grad(x.clone(), w.clone(), dy.clone(), spec);
             let got =
                 weight_grad_padded(in_layout(x, layout), w, in_layout(dy, layout), spec, padded);
-            assert_eq!(got.dims(), want.dims(), "case {i} {layout}");
-            let e = rel_l2(got, want);
-            assert!(e < 1e-6, "case {i} {layout}: {e:e}");
+            assert_agrees(got, want, &format!("case {i} {layout}"));
         }
     }
 }
 
 #[test]
 fn forward_with_padded_input_channels_matches_the_reference() {
-    use medddpm_kernels::conv::{forward_in_padded, Conv3dSpec};
+    use medddpm_kernels::conv::forward_in_padded;
     let device = Default::default();
     // (c_in, padded, stride): the U-Net's first convolution (3 input channels) padded to 32,
     // odd ones, a strided one.
     for layout in Layout::ALL {
         for (i, &(ci, padded, s)) in [(3, 32, 1), (1, 8, 1), (5, 16, 2)].iter().enumerate() {
-            let spec = Conv3dSpec {
-                stride: [s, s, s],
-                padding: [1, 1, 1],
-                compute: compute(layout),
-            };
+            let spec = padded_one([s, s, s], layout);
             let x = Tensor::<Flex, 5>::random([2, ci, 6, 5, 7], Distribution::Default, &device);
             let w = Tensor::<Flex, 5>::random([4, ci, 3, 3, 3], Distribution::Default, &device);
             let want = reference::forward(x.clone(), w.clone(), spec);
             let got = forward_in_padded(in_layout(x, layout), w, spec, padded);
-            assert_eq!(got.dims(), want.dims(), "case {i} {layout}");
-            let e = rel_l2(got, want);
-            assert!(e < 1e-6, "case {i} {layout}: {e:e}");
+            assert_agrees(got, want, &format!("case {i} {layout}"));
         }
     }
 }

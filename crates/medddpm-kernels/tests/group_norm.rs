@@ -75,6 +75,24 @@ fn forward_matches_burns_group_norm() {
     }
 }
 
+/// gamma `[c]` from N(1, 0.5), beta from N(0, 0.5) and a probe of `dims` from N(0, 1) (the
+/// loss's weights), drawn in that order: what the gradient tests share.
+fn params_and_probe(
+    c: usize,
+    dims: [usize; 5],
+) -> (Tensor<Flex, 1>, Tensor<Flex, 1>, Tensor<Flex, 5>) {
+    let device = Default::default();
+    let gamma = Tensor::<Flex, 1>::random([c], Distribution::Normal(1.0, 0.5), &device);
+    let beta = Tensor::<Flex, 1>::random([c], Distribution::Normal(0.0, 0.5), &device);
+    let probe = Tensor::<Flex, 5>::random(dims, Distribution::Normal(0.0, 1.0), &device);
+    (gamma, beta, probe)
+}
+
+/// `t` on the autodiff backend, its gradient tracked.
+fn tracked<const D: usize>(t: &Tensor<Flex, D>) -> Tensor<A, D> {
+    Tensor::from_inner(t.clone()).require_grad()
+}
+
 /// Gradients of `sum(y * probe)` through the extension's node and through autodiff of the
 /// plain-op forward.
 fn grads(
@@ -98,13 +116,9 @@ fn grads(
     } else {
         x
     };
-    let gamma = Tensor::<Flex, 1>::random([c], Distribution::Normal(1.0, 0.5), &device);
-    let beta = Tensor::<Flex, 1>::random([c], Distribution::Normal(0.0, 0.5), &device);
-    let probe = Tensor::<Flex, 5>::random(x.dims(), Distribution::Normal(0.0, 1.0), &device);
+    let (gamma, beta, probe) = params_and_probe(c, x.dims());
     let run = |fused: bool| {
-        let xa = Tensor::<A, 5>::from_inner(x.clone()).require_grad();
-        let ga = Tensor::<A, 1>::from_inner(gamma.clone()).require_grad();
-        let ba = Tensor::<A, 1>::from_inner(beta.clone()).require_grad();
+        let (xa, ga, ba) = (tracked(&x), tracked(&gamma), tracked(&beta));
         let y = if fused {
             group_norm(xa.clone(), ga.clone(), ba.clone(), spec)
         } else {
@@ -211,14 +225,10 @@ fn a_shifted_input_matches_the_shift_added_before_the_norm() {
             layout,
         );
         let shift = Tensor::<Flex, 2>::random([b, c], Distribution::Normal(0.5, 1.0), &device);
-        let gamma = Tensor::<Flex, 1>::random([c], Distribution::Normal(1.0, 0.5), &device);
-        let beta = Tensor::<Flex, 1>::random([c], Distribution::Normal(0.0, 0.5), &device);
-        let probe = Tensor::<Flex, 5>::random(x.dims(), Distribution::Normal(0.0, 1.0), &device);
+        let (gamma, beta, probe) = params_and_probe(c, x.dims());
         let run = |fused: bool| {
-            let xa = Tensor::<A, 5>::from_inner(x.clone()).require_grad();
-            let sa = Tensor::<A, 2>::from_inner(shift.clone()).require_grad();
-            let ga = Tensor::<A, 1>::from_inner(gamma.clone()).require_grad();
-            let ba = Tensor::<A, 1>::from_inner(beta.clone()).require_grad();
+            let (xa, sa) = (tracked(&x), tracked(&shift));
+            let (ga, ba) = (tracked(&gamma), tracked(&beta));
             let y = if fused {
                 group_norm_shifted(xa.clone(), Some(sa.clone()), ga.clone(), ba.clone(), spec)
             } else {

@@ -33,6 +33,8 @@ mod mma;
 mod mma_vec;
 #[path = "wgrad_narrow.rs"]
 mod narrow;
+#[path = "wgrad_walk.rs"]
+mod walk;
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::tensor::CubeTensor;

@@ -14,7 +14,8 @@ use cubecl::prelude::*;
 
 use super::super::mma::fragment;
 pub(super) use super::super::mma_parts::zeroed_accumulators;
-use super::kernel::{advance, decompose, load_row, loader, place, Scalars, BK, SIDE, VEC};
+use super::kernel::{Scalars, BK, SIDE, VEC};
+use super::walk::{first_row, next_row};
 
 /// Staged 16-bit values one at a time (the scalar kernel's).
 type One<S> = Vector<S, Const<1>>;
@@ -74,44 +75,20 @@ pub(super) fn wgrad_partial_mma<FX: Float, FY: Float, S: Float>(
     #[comptime] channels_last: bool,
     #[define(FX, FY, S)] _dtypes: [StorageType; 3],
 ) {
-    let (sizes, kernel, stride, pad) = scalars;
-    let (m_total, n_total, channels_in, k_total, slice_len) = sizes;
     let sa = comptime!(SIDE * tm + 8);
     let sb = comptime!(SIDE * tn + 8);
     let mut a_s = SharedMemory::<One<S>>::new_aligned(BK * sa, 32usize);
     let mut b_s = SharedMemory::<One<S>>::new_aligned(BK * sb, 32usize);
     let tid = UNIT_POS_Y as usize * SIDE + UNIT_POS_X as usize;
-    let (kk, g, m0, n0, k_begin, k_end) = place(tid, slice_len, k_total, tm, tn, channels_last);
-    let slice = CUBE_POS_Z as usize;
-    let cols = loader::<FX>(
-        x,
-        (m0, n0),
-        g,
-        (m_total, n_total, channels_in),
-        kernel,
-        stride,
-        pad,
-        tn,
-        channels_last,
-    );
-    let (od_n, oh_n, ow_n) = (dy.shape(2), dy.shape(3), dy.shape(4));
     let (pm, pn) = comptime!(plane_share(tm, tn));
     let (active, row0, col0) = plane_place(tid, tm, tn);
     let mut acc = zeroed_accumulators(pm * pn);
     let (mut ra, mut rb) = (Array::<f32>::new(tm), Array::<f32>::new(tn));
-    let mut pos = decompose(k_begin + kk, od_n, oh_n, ow_n);
-    let mut k = k_begin + kk;
-    load_row::<FX, FY>(x, dy, &cols, &mut ra, &mut rb, pos, k < k_end, tm, tn);
-    let mut k0 = k_begin;
-    while k0 < k_end {
-        stage::<S>(&mut a_s, &mut b_s, &ra, &rb, kk, g, tm, tn);
+    let mut w = first_row::<FX, FY>(x, dy, scalars, tid, &mut ra, &mut rb, tm, tn, channels_last);
+    while w.k0 < w.k_end {
+        stage::<S>(&mut a_s, &mut b_s, &ra, &rb, w.kk, w.g, tm, tn);
         sync_cube();
-        k0 += BK;
-        k += BK;
-        if k0 < k_end {
-            pos = advance(pos, od_n, oh_n, ow_n, BK);
-            load_row::<FX, FY>(x, dy, &cols, &mut ra, &mut rb, pos, k < k_end, tm, tn);
-        }
+        next_row::<FX, FY>(x, dy, &mut w, &mut ra, &mut rb, tm, tn);
         if active {
             multiply::<S, Const<1>, Const<1>>(
                 &a_s,
@@ -130,8 +107,8 @@ pub(super) fn wgrad_partial_mma<FX: Float, FY: Float, S: Float>(
         sync_cube();
     }
     if active {
-        let corner = (m0 + row0, n0 + col0, slice * m_total * n_total);
-        store_partial(ws, &acc, corner, tid, m_total, n_total, pm, pn);
+        let corner = (w.m0 + row0, w.n0 + col0, w.slice * w.m_total * w.n_total);
+        store_partial(ws, &acc, corner, tid, w.m_total, w.n_total, pm, pn);
     }
 }
 

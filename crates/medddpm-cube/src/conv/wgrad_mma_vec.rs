@@ -6,8 +6,9 @@
 
 use cubecl::prelude::*;
 
-use super::kernel::{advance, decompose, place, row_offsets, Scalars, SIDE};
+use super::kernel::{Scalars, SIDE};
 use super::mma::{multiply, plane_place, plane_share, store_partial};
+use super::walk::{advance, decompose, new_loader, place, row_offsets, Loader};
 use crate::conv::mma_ldm::{accumulator_sets, products_ldm, store_partial_ldm};
 
 /// K rows one step of [`wgrad_partial_mma_vec`] stages: four times
@@ -36,23 +37,6 @@ pub(super) fn staged_row(u: usize, #[comptime] rotate: bool) -> usize {
         row = (u & !7usize) | ((u & 1) << 2) | ((u >> 1) & 3);
     }
     row
-}
-
-/// What a unit's loads in [`wgrad_partial_mma_vec`] need, worked out once per cube (as the
-/// scalar kernels' `Loader`): per vector of B, the offset of its first input channel and taps
-/// in `x` and the taps `(kd, kh, kw)`, `kd` far outside every input for a vector past the tile
-/// or past `N` (its loads read zeros); the input's spatial size; its rows of A `(m0, group,
-/// M)`; the convolution's stride and padding.
-#[derive(CubeType)]
-pub(super) struct VectorColumns {
-    off: Array<i32>,
-    kd: Array<i32>,
-    kh: Array<i32>,
-    kw: Array<i32>,
-    dims: (i32, i32, i32),
-    rows: (usize, usize, usize),
-    stride: (i32, i32, i32),
-    pad: (i32, i32, i32),
 }
 
 /// The compile-time shape of [`wgrad_partial_mma_vec`]: tile `16 tm x 16 tn`, shared-memory
@@ -265,7 +249,7 @@ fn stage_vectors<S: Float, NA: Size, NV: Size>(
     }
 }
 
-/// The [`VectorColumns`] of the unit in place `group` of its K row, in the tile at `corner`
+/// The [`Loader`] of the unit in place `group` of its K row, in the tile at `corner`
 /// `(m0, n0)`; `sizes` are `(M, N, c_in)`.
 #[cube]
 fn vector_columns<FX: Float, NV: Size>(
@@ -276,23 +260,14 @@ fn vector_columns<FX: Float, NV: Size>(
     kernel: (usize, usize),
     window: ((i32, i32, i32), (i32, i32, i32)),
     #[comptime] tn: usize,
-) -> VectorColumns {
+) -> Loader {
     let v = NV::value();
     let vb = comptime!(vectors_per_unit(SIDE * tn, v));
     let (m0, n0) = corner;
     let (m_total, n_total, channels_in) = sizes;
     let (kernel_h, kernel_w) = kernel;
     let (stride, pad) = window;
-    let mut cols = VectorColumns {
-        off: Array::new(vb),
-        kd: Array::new(vb),
-        kh: Array::new(vb),
-        kw: Array::new(vb),
-        dims: (x.shape(2) as i32, x.shape(3) as i32, x.shape(4) as i32),
-        rows: (m0, group, m_total),
-        stride,
-        pad,
-    };
+    let mut cols = new_loader::<Vector<FX, NV>>(x, (m0, group, m_total), stride, pad, vb);
     #[unroll]
     for i in 0..vb {
         let c = i * UNITS_PER_ROW + group;
@@ -324,7 +299,7 @@ fn load_vectors<FX: Float, FY: Float, S: Float, NA: Size, NV: Size>(
     dy: &Tensor<Vector<FY, NA>>,
     pos: (usize, usize, usize, usize),
     row_ok: bool,
-    cols: &VectorColumns,
+    cols: &Loader,
     ra: &mut Array<Vector<S, NA>>,
     rb: &mut Array<Vector<S, NV>>,
     #[comptime] tm: usize,

@@ -12,7 +12,8 @@
 
 use cubecl::prelude::*;
 
-use super::kernel::{advance, decompose, Scalars};
+use super::kernel::Scalars;
+use super::walk::{advance, decompose};
 
 /// Units per cube, each owning `NV` columns.
 pub(super) const UNITS: usize = 256;

@@ -9,8 +9,8 @@ use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
 use super::parts::{
-    group_and_channel, lane_params, row_block, shift_index, vector_row_block, xhat_and_da, Flags,
-    Rows,
+    affine_arg, group_and_channel, lane_params, lane_xhat_and_da, row_block, shift_index,
+    vector_row_block, xhat_and_da, Affine, Flags, Rows,
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
@@ -31,11 +31,7 @@ pub const BACKWARD_ROWS: usize = 64;
 fn backward_sums<F: Float, P: Float, S: Float>(
     x: &Tensor<F>,
     dy: &Tensor<F>,
-    shift: &Tensor<S>,
-    gamma: &Tensor<P>,
-    beta: &Tensor<P>,
-    mean: &Tensor<f32>,
-    rstd: &Tensor<f32>,
+    affine: &Affine<P, S>,
     sums: &mut Tensor<f32>,
     half: usize,
     v: Rows,
@@ -48,13 +44,13 @@ fn backward_sums<F: Float, P: Float, S: Float>(
     }
     let (base, start, end, p, col) = row_block(pos, v.r, v.q, v.rows, v.blocks);
     let (g, ch) = group_and_channel(p, v.q, col, v.group_div, v.c, flags.channels_last);
-    let mut m = mean[g];
+    let mut m = affine.mean[g];
     if flags.shifted {
-        m -= f32::cast_from(shift[shift_index(p, ch, v.c, flags.channels_last)]);
+        m -= f32::cast_from(affine.shift[shift_index(p, ch, v.c, flags.channels_last)]);
     }
-    let rs = rstd[g];
-    let ga = f32::cast_from(gamma[ch]);
-    let be = f32::cast_from(beta[ch]);
+    let rs = affine.rstd[g];
+    let ga = f32::cast_from(affine.gamma[ch]);
+    let be = f32::cast_from(affine.beta[ch]);
     let mut acc_da = 0.0f32;
     let mut acc_da_xhat = 0.0f32;
     let mut acc_xhat = 0.0f32;
@@ -159,11 +155,7 @@ fn param_grads<P: Float, S: Float>(
 fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     dy: &Tensor<Vector<F, N>>,
-    shift: &Tensor<S>,
-    gamma: &Tensor<P>,
-    beta: &Tensor<P>,
-    mean: &Tensor<f32>,
-    rstd: &Tensor<f32>,
+    affine: &Affine<P, S>,
     m1: &Tensor<f32>,
     m2: &Tensor<f32>,
     dx: &mut Tensor<Vector<F, N>>,
@@ -176,11 +168,7 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     // Per lane (column `col * n + i`): the group's statistics and means, the channel's
     // parameters, read once for the thread's rows.
     let (mu, rs, ga, be) = lane_params::<P, S, N>(
-        mean,
-        rstd,
-        gamma,
-        beta,
-        shift,
+        affine,
         p,
         col * n,
         v.q,
@@ -204,15 +192,8 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
         let mut out = Vector::<F, N>::empty();
         #[unroll]
         for i in 0..n {
-            let (x_hat, da) = xhat_and_da(
-                f32::cast_from(xv[i]),
-                f32::cast_from(dyv[i]),
-                ga[i],
-                be[i],
-                mu[i],
-                rs[i],
-                flags.silu,
-            );
+            let lanes = (mu, rs, ga, be);
+            let (x_hat, da) = lane_xhat_and_da::<F, N>(xv, dyv, lanes, i, flags.silu);
             out[i] = F::cast_from(rs[i] * (ga[i] * da - g1[i] - x_hat * g2[i]));
         }
         dx[idx] = out;
@@ -259,11 +240,7 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         dim,
         x.clone().into_tensor_arg(),
         dy.clone().into_tensor_arg(),
-        shift_t.clone().into_tensor_arg(),
-        gamma.clone().into_tensor_arg(),
-        beta.clone().into_tensor_arg(),
-        mean.clone().into_tensor_arg(),
-        rstd.clone().into_tensor_arg(),
+        affine_arg([shift_t, gamma, beta, mean, rstd]),
         partial.clone().into_tensor_arg(),
         v.p * blocks * v.q,
         v.rows(BACKWARD_ROWS, blocks),
@@ -351,11 +328,7 @@ pub fn backward_input_grad<R: CubeRuntime>(
         pass.vector,
         x.into_tensor_arg(),
         dy.into_tensor_arg(),
-        shift_t.clone().into_tensor_arg(),
-        gamma.clone().into_tensor_arg(),
-        beta.into_tensor_arg(),
-        mean.into_tensor_arg(),
-        rstd.into_tensor_arg(),
+        affine_arg([shift_t, &gamma, &beta, &mean, &rstd]),
         into_contiguous(m1).into_tensor_arg(),
         into_contiguous(m2).into_tensor_arg(),
         pass.out.clone().into_tensor_arg(),

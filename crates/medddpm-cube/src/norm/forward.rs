@@ -10,8 +10,8 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
 use super::parts::{
-    chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid, vector_row_block,
-    Flags, Partials, Rows,
+    affine_arg, chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid,
+    vector_row_block, Affine, Flags, Partials, Rows,
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
@@ -129,11 +129,7 @@ fn group_moments(
 #[allow(clippy::too_many_arguments)]
 fn normalise<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
-    shift_in: &Tensor<S>,
-    gamma: &Tensor<P>,
-    beta: &Tensor<P>,
-    mean: &Tensor<f32>,
-    rstd: &Tensor<f32>,
+    affine: &Affine<P, S>,
     y: &mut Tensor<Vector<F, N>>,
     v: Rows,
     #[comptime] flags: Flags,
@@ -146,13 +142,13 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
     #[unroll]
     for i in 0..n {
         let (g, ch) = group_and_channel(p, v.q, col * n + i, v.group_div, v.c, flags.channels_last);
-        let s = rstd[g] * f32::cast_from(gamma[ch]);
-        let mut centre = mean[g];
+        let s = affine.rstd[g] * f32::cast_from(affine.gamma[ch]);
+        let mut centre = affine.mean[g];
         if flags.shifted {
-            centre -= f32::cast_from(shift_in[shift_index(p, ch, v.c, flags.channels_last)]);
+            centre -= f32::cast_from(affine.shift[shift_index(p, ch, v.c, flags.channels_last)]);
         }
         scale[i] = s;
-        offset[i] = f32::cast_from(beta[ch]) - centre * s;
+        offset[i] = f32::cast_from(affine.beta[ch]) - centre * s;
     }
     for row in start..end {
         let idx = base + row * qv;
@@ -279,11 +275,7 @@ fn normalised<R: CubeRuntime>(
         pass.dim,
         pass.vector,
         x.into_tensor_arg(),
-        shift_t.clone().into_tensor_arg(),
-        gamma.clone().into_tensor_arg(),
-        beta.into_tensor_arg(),
-        mean.clone().into_tensor_arg(),
-        rstd.clone().into_tensor_arg(),
+        affine_arg([shift_t, &gamma, &beta, mean, rstd]),
         pass.out.clone().into_tensor_arg(),
         v.rows(ELEMENTWISE_ROWS, pass.blocks),
         v.flags(spec, shifted),

@@ -1,7 +1,30 @@
 //! The `#[cube]` helpers the kernels share: where a thread works, blocked f32 sums, the cube's
 //! tree sum, and the SiLU's derivative.
 
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
+
+/// The operands of the affine map that every normalising kernel reads per group and channel:
+/// the `[b, c]` shift (a stand-in where the input has none), gamma and beta `[c]`, and the
+/// statistics `[b, g]` in f32. One kernel argument, so that each kernel and launch lists them
+/// once.
+#[derive(CubeType, CubeLaunch)]
+pub(super) struct Affine<P: Float, S: Float> {
+    pub shift: Tensor<S>,
+    pub gamma: Tensor<P>,
+    pub beta: Tensor<P>,
+    pub mean: Tensor<f32>,
+    pub rstd: Tensor<f32>,
+}
+
+/// [`Affine`]'s launch argument: the shift, gamma, beta, mean and rstd in that order.
+pub(super) fn affine_arg<R: CubeRuntime, P: Float, S: Float>(
+    [shift, gamma, beta, mean, rstd]: [&CubeTensor<R>; 5],
+) -> AffineLaunch<P, S, R> {
+    let arg = |t: &CubeTensor<R>| t.clone().into_tensor_arg();
+    AffineLaunch::new(arg(shift), arg(gamma), arg(beta), arg(mean), arg(rstd))
+}
 
 /// The `[p, r, q]` view as the kernels take it: `blocks` blocks of `rows` rows per `p`, and
 /// what finds a column's group and channel (`group_div`, `c`: see [`group_and_channel`]).
@@ -106,11 +129,7 @@ pub(super) type LaneParams<N> = (
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn lane_params<P: Float, S: Float, N: Size>(
-    mean: &Tensor<f32>,
-    rstd: &Tensor<f32>,
-    gamma: &Tensor<P>,
-    beta: &Tensor<P>,
-    shift: &Tensor<S>,
+    affine: &Affine<P, S>,
     p: usize,
     first_col: usize,
     q: usize,
@@ -126,13 +145,14 @@ pub(super) fn lane_params<P: Float, S: Float, N: Size>(
     #[unroll]
     for i in 0..mu.vector_size() {
         let (g, ch) = group_and_channel(p, q, first_col + i, group_div, c, channels_last);
-        mu[i] = mean[g];
+        mu[i] = affine.mean[g];
         if shifted {
-            mu[i] = mean[g] - f32::cast_from(shift[shift_index(p, ch, c, channels_last)]);
+            mu[i] =
+                affine.mean[g] - f32::cast_from(affine.shift[shift_index(p, ch, c, channels_last)]);
         }
-        rs[i] = rstd[g];
-        ga[i] = f32::cast_from(gamma[ch]);
-        be[i] = f32::cast_from(beta[ch]);
+        rs[i] = affine.rstd[g];
+        ga[i] = f32::cast_from(affine.gamma[ch]);
+        be[i] = f32::cast_from(affine.beta[ch]);
     }
     (mu, rs, ga, be)
 }
@@ -207,6 +227,21 @@ pub(crate) fn cube_total(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
 #[cube]
 pub(super) fn sigmoid(a: f32) -> f32 {
     1.0 / (1.0 + f32::exp(-a))
+}
+
+/// [`xhat_and_da`] of lane `i` of the vectors `xv`, `dyv`, with the lanes' [`LaneParams`]:
+/// what both vectorised backward kernels compute per element.
+#[cube]
+pub(super) fn lane_xhat_and_da<F: Float, N: Size>(
+    xv: Vector<F, N>,
+    dyv: Vector<F, N>,
+    lanes: LaneParams<N>,
+    i: usize,
+    #[comptime] silu: bool,
+) -> (f32, f32) {
+    let (mu, rs, ga, be) = lanes;
+    let (x, dy) = (f32::cast_from(xv[i]), f32::cast_from(dyv[i]));
+    xhat_and_da(x, dy, ga[i], be[i], mu[i], rs[i], silu)
 }
 
 /// `x_hat` and `dL/da` (a = gamma x_hat + beta, the SiLU input) of one element.

@@ -17,7 +17,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
-use super::parts::{lane_params, xhat_and_da};
+use super::parts::{affine_arg, lane_params, lane_xhat_and_da, Affine};
 use super::view::{f32_buffer, View};
 
 /// Threads of one tile's cube.
@@ -249,11 +249,7 @@ fn tile_moments<F: Float, S: Float, N: Size>(
 fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     dy: &Tensor<Vector<F, N>>,
-    shift_in: &Tensor<S>,
-    gamma: &Tensor<P>,
-    beta: &Tensor<P>,
-    mean: &Tensor<f32>,
-    rstd: &Tensor<f32>,
+    affine: &Affine<P, S>,
     sums: &mut Tensor<f32>,
     half: usize,
     ts: TileShape,
@@ -265,20 +261,7 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
 ) {
     let n = x.vector_size();
     let (p, start, end, vc, y, base) = tile_place(&ts);
-    let (mu, rs, ga, be) = lane_params::<P, S, N>(
-        mean,
-        rstd,
-        gamma,
-        beta,
-        shift_in,
-        p,
-        vc * n,
-        ts.q,
-        group_div,
-        ts.q,
-        true,
-        shifted,
-    );
+    let lanes = lane_params::<P, S, N>(affine, p, vc * n, ts.q, group_div, ts.q, true, shifted);
     let mut s_da = Vector::<f32, N>::new(0.0);
     let mut s_da_xhat = Vector::<f32, N>::new(0.0);
     let mut s_xhat = Vector::<f32, N>::new(0.0);
@@ -292,15 +275,7 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
                     let (xv, dyv) = (x[idx], dy[idx]);
                     #[unroll]
                     for i in 0..n {
-                        let (x_hat, da) = xhat_and_da(
-                            f32::cast_from(xv[i]),
-                            f32::cast_from(dyv[i]),
-                            ga[i],
-                            be[i],
-                            mu[i],
-                            rs[i],
-                            silu,
-                        );
+                        let (x_hat, da) = lane_xhat_and_da::<F, N>(xv, dyv, lanes, i, silu);
                         s_da[i] = s_da[i] + da;
                         s_da_xhat[i] = s_da_xhat[i] + da * x_hat;
                         if shifted {
@@ -408,11 +383,7 @@ pub(super) fn backward_sums<R: CubeRuntime>(
         tiles.vector,
         x.clone().into_tensor_arg(),
         dy.clone().into_tensor_arg(),
-        shift.clone().into_tensor_arg(),
-        gamma.clone().into_tensor_arg(),
-        beta.clone().into_tensor_arg(),
-        mean.clone().into_tensor_arg(),
-        rstd.clone().into_tensor_arg(),
+        affine_arg([shift, gamma, beta, mean, rstd]),
         sums.clone().into_tensor_arg(),
         half,
         tiles.shape(v),
