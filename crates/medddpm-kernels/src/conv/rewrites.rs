@@ -184,6 +184,18 @@ pub fn forward_in_batch_chunks<B: KernelBackend>(
     join_batch(parts, spec.compute.layout)
 }
 
+/// `gradient` of each range of examples' `(x, dL/dy)` views, in order.
+fn per_range<B: KernelBackend>(
+    (x, grad_out): (&Tensor<B, 5>, &Tensor<B, 5>),
+    chunks: &[std::ops::Range<usize>],
+    gradient: impl Fn(Tensor<B, 5>, Tensor<B, 5>) -> Tensor<B, 5>,
+) -> Vec<Tensor<B, 5>> {
+    let part = |r: &std::ops::Range<usize>| {
+        gradient(examples(x, r.clone()), examples(grad_out, r.clone()))
+    };
+    chunks.iter().map(part).collect()
+}
+
 /// The data gradient as one call per range of examples, joined.
 pub fn data_grad_in_batch_chunks<B: KernelBackend>(
     x: Tensor<B, 5>,
@@ -192,13 +204,9 @@ pub fn data_grad_in_batch_chunks<B: KernelBackend>(
     spec: Conv3dSpec,
     chunks: &[std::ops::Range<usize>],
 ) -> Tensor<B, 5> {
-    let parts = chunks
-        .iter()
-        .map(|r| {
-            let (x, dy) = (examples(&x, r.clone()), examples(&grad_out, r.clone()));
-            conv3d_data_grad(x, weight.clone(), dy, spec)
-        })
-        .collect();
+    let parts = per_range((&x, &grad_out), chunks, |x, dy| {
+        conv3d_data_grad(x, weight.clone(), dy, spec)
+    });
     join_batch(parts, spec.compute.layout)
 }
 
@@ -212,15 +220,11 @@ pub fn weight_grad_in_batch_chunks<B: KernelBackend>(
     chunks: &[std::ops::Range<usize>],
 ) -> Tensor<B, 5> {
     let dtype = weight.dtype();
-    let sum = chunks
-        .iter()
-        .map(|r| {
-            let (x, dy) = (examples(&x, r.clone()), examples(&grad_out, r.clone()));
-            conv3d_weight_grad(x, weight.clone(), dy, spec).cast(burn::tensor::DType::F32)
-        })
-        .reduce(|a, b| a + b)
-        .expect("at least one range of examples");
-    sum.cast(dtype)
+    let parts = per_range((&x, &grad_out), chunks, |x, dy| {
+        conv3d_weight_grad(x, weight.clone(), dy, spec).cast(burn::tensor::DType::F32)
+    });
+    let sum = parts.into_iter().reduce(|a, b| a + b);
+    sum.expect("at least one range of examples").cast(dtype)
 }
 
 #[cfg(test)]
