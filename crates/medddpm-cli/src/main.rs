@@ -153,11 +153,8 @@ fn bench_fits(options: &medddpm_bench::BenchOptions, anyway: bool) -> anyhow::Re
                     precision,
                     medddpm_backend::Precision::Bf16 | medddpm_backend::Precision::F16
                 ),
-                checkpointing: workload.activation_checkpointing
-                    == medddpm_unet::ActivationCheckpointing::Blocks,
+                checkpointing: workload.activation_checkpointing,
                 strict_fp32: precision == medddpm_backend::Precision::Fp32,
-                recompute_norms: workload.activation_checkpointing
-                    == medddpm_unet::ActivationCheckpointing::Norms,
             };
             let what = format!("the {backend} {precision} configuration");
             let work = medddpm_plan::Work::Training { ema: false };

@@ -10,7 +10,6 @@ use medddpm_plan::{
     cheapest_fit, gib, measured_steps, plan, Allocator, MemoryPlan, RunShape, Work,
 };
 use medddpm_train::{ExperimentConfig, RunDir};
-use medddpm_unet::ActivationCheckpointing;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -112,9 +111,8 @@ pub fn training_shape(config: &ExperimentConfig, precision: Precision) -> RunSha
         grid: [k, j, i],
         batch: config.train.batch_size,
         half: is_half(precision),
-        checkpointing: config.train.activation_checkpointing == ActivationCheckpointing::Blocks,
+        checkpointing: config.train.activation_checkpointing,
         strict_fp32: precision == Precision::Fp32,
-        recompute_norms: config.train.activation_checkpointing == ActivationCheckpointing::Norms,
     }
 }
 
@@ -245,7 +243,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             "precision": precision.to_string(),
             "grid": shape.grid,
             "batch_size": shape.batch,
-            "activation_checkpointing": shape.checkpointing,
+            "activation_checkpointing": shape.checkpointing.name(),
             "training": training,
             "training_bytes": training.total(),
             "sampling": sampling,

@@ -5,16 +5,15 @@
 //!
 //! ```
 //! use medddpm_plan::{training, Allocator, RunShape};
-//! use medddpm_unet::UNetConfig;
+//! use medddpm_unet::{ActivationCheckpointing, UNetConfig};
 //!
 //! let shape = RunShape {
 //!     model: UNetConfig::whole_head(),
 //!     grid: [128, 128, 128],
 //!     batch: 1,
 //!     half: true,
-//!     checkpointing: false,
+//!     checkpointing: ActivationCheckpointing::None,
 //!     strict_fp32: false,
-//!     recompute_norms: false,
 //! };
 //! let plan = training(&shape, true, Allocator::Cuda);
 //! assert_eq!(plan.parameters, 40_226_433);
@@ -28,6 +27,7 @@ mod memory;
 
 pub use census::{census, Census};
 pub use measured::{measured_steps, MeasuredSteps};
+pub use medddpm_unet::ActivationCheckpointing;
 pub use memory::{parts, sampling, training, Allocator, MemoryPlan, Part, RunShape};
 
 /// How much more than the plan the first steps of shapes a GPU has not tuned yet took: cuDNN's
@@ -90,34 +90,33 @@ pub fn cheapest_fit(
             },
         ));
     }
-    if training && !shape.checkpointing && !shape.recompute_norms {
+    // From the change that saves least memory (and costs least time) to the one that saves most.
+    let order = [
+        ActivationCheckpointing::None,
+        ActivationCheckpointing::Norms,
+        ActivationCheckpointing::Blocks,
+    ];
+    let now = order.iter().position(|m| *m == shape.checkpointing);
+    let lighter = order.iter().skip(now.map_or(order.len(), |i| i + 1));
+    for &mode in lighter.filter(|_| training) {
         tries.push((
-            "[train] activation_checkpointing = \"norms\"".into(),
+            format!("[train] activation_checkpointing = \"{mode}\""),
             RunShape {
-                recompute_norms: true,
+                checkpointing: mode,
                 ..shape.clone()
             },
         ));
     }
-    if training && !shape.checkpointing {
+    if training && half && shape.checkpointing != ActivationCheckpointing::Blocks {
         tries.push((
-            "[train] activation_checkpointing = \"blocks\"".into(),
+            "precision bf16 and [train] activation_checkpointing = \"blocks\"".into(),
             RunShape {
-                checkpointing: true,
+                half: true,
+                checkpointing: ActivationCheckpointing::Blocks,
+                strict_fp32: false,
                 ..shape.clone()
             },
         ));
-        if half {
-            tries.push((
-                "precision bf16 and [train] activation_checkpointing = \"blocks\"".into(),
-                RunShape {
-                    half: true,
-                    checkpointing: true,
-                    strict_fp32: false,
-                    ..shape.clone()
-                },
-            ));
-        }
     }
     tries.extend(smaller_batches(shape, training, half));
     tries.into_iter().find_map(|(change, shape)| {
@@ -136,7 +135,10 @@ fn smaller_batches(shape: &RunShape, training: bool, half: bool) -> Vec<(String,
     let mut tries = Vec::new();
     let lightest = RunShape {
         half: shape.half || half,
-        checkpointing: shape.checkpointing || training,
+        checkpointing: match training {
+            true => ActivationCheckpointing::Blocks,
+            false => shape.checkpointing,
+        },
         strict_fp32: shape.strict_fp32 && !half,
         ..shape.clone()
     };
@@ -186,9 +188,8 @@ mod tests {
             grid: [128; 3],
             batch,
             half,
-            checkpointing: false,
+            checkpointing: ActivationCheckpointing::None,
             strict_fp32: !half,
-            recompute_norms: false,
         }
     }
 
@@ -220,7 +221,11 @@ mod tests {
         let big = whole_head(8, true);
         let s = cheapest_fit(&big, work, Allocator::Cuda, 10 << 30, true).unwrap();
         assert!(s.change.starts_with("batch_size = "), "{}", s.change);
-        assert!(s.shape.checkpointing && s.shape.batch < 8 && s.plan.total() <= 10 << 30);
+        assert!(
+            s.shape.checkpointing == ActivationCheckpointing::Blocks
+                && s.shape.batch < 8
+                && s.plan.total() <= 10 << 30
+        );
         // Nothing fits in 100 MiB.
         assert!(cheapest_fit(&big, work, Allocator::Cuda, 100 << 20, true).is_none());
         // Sampling never suggests checkpointing.

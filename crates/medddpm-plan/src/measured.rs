@@ -53,7 +53,7 @@ pub fn measured_steps(shape: &RunShape, precision: &str, gpu: &str) -> Option<Me
     if shape.model != UNetConfig::whole_head()
         || shape.grid != [128; 3]
         || shape.batch != 1
-        || shape.checkpointing
+        || shape.checkpointing != medddpm_unet::ActivationCheckpointing::None
     {
         return None;
     }

@@ -1,6 +1,6 @@
 //! The bytes a run needs on its device, part by part, from the [`Census`](crate::Census).
 
-use medddpm_unet::UNetConfig;
+use medddpm_unet::{ActivationCheckpointing, UNetConfig};
 use serde::Serialize;
 
 use crate::census::{census, Census};
@@ -17,13 +17,11 @@ pub struct RunShape {
     /// Activations in 16-bit floats (bf16, f16) rather than 32-bit ones (fp32, TF32): also a
     /// 16-bit working copy of the f32 weights.
     pub half: bool,
-    /// Activation checkpointing (`blocks`): only the blocks' outputs kept.
-    pub checkpointing: bool,
+    /// Activation checkpointing: `blocks` keeps only the blocks' outputs; `norms` recomputes
+    /// the ResBlocks' normalisation outputs in the backward pass.
+    pub checkpointing: ActivationCheckpointing,
     /// Strict FP32 (no tensor cores): on CUDA its cuDNN algorithms take larger workspaces.
     pub strict_fp32: bool,
-    /// Activation checkpointing `norms`: the ResBlocks' normalisation outputs recomputed in
-    /// the backward pass, not kept (no effect with `checkpointing`).
-    pub recompute_norms: bool,
 }
 
 impl RunShape {
@@ -183,14 +181,14 @@ pub fn training(shape: &RunShape, ema: bool, allocator: Allocator) -> MemoryPlan
         "micro-batch, noise and loss (f32)",
         b * inputs(&shape.model, &c) * 4.0,
     );
-    let (kept, weights) = if shape.checkpointing {
+    let (kept, weights) = if shape.checkpointing == ActivationCheckpointing::Blocks {
         // The blocks' outputs, and the block being recomputed: its kept values and the
         // temporaries of its forward pass.
         (
             c.block_outputs as f64 + c.largest_block.0 as f64 + c.recompute_working as f64,
             c.largest_block.1 as f64,
         )
-    } else if shape.recompute_norms {
+    } else if shape.checkpointing == ActivationCheckpointing::Norms {
         // The largest recomputed output exists again for its convolution's gradients.
         let norms = c.norm_outputs.0 as f64 - c.norm_outputs.1 as f64;
         (c.saved as f64 - norms, c.saved_attention as f64)
@@ -249,9 +247,8 @@ mod tests {
             grid: [side; 3],
             batch: 1,
             half: true,
-            checkpointing: false,
+            checkpointing: ActivationCheckpointing::None,
             strict_fp32: false,
-            recompute_norms: false,
         }
     }
 
@@ -275,9 +272,9 @@ mod tests {
         );
         let batch2 = with(|s| s.batch = 2);
         assert_eq!(batch2.part(parts::KEPT), 2 * bf16.part(parts::KEPT));
-        let blocks = with(|s| s.checkpointing = true);
+        let blocks = with(|s| s.checkpointing = ActivationCheckpointing::Blocks);
         assert!(blocks.total() < bf16.total() * 4 / 5);
-        let norms = with(|s| s.recompute_norms = true);
+        let norms = with(|s| s.checkpointing = ActivationCheckpointing::Norms);
         assert!(norms.total() < bf16.total() && norms.total() > blocks.total());
         let sample = sampling(&shape(UNetConfig::whole_head(), 128), Allocator::Cuda);
         assert!(sample.total() < blocks.total());
@@ -303,9 +300,8 @@ mod tests {
             grid: [1 << 40; 3],
             batch: usize::MAX,
             half: false,
-            checkpointing: false,
+            checkpointing: ActivationCheckpointing::None,
             strict_fp32: false,
-            recompute_norms: false,
         };
         assert_eq!(training(&absurd, true, Allocator::Cuda).total(), u64::MAX);
         assert_eq!(sampling(&absurd, Allocator::Host).total(), u64::MAX);
