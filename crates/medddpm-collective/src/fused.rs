@@ -46,10 +46,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> CollectiveBackend for Fuse
     fn join_process_group(
         device: &Self::Device,
         id: &NcclId,
-        rank: usize,
-        world: usize,
+        member: (usize, usize),
+        timeout: Option<std::time::Duration>,
     ) -> Result<ProcessGroup, CollectiveUnavailable> {
-        super::nccl_process::join(device, id, rank, world)
+        super::nccl_process::join(device, id, member, timeout)
     }
 
     fn all_reduce_mean_packed_across(

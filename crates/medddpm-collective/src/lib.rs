@@ -19,6 +19,8 @@ mod fused;
 mod nccl;
 #[cfg(feature = "cuda")]
 mod nccl_process;
+#[cfg(feature = "cuda")]
+mod watchdog;
 
 // The layers below, under the paths this code was written with.
 pub(crate) use medddpm_ops::{compute, dtype, panics, primitive};
@@ -136,15 +138,17 @@ pub trait CollectiveBackend: Backend {
     }
 
     /// Joins the communicator `id` as `rank` of `world` processes, on `device` (every process
-    /// calls it with the same id; the call returns once all have). The default: no collective
+    /// calls it with the same id; the call returns once all have). With a `timeout`, a call
+    /// that takes longer (a rank stopped, hung or gone) aborts the communicator and is reported
+    /// as the device error, instead of holding the device for ever. The default: no collective
     /// on this backend.
     fn join_process_group(
         device: &Self::Device,
         id: &NcclId,
-        rank: usize,
-        world: usize,
+        (rank, world): (usize, usize),
+        timeout: Option<std::time::Duration>,
     ) -> Result<ProcessGroup, CollectiveUnavailable> {
-        let _ = (device, id, rank, world);
+        let _ = (device, id, rank, world, timeout);
         Err(CollectiveUnavailable(NO_COLLECTIVES.into()))
     }
 
@@ -196,10 +200,10 @@ impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff
     fn join_process_group(
         device: &Self::Device,
         id: &NcclId,
-        rank: usize,
-        world: usize,
+        member: (usize, usize),
+        timeout: Option<std::time::Duration>,
     ) -> Result<ProcessGroup, CollectiveUnavailable> {
-        B::join_process_group(device, id, rank, world)
+        B::join_process_group(device, id, member, timeout)
     }
 
     fn all_reduce_mean_packed_across(

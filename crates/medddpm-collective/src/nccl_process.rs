@@ -4,6 +4,8 @@
 //! second stream orders it after the backward pass or the update after it.
 
 use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use burn::tensor::backend::DeviceOps;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
@@ -12,6 +14,7 @@ use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
 
 use super::nccl::{check_call, register_packed, status, Gradient, Handles, Packed};
+use super::watchdog::{Watchdog, Watched};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
 use crate::cuda::Cube;
 use crate::panics::quiet_catch;
@@ -33,15 +36,20 @@ struct ProcessComm {
     ctx: usize,
     index: usize,
     thread: cubecl::device_handle::DeviceHandle<CudaServer>,
+    /// Whether the watch aborted the communicator (held while a call is enqueued).
+    aborted: Arc<Mutex<bool>>,
+    /// The watch over the calls, with a step timeout.
+    watchdog: Option<Watchdog>,
 }
 
 /// Joins communicator `id` on `device`'s thread, with the device's primary context current
-/// (NCCL takes its device from the context; cubecl's device thread may have none current).
+/// (NCCL takes its device from the context; cubecl's device thread may have none current);
+/// with a `timeout`, a watch aborts the communicator when a call takes longer (`watchdog`).
 pub(super) fn join(
     device: &cubecl_cuda::CudaDevice,
     id: &NcclId,
-    rank: usize,
-    world: usize,
+    (rank, world): (usize, usize),
+    timeout: Option<Duration>,
 ) -> Result<ProcessGroup, CollectiveUnavailable> {
     use cubecl::device::Device as _;
     status()?;
@@ -80,12 +88,29 @@ pub(super) fn join(
         })
         .map_err(|e| unavailable(format!("device thread: {e:?}")))?
         .map_err(unavailable)?;
+    let aborted = Arc::new(Mutex::new(false));
+    let watchdog = timeout
+        .map(|timeout| {
+            Watchdog::start(Watched {
+                comm,
+                ctx,
+                device: device.index,
+                rank,
+                world,
+                timeout,
+                aborted: aborted.clone(),
+            })
+        })
+        .transpose()
+        .map_err(unavailable)?;
     Ok(ProcessGroup {
-        comm: std::sync::Arc::new(ProcessComm {
+        comm: Arc::new(ProcessComm {
             comm,
             ctx,
             index: device.index,
             thread,
+            aborted,
+            watchdog,
         }),
         rank,
         world,
@@ -140,9 +165,14 @@ fn enqueue_all_reduce(
                 .map_err(|e| format!("buffer: {e:?}"))?;
             let r = managed.resource();
             let (ptr, stream) = (r.ptr, r.stream);
+            let aborted = comm.aborted.lock().unwrap_or_else(|e| e.into_inner());
+            if *aborted {
+                return Err("the communicator was aborted after an earlier failure".to_string());
+            }
             // SAFETY: the retained primary context; `ptr` holds `count` f32s (the packed
             // buffer, kept alive by `buffer` until enqueued; later reuse is ordered after this
-            // call on the same stream), and the communicator is this process's.
+            // call on the same stream), and the communicator is this process's, not aborted
+            // (the lock).
             unsafe {
                 cudarc::driver::result::ctx::set_current(
                     comm.ctx as cudarc::driver::sys::CUcontext,
@@ -159,6 +189,10 @@ fn enqueue_all_reduce(
                 )
                 .map_err(|e| format!("ncclAllReduce: {:?}", e.0))?;
             }
+            if let Some(watchdog) = &comm.watchdog {
+                watchdog.watch(stream as usize)?;
+            }
+            drop(aborted);
             Ok::<(), String>(())
         })();
         drop(buffer);

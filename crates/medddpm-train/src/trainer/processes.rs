@@ -316,7 +316,8 @@ fn join<B: KernelAutodiffBackend>(
     rank: usize,
     world: usize,
 ) -> Result<ProcessGroup, String> {
-    <B::InnerBackend as CollectiveBackend>::join_process_group(device, id, rank, world)
+    let timeout = super::link::meeting_timeout();
+    <B::InnerBackend as CollectiveBackend>::join_process_group(device, id, (rank, world), timeout)
         .map_err(|e| format!("joining NCCL's communicator: {e}"))
 }
 
