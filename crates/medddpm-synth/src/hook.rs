@@ -18,8 +18,9 @@ pub struct ChosenMask {
     pub record: Option<Value>,
 }
 
-/// Gives each pair its mask.
-pub trait MaskSource {
+/// Gives each pair its mask (`Sync`: the next batch's masks are made on a thread of their own
+/// while the network samples; a pair's mask depends on its number and seed only).
+pub trait MaskSource: Sync {
     /// The mask of pair `pair` (seeded `seed`) made from `source`, the source mask as read
     /// (with the brain label added for models that have one).
     fn mask_for(&self, source: Volume, pair: usize, seed: u64) -> Result<ChosenMask, HookError>;
@@ -53,7 +54,7 @@ pub struct FnMaskSource<F> {
 
 impl<F> FnMaskSource<F>
 where
-    F: Fn(Volume, usize, u64) -> Result<ChosenMask, HookError>,
+    F: Fn(Volume, usize, u64) -> Result<ChosenMask, HookError> + Sync,
 {
     /// `f(source, pair, seed)` makes each mask; `settings` is what a resumed run must repeat.
     pub fn new(f: F, settings: Option<Value>) -> Self {
@@ -63,7 +64,7 @@ where
 
 impl<F> MaskSource for FnMaskSource<F>
 where
-    F: Fn(Volume, usize, u64) -> Result<ChosenMask, HookError>,
+    F: Fn(Volume, usize, u64) -> Result<ChosenMask, HookError> + Sync,
 {
     fn mask_for(&self, source: Volume, pair: usize, seed: u64) -> Result<ChosenMask, HookError> {
         (self.f)(source, pair, seed)

@@ -71,14 +71,23 @@ pub fn run_shard<B: KernelBackend>(
     let mut manifest = Appender::open(synthesis.manifest_path(rank, world))?;
     let mut made = 0;
     std::thread::scope(|scope| -> Result<(), SynthError> {
-        // The previous batch's files are written while the network samples the next batch.
+        // The previous batch's files are written, and the next batch's masks read and
+        // prepared, while the network samples this batch.
         let mut writing: Option<std::thread::ScopedJoinHandle<'_, Written>> = None;
-        for batch in pairs.chunks(options.batch_size.max(1)) {
+        let batches: Vec<&[Pair]> = pairs.chunks(options.batch_size.max(1)).collect();
+        let prepare = |batch: &[Pair]| -> Result<Vec<Prepared>, SynthError> {
+            let each = batch
+                .iter()
+                .map(|pair| condition(synthesis, model, masks, pair));
+            each.collect()
+        };
+        let mut next = batches.first().map(|b| Ok(prepare(b)));
+        for (i, &batch) in batches.iter().enumerate() {
             let start = Instant::now();
-            let mut conditions = Vec::with_capacity(batch.len());
-            for pair in batch {
-                conditions.push(condition(synthesis, model, masks, pair)?);
-            }
+            let conditions = next.take().map_or_else(|| Ok(Vec::new()), joined)?;
+            next = batches
+                .get(i + 1)
+                .map(|&b| Err(scope.spawn(move || prepare(b))));
             let inputs: Vec<(&Condition, u64)> = conditions
                 .iter()
                 .zip(batch)
@@ -119,6 +128,25 @@ pub fn run_shard<B: KernelBackend>(
         made,
         graphs: sampler.graphs(),
     })
+}
+
+/// A pair's condition with its augmentation's record.
+type Prepared = (Condition, Option<serde_json::Value>);
+
+/// A batch's conditions, prepared here (`Ok`) or on a thread of their own (`Err`, joined).
+type Preparing<'scope> = Result<
+    Result<Vec<Prepared>, SynthError>,
+    std::thread::ScopedJoinHandle<'scope, Result<Vec<Prepared>, SynthError>>,
+>;
+
+/// The conditions `preparing` gives, once ready.
+fn joined(preparing: Preparing<'_>) -> Result<Vec<Prepared>, SynthError> {
+    match preparing {
+        Ok(done) => done,
+        Err(thread) => thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+    }
 }
 
 /// A sampled pair waiting for its files.
@@ -181,7 +209,7 @@ fn condition<B: KernelBackend>(
     model: &SamplingModel<B>,
     masks: &dyn MaskSource,
     pair: &Pair,
-) -> Result<(Condition, Option<serde_json::Value>), SynthError> {
+) -> Result<Prepared, SynthError> {
     let source = &synthesis.list().masks()[pair.mask];
     let mut seg = Volume::read(&source.path)?;
     let brain = synthesis.options().brain_masks.as_ref();
