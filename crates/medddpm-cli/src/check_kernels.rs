@@ -5,8 +5,10 @@
 //! training across devices.
 
 mod collective;
+mod conv;
 mod copies;
 
+use conv::{conv_rows, Row};
 use copies::{channel_rows, upsample_rows, ChannelRow, UpsampleRow};
 
 use std::path::PathBuf;
@@ -16,7 +18,6 @@ use medddpm_backend::{
     run_on, BackendTask, ComputeSettings, ConvEngine, KernelAutodiffBackend, Layout, Precision,
     RunEnv,
 };
-use medddpm_kernels::conv::{batch_chunks_vs_reference, engine_vs_reference, ConvCase};
 use medddpm_kernels::norm::NormCase;
 use medddpm_kernels::NormEngine;
 use serde::Serialize;
@@ -50,20 +51,6 @@ pub struct CheckKernelsArgs {
     /// gradients (NCCL on CUDA) over these devices, one thread each: `0,1`, or `all`.
     #[arg(long, value_parser = collective::parse_devices)]
     collective_devices: Option<collective::DeviceList>,
-}
-
-/// One case's result.
-#[derive(Debug, Serialize)]
-struct Row {
-    case: ConvCase,
-    layout: String,
-    /// Examples per engine call where the batch went through the batch-chunk rewrites.
-    batch_chunk: Option<usize>,
-    forward: f64,
-    data_grad: f64,
-    weight_grad: f64,
-    tolerance: f64,
-    pass: bool,
 }
 
 /// One matrix-product case's result.
@@ -223,56 +210,6 @@ impl BackendTask for Task {
             adam_rows: adam_rows::<B>(&device, env, self.scale),
         })
     }
-}
-
-/// The convolution engine against the f32 CPU convolution, both layouts.
-fn conv_rows<B: KernelAutodiffBackend>(device: &B::Device, env: &RunEnv, scale: usize) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let tol = tolerance(env.precision);
-    for layout in Layout::ALL {
-        let compute = medddpm_kernels::Compute {
-            layout,
-            ..env.compute()
-        };
-        let cases = ConvCase::standard(scale).into_iter().map(|c| (c, None));
-        // The batch cases once more one example per call, as the cuDNN engine runs a batch
-        // past what cuDNN indexes (views at an offset, the parts joined, weight gradients summed).
-        let chunked = ConvCase::standard(scale)
-            .into_iter()
-            .filter(|c| c.batch > 1)
-            .map(|c| (c, Some(1)));
-        for (i, (case, batch_chunk)) in cases.chain(chunked).enumerate() {
-            let [f, d, w] = match batch_chunk {
-                None => engine_vs_reference::<B::InnerBackend>(device, case, compute, i as u64, 3),
-                Some(per_call) => batch_chunks_vs_reference::<B::InnerBackend>(
-                    device, case, compute, i as u64, per_call,
-                ),
-            };
-            let pass = within(&[f, d, w], tol);
-            let chunks = batch_chunk.map_or(String::new(), |p| format!(" ({p} a call)"));
-            eprintln!(
-                    "{layout} {:>3}->{:<3} k{} s{} {:?} b{}{chunks}: forward {f:.2e}, data grad {d:.2e}, weight grad {w:.2e} {}",
-                    case.c_in,
-                    case.c_out,
-                    case.kernel,
-                    case.stride,
-                    case.size,
-                    case.batch,
-                    verdict(pass)
-                );
-            rows.push(Row {
-                case,
-                layout: layout.to_string(),
-                batch_chunk,
-                forward: f,
-                data_grad: d,
-                weight_grad: w,
-                tolerance: tol,
-                pass,
-            });
-        }
-    }
-    rows
 }
 
 /// GroupNorm (+ SiLU) against its plain-op twin, both layouts.

@@ -105,17 +105,7 @@ pub fn run_shard<B: KernelBackend>(
             if let Some(job) = writing.take() {
                 made += listed(job, &mut manifest, progress)?;
             }
-            let sampled: Vec<Sampled> = batch
-                .iter()
-                .zip(conditions)
-                .zip(samples)
-                .map(|((pair, (cond, augmentation)), values)| Sampled {
-                    pair: pair.clone(),
-                    labels: cond.labels().clone(),
-                    augmentation,
-                    values,
-                })
-                .collect();
+            let sampled = Sampled::batch(batch, conditions, samples);
             let steps_run = steps;
             writing = Some(scope.spawn(move || write_batch(synthesis, sampled, share, steps_run)));
         }
@@ -155,6 +145,20 @@ struct Sampled {
     labels: Volume,
     augmentation: Option<serde_json::Value>,
     values: Vec<f32>,
+}
+
+impl Sampled {
+    /// A batch's pairs with their conditions and sampled values, in order.
+    fn batch(batch: &[Pair], conditions: Vec<Prepared>, samples: Vec<Vec<f32>>) -> Vec<Self> {
+        let each = batch.iter().zip(conditions).zip(samples);
+        each.map(|((pair, (cond, augmentation)), values)| Sampled {
+            pair: pair.clone(),
+            labels: cond.labels().clone(),
+            augmentation,
+            values,
+        })
+        .collect()
+    }
 }
 
 /// A batch's pairs with their files written, in order; the first error stops the batch.
