@@ -133,9 +133,10 @@ impl<'a, B: KernelBackend> BatchSampler<'a, B> {
         let cond =
             Tensor::<B, 5>::from_data(TensorData::new(cond, [batch.len(), c, d, h, w]), device);
         let channels = self.model.unet.out_channels();
-        // Each example's draw from its own seed, stacked along the batch.
+        // Each example's draw from its own seed, stacked along the batch (one example's as it
+        // is: a join of one part would still copy it).
         let draw = |i: usize| {
-            let parts = batch
+            let mut parts: Vec<_> = batch
                 .iter()
                 .map(|(_, seed)| {
                     B::seed(device, draw_seed(*seed, i));
@@ -143,7 +144,10 @@ impl<'a, B: KernelBackend> BatchSampler<'a, B> {
                     Tensor::<B, 5>::random([1, channels, d, h, w], normal, device)
                 })
                 .collect();
-            Tensor::cat(parts, 0)
+            match parts.len() {
+                1 => parts.remove(0),
+                _ => Tensor::cat(parts, 0),
+            }
         };
         let serial = medddpm_diffusion::backend_rng();
         let x = self.sampler.sample_from(
