@@ -63,13 +63,7 @@ fn normal<B: Backend, const D: usize>(
     seed: u64,
     device: &B::Device,
 ) -> Tensor<B, D> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
+    let mut uniform = medddpm_testdata::xorshift_uniform(seed);
     let n = shape.iter().product::<usize>();
     let values: Vec<f32> = (0..n)
         .map(|_| {

@@ -23,9 +23,9 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer, OperationOutput};
 use cubecl::{CubeCount, CubeDim};
 
 // The layers below, under the paths the kernels were written with.
@@ -194,19 +194,12 @@ fn register<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement, K: 
     kernel: K,
 ) -> Vec<FloatTensor<Fused<R, F, I, BT>>> {
     let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let outs: Vec<TensorIr> = outputs
-        .into_iter()
-        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
-        .collect();
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &irs, &outs);
-    let op = CustomOp::<Cube<R, F, I, BT>, K> {
-        desc: desc.clone(),
+    let op = |desc| CustomOp::<Cube<R, F, I, BT>, K> {
+        desc,
         kernel,
         _b: core::marker::PhantomData,
     };
-    client.register(streams, OperationIr::Custom(desc), op)
+    medddpm_ops::fusion::register_custom(&client, name, inputs, outputs, op)
 }
 
 /// The upsampling (or, `backward`, its backward) as a fusion operation.

@@ -5,9 +5,9 @@
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer};
 
 use crate::cuda::{Cube, Fused};
 
@@ -16,8 +16,9 @@ pub type Handles<F, I, BT> = HandleContainer<
     <<Cube<F, I, BT> as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
 >;
 
-/// Registers `name` on `inputs` with outputs of the given shapes and dtypes, executed by the
-/// operation `op` makes of its description; `client` is the one of the inputs' device.
+/// [`medddpm_ops::fusion::register_custom`] on burn's CUDA backend: registers `name` on
+/// `inputs` with outputs of the given shapes and dtypes, executed by the operation `op` makes
+/// of its description; `client` is the one of the inputs' device.
 pub fn register<F, I, BT, O>(
     client: &burn_fusion::Client<<Cube<F, I, BT> as FusionBackend>::FusionRuntime>,
     name: &'static str,
@@ -31,12 +32,5 @@ where
     BT: BoolElement,
     O: Operation<<Cube<F, I, BT> as FusionBackend>::FusionRuntime> + 'static,
 {
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let outputs: Vec<TensorIr> = outputs
-        .into_iter()
-        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
-        .collect();
-    let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &irs, &outputs);
-    client.register(streams, OperationIr::Custom(desc.clone()), op(desc))
+    medddpm_ops::fusion::register_custom(client, name, inputs, outputs, op)
 }

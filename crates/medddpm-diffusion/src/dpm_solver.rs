@@ -106,6 +106,7 @@ mod tests {
     use crate::DdimSampler;
     use burn::backend::Flex;
     use burn::tensor::Distribution;
+    use medddpm_testdata::max_abs_diff;
 
     type B = Flex;
 
@@ -132,13 +133,6 @@ mod tests {
         Tensor::full([1, 1, 1, 1, 1], v, &Default::default())
     }
 
-    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
-    }
-
     #[test]
     fn first_step_is_ddim_and_few_steps_follow_the_ode_closer_than_ddim() {
         let s = CosineSchedule::new(250);
@@ -162,7 +156,7 @@ mod tests {
             .prev_sample;
         let a = a.into_data().to_vec::<f32>().unwrap();
         let b = b.into_data().to_vec::<f32>().unwrap();
-        assert!(max_diff(&a, &b) < 1e-5, "{}", max_diff(&a, &b));
+        assert!(max_abs_diff(&a, &b) < 1e-5, "{}", max_abs_diff(&a, &b));
         // Against the exact solution of the ODE for N(0, v) data, where every sampler is a
         // linear map of the starting noise: x_t is x_T times the ratio of the marginal standard
         // deviations, and the last call returns the posterior mean of x0. Starting from

@@ -1,5 +1,6 @@
 use burn::backend::Flex;
 use burn::tensor::{backend::Backend, Tensor, TensorData};
+use medddpm_testdata::max_abs_diff;
 
 use crate::*;
 
@@ -246,11 +247,7 @@ mod ddim {
             let a = ddpm.step(eps.clone(), t, x_t.clone(), z.clone());
             let b = ddim.step_to(eps, t, ddim.prev_timestep(t), x_t, z);
             let (a, b) = (values(a.prev_sample), values(b.prev_sample));
-            let err = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
+            let err = max_abs_diff(&a, &b);
             assert!(err < 2e-5, "t {t}: {err}");
         }
     }

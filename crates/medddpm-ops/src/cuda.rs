@@ -1,5 +1,5 @@
 //! What the CUDA-only modules (cuBLAS, cuDNN, graphs, page-locked uploads, NCCL) share: burn's
-//! fused CUDA backend by name, and cubecl's device thread of a device.
+//! fused CUDA backend by name, cubecl's device thread of a device, and loading NVIDIA's libraries.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
 use cubecl_cuda::CudaRuntime;
+use libloading::Library;
 
 /// burn's CUDA backend without fusion.
 pub type Cube<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
@@ -16,6 +17,27 @@ pub type Fused<F, I, BT> = Fusion<Cube<F, I, BT>>;
 pub type CudaServer = <CudaRuntime as cubecl::Runtime>::Server;
 /// A handle on cubecl's device thread.
 pub type DeviceThread = cubecl::device_handle::DeviceHandle<CudaServer>;
+
+/// The first of `names` that loads (only the file `$variable` names, where it is set), with its
+/// name; else each attempt's error, `name: error`, joined by `; `.
+///
+/// # Safety
+/// Loading any of these files must run no initialisers that depend on our state.
+pub unsafe fn load_library(variable: &str, names: &[&str]) -> Result<(Library, String), String> {
+    let names: Vec<String> = match std::env::var(variable) {
+        Ok(path) => vec![path],
+        Err(_) => names.iter().map(|n| n.to_string()).collect(),
+    };
+    let mut errors = Vec::new();
+    for name in names {
+        // SAFETY: the caller vouches for every file it names.
+        match unsafe { Library::new(&name) } {
+            Ok(lib) => return Ok((lib, name)),
+            Err(e) => errors.push(format!("{name}: {e}")),
+        }
+    }
+    Err(errors.join("; "))
+}
 
 /// cubecl's device thread of `device` (a handle kept per device).
 pub fn device_thread(device: &cubecl_cuda::CudaDevice) -> DeviceThread {

@@ -1,7 +1,8 @@
 //! What the U-Net's heavy operations are, on burn alone: the settings that decide how they
 //! compute ([`compute`]), each operation's spec and plain-burn-op twin ([`reference`](mod@reference)), and the
-//! helpers the engines and their agreement checks share (with feature `cuda`, also `cuda`:
-//! burn's CUDA backend by name, for the CUDA-only crates). `medddpm-kernels` builds the backend
+//! helpers the engines and their agreement checks share (with feature `fusion`, also `fusion`:
+//! registering our operations in burn-fusion's streams; with feature `cuda`, also `cuda`:
+//! burn's CUDA backend by name and NVIDIA's libraries loaded, for the CUDA-only crates). `medddpm-kernels` builds the backend
 //! extension (the trait whose provided methods are these twins, and the engines) on top and
 //! re-exports all of this.
 //!
@@ -21,6 +22,8 @@ pub mod compute;
 pub mod cuda;
 pub mod device_error;
 pub mod dtype;
+#[cfg(feature = "fusion")]
+pub mod fusion;
 pub mod layout;
 pub mod panics;
 pub mod primitive;

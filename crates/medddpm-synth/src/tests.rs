@@ -184,11 +184,7 @@ fn a_pair_samples_alike_alone_and_in_a_batch() {
             .into_data()
     };
     let (alone, batched) = (image(1), image(2));
-    let worst = alone
-        .iter()
-        .zip(&batched)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let worst = medddpm_testdata::max_abs_diff(&alone, &batched);
     assert!(worst < 1e-4, "{worst}");
     assert!(alone.iter().any(|&v| v != alone[0]));
 }

@@ -10,6 +10,7 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
 use libloading::Library;
+use medddpm_ops::cuda::load_library;
 
 use super::{Activity, TraceError, Work};
 
@@ -66,28 +67,16 @@ fn library() -> Result<&'static Library, TraceError> {
     if let Some(lib) = *slot {
         return Ok(lib);
     }
-    let names: Vec<String> = match std::env::var("MEDDDPM_CUPTI") {
-        Ok(path) => vec![path],
-        Err(_) => ["libcupti.so", "libcupti.so.13", "libcupti.so.12"]
-            .map(String::from)
-            .to_vec(),
-    };
-    let mut errors = Vec::new();
-    for name in &names {
-        // SAFETY: loading CUPTI runs no initialisers that depend on our state.
-        match unsafe { Library::new(name) } {
-            Ok(lib) => {
-                let lib: &'static Library = Box::leak(Box::new(lib));
-                *slot = Some(lib);
-                return Ok(lib);
-            }
-            Err(e) => errors.push(format!("{name}: {e}")),
-        }
-    }
-    Err(TraceError::Library(format!(
-        "CUPTI could not be loaded (put libcupti.so on LD_LIBRARY_PATH or name it in MEDDDPM_CUPTI): {}",
-        errors.join("; ")
-    )))
+    let names = ["libcupti.so", "libcupti.so.13", "libcupti.so.12"];
+    // SAFETY: loading CUPTI runs no initialisers that depend on our state.
+    let (lib, _) = unsafe { load_library("MEDDDPM_CUPTI", &names) }.map_err(|errors| {
+        TraceError::Library(format!(
+            "CUPTI could not be loaded (put libcupti.so on LD_LIBRARY_PATH or name it in MEDDDPM_CUPTI): {errors}"
+        ))
+    })?;
+    let lib: &'static Library = Box::leak(Box::new(lib));
+    *slot = Some(lib);
+    Ok(lib)
 }
 
 fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, TraceError> {

@@ -3,7 +3,7 @@
 //! as the machines of a cluster would, with a rendezvous on 127.0.0.1.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use crate::processes::{experiment, losses, medddpm};
 
@@ -25,6 +25,55 @@ pub(crate) fn train_args(file: &Path, run: &Path) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec()
+}
+
+/// `medddpm` with `args`, asserting that it succeeded.
+fn succeeds(args: &[String]) {
+    let (ok, stderr) = medddpm(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{stderr}");
+}
+
+/// The run the launches are held to: `file` trained into `run` by `--devices 0,1 --launch
+/// processes`.
+pub(crate) fn train_on_two_devices(file: &Path, run: &Path) {
+    let mut args = train_args(file, run);
+    args.extend(["--devices", "0,1", "--launch", "processes"].map(String::from));
+    succeeds(&args);
+}
+
+/// The same losses, weights and EMA as `reference`, bit for bit.
+pub(crate) fn assert_same_run(run: &Path, reference: &Path) {
+    assert_eq!(losses(run), losses(reference));
+    assert_eq!(losses(run).len(), 3);
+    for file in ["model.mpk", "ema.mpk"] {
+        let (a, b) = (saved_weights(run, file), saved_weights(reference, file));
+        assert!(!a.is_empty() && a == b, "{file}");
+    }
+}
+
+/// Waits up to two minutes for `run` to log `steps` steps, and asserts that it did.
+pub(crate) fn wait_for_steps(run: &Path, steps: usize) {
+    let logged =
+        || std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |s| s.lines().count());
+    let waited = std::time::Instant::now();
+    while logged() < steps && waited.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(logged() >= steps, "the run did not start");
+}
+
+/// A process's standard error, having asserted that it succeeded.
+pub(crate) fn succeeded(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// A process's standard error, having asserted that it failed.
+pub(crate) fn failed(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{stderr}");
+    stderr
 }
 
 /// A port nothing listens on.
@@ -98,51 +147,26 @@ pub(crate) fn saved_weights(run: &Path, file: &str) -> Vec<Vec<f32>> {
 fn two_ranks_from_a_launcher_s_environment_train_like_two_devices() {
     let (tmp, file) = experiment_file(None);
     let one = tmp.path().join("one");
-    let (ok, stderr) = medddpm(
-        &train_args(&file, &one)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
-    assert!(ok, "{stderr}");
+    succeeds(&train_args(&file, &one));
     let two = tmp.path().join("two");
-    let mut two_args = train_args(&file, &two);
-    two_args.extend(["--devices", "0,1", "--launch", "processes"].map(String::from));
-    let (ok, stderr) = medddpm(&two_args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(ok, "{stderr}");
+    train_on_two_devices(&file, &two);
 
     let (port, cluster) = (free_port(), tmp.path().join("cluster"));
     let args = train_args(&file, &cluster);
     // Rank 1 first: it waits for rank 0 to listen.
     let rank1 = rank(&args, "1", &port, &[]);
     let rank0 = rank(&args, "0", &port, &[]);
-    let outs = [rank1, rank0].map(|c| c.wait_with_output().unwrap());
-    for out in &outs {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let [rank1, rank0] = outs.map(|o| String::from_utf8_lossy(&o.stderr).into_owned());
+    let [rank1, rank0] = [rank1, rank0].map(|c| succeeded(c.wait_with_output().unwrap()));
     assert!(rank0.contains("rank 0 of 2 (torchrun)"), "{rank0}");
     assert!(rank1.contains("joining rank 0 at 127.0.0.1:"), "{rank1}");
-    assert_eq!(losses(&cluster), losses(&two));
-    assert_eq!(losses(&cluster), losses(&one));
-    assert_eq!(losses(&cluster).len(), 3);
-    for file in ["model.mpk", "ema.mpk"] {
-        let (a, b) = (saved_weights(&cluster, file), saved_weights(&two, file));
-        assert!(!a.is_empty() && a == b, "{file}");
-        // Halving each gradient is exact: two devices are one accumulating two micro-batches.
-        assert!(a == saved_weights(&one, file), "{file}");
-    }
+    assert_same_run(&cluster, &two);
+    // Halving each gradient is exact: two devices are one accumulating two micro-batches.
+    assert_same_run(&cluster, &one);
     let batch2 = tmp.path().join("batch2");
     let file2 = tmp.path().join("batch2.toml");
     let train = "steps = 3\nlr = 1e-3\nbatch_size = 2\ngrad_accum = 1\nreference_batch_scaling = false\nsave_every = 3\nsamples_per_checkpoint = 0\nema_start = 1\n";
     std::fs::write(&file2, crate::common::tiny_experiment(tmp.path(), 4, train)).unwrap();
-    let args2 = train_args(&file2, &batch2);
-    let (ok, stderr) = medddpm(&args2.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(ok, "{stderr}");
+    succeeds(&train_args(&file2, &batch2));
     let (a, b) = (
         saved_weights(&cluster, "model.mpk"),
         saved_weights(&batch2, "model.mpk"),
@@ -170,13 +194,7 @@ fn a_hung_rank_stops_the_run_after_the_step_timeout() {
     let timeout = [("MEDDDPM_STEP_TIMEOUT", "3")];
     let mut rank1 = rank(&args, "1", &port, &timeout);
     let rank0 = rank(&args, "0", &port, &timeout);
-    let logged =
-        || std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |s| s.lines().count());
-    let waited = std::time::Instant::now();
-    while logged() < 3 && waited.elapsed().as_secs() < 120 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert!(logged() >= 3, "the run did not start");
+    wait_for_steps(&run, 3);
     // SAFETY: sends a signal to the rank's process, which this test started.
     let signal = |sig| assert_eq!(unsafe { libc::kill(rank1.id() as i32, sig) }, 0);
     signal(libc::SIGSTOP);
@@ -186,8 +204,7 @@ fn a_hung_rank_stops_the_run_after_the_step_timeout() {
     signal(libc::SIGCONT);
     let _ = rank1.kill();
     let _ = rank1.wait();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = failed(out);
     assert!(
         stderr.contains("replica 1")
             && stderr.contains("did not reach the run's next meeting within 3 s"),
@@ -205,9 +222,7 @@ fn a_launcher_s_rank_without_token_or_rank_0_is_told_so() {
     let args = train_args(&file, &tmp.path().join("run"));
     let rank1 = |token: &str| {
         let env = [("MEDDDPM_RDZV_TIMEOUT", "1"), ("MEDDDPM_RDZV_TOKEN", token)];
-        let out = rank(&args, "1", "9", &env).wait_with_output().unwrap();
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        failed(rank(&args, "1", "9", &env).wait_with_output().unwrap())
     };
     let stderr = rank1("");
     assert!(stderr.contains("MEDDDPM_RDZV_TOKEN is not set"), "{stderr}");

@@ -269,28 +269,11 @@ fn eval_refuses_a_volume_elsewhere_in_space_or_with_nan_voxels() {
 /// distinct training cases that a copy must be told apart from.
 fn textured(seed: u64) -> Vec<f32> {
     let (mask, _) = phantom();
-    let mut state = seed.wrapping_add(1);
-    let mut draw = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) as f64 / (1u64 << 31) as f64
-    };
-    let waves: Vec<[f64; 4]> = (0..3)
-        .map(|_| [draw() - 0.5, draw() - 0.5, draw() - 0.5, 6.3 * draw()])
-        .collect();
+    let texture = medddpm_testdata::wave_texture(seed.wrapping_add(1));
     let mut out = Vec::with_capacity(N * N * N);
     for (at, &m) in mask.iter().enumerate() {
         let p = [at % N, at / N % N, at / (N * N)].map(|x| x as f64 - 11.5);
-        let t: f64 = waves
-            .iter()
-            .map(|w| (1.2 * (w[0] * p[0] + w[1] * p[1] + w[2] * p[2]) + w[3]).sin())
-            .sum();
-        out.push(if m > 0.0 {
-            (0.1 + 0.23 * t) as f32
-        } else {
-            -1.0
-        });
+        out.push(if m > 0.0 { texture(p) } else { -1.0 });
     }
     out
 }

@@ -92,13 +92,7 @@ impl Case {
 /// `n` normal values of deviation `std` from a generator of our own (xorshift and
 /// Box-Muller), so the operands, and with them the errors, are the same from run to run.
 pub fn normal(n: usize, std: f64, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
+    let mut uniform = medddpm_testdata::xorshift_uniform(seed);
     (0..n)
         .map(|_| {
             let (u, v) = (uniform(), uniform());

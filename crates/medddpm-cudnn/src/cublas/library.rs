@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use libloading::Library;
 
+use crate::cuda::load_library;
 use crate::error::{driver, EngineError};
 use crate::reference::product::plan::ColumnMajor;
 
@@ -96,24 +97,14 @@ pub(super) fn library() -> Result<&'static Cublas, EngineError> {
 }
 
 fn load() -> Result<Cublas, EngineError> {
-    let names: Vec<String> = match std::env::var("MEDDDPM_CUBLAS") {
-        Ok(path) => vec![path],
-        Err(_) => ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
-            .map(String::from)
-            .to_vec(),
-    };
-    let mut errors = Vec::new();
-    for name in &names {
-        // SAFETY: loading cuBLAS runs no initialisers that depend on our state.
-        match unsafe { Library::new(name) } {
-            Ok(lib) => return resolve(lib).map_err(|e| e.context(name)),
-            Err(e) => errors.push(format!("{name}: {e}")),
-        }
-    }
-    Err(EngineError::Library(format!(
-        "cuBLAS could not be loaded (put libcublas.so on LD_LIBRARY_PATH or name the file in MEDDDPM_CUBLAS): {}",
-        errors.join("; ")
-    )))
+    let names = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"];
+    // SAFETY: loading cuBLAS runs no initialisers that depend on our state.
+    let (lib, name) = unsafe { load_library("MEDDDPM_CUBLAS", &names) }.map_err(|errors| {
+        EngineError::Library(format!(
+            "cuBLAS could not be loaded (put libcublas.so on LD_LIBRARY_PATH or name the file in MEDDDPM_CUBLAS): {errors}"
+        ))
+    })?;
+    resolve(lib).map_err(|e| e.context(name))
 }
 
 fn resolve(lib: Library) -> Result<Cublas, EngineError> {

@@ -11,18 +11,10 @@ const DIMS: [usize; 3] = [N; 3];
 /// A ball of radius 10 (background -1) filled with a texture of three waves whose directions
 /// and phases follow `seed`; values inside lie in about [-0.6, 0.8].
 fn head(seed: u64) -> Vec<f32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut draw = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) as f64 / (1u64 << 31) as f64
-    };
-    let waves: Vec<[f64; 4]> = (0..3)
-        .map(|_| [draw() - 0.5, draw() - 0.5, draw() - 0.5, 6.3 * draw()])
-        .collect();
+    let texture = medddpm_testdata::wave_texture(
+        seed.wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407),
+    );
     let mut v = Vec::with_capacity(N * N * N);
     for k in 0..N {
         for j in 0..N {
@@ -32,11 +24,7 @@ fn head(seed: u64) -> Vec<f32> {
                     v.push(-1.0);
                     continue;
                 }
-                let t: f64 = waves
-                    .iter()
-                    .map(|w| (1.2 * (w[0] * p[0] + w[1] * p[1] + w[2] * p[2]) + w[3]).sin())
-                    .sum();
-                v.push((0.1 + 0.23 * t) as f32);
+                v.push(texture(p));
             }
         }
     }

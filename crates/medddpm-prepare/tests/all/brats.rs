@@ -75,12 +75,7 @@ fn a_raw_case_is_cropped_scaled_and_labelled_as_the_reference() {
             .fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
         assert_eq!((lo, hi), (-1.0, 1.0), "{m}");
         // Integer raw values: within half a raw unit (1/1000) of the reference.
-        let err = v
-            .data()
-            .iter()
-            .zip(reference.data())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let err = medddpm_testdata::max_abs_diff(v.data(), reference.data());
         assert!(err <= 1.01e-3, "{m}: max difference {err}");
         if m == "t1" {
             t1_out = Some(v);

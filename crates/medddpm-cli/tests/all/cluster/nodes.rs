@@ -2,11 +2,13 @@
 //! 127.0.0.1:PORT` once per "machine", each starting its ranks (one per `--devices` entry) with
 //! torchrun's variables, rank 0 listening on 127.0.0.1.
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
-use super::{experiment_file, free_port, saved_weights, train_args, TOKEN};
-use crate::processes::{losses, medddpm};
+use super::{
+    assert_same_run, experiment_file, failed, free_port, succeeded, train_args,
+    train_on_two_devices, wait_for_steps, TOKEN,
+};
+use crate::processes::losses;
 
 /// One machine's `medddpm train` of `args` with the launch's `flags` and `env` besides, outside
 /// any launcher.
@@ -26,33 +28,13 @@ fn node(args: &[String], flags: &[&str], env: &[(&str, &str)]) -> Child {
         .unwrap()
 }
 
-/// Its standard error, having asserted that it succeeded.
-fn succeeded(out: Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    stderr
-}
-
-/// The same losses, weights and EMA as `reference`, bit for bit.
-fn assert_same_run(run: &Path, reference: &Path) {
-    assert_eq!(losses(run), losses(reference));
-    assert_eq!(losses(run).len(), 3);
-    for file in ["model.mpk", "ema.mpk"] {
-        let (a, b) = (saved_weights(run, file), saved_weights(reference, file));
-        assert!(!a.is_empty() && a == b, "{file}");
-    }
-}
-
 /// Two machines of one device each (`--nnodes 2 --devices 0` twice), and one machine starting
 /// two ranks (`--nnodes 1 --devices 0,1`), train as `--devices 0,1` does.
 #[test]
 fn machines_launched_by_hand_train_like_two_devices() {
     let (tmp, file) = experiment_file(None);
     let two = tmp.path().join("two");
-    let mut two_args = train_args(&file, &two);
-    two_args.extend(["--devices", "0,1", "--launch", "processes"].map(String::from));
-    let (ok, stderr) = medddpm(&two_args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(ok, "{stderr}");
+    train_on_two_devices(&file, &two);
 
     let (port, nodes) = (free_port(), tmp.path().join("nodes"));
     let (args, rdzv) = (train_args(&file, &nodes), format!("127.0.0.1:{port}"));
@@ -103,13 +85,7 @@ fn a_machine_s_launch_forwards_sigterm_to_its_ranks() {
     let rdzv = format!("127.0.0.1:{port}");
     let flags = one_machine_of_two(&rdzv);
     let launch = node(&train_args(&file, &run), &flags, &[]);
-    let logged =
-        || std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |s| s.lines().count());
-    let waited = std::time::Instant::now();
-    while logged() < 2 && waited.elapsed().as_secs() < 120 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(logged() >= 2, "the run did not start");
+    wait_for_steps(&run, 2);
     // SAFETY: sends a signal to the process this test started.
     assert_eq!(unsafe { libc::kill(launch.id() as i32, libc::SIGTERM) }, 0);
     let out = launch.wait_with_output().unwrap();
@@ -133,17 +109,15 @@ fn a_machine_s_failed_rank_and_wrong_flags_are_named() {
     let out = node(&args, &flags("1"), &rdzv_timeout)
         .wait_with_output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = failed(out);
     assert!(
         stderr.contains("cannot reach the lead at 127.0.0.1:9")
             && stderr.contains("local rank 0 (rank 1 of 2, device 0) ended with exit status: 1"),
         "{stderr}"
     );
     let refused = |flags: &[&str], env: &[(&str, &str)], says: &str| {
-        let out = node(&args, flags, env).wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(says), "{stderr}");
+        let stderr = failed(node(&args, flags, env).wait_with_output().unwrap());
+        assert!(stderr.contains(says), "{stderr}");
     };
     refused(&flags("2"), &[], "node ranks run from 0 to 1");
     refused(&flags("0"), &[("RANK", "0")], "RANK is set");
