@@ -4,7 +4,7 @@
 //! second stream orders it after the backward pass or the update after it.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use burn::tensor::backend::DeviceOps;
@@ -14,7 +14,7 @@ use burn_fusion::FusionBackend;
 use burn_ir::CustomOpIr;
 
 use super::nccl::{check_call, register_packed, status, Gradient, Handles, Packed};
-use super::watchdog::{Watchdog, Watched};
+use super::watchdog::{CommGuard, Watchdog, Watched};
 use super::{CollectiveUnavailable, NcclId, ProcessGroup};
 use crate::cuda::Cube;
 use crate::panics::quiet_catch;
@@ -36,8 +36,8 @@ struct ProcessComm {
     ctx: usize,
     index: usize,
     thread: cubecl::device_handle::DeviceHandle<CudaServer>,
-    /// Whether the watch aborted the communicator (held while a call is enqueued).
-    aborted: Arc<Mutex<bool>>,
+    /// Keeps the calls' enqueuing and the watch's abort apart.
+    guard: Arc<CommGuard>,
     /// The watch over the calls, with a step timeout.
     watchdog: Option<Watchdog>,
 }
@@ -88,7 +88,7 @@ pub(super) fn join(
         })
         .map_err(|e| unavailable(format!("device thread: {e:?}")))?
         .map_err(unavailable)?;
-    let aborted = Arc::new(Mutex::new(false));
+    let guard = Arc::new(CommGuard::default());
     let watchdog = timeout
         .map(|timeout| {
             Watchdog::start(Watched {
@@ -98,7 +98,7 @@ pub(super) fn join(
                 rank,
                 world,
                 timeout,
-                aborted: aborted.clone(),
+                guard: guard.clone(),
             })
         })
         .transpose()
@@ -109,7 +109,7 @@ pub(super) fn join(
             ctx,
             index: device.index,
             thread,
-            aborted,
+            guard,
             watchdog,
         }),
         rank,
@@ -165,34 +165,32 @@ fn enqueue_all_reduce(
                 .map_err(|e| format!("buffer: {e:?}"))?;
             let r = managed.resource();
             let (ptr, stream) = (r.ptr, r.stream);
-            let aborted = comm.aborted.lock().unwrap_or_else(|e| e.into_inner());
-            if *aborted {
-                return Err("the communicator was aborted after an earlier failure".to_string());
-            }
-            // SAFETY: the retained primary context; `ptr` holds `count` f32s (the packed
-            // buffer, kept alive by `buffer` until enqueued; later reuse is ordered after this
-            // call on the same stream), and the communicator is this process's, not aborted
-            // (the lock).
-            unsafe {
-                cudarc::driver::result::ctx::set_current(
-                    comm.ctx as cudarc::driver::sys::CUcontext,
-                )
-                .map_err(|e| e.to_string())?;
-                cudarc::nccl::result::all_reduce(
-                    ptr as *const std::ffi::c_void,
-                    ptr as *mut std::ffi::c_void,
-                    count,
-                    cudarc::nccl::sys::ncclDataType_t::ncclFloat32,
-                    cudarc::nccl::sys::ncclRedOp_t::ncclAvg,
-                    comm.comm as cudarc::nccl::sys::ncclComm_t,
-                    stream as cudarc::nccl::sys::cudaStream_t,
-                )
-                .map_err(|e| format!("ncclAllReduce: {:?}", e.0))?;
-            }
-            if let Some(watchdog) = &comm.watchdog {
-                watchdog.watch(stream as usize)?;
-            }
-            drop(aborted);
+            comm.guard.enqueue(|| {
+                // SAFETY: the retained primary context; `ptr` holds `count` f32s (the packed
+                // buffer, kept alive by `buffer` until enqueued; later reuse is ordered after
+                // this call on the same stream), and the communicator is this process's, not
+                // aborted (the guard).
+                unsafe {
+                    cudarc::driver::result::ctx::set_current(
+                        comm.ctx as cudarc::driver::sys::CUcontext,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    cudarc::nccl::result::all_reduce(
+                        ptr as *const std::ffi::c_void,
+                        ptr as *mut std::ffi::c_void,
+                        count,
+                        cudarc::nccl::sys::ncclDataType_t::ncclFloat32,
+                        cudarc::nccl::sys::ncclRedOp_t::ncclAvg,
+                        comm.comm as cudarc::nccl::sys::ncclComm_t,
+                        stream as cudarc::nccl::sys::cudaStream_t,
+                    )
+                    .map_err(|e| format!("ncclAllReduce: {:?}", e.0))?;
+                }
+                match &comm.watchdog {
+                    Some(watchdog) => watchdog.watch(stream as usize),
+                    None => Ok(()),
+                }
+            })?;
             Ok::<(), String>(())
         })();
         drop(buffer);

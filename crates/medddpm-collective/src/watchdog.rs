@@ -19,6 +19,48 @@ use cudarc::nccl::sys::{ncclComm_t, ncclResult_t};
 /// How often the watch looks at the oldest call and NCCL's error state.
 const POLL: Duration = Duration::from_millis(100);
 
+/// How long an abort waits for a call being enqueued to leave NCCL before aborting under it (a
+/// call can block inside NCCL, e.g. connecting to a peer that is gone: the abort ends it).
+const ENQUEUE_WAIT: Duration = Duration::from_secs(2);
+
+/// What keeps the communicator's calls and its abort apart: NCCL frees an aborted
+/// communicator, so no call may start after the abort or run beside it when avoidable.
+#[derive(Default)]
+pub(super) struct CommGuard {
+    aborted: std::sync::atomic::AtomicBool,
+    calls: std::sync::Mutex<()>,
+}
+
+impl CommGuard {
+    /// Runs `call` (which enqueues on the communicator) unless the communicator was aborted.
+    pub fn enqueue<T>(&self, call: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+        let _running = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if self.aborted.load(std::sync::atomic::Ordering::Acquire) {
+            return Err("the communicator was aborted after an earlier failure".to_string());
+        }
+        call()
+    }
+
+    /// Marks the communicator aborted (no later call starts), waits up to [`ENQUEUE_WAIT`] for
+    /// a call being enqueued, then runs `abort`.
+    fn abort(&self, abort: impl FnOnce()) {
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::Release);
+        let since = Instant::now();
+        let _running = loop {
+            match self.calls.try_lock() {
+                Ok(guard) => break Some(guard),
+                Err(std::sync::TryLockError::Poisoned(e)) => break Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if since.elapsed() < ENQUEUE_WAIT => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => break None,
+            }
+        };
+        abort();
+    }
+}
+
 /// Where the watch is and what it is told.
 pub(super) struct Watchdog {
     calls: std::sync::Mutex<Sender<(usize, Instant)>>,
@@ -38,9 +80,8 @@ pub(super) struct Watched {
     pub world: usize,
     /// How long one call may take.
     pub timeout: Duration,
-    /// Set (under its lock) once the communicator is aborted: NCCL frees an aborted
-    /// communicator, so no call may use it after, or while, it is aborted.
-    pub aborted: std::sync::Arc<std::sync::Mutex<bool>>,
+    /// Shared with the calls' enqueuing.
+    pub guard: std::sync::Arc<CommGuard>,
 }
 
 impl Watchdog {
@@ -142,15 +183,15 @@ fn failure(w: &Watched, oldest: Option<&(usize, Instant)>) -> Option<String> {
 
 /// Keeps `why` as the device error and aborts the communicator, which ends its kernels.
 fn abort(w: &Watched, why: String) {
-    let mut aborted = w.aborted.lock().unwrap_or_else(|e| e.into_inner());
     crate::device_error::record_device_error(format!(
         "CUDA device {} (rank {} of {}): {why}; NCCL's communicator was aborted",
         w.device, w.rank, w.world
     ));
-    *aborted = true;
-    // SAFETY: the communicator this process joined, no call enqueuing on it (the lock); NCCL
-    // allows aborting it from another thread while its kernels wait.
-    let _ = unsafe { cudarc::nccl::result::comm_abort(w.comm as ncclComm_t) };
+    // SAFETY: the communicator this process joined, no call starting on it after this (the
+    // guard); NCCL allows aborting it from another thread while its kernels, or a call, wait.
+    w.guard.abort(|| {
+        let _ = unsafe { cudarc::nccl::result::comm_abort(w.comm as ncclComm_t) };
+    });
 }
 
 fn destroy(event: usize) {
