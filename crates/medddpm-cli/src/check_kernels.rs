@@ -180,6 +180,14 @@ fn within(errs: &[f64], tol: f64) -> bool {
     errs.iter().all(|e| e.is_finite() && *e <= tol)
 }
 
+/// What every group of cases runs on: the device, the run's settings and the test volumes'
+/// spatial scale.
+struct Cases<'a, B: KernelAutodiffBackend> {
+    device: &'a B::Device,
+    env: &'a RunEnv,
+    scale: usize,
+}
+
 /// What a check prints after a case.
 fn verdict(pass: bool) -> &'static str {
     if pass {
@@ -197,27 +205,29 @@ impl BackendTask for Task {
         device: B::Device,
         env: &RunEnv,
     ) -> anyhow::Result<Report> {
+        let cases = &Cases::<B> {
+            device: &device,
+            env,
+            scale: self.scale,
+        };
         Ok(Report {
             backend: env.backend.to_string(),
             precision: env.precision,
             conv_engine: env.conv_engine.to_string(),
-            rows: conv_rows::<B>(&device, env, self.scale),
-            product_rows: product_rows::<B>(&device, env, self.scale),
+            rows: conv_rows(cases),
+            product_rows: product_rows(cases),
             norm_engine: env.norm_engine.to_string(),
-            norm_rows: norm_rows::<B>(&device, env, self.scale),
-            upsample_rows: upsample_rows::<B>(&device, env, self.scale),
-            channel_rows: channel_rows::<B>(&device, env),
-            adam_rows: adam_rows::<B>(&device, env, self.scale),
+            norm_rows: norm_rows(cases),
+            upsample_rows: upsample_rows(cases),
+            channel_rows: channel_rows(cases),
+            adam_rows: adam_rows(cases),
         })
     }
 }
 
 /// GroupNorm (+ SiLU) against its plain-op twin, both layouts.
-fn norm_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-    scale: usize,
-) -> Vec<NormRow> {
+fn norm_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<NormRow> {
+    let &Cases { device, env, scale } = cases;
     let mut norm_rows = Vec::new();
     let tol = norm_tolerance(env.precision);
     for layout in Layout::ALL {
@@ -262,11 +272,8 @@ fn norm_rows<B: KernelAutodiffBackend>(
 /// The matrix products (cuBLAS on CUDA with cuDNN) and their gradients against burn's f32
 /// `matmul` on the CPU, with the convolutions' tolerance (the same arithmetic: 16-bit or TF32
 /// operands, f32 sums).
-fn product_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-    scale: usize,
-) -> Vec<ProductRow> {
+fn product_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<ProductRow> {
+    let &Cases { device, env, scale } = cases;
     let tol = tolerance(env.precision);
     let mut rows = Vec::new();
     for (i, (a, b, trans_a, trans_b)) in medddpm_kernels::product::cases(scale)
@@ -306,11 +313,8 @@ fn product_rows<B: KernelAutodiffBackend>(
 }
 
 /// The Adam update against its plain-op twin: f32 gradients, and the precision's own.
-fn adam_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-    scale: usize,
-) -> Vec<AdamRow> {
+fn adam_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<AdamRow> {
+    let &Cases { device, env, scale } = cases;
     let mut adam_rows = Vec::new();
     // f32 gradients, and in a 16-bit precision also that precision's gradients with the
     // working copy the forward pass reads.

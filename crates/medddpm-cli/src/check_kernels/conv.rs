@@ -2,11 +2,11 @@
 //! convolution, forward and both gradients, and the batch cases through the batch-chunk
 //! rewrites.
 
-use medddpm_backend::{KernelAutodiffBackend, Layout, RunEnv};
+use medddpm_backend::{KernelAutodiffBackend, Layout};
 use medddpm_kernels::conv::{batch_chunks_vs_reference, engine_vs_reference, ConvCase};
 use serde::Serialize;
 
-use super::{tolerance, verdict, within};
+use super::{tolerance, verdict, within, Cases};
 
 /// One case's result.
 #[derive(Debug, Serialize)]
@@ -23,11 +23,8 @@ pub(super) struct Row {
 }
 
 /// The convolution engine against the f32 CPU convolution, both layouts.
-pub(super) fn conv_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-    scale: usize,
-) -> Vec<Row> {
+pub(super) fn conv_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<Row> {
+    let &Cases { device, env, scale } = cases;
     let mut rows = Vec::new();
     let tol = tolerance(env.precision);
     for layout in Layout::ALL {

@@ -1,10 +1,10 @@
 //! The copy-like kernels' cases of `medddpm check-kernels`: trilinear upsampling, and the
 //! channel join and split of the decoder's skip connections and the channel padding.
 
-use medddpm_backend::{KernelAutodiffBackend, Layout, RunEnv};
+use medddpm_backend::{KernelAutodiffBackend, Layout};
 use serde::Serialize;
 
-use super::{norm_tolerance, verdict, within};
+use super::{norm_tolerance, verdict, within, Cases};
 
 /// One upsampling case's result.
 #[derive(Debug, Serialize)]
@@ -30,11 +30,8 @@ pub(super) struct ChannelRow {
 }
 
 /// Trilinear x2 upsampling against its plain-op twin, both layouts.
-pub(super) fn upsample_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-    scale: usize,
-) -> Vec<UpsampleRow> {
+pub(super) fn upsample_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<UpsampleRow> {
+    let &Cases { device, env, scale } = cases;
     // Upsampling: the same tolerance as GroupNorm (f32 arithmetic; bf16 output rounding).
     let tol = norm_tolerance(env.precision);
     let mut upsample_rows = Vec::new();
@@ -77,10 +74,8 @@ pub(super) fn upsample_rows<B: KernelAutodiffBackend>(
 
 /// The join of two channels-last activations, its split and the padding against burn's `cat`,
 /// slices and zeros, in the precision's dtype: channel counts that allow vectors of 8 and of 1.
-pub(super) fn channel_rows<B: KernelAutodiffBackend>(
-    device: &B::Device,
-    env: &RunEnv,
-) -> Vec<ChannelRow> {
+pub(super) fn channel_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<ChannelRow> {
+    let &Cases { device, env, .. } = cases;
     let mut rows = Vec::new();
     for (i, (n, a, b)) in [(4096, 64, 64), (999, 3, 5), (513, 192, 128)]
         .into_iter()

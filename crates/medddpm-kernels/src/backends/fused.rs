@@ -173,55 +173,59 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
         register_conv::<F, I, BT>(ConvOp::Forward, vec![x, weight], shape, spec)
     }
 
-    fn conv3d_data_grad(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad_out: FloatTensor<Self>,
-        spec: Conv3dSpec,
-    ) -> FloatTensor<Self> {
-        if !spec.compute.uses_cudnn() {
-            return crate::cube::conv::engine::data_grad::<CudaRuntime, F, I, BT>(
-                x, weight, grad_out, spec,
-            );
-        }
-        if let Some(chunks) = cudnn_batch_chunks(&x.shape, &grad_out.shape) {
-            let (x, w, dy) = (tensor(x), tensor(weight), tensor(grad_out));
-            return float(data_grad_in_batch_chunks::<Self>(x, w, dy, spec, &chunks));
-        }
+    conv_grads!(
+        conv3d_data_grad: |x, w, dy, spec| {
+            conv3d_grad::<F, I, BT>(ConvOp::DataGrad, x, w, dy, spec)
+        },
+        conv3d_weight_grad: |x, w, dy, spec| {
+            conv3d_grad::<F, I, BT>(ConvOp::WeightGrad, x, w, dy, spec)
+        },
+    );
+}
+
+/// Either convolution gradient (`op`): CubeCL's engine where cuDNN is not asked for, the batch
+/// in chunks where cuDNN cannot index it whole, then the gradient's own rewrites before cuDNN.
+fn conv3d_grad<F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: ConvOp,
+    x: FloatTensor<Fused<F, I, BT>>,
+    weight: FloatTensor<Fused<F, I, BT>>,
+    grad_out: FloatTensor<Fused<F, I, BT>>,
+    spec: Conv3dSpec,
+) -> FloatTensor<Fused<F, I, BT>> {
+    let data = op == ConvOp::DataGrad;
+    if !spec.compute.uses_cudnn() {
+        let cube = match data {
+            true => crate::cube::conv::engine::data_grad::<CudaRuntime, F, I, BT>,
+            false => crate::cube::conv::engine::weight_grad::<CudaRuntime, F, I, BT>,
+        };
+        return cube(x, weight, grad_out, spec);
+    }
+    if let Some(chunks) = cudnn_batch_chunks(&x.shape, &grad_out.shape) {
+        let chunked = match data {
+            true => data_grad_in_batch_chunks::<Fused<F, I, BT>>,
+            false => weight_grad_in_batch_chunks::<Fused<F, I, BT>>,
+        };
+        let (x, w, dy) = (tensor(x), tensor(weight), tensor(grad_out));
+        return float(chunked(x, w, dy, spec, &chunks));
+    }
+    let shape = if data {
         let kernel = [weight.shape[2], weight.shape[3], weight.shape[4]];
         if is_strided_same(kernel, &spec) {
             // cuDNN's own strided data gradient is an order of magnitude slower (see there).
             let x_spatial = [x.shape[2], x.shape[3], x.shape[4]];
-            return float(data_grad_via_forward::<Self>(
+            return float(data_grad_via_forward::<Fused<F, I, BT>>(
                 x_spatial,
                 tensor(weight),
                 tensor(grad_out),
                 spec,
             ));
         }
-        let shape = x.shape.clone();
-        register_conv::<F, I, BT>(ConvOp::DataGrad, vec![x, weight, grad_out], shape, spec)
-    }
-
-    fn conv3d_weight_grad(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad_out: FloatTensor<Self>,
-        spec: Conv3dSpec,
-    ) -> FloatTensor<Self> {
-        if !spec.compute.uses_cudnn() {
-            return crate::cube::conv::engine::weight_grad::<CudaRuntime, F, I, BT>(
-                x, weight, grad_out, spec,
-            );
-        }
-        if let Some(chunks) = cudnn_batch_chunks(&x.shape, &grad_out.shape) {
-            let (x, w, dy) = (tensor(x), tensor(weight), tensor(grad_out));
-            return float(weight_grad_in_batch_chunks::<Self>(x, w, dy, spec, &chunks));
-        }
+        x.shape.clone()
+    } else {
         let c_out = weight.shape[0];
         if c_out < PADDED_OUT_CHANNELS {
             let padded = PADDED_OUT_CHANNELS;
-            return float(crate::conv::weight_grad_padded::<Self>(
+            return float(crate::conv::weight_grad_padded::<Fused<F, I, BT>>(
                 tensor(x),
                 tensor(weight),
                 tensor(grad_out),
@@ -229,9 +233,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> KernelBackend for Fused<F,
                 padded,
             ));
         }
-        let shape = weight.shape.clone();
-        register_conv::<F, I, BT>(ConvOp::WeightGrad, vec![x, weight, grad_out], shape, spec)
-    }
+        weight.shape.clone()
+    };
+    register_conv::<F, I, BT>(op, vec![x, weight, grad_out], shape, spec)
 }
 
 /// The ranges of examples to give cuDNN one call each when an operand of the whole batch is

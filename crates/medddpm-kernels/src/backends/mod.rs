@@ -77,6 +77,22 @@ macro_rules! cube_kernels {
     };
 }
 
+/// Overrides of the two convolution gradients, which share one signature: each `$method`
+/// hands `(x, weight, grad_out, spec)` to `$body`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+macro_rules! conv_grads {
+    ($($method:ident: $body:expr),+ $(,)?) => {$(
+        fn $method(
+            x: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            grad_out: FloatTensor<Self>,
+            spec: Conv3dSpec,
+        ) -> FloatTensor<Self> {
+            $body(x, weight, grad_out, spec)
+        }
+    )+};
+}
+
 #[cfg(feature = "cuda")]
 mod fused;
 
@@ -140,27 +156,10 @@ impl KernelBackend for burn::backend::Wgpu {
         crate::cube::conv::engine::forward::<WgpuRuntime, f32, i32, u32>(x, weight, spec)
     }
 
-    fn conv3d_data_grad(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad_out: FloatTensor<Self>,
-        spec: Conv3dSpec,
-    ) -> FloatTensor<Self> {
-        crate::cube::conv::engine::data_grad::<WgpuRuntime, f32, i32, u32>(
-            x, weight, grad_out, spec,
-        )
-    }
-
-    fn conv3d_weight_grad(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad_out: FloatTensor<Self>,
-        spec: Conv3dSpec,
-    ) -> FloatTensor<Self> {
-        crate::cube::conv::engine::weight_grad::<WgpuRuntime, f32, i32, u32>(
-            x, weight, grad_out, spec,
-        )
-    }
+    conv_grads!(
+        conv3d_data_grad: crate::cube::conv::engine::data_grad::<WgpuRuntime, f32, i32, u32>,
+        conv3d_weight_grad: crate::cube::conv::engine::weight_grad::<WgpuRuntime, f32, i32, u32>,
+    );
 
     cube_kernels!(WgpuRuntime, f32, i32, u32);
 }

@@ -123,6 +123,15 @@ pub struct SessionOptions {
     pub cuda_graphs: bool,
 }
 
+/// What a session trains, handed down together: the experiment, its run folder and the
+/// session's options.
+#[derive(Clone, Copy)]
+pub(super) struct Job<'a> {
+    config: &'a ExperimentConfig,
+    run: &'a RunDir,
+    options: &'a SessionOptions,
+}
+
 /// Trains (or resumes) the experiment in `run`, on backend `B`.
 pub fn train<B: KernelAutodiffBackend>(
     config: &ExperimentConfig,
@@ -155,25 +164,28 @@ pub fn train_on<B: KernelAutodiffBackend>(
         });
     };
     let shard = Shard::new(&config.train, 0, devices.len())?;
-    let s = open_session::<B>(config, run, options, first, observer)?;
+    let job = Job {
+        config,
+        run,
+        options,
+    };
+    let s = open_session::<B>(job, first, observer)?;
     // One device alone, unless NCCL was asked for: a group of one runs the multi-device path.
     if devices.len() == 1 && options.collective != Collective::Nccl {
-        return lead(s, config, run, options, first, Team::alone(shard), observer);
+        return lead(s, job, first, Team::alone(shard), observer);
     }
-    parallel::train(s, config, run, options, devices, observer)
+    parallel::train(s, job, devices, observer)
 }
 
 /// The session on the first device, with f16's loss scale where the run starts one.
 fn open_session<B: KernelAutodiffBackend>(
-    config: &ExperimentConfig,
-    run: &RunDir,
-    options: &SessionOptions,
+    job: Job<'_>,
     device: &B::Device,
     observer: &mut dyn TrainObserver,
 ) -> Result<Session<B>, TrainError> {
-    let mut s = Session::<B>::open(config, run, options, device, observer)?;
-    if options.compute.precision == Precision::F16 && s.state.loss_scale.is_none() {
-        s.state.loss_scale = Some(LossScale::new(config.train.loss_scale));
+    let mut s = Session::<B>::open(job, device, observer)?;
+    if job.options.compute.precision == Precision::F16 && s.state.loss_scale.is_none() {
+        s.state.loss_scale = Some(LossScale::new(job.config.train.loss_scale));
     }
     Ok(s)
 }
@@ -182,13 +194,12 @@ fn open_session<B: KernelAutodiffBackend>(
 /// EMA, the log, the checkpoints and the samples.
 fn lead<B: KernelAutodiffBackend>(
     mut s: Session<B>,
-    config: &ExperimentConfig,
-    run: &RunDir,
-    options: &SessionOptions,
+    job: Job<'_>,
     device: &B::Device,
     team: Team<'_>,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary, TrainError> {
+    let (config, run, options) = (job.config, job.run, job.options);
     let settings = &config.train;
     let end_step = end_step(config, options, s.state.step);
     let ema_schedule = ema_schedule(config);

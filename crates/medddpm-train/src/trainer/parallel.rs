@@ -16,11 +16,12 @@ use super::session::Session;
 use super::shard::{Shard, Split};
 use super::team::{Link, Team, STOPPED_BY_ANOTHER};
 use super::{
-    end_step, lead, optimizer_step, scaled, SessionOptions, TrainObserver, TrainSummary, Update,
+    end_step, lead, optimizer_step, scaled, Job, SessionOptions, TrainObserver, TrainSummary,
+    Update,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{LossScale, RunDir, TrainState};
+use crate::checkpoint::{LossScale, TrainState};
 use crate::data::NiftiDataset;
 use crate::{ExperimentConfig, FusedAdam, FusedAdamOptimizer, TrainError};
 
@@ -146,12 +147,11 @@ impl<B: KernelAutodiffBackend> Worker<B> {
 /// Runs the session `s` (opened on `devices[0]`) on all of `devices`.
 pub(super) fn train<B: KernelAutodiffBackend>(
     s: Session<B>,
-    config: &ExperimentConfig,
-    run: &RunDir,
-    options: &SessionOptions,
+    job: Job<'_>,
     devices: &[B::Device],
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary, TrainError> {
+    let (config, options) = (job.config, job.options);
     let world = devices.len();
     let collective = match options.collective {
         Collective::Auto => Collective::Host,
@@ -200,7 +200,7 @@ pub(super) fn train<B: KernelAutodiffBackend>(
             collective,
             format!("{:?}", devices[0]),
         );
-        let lead_out = lead(s, config, run, options, &devices[0], team, observer);
+        let lead_out = lead(s, job, &devices[0], team, observer);
         if lead_out.is_ok() {
             guard.disarm();
         } else {

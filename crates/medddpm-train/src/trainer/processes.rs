@@ -27,7 +27,7 @@ use super::parallel::{first_cause, StartPoint, Worker};
 use super::session::Session;
 use super::shard::Shard;
 use super::team::{Link, Team, STOPPED_BY_ANOTHER};
-use super::{end_step, lead, open_session, SessionOptions, TrainObserver, TrainSummary};
+use super::{end_step, lead, open_session, Job, SessionOptions, TrainObserver, TrainSummary};
 use crate::checkpoint::RunDir;
 use crate::cluster::ClusterPlace;
 use crate::integrity::decode_record;
@@ -102,14 +102,12 @@ pub fn train_processes<B: KernelAutodiffBackend>(
 ) -> Result<TrainSummary, TrainError> {
     let names: Vec<String> = devices.iter().map(usize::to_string).collect();
     let start = || start_replicas(devices, options.compute, launcher);
-    lead_processes::<B>(
+    let job = Job {
         config,
         run,
         options,
-        (&names, device, false),
-        start,
-        observer,
-    )
+    };
+    lead_processes::<B>(job, (&names, device, false), start, observer)
 }
 
 /// Rank 0 of a run whose processes a cluster launcher started (`torchrun`, `srun`): listens
@@ -133,14 +131,12 @@ pub fn train_cluster_lead<B: KernelAutodiffBackend>(
             .map_err(|e| Started::Lead(format!("at {}: {e}", place.rendezvous)))?;
         Ok((Replicas(Vec::new()), link))
     };
-    lead_processes::<B>(
+    let job = Job {
         config,
         run,
         options,
-        (&names, device, true),
-        start,
-        observer,
-    )
+    };
+    lead_processes::<B>(job, (&names, device, true), start, observer)
 }
 
 /// The lead's part of a run of one process per device, once `start` has its replicas
@@ -148,16 +144,15 @@ pub fn train_cluster_lead<B: KernelAutodiffBackend>(
 /// their own compute settings (a cluster launcher started them), which they check against
 /// the lead's.
 fn lead_processes<B: KernelAutodiffBackend>(
-    config: &ExperimentConfig,
-    run: &RunDir,
-    options: &SessionOptions,
+    job: Job<'_>,
     (names, device, cluster): (&[String], &B::Device, bool),
     start: impl FnOnce() -> Result<(Replicas, ProcessLink), Started>,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary, TrainError> {
     let world = names.len();
+    let (config, options) = (job.config, job.options);
     let shard = Shard::new(&config.train, 0, world)?;
-    let s = open_session::<B>(config, run, options, device, observer)?;
+    let s = open_session::<B>(job, device, observer)?;
     let collective = match options.collective {
         Collective::Auto => Collective::Host,
         c => c,
@@ -216,7 +211,7 @@ fn lead_processes<B: KernelAutodiffBackend>(
         collective,
         format!("{device:?}"),
     );
-    let out = lead(s, config, run, options, device, team, observer);
+    let out = lead(s, job, device, team, observer);
     if out.is_err() {
         link.abort("");
     }

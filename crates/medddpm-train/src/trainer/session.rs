@@ -9,9 +9,9 @@ use burn::optim::Optimizer;
 use medddpm_diffusion::CosineSchedule;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
-use super::{SessionOptions, TrainObserver};
+use super::{Job, TrainObserver};
 use crate::checkpoint::OPTIMIZER_FILE;
-use crate::checkpoint::{self, read_state, RunDir, TrainState, EMA_FILE, MODEL_FILE};
+use crate::checkpoint::{self, read_state, TrainState, EMA_FILE, MODEL_FILE};
 use crate::data::NiftiDataset;
 use crate::integrity::{decode_record, load_record_bytes, read_checked};
 use crate::lock::RunLock;
@@ -35,12 +35,11 @@ impl<B: KernelAutodiffBackend> Session<B> {
     /// Validates the experiment, opens its data, builds (or resumes) the training state and
     /// writes the run's `config.toml`.
     pub fn open(
-        config: &ExperimentConfig,
-        run: &RunDir,
-        options: &SessionOptions,
+        job: Job<'_>,
         device: &B::Device,
         observer: &mut dyn TrainObserver,
     ) -> Result<Self, TrainError> {
+        let (config, run, options) = (job.config, job.run, job.options);
         config.validate()?;
         let dataset = NiftiDataset::open(&config.data)?;
         check_channels(config, &dataset)?;
