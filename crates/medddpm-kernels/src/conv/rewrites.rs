@@ -120,7 +120,7 @@ pub fn data_grad_via_forward<B: KernelBackend>(
 }
 
 /// The most values one tensor operand of a cuDNN call may hold: its descriptors index with
-/// 32-bit integers, and it refuses larger tensors (`CUDNN_STATUS_BAD_PARAM`; burn's fallback
+/// 32-bit integers, and it refuses larger tensors (`CUDNN_STATUS_NOT_SUPPORTED`; burn's fallback
 /// convolution then took 187 ms a call for BraTS's full-resolution decoder input at batch 4).
 pub const CUDNN_MAX_VALUES: usize = i32::MAX as usize;
 
