@@ -81,13 +81,11 @@ pub fn run_shard<B: KernelBackend>(
                 .map(|pair| condition(synthesis, model, masks, pair));
             each.collect()
         };
-        let mut next = batches.first().map(|b| Ok(prepare(b)));
+        let mut next = batches.first().map(|&b| scope.spawn(move || prepare(b)));
         for (i, &batch) in batches.iter().enumerate() {
             let start = Instant::now();
             let conditions = next.take().map_or_else(|| Ok(Vec::new()), joined)?;
-            next = batches
-                .get(i + 1)
-                .map(|&b| Err(scope.spawn(move || prepare(b))));
+            next = batches.get(i + 1).map(|&b| scope.spawn(move || prepare(b)));
             let inputs: Vec<(&Condition, u64)> = conditions
                 .iter()
                 .zip(batch)
@@ -123,20 +121,13 @@ pub fn run_shard<B: KernelBackend>(
 /// A pair's condition with its augmentation's record.
 type Prepared = (Condition, Option<serde_json::Value>);
 
-/// A batch's conditions, prepared here (`Ok`) or on a thread of their own (`Err`, joined).
-type Preparing<'scope> = Result<
-    Result<Vec<Prepared>, SynthError>,
-    std::thread::ScopedJoinHandle<'scope, Result<Vec<Prepared>, SynthError>>,
->;
-
-/// The conditions `preparing` gives, once ready.
-fn joined(preparing: Preparing<'_>) -> Result<Vec<Prepared>, SynthError> {
-    match preparing {
-        Ok(done) => done,
-        Err(thread) => thread
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-    }
+/// A batch's conditions from the thread that prepared them.
+fn joined(
+    thread: std::thread::ScopedJoinHandle<'_, Result<Vec<Prepared>, SynthError>>,
+) -> Result<Vec<Prepared>, SynthError> {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// A sampled pair waiting for its files.
