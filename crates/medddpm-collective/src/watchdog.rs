@@ -63,7 +63,7 @@ impl CommGuard {
 
 /// Where the watch is and what it is told.
 pub(super) struct Watchdog {
-    calls: std::sync::Mutex<Sender<(usize, Instant)>>,
+    calls: Sender<(usize, Instant)>,
 }
 
 /// What the watch needs of the communicator, by value (raw handles as integers).
@@ -115,9 +115,7 @@ impl Watchdog {
                 }
             })
             .map_err(|e| format!("starting the NCCL watch: {e}"))?;
-        Ok(Self {
-            calls: std::sync::Mutex::new(tx),
-        })
+        Ok(Self { calls: tx })
     }
 
     /// Records an event on `stream` after the call just enqueued there and hands it to the
@@ -129,8 +127,7 @@ impl Watchdog {
         // SAFETY: a fresh event and the stream the call was enqueued on.
         unsafe { cudarc::driver::result::event::record(event, stream as CUstream) }
             .map_err(|e| format!("an event after the all-reduce: {e}"))?;
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        if calls.send((event as usize, Instant::now())).is_err() {
+        if self.calls.send((event as usize, Instant::now())).is_err() {
             // The watch already aborted the communicator; nothing is left to watch.
             destroy(event as usize);
         }
