@@ -1,4 +1,5 @@
 pub mod capture;
+pub(crate) mod pool_trim;
 pub(crate) mod command;
 pub(crate) mod communication;
 pub(crate) mod context;
