@@ -18,7 +18,7 @@ fn csv_f64(v: Option<f64>) -> String {
 }
 
 /// The columns before the breakdown's (`fwd_<class>_ms`) and the message.
-const COLUMNS: [&str; 20] = [
+pub(super) const COLUMNS: [&str; 20] = [
     "backend",
     "device",
     "precision",
