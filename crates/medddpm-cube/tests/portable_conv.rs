@@ -84,21 +84,18 @@ fn errors(c: Case, dtype: DType, layout: Layout, seed: u64) -> [f64; 2] {
     let want_y = reference::forward(x.clone(), weight.clone(), spec);
     let want_dx = reference::data_grad(x.clone(), weight.clone(), dy.clone(), spec);
     let w_gpu = prim(on_gpu(&weight, dtype, Layout::Ncdhw));
+    let gpu_spec = c.spec_in(layout);
     let y = conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(
         prim(on_gpu(&x, dtype, layout)),
         w_gpu.clone(),
-        c.stride,
-        c.padding,
-        layout,
+        &gpu_spec,
     )
     .expect("valid operands");
     let dx = conv3d_data_grad_fused::<GpuRuntime, f32, i32, GpuBool>(
         [c.batch, c.c_in, d, h, w],
         w_gpu,
         prim(on_gpu(&dy, dtype, layout)),
-        c.stride,
-        c.padding,
-        layout,
+        &gpu_spec,
     )
     .expect("valid operands");
     [rel_l2(to_cpu(y), want_y), rel_l2(to_cpu(dx), want_dx)]
@@ -167,16 +164,9 @@ fn results_come_back_in_the_layout_asked_for() {
     let w = Tensor::<Cube, 5>::from_data(normal([4, 6, 3, 3, 3], 0.1, 4), &Default::default());
     for layout in Layout::ALL {
         let xl = prim(in_layout(x.clone(), layout));
-        let y = conv3d_forward(xl, prim(w.clone()), [2; 3], [1; 3], layout).unwrap();
-        let dx = conv3d_data_grad(
-            [1, 6, 4, 5, 3],
-            prim(w.clone()),
-            y.clone(),
-            [2; 3],
-            [1; 3],
-            layout,
-        )
-        .unwrap();
+        let spec = case(1, 6, 4, [4, 5, 3], 3, 2, 1).spec_in(layout);
+        let y = conv3d_forward(xl, prim(w.clone()), &spec).unwrap();
+        let dx = conv3d_data_grad([1, 6, 4, 5, 3], prim(w.clone()), y.clone(), &spec).unwrap();
         assert_eq!(y.meta.shape().to_vec(), vec![1, 4, 2, 3, 2]);
         assert_eq!(dx.meta.shape().to_vec(), vec![1, 6, 4, 5, 3]);
         let channel_stride = |t: &burn_cubecl::tensor::CubeTensor<GpuRuntime>| t.meta.strides()[1];
@@ -194,22 +184,20 @@ fn results_come_back_in_the_layout_asked_for() {
 
 #[test]
 fn mismatched_operands_are_errors() {
-    let forward = |x, w, padding| {
-        conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(x, w, [1; 3], padding, Layout::Ncdhw)
-    };
+    let spec = |p| case(1, 4, 2, [4; 3], 3, 1, p).spec();
+    let forward =
+        |x, w, padding| conv3d_forward_fused::<GpuRuntime, f32, i32, GpuBool>(x, w, &spec(padding));
     let w = zeros::<Gpu>([2, 4, 3, 3, 3]);
-    let e = forward(zeros::<Gpu>([1, 3, 4, 4, 4]), w.clone(), [1; 3]);
+    let e = forward(zeros::<Gpu>([1, 3, 4, 4, 4]), w.clone(), 1);
     assert!(matches!(e, Err(CubeConvError::Channels { .. })), "{e:?}");
     let dy = zeros::<Gpu>([1, 2, 3, 4, 4]);
     let e = conv3d_data_grad_fused::<GpuRuntime, f32, i32, GpuBool>(
         [1, 4, 4, 4, 4],
         w.clone(),
         dy,
-        [1; 3],
-        [1; 3],
-        Layout::Ncdhw,
+        &spec(1),
     );
     assert!(matches!(e, Err(CubeConvError::GradShape { .. })), "{e:?}");
-    let e = forward(zeros::<Gpu>([1, 4, 2, 2, 2]), w, [0; 3]);
+    let e = forward(zeros::<Gpu>([1, 4, 2, 2, 2]), w, 0);
     assert!(matches!(e, Err(CubeConvError::Window { .. })), "{e:?}");
 }

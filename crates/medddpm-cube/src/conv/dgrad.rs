@@ -24,6 +24,7 @@ use super::forward::strides5;
 use super::launch::{choose_tile, launch, Problem};
 use super::{check, check_dtypes, empty_in_layout, five, CubeConvError};
 use crate::compute::Layout;
+use crate::reference::conv_spec::Conv3dSpec;
 
 /// One axis of one phase: taps, padding, first weight tap and outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,16 +63,15 @@ fn axis_phase(r: usize, size: usize, k: usize, s: usize, p: usize) -> AxisPhase 
 
 /// `dL/dx` of `y = conv3d(x, weight)` for `x` of shape `x_shape` `[b, c_in, d, h, w]`, given
 /// `grad_out` `[b, c_out, od, oh, ow]` (any memory order) and `weight`
-/// `[c_out, c_in, kd, kh, kw]`; the result is in `layout`'s memory order and `grad_out`'s
-/// dtype, accumulated in f32.
+/// `[c_out, c_in, kd, kh, kw]`; the result is in the memory order of `spec.compute.layout`
+/// and in `grad_out`'s dtype, accumulated in f32.
 pub fn conv3d_data_grad<R: CubeRuntime>(
     x_shape: [usize; 5],
     weight: CubeTensor<R>,
     grad_out: CubeTensor<R>,
-    stride: [usize; 3],
-    padding: [usize; 3],
-    layout: Layout,
+    spec: &Conv3dSpec,
 ) -> Result<CubeTensor<R>, CubeConvError> {
+    let (stride, padding, layout) = (spec.stride, spec.padding, spec.compute.layout);
     let wsh = five(weight.meta.shape(), "weight")?;
     check_dtypes(&[grad_out.dtype, weight.dtype])?;
     let out_size = check(x_shape, wsh, stride, padding)?;

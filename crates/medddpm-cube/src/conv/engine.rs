@@ -40,9 +40,9 @@ pub fn forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     weight: FloatTensor<Fused<R, F, I, BT>>,
     spec: Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    let check = || forward_check::<R, F, I, BT>(&x, &weight, spec.stride, spec.padding);
+    let check = || forward_check::<R, F, I, BT>(&x, &weight, &spec);
     if let Some(shapes) = ours(&spec, check) {
-        return forward_checked::<R, F, I, BT>(x, weight, shapes, geometry(&spec));
+        return forward_checked::<R, F, I, BT>(x, weight, shapes, &spec);
     }
     Fused::<R, F, I, BT>::conv3d(x, weight, None, spec.options())
 }
@@ -56,11 +56,10 @@ pub fn data_grad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 ) -> FloatTensor<Fused<R, F, I, BT>> {
     let check = || {
         let x_shape = five(&x.shape, "input")?;
-        data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, spec.stride, spec.padding)
-            .map(|()| x_shape)
+        data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, &spec).map(|()| x_shape)
     };
     if let Some(x_shape) = ours(&spec, check) {
-        return data_grad_checked::<R, F, I, BT>(x_shape, weight, grad_out, geometry(&spec));
+        return data_grad_checked::<R, F, I, BT>(x_shape, weight, grad_out, &spec);
     }
     Fused::<R, F, I, BT>::conv3d_x_backward(x, weight, grad_out, spec.options())
 }
@@ -77,9 +76,4 @@ pub fn weight_grad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEleme
         return weight_grad_checked::<R, F, I, BT>(x, &weight, grad_out, kernel, &spec);
     }
     Fused::<R, F, I, BT>::conv3d_weight_backward(x, weight, grad_out, spec.options())
-}
-
-/// Stride, padding and layout, as the registering functions take them.
-fn geometry(spec: &Conv3dSpec) -> ([usize; 3], [usize; 3], crate::compute::Layout) {
-    (spec.stride, spec.padding, spec.compute.layout)
 }

@@ -10,22 +10,22 @@ use super::launch::{choose_tile, launch, Problem};
 use super::narrow::{launch_narrow, narrow_width};
 use super::{check, check_dtypes, empty_in_layout, five, CubeConvError};
 use crate::compute::Layout;
+use crate::reference::conv_spec::Conv3dSpec;
 
 /// `y = conv3d(x, weight)` (no bias) for `x` `[b, c_in, d, h, w]` in any memory order and
-/// `weight` `[c_out, c_in, kd, kh, kw]`; `y` is `[b, c_out, od, oh, ow]` in `layout`'s memory
-/// order (channels-last as the permuted view of a contiguous `[b, od, oh, ow, c_out]`
+/// `weight` `[c_out, c_in, kd, kh, kw]`; `y` is `[b, c_out, od, oh, ow]` in the memory order
+/// of `spec.compute.layout` (channels-last as the permuted view of a contiguous `[b, od, oh, ow, c_out]`
 /// buffer), in `x`'s dtype, accumulated in f32.
 pub fn conv3d_forward<R: CubeRuntime>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
-    stride: [usize; 3],
-    padding: [usize; 3],
-    layout: Layout,
+    spec: &Conv3dSpec,
 ) -> Result<CubeTensor<R>, CubeConvError> {
     let xs = five(x.meta.shape(), "input")?;
     let wsh = five(weight.meta.shape(), "weight")?;
     check_dtypes(&[x.dtype, weight.dtype])?;
-    let out_size = check(xs, wsh, stride, padding)?;
+    let out_size = check(xs, wsh, spec.stride, spec.padding)?;
+    let layout = spec.compute.layout;
     let [b, c_in, d, h, w] = xs;
     let [c_out, _, kd, kh, kw] = wsh;
     let y = empty_in_layout(
@@ -54,8 +54,8 @@ pub fn conv3d_forward<R: CubeRuntime>(
         c_out,
         in_size: [d, h, w],
         out_size,
-        stride,
-        pad: padding.map(|v| v as i64),
+        stride: spec.stride,
+        pad: spec.padding.map(|v| v as i64),
         taps: [kd, kh, kw],
         x_strides: strides5(&x),
         x_base: 0,

@@ -9,18 +9,27 @@ use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_ir::OperationOutput;
 
 use super::{check, check_dtypes, conv3d_data_grad, conv3d_forward, five, CubeConvError};
-use crate::compute::Layout;
+use crate::reference::conv_spec::Conv3dSpec;
 use crate::{fixed, register, Fused, Kernel};
 
 /// What a launch needs besides its two operands (the [`Kernel`] a convolution registers).
 #[derive(Debug, Clone, Copy)]
 struct Geometry {
-    stride: [usize; 3],
-    padding: [usize; 3],
-    layout: Layout,
+    spec: Conv3dSpec,
     /// The convolution's input shape (what the data gradient returns).
     x_shape: [usize; 5],
     data_grad: bool,
+}
+
+impl Geometry {
+    /// `spec`'s convolution of an input of `x_shape`, or its data gradient.
+    fn new(spec: &Conv3dSpec, x_shape: [usize; 5], data_grad: bool) -> Self {
+        Geometry {
+            spec: *spec,
+            x_shape,
+            data_grad,
+        }
+    }
 }
 
 impl<R: CubeRuntime> Kernel<R> for Geometry {
@@ -28,30 +37,24 @@ impl<R: CubeRuntime> Kernel<R> for Geometry {
         let [a, w] = fixed(inputs);
         let g = self;
         let result = if g.data_grad {
-            conv3d_data_grad(g.x_shape, w, a, g.stride, g.padding, g.layout)
+            conv3d_data_grad(g.x_shape, w, a, &g.spec)
         } else {
-            conv3d_forward(a, w, g.stride, g.padding, g.layout)
+            conv3d_forward(a, w, &g.spec)
         };
         vec![result.expect("the operands were checked when the operation was registered")]
     }
 }
 
 /// [`conv3d_forward`](super::conv3d_forward) on burn's fused CubeCL backends: `x`
-/// `[b, c_in, d, h, w]` (channels-last as a permuted view), `weight` `[c_out, c_in, kd, kh, kw]`.
+/// `[b, c_in, d, h, w]` (channels-last as a permuted view, `spec.compute.layout` saying
+/// which), `weight` `[c_out, c_in, kd, kh, kw]`.
 pub fn conv3d_forward_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: FloatTensor<Fused<R, F, I, BT>>,
     weight: FloatTensor<Fused<R, F, I, BT>>,
-    stride: [usize; 3],
-    padding: [usize; 3],
-    layout: Layout,
+    spec: &Conv3dSpec,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
-    let shapes = forward_check::<R, F, I, BT>(&x, &weight, stride, padding)?;
-    Ok(forward_checked::<R, F, I, BT>(
-        x,
-        weight,
-        shapes,
-        (stride, padding, layout),
-    ))
+    let shapes = forward_check::<R, F, I, BT>(&x, &weight, spec)?;
+    Ok(forward_checked::<R, F, I, BT>(x, weight, shapes, spec))
 }
 
 /// [`conv3d_data_grad`](super::conv3d_data_grad) on burn's fused CubeCL backends.
@@ -59,16 +62,11 @@ pub fn conv3d_data_grad_fused<R: CubeRuntime, F: FloatElement, I: IntElement, BT
     x_shape: [usize; 5],
     weight: FloatTensor<Fused<R, F, I, BT>>,
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
-    stride: [usize; 3],
-    padding: [usize; 3],
-    layout: Layout,
+    spec: &Conv3dSpec,
 ) -> Result<FloatTensor<Fused<R, F, I, BT>>, CubeConvError> {
-    data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, stride, padding)?;
+    data_grad_check::<R, F, I, BT>(x_shape, &weight, &grad_out, spec)?;
     Ok(data_grad_checked::<R, F, I, BT>(
-        x_shape,
-        weight,
-        grad_out,
-        (stride, padding, layout),
+        x_shape, weight, grad_out, spec,
     ))
 }
 
@@ -84,13 +82,12 @@ pub(super) struct ForwardShapes {
 pub(super) fn forward_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: &FloatTensor<Fused<R, F, I, BT>>,
     weight: &FloatTensor<Fused<R, F, I, BT>>,
-    stride: [usize; 3],
-    padding: [usize; 3],
+    spec: &Conv3dSpec,
 ) -> Result<ForwardShapes, CubeConvError> {
     check_dtypes(&[x.dtype, weight.dtype])?;
     let x_shape = five(&x.shape, "input")?;
     let w_shape = five(&weight.shape, "weight")?;
-    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
+    let [od, oh, ow] = check(x_shape, w_shape, spec.stride, spec.padding)?;
     Ok(ForwardShapes {
         x: x_shape,
         out: Shape::new([x_shape[0], w_shape[0], od, oh, ow]),
@@ -102,22 +99,10 @@ pub(super) fn forward_checked<R: CubeRuntime, F: FloatElement, I: IntElement, BT
     x: FloatTensor<Fused<R, F, I, BT>>,
     weight: FloatTensor<Fused<R, F, I, BT>>,
     shapes: ForwardShapes,
-    (stride, padding, layout): ([usize; 3], [usize; 3], Layout),
+    spec: &Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    let geometry = Geometry {
-        stride,
-        padding,
-        layout,
-        x_shape: shapes.x,
-        data_grad: false,
-    };
-    registered::<R, F, I, BT>(
-        "medddpm_cube_conv3d_forward",
-        x,
-        weight,
-        shapes.out,
-        geometry,
-    )
+    let geometry = Geometry::new(spec, shapes.x, false);
+    registered::<R, F, I, BT>(geometry, x, weight, shapes.out)
 }
 
 /// Why [`conv3d_data_grad_fused`] would refuse these operands, checked without taking them.
@@ -125,12 +110,11 @@ pub(super) fn data_grad_check<R: CubeRuntime, F: FloatElement, I: IntElement, BT
     x_shape: [usize; 5],
     weight: &FloatTensor<Fused<R, F, I, BT>>,
     grad_out: &FloatTensor<Fused<R, F, I, BT>>,
-    stride: [usize; 3],
-    padding: [usize; 3],
+    spec: &Conv3dSpec,
 ) -> Result<(), CubeConvError> {
     check_dtypes(&[grad_out.dtype, weight.dtype])?;
     let w_shape = five(&weight.shape, "weight")?;
-    let [od, oh, ow] = check(x_shape, w_shape, stride, padding)?;
+    let [od, oh, ow] = check(x_shape, w_shape, spec.stride, spec.padding)?;
     let got = five(&grad_out.shape, "output gradient")?;
     let want = [x_shape[0], w_shape[0], od, oh, ow];
     if got != want {
@@ -144,33 +128,24 @@ pub(super) fn data_grad_checked<R: CubeRuntime, F: FloatElement, I: IntElement, 
     x_shape: [usize; 5],
     weight: FloatTensor<Fused<R, F, I, BT>>,
     grad_out: FloatTensor<Fused<R, F, I, BT>>,
-    (stride, padding, layout): ([usize; 3], [usize; 3], Layout),
+    spec: &Conv3dSpec,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
-    let geometry = Geometry {
-        stride,
-        padding,
-        layout,
-        x_shape,
-        data_grad: true,
-    };
-    registered::<R, F, I, BT>(
-        "medddpm_cube_conv3d_data_grad",
-        grad_out,
-        weight,
-        Shape::new(x_shape),
-        geometry,
-    )
+    let geometry = Geometry::new(spec, x_shape, true);
+    registered::<R, F, I, BT>(geometry, grad_out, weight, Shape::new(x_shape))
 }
 
-/// Registers one convolution of activation `a` with `weight`, giving a tensor of `out` in
-/// `a`'s dtype.
+/// Registers the convolution `geometry` says of activation `a` with `weight`, giving a tensor
+/// of `out` in `a`'s dtype.
 fn registered<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    name: &'static str,
+    geometry: Geometry,
     a: FloatTensor<Fused<R, F, I, BT>>,
     weight: FloatTensor<Fused<R, F, I, BT>>,
     out: Shape,
-    geometry: Geometry,
 ) -> FloatTensor<Fused<R, F, I, BT>> {
+    let name = match geometry.data_grad {
+        true => "medddpm_cube_conv3d_data_grad",
+        false => "medddpm_cube_conv3d_forward",
+    };
     let dtype = a.dtype;
     let [y] =
         register::<R, F, I, BT, _>(name, vec![a, weight], vec![(out, dtype)], geometry).outputs();

@@ -11,7 +11,7 @@ pub use burn::backend::{
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
-use medddpm_ops::compute::Compute;
+use medddpm_ops::compute::{Compute, Layout};
 use medddpm_ops::reference::conv_spec::Conv3dSpec;
 #[cfg(feature = "test-cuda")]
 pub use {
@@ -77,10 +77,18 @@ impl Case {
     }
 
     pub fn spec(&self) -> Conv3dSpec {
+        self.spec_in(Layout::Ncdhw)
+    }
+
+    /// The spec with activations in `layout`.
+    pub fn spec_in(&self, layout: Layout) -> Conv3dSpec {
         Conv3dSpec {
             stride: self.stride,
             padding: self.padding,
-            compute: Compute::default(),
+            compute: Compute {
+                layout,
+                ..Compute::default()
+            },
         }
     }
 

@@ -66,7 +66,7 @@ pub fn engine_vs_reference<B: KernelBackend>(
         want = want
             .into_iter()
             .zip(grads)
-            .map(|([p, m, v], g)| adam_step_reference(p, g, m, v, step))
+            .map(|(state, g)| adam_step_reference(state, g, step))
             .collect();
     }
     let mut worst = [0.0f64, 0.0, 0.0, copy_err];

@@ -40,13 +40,12 @@ impl AdamStep {
     }
 }
 
-/// The plain-op reference: `[param, moment_1, moment_2]` after one update, with burn's Adam's
-/// operations in burn's order (so it matches `burn::optim::Adam` to the last bit).
+/// The plain-op reference: `[param, moment_1, moment_2]` after one update of that state with
+/// `grad`, with burn's Adam's operations in burn's order (so it matches `burn::optim::Adam` to
+/// the last bit). The state goes in as it comes out, so steps chain.
 pub fn adam_step_reference<B: Backend, const D: usize>(
-    param: Tensor<B, D>,
+    [param, moment_1, moment_2]: [Tensor<B, D>; 3],
     grad: Tensor<B, D>,
-    moment_1: Tensor<B, D>,
-    moment_2: Tensor<B, D>,
     step: AdamStep,
 ) -> [Tensor<B, D>; 3] {
     let moment_1 = moment_1
@@ -119,7 +118,8 @@ pub fn adam_step_primitive<B: Backend>(
         Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, Shape::new([n]))))
     };
     let grad = cast_to(flat(grad), dtype);
-    let out = adam_step_reference(flat(param), grad, flat(moment_1), flat(moment_2), step);
+    let state = [param, moment_1, moment_2].map(flat);
+    let out = adam_step_reference(state, grad, step);
     let copy = copy.map(|d| cast_to(out[0].clone(), d));
     let back = |t: Tensor<B, 1>| B::float_reshape(t.into_primitive().tensor(), shape.clone());
     AdamOutput {
