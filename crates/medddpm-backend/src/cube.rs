@@ -64,22 +64,15 @@ fn driver_jit_cache(root: &Path) {
 /// four: on an H200 every tensor of 70-561 MB, a 128^3 activation of 16-128 bf16 channels, lands
 /// in a 2.2 GiB page, and the pool grows by whole pages): a bf16 training step's peak on an H200
 /// went from 11,132 to 10,236 MiB at the same speed; buckets of our own (a buffer per size class,
-/// 1.125x to 2x apart, never freed) peaked at 10,300-10,364 MiB. A bucket keeps a freed buffer
-/// for its own size class only, so freed buffers beyond [`POOL_TRIM_SLACK`] go back to the
-/// driver's pool, which reuses them for any size: the bench's whole-GPU peak 10,805 -> 10,389
-/// MiB at the same step times, where no slack (trimming at every large request) peaked at
-/// 11,125 MiB and cost 7 ms a synchronised step, and 1 GiB changed nothing
-/// (docs/benchmarks/optimisation-log.md). Takes effect for the devices whose first client
-/// opens after it.
+/// 1.125x to 2x apart, never freed) peaked at 10,300-10,364 MiB. On CUDA a bucket's freed
+/// buffers are never released while no error occurs; handing those beyond a slack back to the
+/// driver's pool made the peak vary from run to run around a worse mean
+/// (docs/benchmarks/optimisation-log.md). Takes effect for the devices whose first client opens
+/// after it.
 #[cfg(feature = "cuda")]
 fn exclusive_memory_pages() {
     cubecl::cuda::set_device_memory_pools(|_| cubecl::MemoryConfiguration::ExclusivePages);
-    cubecl::cuda::set_pool_trim(POOL_TRIM_SLACK);
 }
-
-/// Freed memory cubecl's pools keep before a large request returns it to the driver's pool.
-#[cfg(feature = "cuda")]
-const POOL_TRIM_SLACK: u64 = 256 << 20;
 
 /// The devices a run opens, each with its index (the first is the task's), and how their
 /// replicas average gradients (resolved).

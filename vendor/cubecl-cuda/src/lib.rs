@@ -7,7 +7,6 @@ mod device;
 mod runtime;
 
 pub use compute::capture::{CudaGraph, is_capturing};
-pub use compute::pool_trim::set_pool_trim;
 pub use device::*;
 pub use runtime::*;
 

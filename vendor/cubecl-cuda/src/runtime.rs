@@ -106,7 +106,6 @@ impl DeviceService for CudaServer {
             cudarc::driver::result::ctx::set_current(ctx).unwrap();
             ctx
         };
-        crate::compute::pool_trim::keep_freed_memory(device_ptr);
 
         // SAFETY: `device_ptr` is valid. `cuDeviceTotalMem_v2` writes the total device memory
         // into the `MaybeUninit`, making `assume_init()` valid on success.

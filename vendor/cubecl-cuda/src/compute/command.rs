@@ -109,24 +109,7 @@ impl<'a> Command<'a> {
     /// * `Err(IoError)` - If the allocation fails.
     #[cfg_attr(feature = "tracing", tracing::instrument(level = "trace", skip(self)))]
     pub fn reserve(&mut self, size: u64) -> Result<ManagedMemoryHandle, IoError> {
-        let current = self.streams.current();
-        // medddpm patch: free buffers beyond a slack go back to the driver's stream-ordered
-        // pool before a large request, which reuses their memory for any size; cubecl's own
-        // buckets keep a freed buffer for requests of its size class only.
-        if let Some(slack) = crate::compute::pool_trim::slack()
-            && size >= crate::compute::pool_trim::MIN_REQUEST
-            && current.graphs_alive == 0
-            && !crate::compute::capture::is_capturing(current.sys)
-        {
-            let usage = current.memory_management_gpu.memory_usage();
-            if usage.bytes_reserved.saturating_sub(usage.bytes_in_use) > slack {
-                current.memory_management_gpu.cleanup(true);
-                cubecl_runtime::storage::ComputeStorage::flush(
-                    current.memory_management_gpu.storage(),
-                );
-            }
-        }
-        let handle = current.memory_management_gpu.reserve(size)?;
+        let handle = self.streams.current().memory_management_gpu.reserve(size)?;
 
         Ok(handle)
     }

@@ -1,5 +1,4 @@
 pub mod capture;
-pub(crate) mod pool_trim;
 pub(crate) mod command;
 pub(crate) mod communication;
 pub(crate) mod context;
