@@ -111,22 +111,35 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
             .spawn()
             .unwrap();
         // Every fifth kill waits for a checkpoint write to begin, so some kills land inside one
-        // however fast or slow the machine; the others come at a fixed pseudo-random moment.
+        // however fast or slow the machine; every fifth from the third waits for a checkpoint
+        // to be completed first and counts its delay from then, so the run advances on a
+        // machine too loaded to reach one within the longest delay; the others come at a fixed
+        // pseudo-random moment.
         let aim_at_a_write = kill % 5 == 4;
+        let after_a_checkpoint = kill % 5 == 2;
+        let latest_before = run.latest_checkpoint().unwrap();
+        let mut checkpointed_at = None;
         let delay = next_delay();
         let start = Instant::now();
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("kill {kill}: training ended by itself ({status}) before the kill");
             }
-            let due = if aim_at_a_write {
+            let due = if aim_at_a_write || (after_a_checkpoint && checkpointed_at.is_none()) {
                 assert!(
                     start.elapsed() < Duration::from_secs(120),
-                    "kill {kill}: no checkpoint write began within 120 s"
+                    "kill {kill}: no checkpoint write began or ended within 120 s"
                 );
-                writing()
+                if after_a_checkpoint {
+                    if run.latest_checkpoint().unwrap() != latest_before {
+                        checkpointed_at = Some(Instant::now());
+                    }
+                    false
+                } else {
+                    writing()
+                }
             } else {
-                start.elapsed() >= delay
+                checkpointed_at.unwrap_or(start).elapsed() >= delay
             };
             if due {
                 break;
