@@ -97,7 +97,8 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
     let mut last_step = 0usize;
     let mut kills_during_a_write = 0;
     for kill in 0..20 {
-        let mut cmd = train(run.latest_checkpoint().unwrap().is_some());
+        let latest_before = run.latest_checkpoint().unwrap();
+        let mut cmd = train(latest_before.is_some());
         let before = half_written(&run);
         // This session is writing a checkpoint when a temporary folder is new or was touched.
         let writing = || !half_written(&run).is_subset(&before);
@@ -111,35 +112,31 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
             .spawn()
             .unwrap();
         // Every fifth kill waits for a checkpoint write to begin, so some kills land inside one
-        // however fast or slow the machine; every fifth from the third waits for a checkpoint
-        // to be completed first and counts its delay from then, so the run advances on a
-        // machine too loaded to reach one within the longest delay; the others come at a fixed
-        // pseudo-random moment.
+        // however fast or slow the machine; the others come at a fixed pseudo-random delay,
+        // counted from the session's start or, every fifth from the third, from the end of its
+        // first checkpoint, so the run advances on a machine too loaded to reach one within the
+        // longest delay.
         let aim_at_a_write = kill % 5 == 4;
-        let after_a_checkpoint = kill % 5 == 2;
-        let latest_before = run.latest_checkpoint().unwrap();
-        let mut checkpointed_at = None;
         let delay = next_delay();
         let start = Instant::now();
+        let mut delay_from = (kill % 5 != 2).then_some(start);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("kill {kill}: training ended by itself ({status}) before the kill");
             }
-            let due = if aim_at_a_write || (after_a_checkpoint && checkpointed_at.is_none()) {
+            if aim_at_a_write || delay_from.is_none() {
                 assert!(
                     start.elapsed() < Duration::from_secs(120),
                     "kill {kill}: no checkpoint write began or ended within 120 s"
                 );
-                if after_a_checkpoint {
-                    if run.latest_checkpoint().unwrap() != latest_before {
-                        checkpointed_at = Some(Instant::now());
-                    }
-                    false
-                } else {
-                    writing()
-                }
+            }
+            let due = if aim_at_a_write {
+                writing()
             } else {
-                checkpointed_at.unwrap_or(start).elapsed() >= delay
+                if delay_from.is_none() && run.latest_checkpoint().unwrap() != latest_before {
+                    delay_from = Some(Instant::now());
+                }
+                delay_from.is_some_and(|from| from.elapsed() >= delay)
             };
             if due {
                 break;
