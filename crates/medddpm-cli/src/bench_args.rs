@@ -9,7 +9,7 @@ use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Prec
 use medddpm_bench::{BenchOptions, Model, ScalingOptions, Workload};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
-use crate::compute_args::{BackendArg, CollectiveArg, LaunchArg};
+use crate::compute_args::{BackendArg, DeviceArgs};
 
 crate::compute_args::described_choice!(
     /// A network on the command line: its names and help come from [`Model`].
@@ -40,6 +40,14 @@ pub fn parse_size(s: &str) -> Result<[usize; 3], String> {
 /// Largest volume side `parse_size` accepts: far beyond any GPU's memory, and small enough that
 /// no product of sizes and channels overflows.
 const MAX_SIDE: usize = 1024;
+
+/// `bench --devices`'s help, in place of the shared switch's.
+pub const BENCH_DEVICES_HELP: &str = "Measure data-parallel training throughput instead of the \
+    matrix: the trainer's optimizer steps on the first 1, 2, .., N of these CUDA devices \
+    (comma-separated), one micro-batch of --batch volumes per device and step, in samples per \
+    second with the scaling efficiency (appended to scaling.jsonl in --out). Takes one backend, \
+    precision and layout; --collective and --launch say how its replicas average and where \
+    they live";
 
 /// Measures training micro-steps and sampling steps over a matrix of backend x precision x
 /// layout, each configuration in its own process, and writes JSON lines, CSV, markdown and a
@@ -134,20 +142,10 @@ pub struct BenchArgs {
     /// then includes the graphs' pool).
     #[arg(long)]
     pub cuda_graphs: bool,
-    /// Measure data-parallel training throughput instead of the matrix: the trainer's optimizer
-    /// steps on the first 1, 2, .., N of these CUDA devices (comma-separated), one micro-batch
-    /// of --batch volumes per device and step, in samples per second with the scaling
-    /// efficiency (appended to scaling.jsonl in --out). Takes one backend, precision and layout.
-    #[arg(long, value_delimiter = ',')]
-    pub devices: Option<Vec<usize>>,
-    /// How the devices average their gradients in a --devices run: auto (NCCL on CUDA), nccl or
-    /// host.
-    #[arg(long, value_enum)]
-    pub collective: Option<CollectiveArg>,
-    /// Where the replicas of a --devices run live: auto (a process per device on CUDA),
-    /// threads or processes.
-    #[arg(long, value_enum)]
-    pub launch: Option<LaunchArg>,
+    /// `--devices` measures data-parallel training throughput instead of the matrix
+    /// ([`BENCH_DEVICES_HELP`]).
+    #[command(flatten)]
+    pub replicas: DeviceArgs,
     /// Internal: run one configuration from this JSON file in this process.
     #[arg(long, hide = true)]
     pub single_config: Option<PathBuf>,
@@ -172,7 +170,7 @@ pub struct Scaling {
 impl BenchArgs {
     /// With `--devices`: the device-scaling measurement's compute settings and options.
     pub fn scaling(&self) -> Option<Result<Scaling, String>> {
-        let mut devices = self.devices.clone()?;
+        let mut devices = self.replicas.devices.clone()?;
         if let Some(k) = self.scaling_count {
             if k == 0 || k > devices.len() {
                 return Some(Err(format!(
@@ -201,8 +199,8 @@ impl BenchArgs {
             show_tuning: true,
             shipped_tuning: !self.no_shipped_tuning,
             devices,
-            collective: self.collective.map(|c| c.0).unwrap_or_default(),
-            launch: self.launch.map(|l| l.0).unwrap_or_default(),
+            collective: self.replicas.collective.map(|c| c.0).unwrap_or_default(),
+            launch: self.replicas.launch.map(|l| l.0).unwrap_or_default(),
             cluster_world: None,
         };
         Some(Ok(Scaling {

@@ -134,6 +134,14 @@ pub struct ComputeArgs {
     /// starts from the results shipped in the binary (kernel choices timed on those GPUs).
     #[arg(long)]
     pub no_shipped_tuning: bool,
+    #[command(flatten)]
+    pub replicas: DeviceArgs,
+}
+
+/// Where a run's model replicas go: the switches `ComputeArgs` and `bench` share (one
+/// declaration, so the device list is parsed one way everywhere).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeviceArgs {
     /// CUDA devices to run on, comma-separated GPU indices, e.g. 0,1 (default: 0). Training runs
     /// one model replica per device, the experiment's batch split across them; the other
     /// commands take one device.
@@ -158,9 +166,9 @@ impl ComputeArgs {
             norm_engine: self.norm_engine,
             tune_cache: self.tune_cache.clone(),
             no_shipped_tuning: self.no_shipped_tuning,
-            devices: self.devices.clone(),
-            collective: self.collective.map(|c| c.0),
-            launch: self.launch.map(|l| l.0),
+            devices: self.replicas.devices.clone(),
+            collective: self.replicas.collective.map(|c| c.0),
+            launch: self.replicas.launch.map(|l| l.0),
         }
     }
 

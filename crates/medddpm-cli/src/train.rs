@@ -231,7 +231,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 place.launcher = medddpm_train::Launcher::Manual;
             }
             let token = crate::cluster::token(&place)?;
-            let listed = args.compute.devices.is_some() || config.compute.devices.is_some();
+            let listed =
+                args.compute.replicas.devices.is_some() || config.compute.devices.is_some();
             settings = crate::cluster::settings_for(&place, settings, listed)?;
             if place.rank > 0 {
                 // Rank 0 decides when the run stops (a scheduler signals every rank).
