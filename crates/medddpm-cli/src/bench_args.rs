@@ -9,7 +9,7 @@ use medddpm_backend::{BackendKind, ComputeSettings, ConvEngine, NormEngine, Prec
 use medddpm_bench::{BenchOptions, Model, ScalingOptions, Workload};
 use medddpm_unet::{ActivationCheckpointing, Layout};
 
-use crate::compute_args::{BackendArg, DeviceArgs};
+use crate::compute_args::{BackendArg, PlacementArgs};
 
 crate::compute_args::described_choice!(
     /// A network on the command line: its names and help come from [`Model`].
@@ -145,7 +145,7 @@ pub struct BenchArgs {
     /// `--devices` measures data-parallel training throughput instead of the matrix
     /// ([`BENCH_DEVICES_HELP`]).
     #[command(flatten)]
-    pub replicas: DeviceArgs,
+    pub placement: PlacementArgs,
     /// Internal: run one configuration from this JSON file in this process.
     #[arg(long, hide = true)]
     pub single_config: Option<PathBuf>,
@@ -170,7 +170,7 @@ pub struct Scaling {
 impl BenchArgs {
     /// With `--devices`: the device-scaling measurement's compute settings and options.
     pub fn scaling(&self) -> Option<Result<Scaling, String>> {
-        let mut devices = self.replicas.devices.clone()?;
+        let mut devices = self.placement.devices.clone()?;
         if let Some(k) = self.scaling_count {
             if k == 0 || k > devices.len() {
                 return Some(Err(format!(
@@ -199,8 +199,8 @@ impl BenchArgs {
             show_tuning: true,
             shipped_tuning: !self.no_shipped_tuning,
             devices,
-            collective: self.replicas.collective.map(|c| c.0).unwrap_or_default(),
-            launch: self.replicas.launch.map(|l| l.0).unwrap_or_default(),
+            collective: self.placement.collective.map(|c| c.0).unwrap_or_default(),
+            launch: self.placement.launch.map(|l| l.0).unwrap_or_default(),
             cluster_world: None,
         };
         Some(Ok(Scaling {

@@ -135,13 +135,13 @@ pub struct ComputeArgs {
     #[arg(long)]
     pub no_shipped_tuning: bool,
     #[command(flatten)]
-    pub replicas: DeviceArgs,
+    pub placement: PlacementArgs,
 }
 
-/// Where a run's model replicas go: the switches `ComputeArgs` and `bench` share (one
-/// declaration, so the device list is parsed one way everywhere).
+/// Where a run's model replicas go (the backend's placement): the switches `ComputeArgs` and
+/// `bench` share, declared once so the device list is parsed one way everywhere.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DeviceArgs {
+pub struct PlacementArgs {
     /// CUDA devices to run on, comma-separated GPU indices, e.g. 0,1 (default: 0). Training runs
     /// one model replica per device, the experiment's batch split across them; the other
     /// commands take one device.
@@ -166,9 +166,9 @@ impl ComputeArgs {
             norm_engine: self.norm_engine,
             tune_cache: self.tune_cache.clone(),
             no_shipped_tuning: self.no_shipped_tuning,
-            devices: self.replicas.devices.clone(),
-            collective: self.replicas.collective.map(|c| c.0),
-            launch: self.replicas.launch.map(|l| l.0),
+            devices: self.placement.devices.clone(),
+            collective: self.placement.collective.map(|c| c.0),
+            launch: self.placement.launch.map(|l| l.0),
         }
     }
 

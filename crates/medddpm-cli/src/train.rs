@@ -232,7 +232,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             }
             let token = crate::cluster::token(&place)?;
             let listed =
-                args.compute.replicas.devices.is_some() || config.compute.devices.is_some();
+                args.compute.placement.devices.is_some() || config.compute.devices.is_some();
             settings = crate::cluster::settings_for(&place, settings, listed)?;
             if place.rank > 0 {
                 // Rank 0 decides when the run stops (a scheduler signals every rank).

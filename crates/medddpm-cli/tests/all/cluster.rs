@@ -142,10 +142,9 @@ pub(crate) fn saved_weights(run: &Path, file: &str) -> Vec<Vec<f32>> {
 
 /// Two ranks: the same losses as one device and as `--devices 0,1`, and the same weights and
 /// EMA as both, bit for bit; the weights of one process running both examples as one batch of
-/// two within 5e-4 of the largest weight (its sums run in another order; 2.4e-4 was measured on
-/// one 2-core build machine, probably Adam dividing by the small second moments of near-zero
-/// gradients, where rounding differences grow; 7.7e-5 on another, where the commits before and
-/// after issue 37's last moves gave that same value, so the moves did not change it).
+/// two within 5e-4 of the largest weight (its sums run in another order, and Adam dividing by
+/// the small second moments of near-zero gradients grows their rounding: 7.7e-5 and 2.4e-4 on
+/// two 2-core build machines).
 #[test]
 fn two_ranks_from_a_launcher_s_environment_train_like_two_devices() {
     let (tmp, file) = experiment_file(None);
