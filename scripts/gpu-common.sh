@@ -63,3 +63,32 @@ nccl_library() {
   mkdir -p /tmp/nccl && ln -sf "$NCCL_DIR/libnccl.so.2" /tmp/nccl/libnccl.so
   export LD_LIBRARY_PATH=/tmp/nccl:${LD_LIBRARY_PATH:-}
 }
+
+# The GPU, the driver, the carried binary's commit and (where PyTorch is installed) its and
+# cuDNN's versions, into $1/machine.txt and on stdout.
+machine_info() {
+  { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+    cat .device-bin/binary-commit.txt
+    python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version())' 2>/dev/null
+  } > "$1/machine.txt"
+  cat "$1/machine.txt"
+}
+
+# One `medddpm bench` run of cuda's whole-head model (warm-up 3, 10 steps) into $W/bench-NAME,
+# with nvidia-smi sampled beside it every 100 ms ($W/smi-NAME.txt): `bench_run NAME LIMIT ARGS`
+# (LIMIT seconds; ARGS the precisions, layouts and engine). Skipped when fewer than LIMIT of
+# the call's 575 s are left (SECONDS counts from the call's start). Prints the whole-GPU peak,
+# the step medians and the pools after the forward pass.
+bench_run() {
+  local name=$1 limit=$2; shift 2
+  if [ $SECONDS -gt $((575 - limit)) ]; then echo "bench $name skipped ($SECONDS s)"; return; fi
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$W/smi-$name.txt" &
+  local smi=$!
+  timeout "$limit" /tmp/medddpm bench --backends cuda --warmup 3 --steps 10 --out "$W/bench-$name" \
+    --timeout $((limit - 5)) "$@" > "$W/bench-$name.log" 2>&1
+  local rc=$?; kill $smi
+  echo "bench $name rc=$rc whole-GPU peak $(sort -n "$W/smi-$name.txt" | tail -1) MiB ($SECONDS s)"
+  grep -E "step median" "$W/bench-$name.log" | cut -c1-200
+  grep -A2 "in use | reserved" "$W/bench-$name.log" | tail -1
+  rm -f "$W/bench-$name"/*.png
+}
