@@ -42,7 +42,7 @@ pub fn parse_size(s: &str) -> Result<[usize; 3], String> {
 const MAX_SIDE: usize = 1024;
 
 /// `bench --devices`'s help, in place of the shared switch's.
-pub const BENCH_DEVICES_HELP: &str = "Measure data-parallel training throughput instead of the \
+const DEVICES_HELP: &str = "Measure data-parallel training throughput instead of the \
     matrix: the trainer's optimizer steps on the first 1, 2, .., N of these CUDA devices \
     (comma-separated), one micro-batch of --batch volumes per device and step, in samples per \
     second with the scaling efficiency (appended to scaling.jsonl in --out). Takes one backend, \
@@ -53,6 +53,7 @@ pub const BENCH_DEVICES_HELP: &str = "Measure data-parallel training throughput 
 /// layout, each configuration in its own process, and writes JSON lines, CSV, markdown and a
 /// PNG chart.
 #[derive(Debug, Args)]
+#[command(mut_arg("devices", |a| a.help(DEVICES_HELP)))]
 pub struct BenchArgs {
     /// Backends to measure (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
@@ -143,7 +144,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub cuda_graphs: bool,
     /// `--devices` measures data-parallel training throughput instead of the matrix
-    /// ([`BENCH_DEVICES_HELP`]).
+    /// ([`DEVICES_HELP`]).
     #[command(flatten)]
     pub placement: PlacementArgs,
     /// Internal: run one configuration from this JSON file in this process.

@@ -60,7 +60,6 @@ enum Command {
     /// resampling, head/brain masks from a T1, a labelled real-MRI demo set.
     Prepare(prepare::PrepareArgs),
     /// Benchmark training and sampling steps over backend x precision x layout.
-    #[command(mut_arg("devices", |a| a.help(bench_args::BENCH_DEVICES_HELP)))]
     Bench(bench_args::BenchArgs),
     /// Check that every backend, precision and layout gives the float64 CPU reference's output
     /// within the precision's tolerance (same weights, same input).
