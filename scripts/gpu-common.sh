@@ -74,20 +74,29 @@ machine_info() {
   cat "$1/machine.txt"
 }
 
+# nvidia-smi's memory.used sampled every 100 ms into FILE in the background (of GPU INDEX only,
+# when given): `pid=$(poll_memory FILE [INDEX])`, then `kill $pid`.
+poll_memory() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits ${2:+-i "$2"} -lms 100 > "$1" &
+  echo $!
+}
+
+# The largest sample of a poll_memory file, MiB.
+peak_mib() { sort -n "$1" | tail -1; }
+
 # One `medddpm bench` run of cuda's whole-head model (warm-up 3, 10 steps) into $W/bench-NAME,
-# with nvidia-smi sampled beside it every 100 ms ($W/smi-NAME.txt): `bench_run NAME LIMIT ARGS`
+# with GPU 0's memory polled beside it ($W/smi-NAME.txt): `bench_run NAME LIMIT ARGS`
 # (LIMIT seconds; ARGS the precisions, layouts and engine). Skipped when fewer than LIMIT of
 # the call's 575 s are left (SECONDS counts from the call's start). Prints the whole-GPU peak,
 # the step medians and the pools after the forward pass.
 bench_run() {
   local name=$1 limit=$2; shift 2
   if [ $SECONDS -gt $((575 - limit)) ]; then echo "bench $name skipped ($SECONDS s)"; return; fi
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$W/smi-$name.txt" &
-  local smi=$!
+  local smi; smi=$(poll_memory "$W/smi-$name.txt" 0)
   timeout "$limit" /tmp/medddpm bench --backends cuda --warmup 3 --steps 10 --out "$W/bench-$name" \
     --timeout $((limit - 5)) "$@" > "$W/bench-$name.log" 2>&1
-  local rc=$?; kill $smi
-  echo "bench $name rc=$rc whole-GPU peak $(sort -n "$W/smi-$name.txt" | tail -1) MiB ($SECONDS s)"
+  local rc=$?; kill "$smi"
+  echo "bench $name rc=$rc whole-GPU peak $(peak_mib "$W/smi-$name.txt") MiB ($SECONDS s)"
   grep -E "step median" "$W/bench-$name.log" | cut -c1-200
   grep -A2 "in use | reserved" "$W/bench-$name.log" | tail -1
   rm -f "$W/bench-$name"/*.png

@@ -6,14 +6,15 @@
 # Writes OUTDIR/<precision>/{metrics.jsonl, train.log, peak-mib.txt}; each run gets SECONDS.
 set -u
 out=$1; exp=$2; precisions=$3; limit=$4; shift 4
+source scripts/gpu-common.sh
 [ -x /tmp/medddpm ] || { xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm; }
 for p in $precisions; do
   mkdir -p "$out/$p"; run=$(mktemp -d)/run
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/$p/mem.txt" & poll=$!
+  poll=$(poll_memory "$out/$p/mem.txt")
   timeout "$limit" /tmp/medddpm train --experiment "$exp" --run-dir "$run" --precision "$p" "$@" \
     > "$out/$p/train.log" 2>&1
   echo "exit $?" >> "$out/$p/train.log"
-  kill $poll; sort -n "$out/$p/mem.txt" | tail -1 > "$out/$p/peak-mib.txt"; rm "$out/$p/mem.txt"
+  kill "$poll"; peak_mib "$out/$p/mem.txt" > "$out/$p/peak-mib.txt"; rm "$out/$p/mem.txt"
   cp "$run/metrics.jsonl" "$out/$p/" 2>/dev/null
   rm -rf "$run"
   echo "== $p: $(wc -l < "$out/$p/metrics.jsonl" 2>/dev/null) steps, peak $(cat "$out/$p/peak-mib.txt") MiB"; tail -2 "$out/$p/train.log"
