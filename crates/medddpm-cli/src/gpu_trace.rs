@@ -1,12 +1,16 @@
 //! `medddpm train --gpu-trace N`: the GPU's time over N optimizer steps of a real run (CUPTI,
 //! CUDA only), beside their wall time: whether the GPU or the host holds the trainer's step.
 //! Tracing starts after the first few steps (compilation, tuning, the first reads of the data)
-//! and ends N steps later; the result goes to `gpu-trace.json` in the run folder.
+//! and ends N steps later; the result goes to `gpu-trace.json` in the run folder. Each traced
+//! step is marked where the observer hears of it (its loss read), so the host's side says how
+//! long the GPU waited from there for the next step's first work (the next batch, logging).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use medddpm_bench::gpu_trace::{summarise, GpuTime, Tracer};
+use medddpm_bench::gpu_trace::{
+    mark, summarise_recording, GpuTime, Tracer, STEP_START, SYNCHRONISED,
+};
 use medddpm_train::{StepMetrics, TrainObserver};
 
 /// Optimizer steps run before tracing starts.
@@ -43,19 +47,29 @@ impl<'a> TracingObserver<'a> {
         }
         match self.running.take() {
             None if step >= self.start_at => match Tracer::start() {
-                Ok(t) => self.running = Some((t, Instant::now(), step)),
+                Ok(t) => {
+                    mark(STEP_START);
+                    self.running = Some((t, Instant::now(), step));
+                }
                 Err(why) => self.finish_with(format!("no GPU trace: {why}")),
             },
             None => {}
             Some((tracer, start, from)) if step >= from + self.steps => {
+                mark(SYNCHRONISED);
                 let wall_ms = start.elapsed().as_secs_f64() * 1e3 / self.steps as f64;
                 let text = match tracer.finish() {
-                    Ok(acts) => self.report(summarise(&acts, self.steps, wall_ms), from),
+                    Ok(recording) => {
+                        self.report(summarise_recording(&recording, self.steps, wall_ms), from)
+                    }
                     Err(why) => format!("no GPU trace: {why}"),
                 };
                 self.finish_with(text);
             }
-            Some(running) => self.running = Some(running),
+            Some(running) => {
+                mark(SYNCHRONISED);
+                mark(STEP_START);
+                self.running = Some(running);
+            }
         }
     }
 
@@ -64,7 +78,7 @@ impl<'a> TracingObserver<'a> {
             .map_err(|e| e.to_string())
             .and_then(|bytes| medddpm_atomic::write(&self.out, &bytes).map_err(|e| e.to_string()));
         format!(
-            "GPU trace of optimizer steps {}..{}: {:.1} ms a step, the GPU busy {:.1} ms ({:.0}%), {:.0} launches; kernels (ms): {}; {}; {}",
+            "GPU trace of optimizer steps {}..{}: {:.1} ms a step, the GPU busy {:.1} ms ({:.0}%), {:.0} launches; kernels (ms): {}; {}; {}; {}",
             from + 1,
             from + self.steps,
             t.wall_ms,
@@ -73,6 +87,7 @@ impl<'a> TracingObserver<'a> {
             t.launches,
             t.classes_text(),
             t.idle_text(),
+            t.host_text().unwrap_or_else(|| "host not traced".into()),
             match written {
                 Ok(()) => format!("written to {}", self.out.display()),
                 Err(e) => format!("cannot write {}: {e}", self.out.display()),

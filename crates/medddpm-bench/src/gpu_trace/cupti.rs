@@ -12,12 +12,18 @@ use std::sync::Mutex;
 use libloading::Library;
 use medddpm_ops::cuda::load_library;
 
-use super::{Activity, TraceError, Work};
+use super::{Activity, HostCall, TraceError, Work};
 
 const KIND_MEMCPY: u32 = 1;
 const KIND_MEMSET: u32 = 2;
+const KIND_DRIVER: u32 = 4;
 const KIND_CONCURRENT_KERNEL: u32 = 10;
-const KINDS: [u32; 3] = [KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET];
+const KINDS: [u32; 4] = [
+    KIND_CONCURRENT_KERNEL,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    KIND_DRIVER,
+];
 /// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: hand over incomplete buffers too.
 const FLUSH_FORCED: u32 = 1;
 const BUFFER_BYTES: usize = 8 << 20;
@@ -31,6 +37,11 @@ const KERNEL_NAME: usize = 104;
 /// (`CUpti_ActivityMemoryKind`), one byte each.
 const COPY_KIND: usize = 4;
 const COPY_SOURCE: usize = 5;
+/// A driver call's callback id, start, end and thread.
+const API_CBID: usize = 4;
+const API_START: usize = 8;
+const API_END: usize = 16;
+const API_THREAD: usize = 28;
 
 /// A copy's direction, and for one from the host whether its memory was pinned (a copy from
 /// pageable memory is staged by the driver and holds the issuing thread).
@@ -51,9 +62,16 @@ type RegisterCallbacks = unsafe extern "C" fn(Requested, Completed) -> i32;
 type KindCall = unsafe extern "C" fn(u32) -> i32;
 type FlushAll = unsafe extern "C" fn(u32) -> i32;
 type NextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> i32;
+type GetTimestamp = unsafe extern "C" fn(*mut u64) -> i32;
 
-/// The activities of the completed buffers, in the order CUPTI handed them over.
-static COLLECTED: Mutex<Vec<Activity>> = Mutex::new(Vec::new());
+/// What a record holds.
+enum Record {
+    Device(Activity),
+    Host(HostCall),
+}
+
+/// The records of the completed buffers, in the order CUPTI handed them over.
+static COLLECTED: Mutex<(Vec<Activity>, Vec<HostCall>)> = Mutex::new((Vec::new(), Vec::new()));
 /// The library, kept loaded for the process (CUPTI keeps calling back into our buffers).
 static LIBRARY: Mutex<Option<&'static Library>> = Mutex::new(None);
 
@@ -124,8 +142,10 @@ extern "C" fn buffer_completed(
         // (`CUPTI_ERROR_MAX_LIMIT_REACHED`) or any other error.
         unsafe {
             while next(buffer, valid, &mut record) == 0 {
-                if let Some(a) = read_record(record) {
-                    out.push(a);
+                match read_record(record) {
+                    Some(Record::Device(a)) => out.0.push(a),
+                    Some(Record::Host(c)) => out.1.push(c),
+                    None => {}
                 }
             }
         }
@@ -137,9 +157,18 @@ extern "C" fn buffer_completed(
 
 /// # Safety
 /// `record` points at a CUPTI activity record.
-unsafe fn read_record(record: *const u8) -> Option<Activity> {
+unsafe fn read_record(record: *const u8) -> Option<Record> {
     let kind = (record as *const u32).read_unaligned();
     let at = |offset: usize| (record.add(offset) as *const u64).read_unaligned();
+    let word = |offset: usize| (record.add(offset) as *const u32).read_unaligned();
+    if kind == KIND_DRIVER {
+        return Some(Record::Host(HostCall {
+            cbid: word(API_CBID),
+            thread: word(API_THREAD),
+            start_ns: at(API_START),
+            end_ns: at(API_END),
+        }));
+    }
     let (start_ns, end_ns) = (at(START), at(END));
     let work = match kind {
         KIND_CONCURRENT_KERNEL => {
@@ -157,17 +186,26 @@ unsafe fn read_record(record: *const u8) -> Option<Activity> {
         KIND_MEMSET => Work::Copy("memset"),
         _ => return None,
     };
-    Some(Activity {
+    Some(Record::Device(Activity {
         work,
         start_ns,
         end_ns,
-    })
+    }))
+}
+
+/// CUPTI's clock now (the activities' clock), ns; `None` before CUPTI is loaded or on error.
+pub(super) fn timestamp() -> Option<u64> {
+    let lib = (*LIBRARY.lock().unwrap_or_else(|p| p.into_inner()))?;
+    let get: GetTimestamp = symbol(lib, "cuptiGetTimestamp").ok()?;
+    let mut ns = 0u64;
+    // SAFETY: a plain call with a valid out-pointer.
+    (unsafe { get(&mut ns) } == 0).then_some(ns)
 }
 
 impl Session {
     pub(super) fn start() -> Result<Self, TraceError> {
         let lib = library()?;
-        COLLECTED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *COLLECTED.lock().unwrap_or_else(|p| p.into_inner()) = Default::default();
         let register: RegisterCallbacks = symbol(lib, "cuptiActivityRegisterCallbacks")?;
         let enable: KindCall = symbol(lib, "cuptiActivityEnable")?;
         // SAFETY: the callbacks have CUPTI's signatures and live for the process.
@@ -185,7 +223,7 @@ impl Session {
 
     /// Stops recording and hands over what was recorded (the device is synchronised first by
     /// the caller, so every activity has ended).
-    pub(super) fn finish(self) -> Result<Vec<Activity>, TraceError> {
+    pub(super) fn finish(self) -> Result<(Vec<Activity>, Vec<HostCall>), TraceError> {
         let disable: KindCall = symbol(self.lib, "cuptiActivityDisable")?;
         let flush: FlushAll = symbol(self.lib, "cuptiActivityFlushAll")?;
         // SAFETY: plain calls into the loaded library.

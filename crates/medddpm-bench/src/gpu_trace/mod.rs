@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "cuda")]
 mod cupti;
+mod host;
+
+pub use host::{mark, DriverTime, HostCall, HostSide, Mark, STEP_START, SYNCHRONISED};
 
 /// Kernels whose names match a rule's pattern (lower case, first match wins) belong to its
 /// class; copies and memsets are `copies`; the rest `other`.
@@ -80,6 +83,22 @@ pub struct GpuTime {
     /// traced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<Idle>,
+    /// What the host did meanwhile: its marks and driver calls (absent from records written
+    /// before they were traced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSide>,
+}
+
+/// What a [`Tracer`] recorded: the device's activities, the host's driver calls and the
+/// caller's marks, on one clock.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recording {
+    /// Kernels, copies and memsets.
+    pub activities: Vec<Activity>,
+    /// Driver calls on the host's threads.
+    pub calls: Vec<HostCall>,
+    /// The caller's marks ([`mark`]).
+    pub marks: Vec<Mark>,
 }
 
 /// The GPU's idle time between the first and last activity of the traced steps (the gaps at
@@ -116,8 +135,9 @@ impl Work {
     }
 }
 
-/// The idle gaps between `activities` (in any order), per step of `steps`.
-fn idle(activities: &[Activity], steps: usize) -> Idle {
+/// The idle gaps between `activities` (in any order), per step of `steps`, and where the
+/// longest ones lie (start, end ns).
+fn idle(activities: &[Activity], steps: usize) -> (Idle, Vec<(u64, u64)>) {
     let mut order: Vec<&Activity> = activities.iter().collect();
     order.sort_by_key(|a| (a.start_ns, a.end_ns));
     let mut gaps: Vec<(u64, &Activity, &Activity)> = Vec::new();
@@ -137,7 +157,11 @@ fn idle(activities: &[Activity], steps: usize) -> Idle {
     let mut longest = long.clone();
     longest.sort_by_key(|g| std::cmp::Reverse(g.0));
     longest.truncate(LONGEST_GAPS);
-    Idle {
+    let spans = longest
+        .iter()
+        .map(|(ns, after, _)| (after.end_ns, after.end_ns + ns))
+        .collect();
+    let idle = Idle {
         short_ms: per_step(short.iter().map(|g| g.0).sum()),
         long_ms: per_step(long.iter().map(|g| g.0).sum()),
         long_gaps: long.len() as f64 / steps.max(1) as f64,
@@ -149,7 +173,8 @@ fn idle(activities: &[Activity], steps: usize) -> Idle {
                 before: before.work.name(),
             })
             .collect(),
-    }
+    };
+    (idle, spans)
 }
 
 impl GpuTime {
@@ -182,6 +207,31 @@ impl GpuTime {
             );
         }
         text
+    }
+}
+
+impl GpuTime {
+    /// The host's side as one line: how long the GPU waited at a step's start and for the
+    /// synchronisation's return, the costliest driver calls, what the host did in the longest
+    /// gap.
+    pub fn host_text(&self) -> Option<String> {
+        let h = self.host.as_ref()?;
+        let driver: Vec<String> = h
+            .driver
+            .iter()
+            .take(4)
+            .map(|d| format!("{} {:.1} ({:.0} calls)", d.name, d.ms, d.calls))
+            .collect();
+        let mut text = format!(
+            "first GPU work {:.2} ms after the step's start, synchronisation back {:.2} ms after the last; driver calls (ms): {}",
+            h.start_wait_ms,
+            h.sync_return_ms,
+            driver.join(", ")
+        );
+        if let Some(g) = h.gaps.first() {
+            text += &format!("; in the longest gap: {g}");
+        }
+        Some(text)
     }
 }
 
@@ -278,7 +328,35 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
             .map(|(k, v)| (k, per_step(v)))
             .collect(),
         top,
-        idle: Some(idle(activities, steps)),
+        idle: Some(idle(activities, steps).0),
+        host: None,
+    }
+}
+
+/// [`summarise`] with the host's side: its marks and driver calls, and what it did in each of
+/// the longest idle gaps.
+pub fn summarise_recording(recording: &Recording, steps: usize, wall_ms: f64) -> GpuTime {
+    let mut time = summarise(&recording.activities, steps, wall_ms);
+    let (_, spans) = idle(&recording.activities, steps);
+    time.host = Some(host::host_side(
+        &recording.activities,
+        &recording.calls,
+        &recording.marks,
+        &spans,
+        steps,
+    ));
+    time
+}
+
+/// Now on the activities' clock (CUPTI's timestamp), ns; `None` without CUPTI.
+fn now_ns() -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    {
+        cupti::timestamp()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
     }
 }
 
@@ -312,9 +390,9 @@ impl Tracer {
     pub fn start() -> Result<Self, TraceError> {
         #[cfg(feature = "cuda")]
         {
-            Ok(Self {
-                inner: cupti::Session::start()?,
-            })
+            let inner = cupti::Session::start()?;
+            host::start_marks();
+            Ok(Self { inner })
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -322,15 +400,25 @@ impl Tracer {
         }
     }
 
-    /// Stops recording (the caller has synchronised the device) and returns the activities.
-    pub fn finish(self) -> Result<Vec<Activity>, TraceError> {
+    /// Stops recording (the caller has synchronised the device) and returns what was
+    /// recorded.
+    pub fn finish(self) -> Result<Recording, TraceError> {
+        let marks = host::take_marks();
         #[cfg(feature = "cuda")]
         {
-            self.inner.finish()
+            let (activities, calls) = self.inner.finish()?;
+            Ok(Recording {
+                activities,
+                calls,
+                marks,
+            })
         }
         #[cfg(not(feature = "cuda"))]
         {
-            Ok(Vec::new())
+            Ok(Recording {
+                marks,
+                ..Recording::default()
+            })
         }
     }
 }

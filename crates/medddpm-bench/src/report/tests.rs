@@ -6,7 +6,7 @@ use medddpm_unet::Layout;
 
 use super::cells::{fmt_mib, fmt_ms, fmt_s, fmt_tolerance};
 use super::chart::{plotted, WIDTH};
-use super::csv::{csv_field, COLUMNS};
+use super::csv::csv_field;
 use super::*;
 use crate::options::Model;
 use crate::record::{RecordBackend, RecordStatus, Source};
@@ -98,6 +98,7 @@ fn gpu_time(wall_ms: f64, busy_ms: f64) -> crate::gpu_trace::GpuTime {
             ms: 10.8,
         }],
         idle: None,
+        host: None,
     }
 }
 
@@ -180,19 +181,36 @@ fn csv_has_the_columns_and_quotes_fields() {
     let header = &rows[0];
     // The fixed columns, then the breakdown's (known classes in their order, the others by name),
     // then the message.
-    let expected: Vec<&str> = COLUMNS
-        .into_iter()
-        .chain([
-            "fwd_convolution_ms",
-            "fwd_normalisation_ms",
-            "fwd_attention_ms",
-            "fwd_elementwise_ms",
-            "fwd_upsample_ms",
-            "fwd_alpha_misc_ms",
-            "fwd_zeta_misc_ms",
-            "message",
-        ])
-        .collect();
+    let expected: Vec<&str> = vec![
+        "backend",
+        "device",
+        "precision",
+        "layout",
+        "model",
+        "size",
+        "batch",
+        "status",
+        "agreement_rel_l2",
+        "agreement_tolerance",
+        "first_sample_step_s",
+        "first_train_step_s",
+        "train_step_median_ms",
+        "train_issue_median_ms",
+        "sample_step_median_ms",
+        "train_back_to_back_ms",
+        "sample_back_to_back_ms",
+        "peak_memory_mib",
+        "memory_source",
+        "tune_cache_warm",
+        "fwd_convolution_ms",
+        "fwd_normalisation_ms",
+        "fwd_attention_ms",
+        "fwd_elementwise_ms",
+        "fwd_upsample_ms",
+        "fwd_alpha_misc_ms",
+        "fwd_zeta_misc_ms",
+        "message",
+    ];
     assert_eq!(header, &expected);
     assert!(rows.iter().all(|r| r.len() == expected.len()));
     let col = |name: &str| expected.iter().position(|c| *c == name).unwrap();

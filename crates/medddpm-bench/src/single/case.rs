@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use super::ms_since;
 use crate::error::Result;
-use crate::gpu_trace::{summarise, GpuTime, TraceError, Tracer};
+use crate::gpu_trace::{
+    mark, summarise_recording, GpuTime, TraceError, Tracer, STEP_START, SYNCHRONISED,
+};
 
 /// One kind of step, run again and again.
 pub(super) trait Case {
@@ -87,8 +89,10 @@ pub(super) fn timed_steps<C: Case, T>(
     Ok((timed, started))
 }
 
-/// `steps` steps of `case` with the device's activities recorded ([`Tracer`]): the GPU's
-/// time per step, or why it could not be recorded.
+/// `steps` steps of `case` with the device's activities and the host's driver calls recorded
+/// ([`Tracer`]), each step marked at its start, after it was enqueued and after its
+/// synchronisation: the GPU's time per step and what the host did while it idled, or why it
+/// could not be recorded.
 pub(super) fn traced_steps<C: Case>(
     case: &mut C,
     steps: usize,
@@ -100,11 +104,14 @@ pub(super) fn traced_steps<C: Case>(
     };
     let start = Instant::now();
     for _ in 0..steps {
+        mark(STEP_START);
         case.execute()?;
+        mark("enqueued");
         case.sync()?;
+        mark(SYNCHRONISED);
     }
     let wall_ms = ms_since(start) / steps.max(1) as f64;
     Ok(tracer
         .finish()
-        .map(|activities| summarise(&activities, steps, wall_ms)))
+        .map(|recording| summarise_recording(&recording, steps, wall_ms)))
 }

@@ -255,6 +255,9 @@ impl<B: Backend> Run<'_, B> {
                     t.classes_text(),
                     t.idle_text()
                 ));
+                if let Some(host) = t.host_text() {
+                    self.say(&format!("host per {what}: {host}"));
+                }
                 Ok(Some(t))
             }
             Err(why) => {

@@ -19,6 +19,7 @@ use medddpm_unet::{ActivationCheckpointing, UNet};
 use super::case::{back_to_back, step, timed_steps, Case};
 use super::{median, ms_since, sync, Inputs, Run, MEMORY_IN_USE, MEMORY_RESERVED};
 use crate::error::{Error, FileAction, Result};
+use crate::gpu_trace::mark;
 use crate::host_profile::HostProfile;
 
 /// Training micro-steps of one batch on backend `B`: the same images, condition and
@@ -101,12 +102,14 @@ impl<B: KernelAutodiffBackend> Case for Training<'_, B> {
         let work = self.optim.working_model(&model, self.compute_dtype);
         let batch = self.new_batch();
         let how = (&self.objective, 1.0, self.checkpointing);
+        mark("batch ready");
         let t0 = Instant::now();
         let (grads, loss) = match self.graphs.as_mut() {
             Some(graphs) => graphs.micro_step(&work, &self.schedule, batch, how),
             None => micro_step(&work, &self.schedule, batch, how.0, how.1, how.2),
         };
         let t1 = Instant::now();
+        mark("micro-step enqueued");
         // As the trainer does: the update consumes the working copies.
         drop(work);
         self.model = Some(self.optim.step(self.lr, model, grads));

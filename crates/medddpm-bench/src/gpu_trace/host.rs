@@ -1,0 +1,323 @@
+//! What the host did while the GPU idled: the driver calls CUPTI records on the host's threads
+//! and the caller's marks in its step (`step start`, `batch ready`, ...), on the same clock as
+//! the device's activities. A GPU waiting at a step's start for the first launch, for a
+//! synchronisation to return or inside a blocking driver call (an allocation, a copy from
+//! pageable memory) reads differently here, where the activities alone only say that it waited.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use super::Activity;
+
+/// A driver call on a host thread, on the activities' clock (ns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostCall {
+    /// CUPTI's callback id of the driver function (`CUpti_driver_api_trace_cbid`).
+    pub cbid: u32,
+    /// The calling thread.
+    pub thread: u32,
+    /// Start and end, ns.
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
+}
+
+/// A point the caller marked in its step, on the activities' clock (ns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// What had just happened (`step start`, `batch ready`, `synchronised`).
+    pub label: &'static str,
+    /// When, ns.
+    pub at_ns: u64,
+}
+
+/// The mark that opens each traced step.
+pub const STEP_START: &str = "step start";
+/// The mark after each traced step's synchronisation returned.
+pub const SYNCHRONISED: &str = "synchronised";
+
+static RECORDING: AtomicBool = AtomicBool::new(false);
+static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
+
+/// Marks `label` now, while a [`super::Tracer`] records (nothing otherwise).
+pub fn mark(label: &'static str) {
+    if !RECORDING.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(at_ns) = super::now_ns() {
+        let mut marks = MARKS.lock().unwrap_or_else(|p| p.into_inner());
+        marks.push(Mark { label, at_ns });
+    }
+}
+
+pub(super) fn start_marks() {
+    MARKS.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    RECORDING.store(true, Ordering::Relaxed);
+}
+
+pub(super) fn take_marks() -> Vec<Mark> {
+    RECORDING.store(false, Ordering::Relaxed);
+    std::mem::take(&mut *MARKS.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// A driver function's time per step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriverTime {
+    /// Its name (`cuLaunchKernel`), or `cbid N` for one not named here.
+    pub name: String,
+    /// Calls per step.
+    pub calls: f64,
+    /// Milliseconds per step, summed over the threads.
+    pub ms: f64,
+}
+
+/// The host's side of the traced steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSide {
+    /// Milliseconds per step from the step's start to the device's first activity in it.
+    pub start_wait_ms: f64,
+    /// Milliseconds per step from the device's last activity to the synchronisation's return.
+    pub sync_return_ms: f64,
+    /// Milliseconds per step from the step's start to each of the caller's marks.
+    pub marks_ms: BTreeMap<String, f64>,
+    /// The costliest driver functions, by time per step.
+    pub driver: Vec<DriverTime>,
+    /// For each of the longest idle gaps ([`super::Idle::longest`], same order): the mark
+    /// the host had passed last and the driver calls it spent the gap in.
+    pub gaps: Vec<String>,
+}
+
+/// The driver functions worth naming in a gap (CUDA's `cupti_driver_cbid.h`); others are
+/// printed by number.
+fn driver_name(cbid: u32) -> String {
+    let name = match cbid {
+        17 => "cuCtxSynchronize",
+        121 => "cuEventSynchronize",
+        126 | 440 => "cuStreamSynchronize",
+        216 | 428 => "cuMemsetD8Async",
+        220 | 430 => "cuMemsetD32Async",
+        277 | 421 => "cuMemcpyHtoDAsync",
+        279 | 422 => "cuMemcpyDtoHAsync",
+        281 | 423 => "cuMemcpyDtoDAsync",
+        295 | 436 => "cuStreamWaitEvent",
+        306 | 418 => "cuMemcpyAsync",
+        307 | 442 => "cuLaunchKernel",
+        514 | 515 => "cuGraphLaunch",
+        652 | 653 => "cuLaunchKernelEx",
+        776 | 777 => "cuMemcpyBatchAsync",
+        _ => return format!("cbid {cbid}"),
+    };
+    name.to_string()
+}
+
+/// The driver functions' time per step, costliest first (at most `keep`).
+fn driver_times(calls: &[HostCall], steps: usize, keep: usize) -> Vec<DriverTime> {
+    let mut by_name: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for c in calls {
+        let e = by_name.entry(driver_name(c.cbid)).or_default();
+        e.0 += 1;
+        e.1 += c.end_ns.saturating_sub(c.start_ns);
+    }
+    let per = steps.max(1) as f64;
+    let mut out: Vec<DriverTime> = by_name
+        .into_iter()
+        .map(|(name, (n, ns))| DriverTime {
+            name,
+            calls: n as f64 / per,
+            ms: ns as f64 / 1e6 / per,
+        })
+        .collect();
+    out.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    out.truncate(keep);
+    out
+}
+
+/// What the host did in `[from, to]`: its last mark and the driver calls overlapping it.
+fn during(from: u64, to: u64, marks: &[Mark], calls: &[HostCall]) -> String {
+    let last = marks
+        .iter()
+        .filter(|m| m.at_ns <= from)
+        .max_by_key(|m| m.at_ns);
+    let mut text = match last {
+        Some(m) => format!(
+            "host {:.0} us after '{}'",
+            (from - m.at_ns) as f64 / 1e3,
+            m.label
+        ),
+        None => "host before any mark".to_string(),
+    };
+    let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
+    let mut spans = Vec::new();
+    for c in calls {
+        let (s, e) = (c.start_ns.max(from), c.end_ns.min(to));
+        if s < e {
+            *by_name.entry(driver_name(c.cbid)).or_default() += e - s;
+            spans.push((s, e));
+        }
+    }
+    let covered = union(&mut spans);
+    let mut named: Vec<(String, u64)> = by_name.into_iter().collect();
+    named.sort_by_key(|n| std::cmp::Reverse(n.1));
+    text += &format!(
+        "; in driver calls {:.0} of {:.0} us",
+        covered as f64 / 1e3,
+        (to - from) as f64 / 1e3
+    );
+    for (name, ns) in named.iter().take(3) {
+        text += &format!(", {name} {:.0}", *ns as f64 / 1e3);
+    }
+    text
+}
+
+fn union(spans: &mut [(u64, u64)]) -> u64 {
+    spans.sort_unstable();
+    let (mut total, mut end) = (0, 0);
+    for &(s, e) in spans.iter() {
+        let s = s.max(end);
+        if e > s {
+            total += e - s;
+            end = e;
+        }
+    }
+    total
+}
+
+/// The host's side of `steps` traced steps: each opens with a [`STEP_START`] mark and ends
+/// with a [`SYNCHRONISED`] one; `gaps` are the idle gaps to explain, as `(start, end)` ns.
+pub(super) fn host_side(
+    activities: &[Activity],
+    calls: &[HostCall],
+    marks: &[Mark],
+    gaps: &[(u64, u64)],
+    steps: usize,
+) -> HostSide {
+    let starts: Vec<u64> = at(marks, STEP_START);
+    let synced: Vec<u64> = at(marks, SYNCHRONISED);
+    let per = starts.len().max(1) as f64;
+    let mut start_wait = 0u64;
+    let mut sync_return = 0u64;
+    let mut marks_ms: BTreeMap<String, f64> = BTreeMap::new();
+    for (i, &s) in starts.iter().enumerate() {
+        let end = synced.iter().copied().find(|&t| t >= s).unwrap_or(u64::MAX);
+        if let Some(first) = activities
+            .iter()
+            .filter(|a| a.start_ns >= s && a.start_ns <= end)
+            .map(|a| a.start_ns)
+            .min()
+        {
+            start_wait += first - s;
+        }
+        if end != u64::MAX {
+            if let Some(last) = activities
+                .iter()
+                .filter(|a| a.end_ns >= s && a.end_ns <= end)
+                .map(|a| a.end_ns)
+                .max()
+            {
+                sync_return += end - last;
+            }
+        }
+        let next = starts.get(i + 1).copied().unwrap_or(u64::MAX);
+        for m in marks.iter().filter(|m| m.at_ns >= s && m.at_ns < next) {
+            if m.label != STEP_START {
+                *marks_ms.entry(m.label.to_string()).or_default() +=
+                    (m.at_ns - s) as f64 / 1e6 / per;
+            }
+        }
+    }
+    HostSide {
+        start_wait_ms: start_wait as f64 / 1e6 / per,
+        sync_return_ms: sync_return as f64 / 1e6 / per,
+        marks_ms,
+        driver: driver_times(calls, steps, 10),
+        gaps: gaps
+            .iter()
+            .map(|&(from, to)| during(from, to, marks, calls))
+            .collect(),
+    }
+}
+
+fn at(marks: &[Mark], label: &str) -> Vec<u64> {
+    let mut out: Vec<u64> = marks
+        .iter()
+        .filter(|m| m.label == label)
+        .map(|m| m.at_ns)
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu_trace::Work;
+
+    fn kernel(start_ns: u64, end_ns: u64) -> Activity {
+        Activity {
+            work: Work::Kernel("k".into()),
+            start_ns,
+            end_ns,
+        }
+    }
+
+    fn call(cbid: u32, start_ns: u64, end_ns: u64) -> HostCall {
+        HostCall {
+            cbid,
+            thread: 1,
+            start_ns,
+            end_ns,
+        }
+    }
+
+    fn mark(label: &'static str, at_ns: u64) -> Mark {
+        Mark { label, at_ns }
+    }
+
+    #[test]
+    fn a_step_s_start_wait_and_sync_return_are_measured_from_the_host_s_marks() {
+        // Two steps: the first kernel 300 us after each start, the return 50 us after the last.
+        let acts = [
+            kernel(1_300_000, 2_000_000),
+            kernel(2_000_000, 3_000_000),
+            kernel(5_300_000, 6_000_000),
+        ];
+        let marks = [
+            mark(STEP_START, 1_000_000),
+            mark("batch ready", 1_100_000),
+            mark(SYNCHRONISED, 3_050_000),
+            mark(STEP_START, 5_000_000),
+            mark("batch ready", 5_300_000),
+            mark(SYNCHRONISED, 6_050_000),
+        ];
+        let h = host_side(&acts, &[], &marks, &[], 2);
+        assert!((h.start_wait_ms - 0.3).abs() < 1e-9, "{h:?}");
+        assert!((h.sync_return_ms - 0.05).abs() < 1e-9, "{h:?}");
+        assert!((h.marks_ms["batch ready"] - 0.2).abs() < 1e-9, "{h:?}");
+        assert!((h.marks_ms[SYNCHRONISED] - 1.55).abs() < 1e-9, "{h:?}");
+    }
+
+    #[test]
+    fn a_gap_names_the_last_mark_and_the_driver_calls_inside_it() {
+        let marks = [mark(STEP_START, 0), mark("batch ready", 1_000_000)];
+        let calls = [
+            call(307, 900_000, 1_200_000),
+            call(126, 1_500_000, 2_500_000),
+            call(126, 1_600_000, 1_700_000),
+            call(999, 5_000_000, 6_000_000),
+        ];
+        let h = host_side(&[], &calls, &marks, &[(1_100_000, 2_100_000)], 1);
+        assert_eq!(
+            h.gaps,
+            ["host 100 us after 'batch ready'; in driver calls 700 of 1000 us, cuStreamSynchronize 700, cuLaunchKernel 100"]
+        );
+        // Two synchronisations (1.1 ms), then the unnamed call (1 ms), then the launch.
+        assert_eq!(h.driver[0].name, "cuStreamSynchronize");
+        assert_eq!(h.driver[0].calls, 2.0);
+        assert!((h.driver[0].ms - 1.1).abs() < 1e-9);
+        assert_eq!(h.driver[1].name, "cbid 999");
+        assert_eq!(h.driver[2].name, "cuLaunchKernel");
+    }
+}
