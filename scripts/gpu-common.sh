@@ -20,6 +20,15 @@ cublas_library() {
   echo "cuBLAS: ${MEDDDPM_CUBLAS:-not found}"
 }
 
+# CUPTI for the bench's GPU trace: the copy PyTorch's wheels bring, named in MEDDDPM_CUPTI.
+cupti_library() {
+  local site lib
+  site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null) || return
+  lib=$(find "$site/nvidia" -name 'libcupti.so*' 2>/dev/null | sort | head -1)
+  [ -n "$lib" ] && export MEDDDPM_CUPTI=$lib
+  echo "CUPTI: ${MEDDDPM_CUPTI:-not found}"
+}
+
 # The Vulkan loader and glvnd, carried as .gl/*.deb (the device README says how to fetch them).
 vulkan_loader() {
   if ls .gl/*.deb > /dev/null 2>&1; then

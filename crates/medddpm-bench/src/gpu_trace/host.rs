@@ -53,6 +53,7 @@ pub fn mark(label: &'static str) {
     }
 }
 
+#[cfg(feature = "cuda")]
 pub(super) fn start_marks() {
     MARKS.lock().unwrap_or_else(|p| p.into_inner()).clear();
     RECORDING.store(true, Ordering::Relaxed);

@@ -10,11 +10,7 @@ set -u
 SECONDS=0
 out=$1
 source scripts/gpu-common.sh
-unpack_binary; tune_cache
-site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
-cupti=$(find "$site/nvidia" -name 'libcupti.so*' 2>/dev/null | sort | head -1)
-[ -n "$cupti" ] && export MEDDDPM_CUPTI=$cupti
-echo "CUPTI: ${MEDDDPM_CUPTI:-not found}"
+unpack_binary; tune_cache; cupti_library
 header=$(find / -name cupti_driver_cbid.h 2>/dev/null | head -1)
 [ -n "$header" ] && cp "$header" $out/ && echo "header: $header"
 W=/tmp/c1; mkdir -p $W
