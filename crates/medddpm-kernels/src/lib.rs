@@ -44,7 +44,7 @@
 // The layers below the engines, from `medddpm-ops`, under the paths they always had here.
 pub use medddpm_collective as collective;
 pub(crate) use medddpm_ops::{agreement, capture, compute, device_error, dtype};
-pub use medddpm_ops::{panics, primitive, reference, seeded};
+pub use medddpm_ops::{marks, panics, primitive, reference, seeded};
 
 pub mod adam;
 mod backends;

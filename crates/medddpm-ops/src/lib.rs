@@ -25,6 +25,7 @@ pub mod dtype;
 #[cfg(feature = "fusion")]
 pub mod fusion;
 pub mod layout;
+pub mod marks;
 pub mod panics;
 pub mod primitive;
 pub mod reference;

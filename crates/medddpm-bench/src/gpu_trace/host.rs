@@ -5,8 +5,6 @@
 //! pageable memory) reads differently here, where the activities alone only say that it waited.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,44 +23,12 @@ pub struct HostCall {
     pub end_ns: u64,
 }
 
-/// A point the caller marked in its step, on the activities' clock (ns).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mark {
-    /// What had just happened (`step start`, `batch ready`, `synchronised`).
-    pub label: &'static str,
-    /// When, ns.
-    pub at_ns: u64,
-}
+pub use medddpm_ops::marks::{mark, Mark};
 
 /// The mark that opens each traced step.
 pub const STEP_START: &str = "step start";
 /// The mark after each traced step's synchronisation returned.
 pub const SYNCHRONISED: &str = "synchronised";
-
-static RECORDING: AtomicBool = AtomicBool::new(false);
-static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
-
-/// Marks `label` now, while a [`super::Tracer`] records (nothing otherwise).
-pub fn mark(label: &'static str) {
-    if !RECORDING.load(Ordering::Relaxed) {
-        return;
-    }
-    if let Some(at_ns) = super::now_ns() {
-        let mut marks = MARKS.lock().unwrap_or_else(|p| p.into_inner());
-        marks.push(Mark { label, at_ns });
-    }
-}
-
-#[cfg(feature = "cuda")]
-pub(super) fn start_marks() {
-    MARKS.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    RECORDING.store(true, Ordering::Relaxed);
-}
-
-pub(super) fn take_marks() -> Vec<Mark> {
-    RECORDING.store(false, Ordering::Relaxed);
-    std::mem::take(&mut *MARKS.lock().unwrap_or_else(|p| p.into_inner()))
-}
 
 /// A driver function's time per step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,6 +62,8 @@ pub struct HostSide {
 fn driver_name(cbid: u32) -> String {
     let name = match cbid {
         17 => "cuCtxSynchronize",
+        118 => "cuEventCreate",
+        119 => "cuEventRecord",
         121 => "cuEventSynchronize",
         126 | 440 => "cuStreamSynchronize",
         216 | 428 => "cuMemsetD8Async",
@@ -104,10 +72,15 @@ fn driver_name(cbid: u32) -> String {
         279 | 422 => "cuMemcpyDtoHAsync",
         281 | 423 => "cuMemcpyDtoDAsync",
         295 | 436 => "cuStreamWaitEvent",
+        303 => "cuCtxSetCurrent",
+        304 => "cuCtxGetCurrent",
         306 | 418 => "cuMemcpyAsync",
         307 | 442 => "cuLaunchKernel",
+        325 => "cuEventDestroy",
+        481 => "cuFuncSetAttribute",
         514 | 515 => "cuGraphLaunch",
         652 | 653 => "cuLaunchKernelEx",
+        686 => "cuKernelGetAttribute",
         776 | 777 => "cuMemcpyBatchAsync",
         _ => return format!("cbid {cbid}"),
     };

@@ -348,18 +348,6 @@ pub fn summarise_recording(recording: &Recording, steps: usize, wall_ms: f64) ->
     time
 }
 
-/// Now on the activities' clock (CUPTI's timestamp), ns; `None` without CUPTI.
-fn now_ns() -> Option<u64> {
-    #[cfg(feature = "cuda")]
-    {
-        cupti::timestamp()
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        None
-    }
-}
-
 /// Why the device's activities cannot be recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
@@ -391,7 +379,7 @@ impl Tracer {
         #[cfg(feature = "cuda")]
         {
             let inner = cupti::Session::start()?;
-            host::start_marks();
+            medddpm_ops::marks::start(cupti::timestamp);
             Ok(Self { inner })
         }
         #[cfg(not(feature = "cuda"))]
@@ -403,7 +391,7 @@ impl Tracer {
     /// Stops recording (the caller has synchronised the device) and returns what was
     /// recorded.
     pub fn finish(self) -> Result<Recording, TraceError> {
-        let marks = host::take_marks();
+        let marks = medddpm_ops::marks::take();
         #[cfg(feature = "cuda")]
         {
             let (activities, calls) = self.inner.finish()?;

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 
 use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use medddpm_diffusion::CosineSchedule;
+use medddpm_kernels::marks::mark;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -75,6 +76,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
         let positions = positions_of(&micro);
         let indices = loader.indices(&positions);
         let host = loader.take(&positions)?;
+        mark("micro-batch read");
         let upcoming: Vec<Vec<usize>> = window.iter().take(READ_AHEAD).map(positions_of).collect();
         loader.read_ahead(&upcoming);
         step.batch_indices.extend_from_slice(&indices);
@@ -94,6 +96,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
         // compute dtype, and the team's average works in f32 (`Team::average`).
         step.accumulator.add(model, grads);
         step.losses.push(loss);
+        mark("micro-step enqueued");
     }
     Ok(step)
 }

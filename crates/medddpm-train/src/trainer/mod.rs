@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use burn::module::AutodiffModule;
 use burn::tensor::DType;
+use medddpm_kernels::marks::mark;
 use medddpm_kernels::{Collective, Precision};
 use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
@@ -245,6 +246,7 @@ fn lead<B: KernelAutodiffBackend>(
         let action = ema_schedule.action(s.state.step);
         if action != EmaAction::Skip {
             s.ema = update_ema(s.ema, &s.model.valid(), action);
+            mark("EMA enqueued");
         }
         s.state.step += 1;
         s.state.last_loss = loss;
@@ -258,6 +260,7 @@ fn lead<B: KernelAutodiffBackend>(
             loss_scale,
         };
         progress.record(&mut s.state, logged, observer)?;
+        mark("logged");
 
         // 5-6. The checkpoint on the cadence, and a stop when asked.
         let place = (config, run, options, device);
@@ -377,6 +380,7 @@ fn optimizer_step<B: KernelAutodiffBackend>(
     // The weights the forward pass reads: in bf16 the optimizer's working copies, in f32 the
     // model itself.
     let work = optim.working_model(&model, compute_dtype);
+    mark("working weights");
     let first = *micro_batches;
     let scale = loss_scale
         .as_ref()

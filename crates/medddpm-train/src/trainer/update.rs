@@ -5,7 +5,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{ElementConversion, Tensor, TensorPrimitive};
+use burn::tensor::{DType, ElementConversion, Tensor, TensorPrimitive};
+use medddpm_kernels::marks::mark;
 use medddpm_kernels::KernelBackend;
 use medddpm_unet::{KernelAutodiffBackend, UNet};
 
@@ -47,7 +48,9 @@ pub(super) fn update<B: KernelAutodiffBackend>(
         let grads = team.average(&model, step.accumulator.grads(), device)?;
         let norm = norm.queue(&model, &grads);
         let model = optim.step(lr, model, grads);
+        mark("update enqueued");
         let loss = team.mean_loss(read_mean(step.losses))?;
+        mark("losses read");
         return Ok((model, norm.applied(loss)));
     }
     let loss = team.mean_loss(read_mean(step.losses))?;
@@ -61,14 +64,15 @@ pub(super) fn update<B: KernelAutodiffBackend>(
     Ok((model, skip_batch(loss, skipped_in_a_row)))
 }
 
-/// The mean of a step's micro-batch losses (reading them waits for the device).
+/// The mean of a step's micro-batch losses, summed in f32 in their order on the device and
+/// read once (one wait for the device, not one per micro-batch; the same sum as the host's).
 pub(super) fn read_mean<B: KernelAutodiffBackend>(losses: Vec<Tensor<B, 1>>) -> f32 {
     let n = losses.len() as f32;
-    let sum: f32 = losses
+    let sum = losses
         .into_iter()
-        .map(|l| l.inner().into_scalar().elem::<f32>())
-        .sum();
-    sum / n
+        .map(|l| l.inner().cast(DType::F32))
+        .reduce(|sum, l| sum + l);
+    sum.map_or(0.0, |s| s.into_scalar().elem::<f32>()) / n
 }
 
 /// What a non-finite loss does when `skip` is set: the batch is skipped, until too many in
