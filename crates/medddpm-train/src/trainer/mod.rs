@@ -412,7 +412,7 @@ fn optimizer_step<B: KernelAutodiffBackend>(
             model,
             step,
             (config, lr, skipped_in_a_row),
-            team,
+            (team, compute_dtype),
             replica.device,
         )?,
     };

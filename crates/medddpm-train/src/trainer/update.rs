@@ -33,14 +33,15 @@ pub(super) enum Update {
 
 /// Steps Adam on the team's average of the accumulated gradients. Reading a loss waits for
 /// the device: without `skip`, only after the whole step (backward passes, average and update)
-/// is queued, so that the GPU never waits for the host to issue the optimizer's launches; with
-/// `skip` the loss (every replica's) decides whether the update happens, so it is read first.
+/// and the next step's working model are queued, so that the GPU never waits for the host to
+/// issue the optimizer's launches; with `skip` the loss (every replica's) decides whether the
+/// update happens, so it is read first.
 pub(super) fn update<B: KernelAutodiffBackend>(
     optim: &mut FusedAdamOptimizer<UNet<B>, B>,
     model: UNet<B>,
     mut step: AccumulatedStep<B>,
     (config, lr, skipped_in_a_row): (&ExperimentConfig, f64, &mut usize),
-    team: &Team<'_>,
+    (team, compute_dtype): (&Team<'_>, DType),
     device: &B::Device,
 ) -> Result<(UNet<B>, Update), TrainError> {
     let norm = GradNorm::<B>::wanted(config, team);
@@ -48,10 +49,13 @@ pub(super) fn update<B: KernelAutodiffBackend>(
         let grads = team.average(&model, step.accumulator.grads(), device)?;
         let norm = norm.queue(&model, &grads);
         let model = optim.step(lr, model, grads);
+        // The next step's working weights while the GPU computes this one's update.
+        optim.prepare_working_model(&model, compute_dtype);
         mark("update enqueued");
-        let loss = team.mean_loss(read_mean(step.losses))?;
+        let (mean, grad_norm) = norm.read_with(step.losses);
+        let loss = team.mean_loss(mean)?;
         mark("losses read");
-        return Ok((model, norm.applied(loss)));
+        return Ok((model, Update::Applied { loss, grad_norm }));
     }
     let loss = team.mean_loss(read_mean(step.losses))?;
     if loss.is_finite() {
@@ -68,11 +72,17 @@ pub(super) fn update<B: KernelAutodiffBackend>(
 /// read once (one wait for the device, not one per micro-batch; the same sum as the host's).
 pub(super) fn read_mean<B: KernelAutodiffBackend>(losses: Vec<Tensor<B, 1>>) -> f32 {
     let n = losses.len() as f32;
-    let sum = losses
+    loss_sum(losses).map_or(0.0, |s| s.into_scalar().elem::<f32>()) / n
+}
+
+/// The losses' sum in f32, in their order, still on the device.
+fn loss_sum<B: KernelAutodiffBackend>(
+    losses: Vec<Tensor<B, 1>>,
+) -> Option<Tensor<B::InnerBackend, 1>> {
+    losses
         .into_iter()
         .map(|l| l.inner().cast(DType::F32))
-        .reduce(|sum, l| sum + l);
-    sum.map_or(0.0, |s| s.into_scalar().elem::<f32>()) / n
+        .reduce(|sum, l| sum + l)
 }
 
 /// What a non-finite loss does when `skip` is set: the batch is skipped, until too many in
@@ -126,16 +136,40 @@ impl<B: KernelAutodiffBackend> GradNorm<B> {
         Self::Queued(B::InnerBackend::squared_norm_f32(visitor.tensors))
     }
 
-    /// The update's outcome, reading the norm (which waits for the device).
-    pub fn applied(self, loss: f32) -> Update {
-        let grad_norm = match self {
+    /// The mean of `losses` (as [`read_mean`]) and the norm, read from the device together:
+    /// one wait a step where two reads would leave the GPU idle between them.
+    pub fn read_with(self, losses: Vec<Tensor<B, 1>>) -> (f32, Option<f32>) {
+        let n = losses.len() as f32;
+        match (loss_sum(losses), self) {
+            (Some(sum), Self::Queued(norm)) => {
+                let norm = Tensor::from_primitive(TensorPrimitive::Float(norm));
+                let values = crate::host::f32_values(Tensor::cat(vec![sum, norm], 0));
+                (values[0] / n, Some(values[1].sqrt()))
+            }
+            (sum, norm) => (
+                sum.map_or(0.0, |s| s.into_scalar().elem::<f32>()) / n,
+                norm.read(),
+            ),
+        }
+    }
+
+    /// The norm, where queued (reading it waits for the device).
+    fn read(self) -> Option<f32> {
+        match self {
             Self::Queued(sum) => {
                 let sum = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(sum));
                 Some(sum.into_scalar().elem::<f32>().sqrt())
             }
             _ => None,
-        };
-        Update::Applied { loss, grad_norm }
+        }
+    }
+
+    /// The update's outcome, reading the norm (which waits for the device).
+    pub fn applied(self, loss: f32) -> Update {
+        Update::Applied {
+            loss,
+            grad_norm: self.read(),
+        }
     }
 }
 
@@ -203,5 +237,38 @@ mod tests {
             panic!("not applied")
         };
         assert_eq!(grad_norm, None);
+    }
+
+    /// Read together, the losses' mean and the norm are what reading them one by one gives,
+    /// bit for bit: the mean is the host's f32 sum of the losses in their order, over their
+    /// count; without a norm, the mean alone.
+    #[test]
+    fn losses_and_norm_read_together_equal_their_separate_reads() {
+        let device = Default::default();
+        let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
+        let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]], &device);
+        let loss = model.forward(x).powi_scalar(2).sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let values = [0.1f32, 0.7, 0.30000004];
+        let losses = || {
+            values
+                .iter()
+                .map(|&v| Tensor::<B, 1>::from_floats([v], &device))
+                .collect::<Vec<_>>()
+        };
+        let host_mean = values.iter().fold(0f32, |s, v| s + v) / values.len() as f32;
+        let Update::Applied { grad_norm, .. } =
+            GradNorm::<B>::Wanted.queue(&model, &grads).applied(0.0)
+        else {
+            panic!("not applied")
+        };
+        let (mean, norm) = GradNorm::<B>::Wanted
+            .queue(&model, &grads)
+            .read_with(losses());
+        assert_eq!(mean.to_bits(), host_mean.to_bits());
+        assert_eq!(mean.to_bits(), read_mean(losses()).to_bits());
+        assert_eq!(norm.map(f32::to_bits), grad_norm.map(f32::to_bits));
+        let (mean, norm) = GradNorm::<B>::Off.read_with(losses());
+        assert_eq!((mean.to_bits(), norm), (host_mean.to_bits(), None));
     }
 }
