@@ -175,24 +175,11 @@ pub(super) fn host_side(
     let mut sync_return = 0u64;
     let mut marks_ms: BTreeMap<String, f64> = BTreeMap::new();
     for (i, &s) in starts.iter().enumerate() {
-        let end = synced.iter().copied().find(|&t| t >= s).unwrap_or(u64::MAX);
-        if let Some(first) = activities
-            .iter()
-            .filter(|a| a.start_ns >= s && a.start_ns <= end)
-            .map(|a| a.start_ns)
-            .min()
-        {
-            start_wait += first - s;
-        }
-        if end != u64::MAX {
-            if let Some(last) = activities
-                .iter()
-                .filter(|a| a.end_ns >= s && a.end_ns <= end)
-                .map(|a| a.end_ns)
-                .max()
-            {
-                sync_return += end - last;
-            }
+        let end = synced.iter().copied().find(|&t| t >= s);
+        let (first, last) = first_and_last(activities, s, end.unwrap_or(u64::MAX));
+        start_wait += first.map_or(0, |f| f - s);
+        if let (Some(end), Some(last)) = (end, last) {
+            sync_return += end - last;
         }
         let next = starts.get(i + 1).copied().unwrap_or(u64::MAX);
         for m in marks.iter().filter(|m| m.at_ns >= s && m.at_ns < next) {
@@ -212,6 +199,14 @@ pub(super) fn host_side(
             .map(|&(from, to)| during(from, to, marks, calls))
             .collect(),
     }
+}
+
+/// The first start and the last end of the activities that start (and end) in `[from, to]`.
+fn first_and_last(activities: &[Activity], from: u64, to: u64) -> (Option<u64>, Option<u64>) {
+    let within = |t: &u64| (from..=to).contains(t);
+    let starts = activities.iter().map(|a| a.start_ns).filter(within);
+    let ends = activities.iter().map(|a| a.end_ns).filter(within);
+    (starts.min(), ends.max())
 }
 
 fn at(marks: &[Mark], label: &str) -> Vec<u64> {

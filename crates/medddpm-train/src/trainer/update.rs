@@ -200,14 +200,20 @@ mod tests {
         t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
     }
 
-    /// The norm is that of every gradient of the model as one vector, a bf16 one in f32.
-    #[test]
-    fn grad_norm_is_the_l2_norm_of_all_gradients() {
+    /// A small model and the gradients of a loss of two examples.
+    fn model_and_grads() -> (Linear<B>, GradientsParams) {
         let device = Default::default();
         let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
         let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]], &device);
         let loss = model.forward(x).powi_scalar(2).sum();
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        (model, grads)
+    }
+
+    /// The norm is that of every gradient of the model as one vector, a bf16 one in f32.
+    #[test]
+    fn grad_norm_is_the_l2_norm_of_all_gradients() {
+        let (model, mut grads) = model_and_grads();
         let bias = model.bias.as_ref().unwrap().id;
         let w = grads.remove::<Flex, 2>(model.weight.id).unwrap();
         let w = medddpm_kernels::cast_to(w, DType::BF16);
@@ -245,10 +251,7 @@ mod tests {
     #[test]
     fn losses_and_norm_read_together_equal_their_separate_reads() {
         let device = Default::default();
-        let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
-        let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]], &device);
-        let loss = model.forward(x).powi_scalar(2).sum();
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let (model, grads) = model_and_grads();
         let values = [0.1f32, 0.7, 0.30000004];
         let losses = || {
             values
