@@ -143,8 +143,20 @@ fn during(from: u64, to: u64, marks: &[Mark], calls: &[HostCall]) -> String {
     for (name, ns) in named.iter().take(3) {
         text += &format!(", {name} {:.0}", *ns as f64 / 1e3);
     }
+    let mut inside: Vec<&Mark> = marks
+        .iter()
+        .filter(|m| (from..to).contains(&m.at_ns))
+        .collect();
+    inside.sort_by_key(|m| m.at_ns);
+    for (i, m) in inside.iter().take(MARKS_IN_A_GAP).enumerate() {
+        let sep = if i == 0 { "; marks in it:" } else { "," };
+        text += &format!("{sep} '{}' +{:.0}", m.label, (m.at_ns - from) as f64 / 1e3);
+    }
     text
 }
+
+/// The marks named inside one gap, in their order.
+const MARKS_IN_A_GAP: usize = 6;
 
 fn union(spans: &mut [(u64, u64)]) -> u64 {
     spans.sort_unstable();
@@ -281,6 +293,17 @@ mod tests {
         assert_eq!(
             h.gaps,
             ["host 100 us after 'batch ready'; in driver calls 700 of 1000 us, cuStreamSynchronize 700, cuLaunchKernel 100"]
+        );
+        // Marks inside a gap are named with their offsets.
+        let marks = [
+            mark(STEP_START, 0),
+            mark("a", 1_200_000),
+            mark("b", 1_900_000),
+        ];
+        let inside = host_side(&[], &[], &marks, &[(1_100_000, 2_100_000)], 1);
+        assert_eq!(
+            inside.gaps,
+            ["host 1100 us after 'step start'; in driver calls 0 of 1000 us; marks in it: 'a' +100, 'b' +800"]
         );
         // Two synchronisations (1.1 ms), then the unnamed call (1 ms), then the launch.
         assert_eq!(h.driver[0].name, "cuStreamSynchronize");
