@@ -37,11 +37,10 @@ const KERNEL_NAME: usize = 104;
 /// (`CUpti_ActivityMemoryKind`), one byte each.
 const COPY_KIND: usize = 4;
 const COPY_SOURCE: usize = 5;
-/// A driver call's callback id, start, end and thread.
+/// A driver call's callback id, start and end.
 const API_CBID: usize = 4;
 const API_START: usize = 8;
 const API_END: usize = 16;
-const API_THREAD: usize = 28;
 
 /// A copy's direction, and for one from the host whether its memory was pinned (a copy from
 /// pageable memory is staged by the driver and holds the issuing thread).
@@ -164,7 +163,6 @@ unsafe fn read_record(record: *const u8) -> Option<Record> {
     if kind == KIND_DRIVER {
         return Some(Record::Host(HostCall {
             cbid: word(API_CBID),
-            thread: word(API_THREAD),
             start_ns: at(API_START),
             end_ns: at(API_END),
         }));
@@ -193,10 +191,13 @@ unsafe fn read_record(record: *const u8) -> Option<Record> {
     }))
 }
 
-/// CUPTI's clock now (the activities' clock), ns; `None` before CUPTI is loaded or on error.
+/// `cuptiGetTimestamp`, looked up once by [`Session::start`]: marks can come thousands of
+/// times a step.
+static GET_TIMESTAMP: std::sync::OnceLock<GetTimestamp> = std::sync::OnceLock::new();
+
+/// CUPTI's clock now (the activities' clock), ns; `None` before a session started or on error.
 pub(super) fn timestamp() -> Option<u64> {
-    let lib = (*LIBRARY.lock().unwrap_or_else(|p| p.into_inner()))?;
-    let get: GetTimestamp = symbol(lib, "cuptiGetTimestamp").ok()?;
+    let get = GET_TIMESTAMP.get()?;
     let mut ns = 0u64;
     // SAFETY: a plain call with a valid out-pointer.
     (unsafe { get(&mut ns) } == 0).then_some(ns)
@@ -206,6 +207,8 @@ impl Session {
     pub(super) fn start() -> Result<Self, TraceError> {
         let lib = library()?;
         *COLLECTED.lock().unwrap_or_else(|p| p.into_inner()) = Default::default();
+        let get_timestamp: GetTimestamp = symbol(lib, "cuptiGetTimestamp")?;
+        GET_TIMESTAMP.get_or_init(|| get_timestamp);
         let register: RegisterCallbacks = symbol(lib, "cuptiActivityRegisterCallbacks")?;
         let enable: KindCall = symbol(lib, "cuptiActivityEnable")?;
         // SAFETY: the callbacks have CUPTI's signatures and live for the process.

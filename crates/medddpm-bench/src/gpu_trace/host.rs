@@ -10,13 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::Activity;
 
-/// A driver call on a host thread, on the activities' clock (ns).
+/// A driver call on one of the host's threads, on the activities' clock (ns).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostCall {
     /// CUPTI's callback id of the driver function (`CUpti_driver_api_trace_cbid`).
     pub cbid: u32,
-    /// The calling thread.
-    pub thread: u32,
     /// Start and end, ns.
     pub start_ns: u64,
     /// See `start_ns`.
@@ -50,7 +48,8 @@ pub struct HostSide {
     /// Milliseconds from a step's last device activity to the synchronisation's return (the
     /// median over the steps).
     pub sync_return_ms: f64,
-    /// Milliseconds per step from the step's start to each of the caller's marks.
+    /// Milliseconds from a step's start to each of the caller's marks, the mean over the
+    /// steps; a label marked again in a step is counted apart as `label (2)`, `label (3)`.
     pub marks_ms: BTreeMap<String, f64>,
     /// The costliest driver functions, by time per step.
     pub driver: Vec<DriverTime>,
@@ -175,9 +174,9 @@ fn union(spans: &mut [(u64, u64)]) -> u64 {
 
 /// The host's side of `steps` traced steps: each opens with a [`STEP_START`] mark and ends
 /// with a [`SYNCHRONISED`] one; `gaps` are the idle gaps to explain, as `(start, end)` ns.
-/// The waits at a step's ends are medians: CUPTI's own work stalls the thread returning from
-/// a synchronisation by a few ms in about one traced step of three (an H200, 2026-12-02: the
-/// event's wait returned 15 us after the last kernel, the next instruction ran 3.7 ms later).
+/// The waits at a step's ends are medians: CUPTI's own work now and then holds the thread
+/// returning from a synchronisation for a few ms after the driver call itself has returned,
+/// which an untraced step does not pay.
 pub(super) fn host_side(
     activities: &[Activity],
     calls: &[HostCall],
@@ -187,10 +186,9 @@ pub(super) fn host_side(
 ) -> HostSide {
     let starts: Vec<u64> = at(marks, STEP_START);
     let synced: Vec<u64> = at(marks, SYNCHRONISED);
-    let per = starts.len().max(1) as f64;
     let mut start_wait = Vec::new();
     let mut sync_return = Vec::new();
-    let mut marks_ms: BTreeMap<String, f64> = BTreeMap::new();
+    let mut offsets: BTreeMap<String, (f64, usize)> = BTreeMap::new();
     for (i, &s) in starts.iter().enumerate() {
         let end = synced.iter().copied().find(|&t| t >= s);
         let (first, last) = first_and_last(activities, s, end.unwrap_or(u64::MAX));
@@ -199,17 +197,29 @@ pub(super) fn host_side(
             sync_return.push(end - last);
         }
         let next = starts.get(i + 1).copied().unwrap_or(u64::MAX);
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         for m in marks.iter().filter(|m| m.at_ns >= s && m.at_ns < next) {
-            if m.label != STEP_START {
-                *marks_ms.entry(m.label.to_string()).or_default() +=
-                    (m.at_ns - s) as f64 / 1e6 / per;
+            if m.label == STEP_START {
+                continue;
             }
+            let n = seen.entry(m.label).or_default();
+            *n += 1;
+            let key = match *n {
+                1 => m.label.to_string(),
+                n => format!("{} ({n})", m.label),
+            };
+            let e = offsets.entry(key).or_default();
+            e.0 += (m.at_ns - s) as f64 / 1e6;
+            e.1 += 1;
         }
     }
     HostSide {
         start_wait_ms: median_ms(start_wait),
         sync_return_ms: median_ms(sync_return),
-        marks_ms,
+        marks_ms: offsets
+            .into_iter()
+            .map(|(k, (ms, n))| (k, ms / n as f64))
+            .collect(),
         driver: driver_times(calls, steps, 10),
         gaps: gaps
             .iter()
@@ -264,7 +274,6 @@ mod tests {
     fn call(cbid: u32, start_ns: u64, end_ns: u64) -> HostCall {
         HostCall {
             cbid,
-            thread: 1,
             start_ns,
             end_ns,
         }
@@ -275,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn a_step_s_start_wait_and_sync_return_are_measured_from_the_host_s_marks() {
+    fn a_step_s_waits_and_marks_are_measured_from_its_start_mark() {
         // Two steps: the first kernel 300 us after each start, the return 50 us after the last.
         let acts = [
             kernel(1_300_000, 2_000_000),
@@ -285,9 +294,11 @@ mod tests {
         let marks = [
             mark(STEP_START, 1_000_000),
             mark("batch ready", 1_100_000),
+            mark("batch ready", 1_500_000),
             mark(SYNCHRONISED, 3_050_000),
             mark(STEP_START, 5_000_000),
             mark("batch ready", 5_300_000),
+            mark("batch ready", 5_700_000),
             mark(SYNCHRONISED, 6_050_000),
         ];
         let h = host_side(&acts, &[], &marks, &[], 2);
@@ -301,7 +312,9 @@ mod tests {
         let three = host_side(&acts, &[], &marks, &[], 3);
         assert!((three.start_wait_ms - 0.3).abs() < 1e-9, "{three:?}");
         assert!((three.sync_return_ms - 0.05).abs() < 1e-9, "{three:?}");
+        // Marked twice a step: each occurrence its own mean offset.
         assert!((h.marks_ms["batch ready"] - 0.2).abs() < 1e-9, "{h:?}");
+        assert!((h.marks_ms["batch ready (2)"] - 0.6).abs() < 1e-9, "{h:?}");
         assert!((h.marks_ms[SYNCHRONISED] - 1.55).abs() < 1e-9, "{h:?}");
     }
 

@@ -208,9 +208,7 @@ impl GpuTime {
         }
         text
     }
-}
 
-impl GpuTime {
     /// The host's side as one line: how long the GPU waited at a step's start and for the
     /// synchronisation's return, the costliest driver calls, what the host did in the longest
     /// gap.
@@ -286,6 +284,15 @@ fn union_ns(activities: &[Activity]) -> u64 {
 
 /// Sums the activities of `steps` steps that took `wall_ms` each.
 pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime {
+    summarise_with_gaps(activities, steps, wall_ms).0
+}
+
+/// [`summarise`], and where its longest idle gaps lie (start, end ns).
+fn summarise_with_gaps(
+    activities: &[Activity],
+    steps: usize,
+    wall_ms: f64,
+) -> (GpuTime, Vec<(u64, u64)>) {
     let per_step = |ns: u64| ns as f64 / 1e6 / steps.max(1) as f64;
     let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_name: BTreeMap<String, (usize, u64)> = BTreeMap::new();
@@ -317,7 +324,8 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
         .collect();
     top.sort_by(|a, b| b.ms.total_cmp(&a.ms));
     top.truncate(TOP_KERNELS);
-    GpuTime {
+    let (idle, gaps) = idle(activities, steps);
+    let time = GpuTime {
         steps,
         wall_ms,
         busy_ms: per_step(union_ns(activities)),
@@ -328,21 +336,21 @@ pub fn summarise(activities: &[Activity], steps: usize, wall_ms: f64) -> GpuTime
             .map(|(k, v)| (k, per_step(v)))
             .collect(),
         top,
-        idle: Some(idle(activities, steps).0),
+        idle: Some(idle),
         host: None,
-    }
+    };
+    (time, gaps)
 }
 
 /// [`summarise`] with the host's side: its marks and driver calls, and what it did in each of
 /// the longest idle gaps.
 pub fn summarise_recording(recording: &Recording, steps: usize, wall_ms: f64) -> GpuTime {
-    let mut time = summarise(&recording.activities, steps, wall_ms);
-    let (_, spans) = idle(&recording.activities, steps);
+    let (mut time, gaps) = summarise_with_gaps(&recording.activities, steps, wall_ms);
     time.host = Some(host::host_side(
         &recording.activities,
         &recording.calls,
         &recording.marks,
-        &spans,
+        &gaps,
         steps,
     ));
     time
