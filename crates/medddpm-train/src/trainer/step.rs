@@ -167,28 +167,32 @@ pub(super) fn batch_tensor<B: Backend>(
     Tensor::from_data(stacked(examples, image), device)
 }
 
-/// A micro-batch of one random 8^3 image with a two-channel random condition, drawn after
-/// seeding the backend with `seed`, at `timestep`: the tests' small training batch.
+/// A micro-batch of one random 8^3 image with a two-channel random condition, drawn from its
+/// own generator seeded with `seed` (not the backend's, which tests running beside it reseed),
+/// at `timestep`: the tests' small training batch.
 #[cfg(test)]
 pub(crate) fn random_micro_batch<B: Backend>(
     device: &B::Device,
     seed: u64,
     timestep: usize,
 ) -> MicroBatch<B> {
-    B::seed(device, seed);
-    let x0 = Tensor::<B, 5>::random(
-        [1, 1, 8, 8, 8],
-        burn::tensor::Distribution::Normal(0.0, 1.0),
-        device,
-    );
+    use burn::tensor::TensorData;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut normal = |shape: [usize; 5]| {
+        let values: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|_| {
+                // Box-Muller: one standard normal from two uniforms.
+                let (u, v): (f32, f32) = (rng.random_range(f32::EPSILON..1.0), rng.random());
+                (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+            })
+            .collect();
+        Tensor::<B, 5>::from_data(TensorData::new(values, shape), device)
+    };
     MicroBatch {
-        noise: x0.random_like(burn::tensor::Distribution::Normal(0.0, 1.0)),
-        cond: Some(Tensor::random(
-            [1, 2, 8, 8, 8],
-            burn::tensor::Distribution::Normal(0.0, 1.0),
-            device,
-        )),
-        x0,
+        x0: normal([1, 1, 8, 8, 8]),
+        noise: normal([1, 1, 8, 8, 8]),
+        cond: Some(normal([1, 2, 8, 8, 8])),
         timesteps: vec![timestep],
     }
 }
