@@ -98,7 +98,7 @@ impl<B: KernelAutodiffBackend> Case for Training<'_, B> {
             .model
             .take()
             .expect("the model is back after each step");
-        // The working copies of the previous step's update (cast on the first step).
+        // The working copies the previous step prepared (cast on the first step).
         let work = self.optim.working_model(&model, self.compute_dtype);
         let batch = self.new_batch();
         let how = (&self.objective, 1.0, self.checkpointing);
@@ -112,7 +112,10 @@ impl<B: KernelAutodiffBackend> Case for Training<'_, B> {
         mark("micro-step enqueued");
         // As the trainer does: the update consumes the working copies.
         drop(work);
-        self.model = Some(self.optim.step(self.lr, model, grads));
+        let model = self.optim.step(self.lr, model, grads);
+        // As the trainer does: the next step's working copies while the GPU runs the update.
+        self.optim.prepare_working_model(&model, self.compute_dtype);
+        self.model = Some(model);
         self.host_phases
             .push([ms_since(start), ms_since(t0) - ms_since(t1), ms_since(t1)]);
         if self.read_loss {
@@ -254,7 +257,10 @@ impl<B: KernelAutodiffBackend> Training<'_, B> {
         sync::<B>(device)?;
         let grads_ms = ms_since(t2);
         let t3 = Instant::now();
-        self.model = Some(self.optim.step(self.lr, model, grads));
+        let model = self.optim.step(self.lr, model, grads);
+        // As the trainer does: the next step's working copies while the GPU runs the update.
+        self.optim.prepare_working_model(&model, self.compute_dtype);
+        self.model = Some(model);
         let optim_issue = ms_since(t3);
         sync::<B>(device)?;
         Ok(Phases {
