@@ -9,6 +9,18 @@ unpack_binary() {
   cublas_library
 }
 
+# Builds compared in one call (GPUs differ from machine to machine), carried as
+# .device-bin/medddpm-NAME.xz and unpacked to /tmp/medddpm-NAME: `unpack_binaries old new`, then
+# `BIN=/tmp/medddpm-old bench_run ...` (or call /tmp/medddpm-NAME) for each, interleaved.
+unpack_binaries() {
+  local v
+  for v in "$@"; do
+    xz -t ".device-bin/medddpm-$v.xz" || { echo "carried binary $v is damaged"; exit 3; }
+    xz -dc ".device-bin/medddpm-$v.xz" > "/tmp/medddpm-$v" && chmod +x "/tmp/medddpm-$v"
+  done
+  cublas_library
+}
+
 # cuBLAS for the products (medddpm-kernels' `cublas`): the system's if the loader knows one,
 # else the copy PyTorch's wheels bring, named in MEDDDPM_CUBLAS.
 cublas_library() {
@@ -94,15 +106,15 @@ poll_memory() {
 peak_mib() { sort -n "$1" | tail -1; }
 
 # One `medddpm bench` run of cuda's whole-head model (warm-up 3, 10 steps) into $W/bench-NAME,
-# with GPU 0's memory polled beside it ($W/smi-NAME.txt): `bench_run NAME LIMIT ARGS`
-# (LIMIT seconds; ARGS the precisions, layouts and engine). Skipped when fewer than LIMIT of
-# the call's 575 s are left (SECONDS counts from the call's start). Prints the whole-GPU peak,
-# the step medians and the pools after the forward pass.
+# with GPU 0's memory polled beside it ($W/smi-NAME.txt): `bench_run NAME LIMIT ARGS` (LIMIT
+# seconds; ARGS the precisions, layouts and engine; the binary $BIN, /tmp/medddpm unless set).
+# Skipped when fewer than LIMIT of the call's 575 s are left (SECONDS counts from the call's
+# start). Prints the whole-GPU peak, the step medians and the pools after the forward pass.
 bench_run() {
   local name=$1 limit=$2; shift 2
   if [ $SECONDS -gt $((575 - limit)) ]; then echo "bench $name skipped ($SECONDS s)"; return; fi
   local smi; smi=$(poll_memory "$W/smi-$name.txt" 0)
-  timeout "$limit" /tmp/medddpm bench --backends cuda --warmup 3 --steps 10 --out "$W/bench-$name" \
+  timeout "$limit" "${BIN:-/tmp/medddpm}" bench --backends cuda --warmup 3 --steps 10 --out "$W/bench-$name" \
     --timeout $((limit - 5)) "$@" > "$W/bench-$name.log" 2>&1
   local rc=$?; kill "$smi"
   echo "bench $name rc=$rc whole-GPU peak $(peak_mib "$W/smi-$name.txt") MiB ($SECONDS s)"
