@@ -40,32 +40,32 @@ struct Scalars {
 /// Parameters and moments in `F`, gradients in `G` (a bf16 forward pass gives bf16 gradients
 /// for the f32 master weights), and with `with_copy` the updated parameters also written in
 /// `W` (the next forward pass's working copies, so no cast runs between the optimizer and the
-/// network; without it `copies` is empty).
+/// network; without it `copies` is empty). With `in_place` the updated values overwrite the
+/// inputs (each thread reads an element before it writes it, and no other thread touches it)
+/// and the `*_out` lists are empty.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn adam_update<F: Float, G: Float, W: Float>(
-    params: &Sequence<Tensor<F>>,
+    params: &mut Sequence<Tensor<F>>,
     grads: &Sequence<Tensor<G>>,
-    moments_1: &Sequence<Tensor<F>>,
-    moments_2: &Sequence<Tensor<F>>,
+    moments_1: &mut Sequence<Tensor<F>>,
+    moments_2: &mut Sequence<Tensor<F>>,
     params_out: &mut Sequence<Tensor<F>>,
     moments_1_out: &mut Sequence<Tensor<F>>,
     moments_2_out: &mut Sequence<Tensor<F>>,
     copies: &mut Sequence<Tensor<W>>,
     s: Scalars,
+    #[comptime] in_place: bool,
     #[comptime] with_copy: bool,
     #[define(F, G, W)] _dtypes: [StorageType; 3],
 ) {
     let count = comptime!(params.len());
     #[unroll]
     for k in 0..count {
-        let param = params.index(k);
+        let param = params.index_mut(k);
         let grad = grads.index(k);
-        let moment_1 = moments_1.index(k);
-        let moment_2 = moments_2.index(k);
-        let param_out = params_out.index_mut(k);
-        let moment_1_out = moments_1_out.index_mut(k);
-        let moment_2_out = moments_2_out.index_mut(k);
+        let moment_1 = moments_1.index_mut(k);
+        let moment_2 = moments_2.index_mut(k);
         let len = param.len();
         let mut i = ABSOLUTE_POS;
         while i < len {
@@ -76,9 +76,18 @@ fn adam_update<F: Float, G: Float, W: Float>(
             // The master value rounded to F first, so that the copy is exactly the cast of the
             // parameter the optimizer keeps (what casting it again would give).
             let p = F::cast_from(f32::cast_from(param[i]) - update * s.lr);
-            param_out[i] = p;
-            moment_1_out[i] = F::cast_from(m);
-            moment_2_out[i] = F::cast_from(v);
+            if comptime!(in_place) {
+                param[i] = p;
+                moment_1[i] = F::cast_from(m);
+                moment_2[i] = F::cast_from(v);
+            } else {
+                let param_out = params_out.index_mut(k);
+                let moment_1_out = moments_1_out.index_mut(k);
+                let moment_2_out = moments_2_out.index_mut(k);
+                param_out[i] = p;
+                moment_1_out[i] = F::cast_from(m);
+                moment_2_out[i] = F::cast_from(v);
+            }
             if comptime!(with_copy) {
                 let copy = copies.index_mut(k);
                 copy[i] = W::cast_from(p);
@@ -90,8 +99,9 @@ fn adam_update<F: Float, G: Float, W: Float>(
 
 /// Per item, in order: `[param, moment_1, moment_2]` after one update (parameter and moments
 /// of one shape and dtype, the gradient of that shape in any float dtype), and with `copy` the
-/// updated parameter in that dtype as a fourth tensor. A launch takes consecutive items of one
-/// parameter and gradient dtype (the optimizer passes one dtype pair per call).
+/// updated parameter in that dtype as a fourth tensor (the inputs' buffers where the update
+/// may overwrite them, see [`in_place`]). A launch takes consecutive items of one parameter and
+/// gradient dtype (the optimizer passes one dtype pair per call), all updated in place or none.
 pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     items: Vec<Item<R, F, I, BT>>,
     step: AdamStep,
@@ -101,15 +111,29 @@ pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         return Vec::new();
     };
     let per_launch = lists::per_launch(&first.param.client, 8, TENSORS_PER_LAUNCH);
+    let items: Vec<Item<R, F, I, BT>> = items.into_iter().map(contiguous).collect();
     lists::in_launches(
         items,
         per_launch,
-        |t| (t.param.dtype, t.grad.dtype),
+        |t| (t.param.dtype, t.grad.dtype, in_place(t)),
         |group| launch(group, step, copy),
     )
 }
 
-/// One launch over items of one parameter and gradient dtype.
+/// Whether the update may overwrite `t`'s parameter and moments: it holds their only
+/// references (burn-fusion hands over a tensor's buffer at its last use), so nothing reads the
+/// old values again. Saves three allocations per parameter tensor, each a blocking round trip
+/// from burn-fusion's thread to the device's.
+fn in_place<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: &Item<R, F, I, BT>,
+) -> bool {
+    [&t.param, &t.moment_1, &t.moment_2]
+        .iter()
+        .all(|x| x.can_mut() && x.is_contiguous())
+}
+
+/// One launch over contiguous items of one parameter and gradient dtype, all updated in place
+/// or none.
 fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     items: Vec<Item<R, F, I, BT>>,
     step: AdamStep,
@@ -118,9 +142,11 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     let client = items[0].param.client.clone();
     let dtype = items[0].param.dtype;
     let grad_dtype = items[0].grad.dtype;
-    let items: Vec<Item<R, F, I, BT>> = items.into_iter().map(contiguous).collect();
-    let outputs: Vec<Vec<CubeTensor<R>>> =
-        items.iter().map(|t| outputs_of(t, dtype, copy)).collect();
+    let overwrite = in_place(&items[0]);
+    let outputs: Vec<Vec<CubeTensor<R>>> = items
+        .iter()
+        .map(|t| outputs_of(t, dtype, copy, overwrite))
+        .collect();
     let longest = items
         .iter()
         .map(|t| t.param.meta.num_elements())
@@ -141,13 +167,15 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     let args = |f: &dyn Fn(usize) -> CubeTensor<R>| -> Vec<TensorArg<R>> {
         (0..items.len()).map(|k| f(k).into_tensor_arg()).collect()
     };
+    // In place, the outputs are the inputs: no second binding of a buffer.
+    let outs = |j: usize| match overwrite {
+        true => Vec::new(),
+        false => args(&|k| outputs[k][j].clone()),
+    };
     let params = args(&|k| items[k].param.clone());
     let grads = args(&|k| items[k].grad.clone());
     let moments_1 = args(&|k| items[k].moment_1.clone());
     let moments_2 = args(&|k| items[k].moment_2.clone());
-    let params_out = args(&|k| outputs[k][0].clone());
-    let moments_1_out = args(&|k| outputs[k][1].clone());
-    let moments_2_out = args(&|k| outputs[k][2].clone());
     let copies = match copy {
         Some(_) => args(&|k| outputs[k][3].clone()),
         None => Vec::new(),
@@ -161,11 +189,12 @@ fn launch<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         grads.into_iter().collect(),
         moments_1.into_iter().collect(),
         moments_2.into_iter().collect(),
-        params_out.into_iter().collect(),
-        moments_1_out.into_iter().collect(),
-        moments_2_out.into_iter().collect(),
+        outs(0).into_iter().collect(),
+        outs(1).into_iter().collect(),
+        outs(2).into_iter().collect(),
         copies.into_iter().collect(),
         scalars,
+        overwrite,
         copy.is_some(),
         [dtype.into(), grad_dtype.into(), copy_dtype.into()],
     );
@@ -185,19 +214,23 @@ fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     }
 }
 
-/// The buffers one item's update writes: `[param, moment_1, moment_2]` in `dtype`, and with
-/// `copy` the working copy in that dtype.
+/// The buffers one item's update writes: `[param, moment_1, moment_2]` in `dtype` (the
+/// inputs' own with `overwrite`), and with `copy` the working copy in that dtype.
 fn outputs_of<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     t: &Item<R, F, I, BT>,
     dtype: DType,
     copy: Option<DType>,
+    overwrite: bool,
 ) -> Vec<CubeTensor<R>> {
     let out = |like: &CubeTensor<R>, dtype: DType| empty(like, like.meta.shape().clone(), dtype);
-    let mut o = vec![
-        out(&t.param, dtype),
-        out(&t.param, dtype),
-        out(&t.param, dtype),
-    ];
+    let mut o = match overwrite {
+        true => vec![t.param.clone(), t.moment_1.clone(), t.moment_2.clone()],
+        false => vec![
+            out(&t.param, dtype),
+            out(&t.param, dtype),
+            out(&t.param, dtype),
+        ],
+    };
     if let Some(c) = copy {
         // The old copy's buffer when this update is its only holder (nothing reads it
         // again), a new one otherwise.
