@@ -4,9 +4,14 @@
 # The release binary carried as .device-bin/medddpm.xz, unpacked to /tmp/medddpm, and the
 # cuBLAS it loads.
 unpack_binary() {
-  xz -t .device-bin/medddpm.xz || { echo "carried binary is damaged"; exit 3; }
-  xz -dc .device-bin/medddpm.xz > /tmp/medddpm && chmod +x /tmp/medddpm
+  unpack_xz .device-bin/medddpm.xz /tmp/medddpm
   cublas_library
+}
+
+# Checks the carried SRC (xz) and unpacks it to the executable DEST: `unpack_xz SRC DEST`.
+unpack_xz() {
+  xz -t "$1" || { echo "carried binary $1 is damaged"; exit 3; }
+  xz -dc "$1" > "$2" && chmod +x "$2"
 }
 
 # Builds compared in one call (GPUs differ from machine to machine), carried as
@@ -14,10 +19,7 @@ unpack_binary() {
 # `BIN=/tmp/medddpm-old bench_run ...` (or call /tmp/medddpm-NAME) for each, interleaved.
 unpack_binaries() {
   local v
-  for v in "$@"; do
-    xz -t ".device-bin/medddpm-$v.xz" || { echo "carried binary $v is damaged"; exit 3; }
-    xz -dc ".device-bin/medddpm-$v.xz" > "/tmp/medddpm-$v" && chmod +x "/tmp/medddpm-$v"
-  done
+  for v in "$@"; do unpack_xz ".device-bin/medddpm-$v.xz" "/tmp/medddpm-$v"; done
   cublas_library
 }
 

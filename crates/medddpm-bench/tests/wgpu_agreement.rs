@@ -63,15 +63,9 @@ fn normal<B: Backend, const D: usize>(
     seed: u64,
     device: &B::Device,
 ) -> Tensor<B, D> {
-    let mut uniform = medddpm_testdata::xorshift_uniform(seed);
+    let mut z = medddpm_testdata::xorshift_normal(seed);
     let n = shape.iter().product::<usize>();
-    let values: Vec<f32> = (0..n)
-        .map(|_| {
-            let (u, v) = (uniform(), uniform());
-            let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
-            mean + std * z as f32
-        })
-        .collect();
+    let values: Vec<f32> = (0..n).map(|_| mean + std * z() as f32).collect();
     Tensor::from_data(burn::tensor::TensorData::new(values, shape), device)
 }
 

@@ -120,16 +120,16 @@ pub fn run<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     )
 }
 
-/// Whether the update may overwrite `t`'s parameter and moments: it holds their only
-/// references (burn-fusion hands over a tensor's buffer at its last use), so nothing reads the
-/// old values again. Saves three allocations per parameter tensor, each a blocking round trip
-/// from burn-fusion's thread to the device's.
+/// Whether the update may overwrite `t`'s parameter and moments (made contiguous by
+/// [`run`]): it holds their only references (burn-fusion hands over a tensor's buffer at its
+/// last use), so nothing reads the old values again. Saves three allocations per parameter
+/// tensor, each a blocking round trip from burn-fusion's thread to the device's.
 fn in_place<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     t: &Item<R, F, I, BT>,
 ) -> bool {
     [&t.param, &t.moment_1, &t.moment_2]
         .iter()
-        .all(|x| x.can_mut() && x.is_contiguous())
+        .all(|x| x.can_mut())
 }
 
 /// One launch over contiguous items of one parameter and gradient dtype, all updated in place

@@ -45,6 +45,16 @@ pub fn xorshift_uniform(seed: u64) -> impl FnMut() -> f64 {
     }
 }
 
+/// Standard normal draws from [`xorshift_uniform`]`(seed)` (Box-Muller, one pair of uniforms
+/// a value): like it, the same values whatever other tests draw beside it.
+pub fn xorshift_normal(seed: u64) -> impl FnMut() -> f64 {
+    let mut uniform = xorshift_uniform(seed);
+    move || {
+        let (u, v) = (uniform(), uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
 /// A texture of three plane waves whose directions and phases are drawn from `state` (a
 /// linear congruential generator): its value at `p`, a voxel's position relative to the
 /// volume's centre, in about [-0.6, 0.8]. Distinct states make volumes that differ everywhere.

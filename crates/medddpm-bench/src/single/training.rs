@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use burn::optim::Optimizer;
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{DType, Distribution, ElementConversion, Tensor};
 use medddpm_backend::KernelAutodiffBackend;
 use medddpm_diffusion::CosineSchedule;
@@ -72,6 +72,14 @@ impl<'a, B: KernelAutodiffBackend> Training<'a, B> {
         }
     }
 
+    /// The Adam step, then (as the trainer does) the next step's working model while the GPU
+    /// runs the update.
+    fn update(&mut self, model: UNet<B>, grads: GradientsParams) {
+        let model = self.optim.step(self.lr, model, grads);
+        self.optim.prepare_working_model(&model, self.compute_dtype);
+        self.model = Some(model);
+    }
+
     /// The batch with fresh noise.
     fn new_batch(&self) -> MicroBatch<B> {
         MicroBatch {
@@ -112,10 +120,7 @@ impl<B: KernelAutodiffBackend> Case for Training<'_, B> {
         mark("micro-step enqueued");
         // As the trainer does: the update consumes the working copies.
         drop(work);
-        let model = self.optim.step(self.lr, model, grads);
-        // As the trainer does: the next step's working copies while the GPU runs the update.
-        self.optim.prepare_working_model(&model, self.compute_dtype);
-        self.model = Some(model);
+        self.update(model, grads);
         self.host_phases
             .push([ms_since(start), ms_since(t0) - ms_since(t1), ms_since(t1)]);
         if self.read_loss {
@@ -257,10 +262,7 @@ impl<B: KernelAutodiffBackend> Training<'_, B> {
         sync::<B>(device)?;
         let grads_ms = ms_since(t2);
         let t3 = Instant::now();
-        let model = self.optim.step(self.lr, model, grads);
-        // As the trainer does: the next step's working copies while the GPU runs the update.
-        self.optim.prepare_working_model(&model, self.compute_dtype);
-        self.model = Some(model);
+        self.update(model, grads);
         let optim_issue = ms_since(t3);
         sync::<B>(device)?;
         Ok(Phases {

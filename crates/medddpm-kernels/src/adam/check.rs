@@ -26,7 +26,8 @@ pub fn case_lengths(len: usize) -> Vec<usize> {
 /// `[param, moment_1, moment_2, copy]`. With `work` (mixed precision), the gradients arrive in
 /// that dtype and the update also writes the parameters in it; `copy` is the last update's
 /// copies against the casts of the parameters that update returned (0 when they agree
-/// exactly, and without `work`). Each update gets the previous one's copies to recycle.
+/// exactly, and without `work`). Each update gets the previous one's copies to recycle;
+/// every other one finds its parameters and moments still held elsewhere (see the loop).
 pub fn engine_vs_reference<B: KernelBackend>(
     device: &B::Device,
     len: usize,
@@ -61,7 +62,12 @@ pub fn engine_vs_reference<B: KernelBackend>(
             epsilon: 1e-8,
             time: t,
         };
+        // Every other update with the old values held elsewhere too (as the trainer's EMA holds
+        // them before it starts blending), so that the update writes new buffers; the others
+        // hand their tensors over and are updated in place.
+        let held = (t % 2 == 0).then(|| got.clone());
         let out = B::adam_steps(adam_inputs(got, device_grads, last_copies), step, work);
+        drop(held);
         (got, last_copies, copy_err) = read_outputs(out, work);
         want = want
             .into_iter()

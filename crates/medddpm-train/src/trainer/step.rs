@@ -177,15 +177,10 @@ pub(crate) fn random_micro_batch<B: Backend>(
     timestep: usize,
 ) -> MicroBatch<B> {
     use burn::tensor::TensorData;
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut z = medddpm_testdata::xorshift_normal(seed);
     let mut normal = |shape: [usize; 5]| {
         let values: Vec<f32> = (0..shape.iter().product::<usize>())
-            .map(|_| {
-                // Box-Muller: one standard normal from two uniforms.
-                let (u, v): (f32, f32) = (rng.random_range(f32::EPSILON..1.0), rng.random());
-                (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
-            })
+            .map(|_| z() as f32)
             .collect();
         Tensor::<B, 5>::from_data(TensorData::new(values, shape), device)
     };
