@@ -46,11 +46,11 @@ impl EmaSchedule {
 }
 
 /// Applies `action` to `ema` given the live weights `live` (same architecture, same parameter
-/// ids: the EMA starts as [`ema_copy`] of the model).
+/// ids: the EMA starts as a copy of the model).
 pub fn update_ema<B: Backend, M: Module<B>>(ema: M, live: &M, action: EmaAction) -> M {
     let decay = match action {
         EmaAction::Skip => return ema,
-        EmaAction::Copy => return ema_copy(live),
+        EmaAction::Copy => 0.0,
         EmaAction::Blend(decay) => decay,
     };
     let mut collector = Collect::<B> {
@@ -62,22 +62,6 @@ pub fn update_ema<B: Backend, M: Module<B>>(ema: M, live: &M, action: EmaAction)
         decay,
     };
     ema.map(&mut blender)
-}
-
-/// The live weights in buffers of their own (`x * 1` is exact). Sharing the live buffers would
-/// save a copy, but the optimizer overwrites a parameter and its moments in place only when
-/// nothing else holds the parameter: an EMA holding it sends the whole next update into new
-/// buffers, which the memory pools then keep.
-pub fn ema_copy<B: Backend, M: Module<B>>(live: &M) -> M {
-    live.clone().map(&mut OwnCopy)
-}
-
-struct OwnCopy;
-
-impl<B: Backend> ModuleMapper<B> for OwnCopy {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        param.map(|t| t.mul_scalar(1.0))
-    }
 }
 
 struct Collect<B: Backend> {
@@ -105,7 +89,11 @@ impl<B: Backend> ModuleMapper<B> for Blend<B> {
         let decay = self.decay;
         param.map(|ema| {
             let live = live.reshape(ema.shape());
-            ema.mul_scalar(decay) + live.mul_scalar(1.0 - decay)
+            if decay == 0.0 {
+                live
+            } else {
+                ema.mul_scalar(decay) + live.mul_scalar(1.0 - decay)
+            }
         })
     }
 }

@@ -51,7 +51,7 @@ impl<B: KernelAutodiffBackend> Session<B> {
         // while the generator holds this seed.
         model.visit(&mut Touch);
         drop(serial);
-        let ema: UNet<B::InnerBackend> = crate::ema::ema_copy(&model.valid());
+        let ema: UNet<B::InnerBackend> = model.valid();
         let optim = FusedAdam::from_settings(settings).init::<B, UNet<B>>();
         let mut session = Self {
             dataset: std::sync::Arc::new(dataset),
