@@ -181,36 +181,16 @@ fn csv_has_the_columns_and_quotes_fields() {
     let header = &rows[0];
     // The fixed columns, then the breakdown's (known classes in their order, the others by name),
     // then the message.
-    let expected: Vec<&str> = vec![
-        "backend",
-        "device",
-        "precision",
-        "layout",
-        "model",
-        "size",
-        "batch",
-        "status",
-        "agreement_rel_l2",
-        "agreement_tolerance",
-        "first_sample_step_s",
-        "first_train_step_s",
-        "train_step_median_ms",
-        "train_issue_median_ms",
-        "sample_step_median_ms",
-        "train_back_to_back_ms",
-        "sample_back_to_back_ms",
-        "peak_memory_mib",
-        "memory_source",
-        "tune_cache_warm",
-        "fwd_convolution_ms",
-        "fwd_normalisation_ms",
-        "fwd_attention_ms",
-        "fwd_elementwise_ms",
-        "fwd_upsample_ms",
-        "fwd_alpha_misc_ms",
-        "fwd_zeta_misc_ms",
-        "message",
-    ];
+    let expected: Vec<&str> = concat!(
+        "backend,device,precision,layout,model,size,batch,status,",
+        "agreement_rel_l2,agreement_tolerance,first_sample_step_s,first_train_step_s,",
+        "train_step_median_ms,train_issue_median_ms,sample_step_median_ms,",
+        "train_back_to_back_ms,sample_back_to_back_ms,peak_memory_mib,memory_source,",
+        "tune_cache_warm,fwd_convolution_ms,fwd_normalisation_ms,fwd_attention_ms,",
+        "fwd_elementwise_ms,fwd_upsample_ms,fwd_alpha_misc_ms,fwd_zeta_misc_ms,message",
+    )
+    .split(',')
+    .collect();
     assert_eq!(header, &expected);
     assert!(rows.iter().all(|r| r.len() == expected.len()));
     let col = |name: &str| expected.iter().position(|c| *c == name).unwrap();
