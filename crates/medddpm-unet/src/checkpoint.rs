@@ -179,43 +179,33 @@ impl<B: KernelAutodiffBackend> CheckpointedForward<B> {
     /// parameters leaves of the graph) from `grad`, the gradient of the loss with respect to
     /// the output: every parameter's gradient, as `GradientsParams::from_grads` gives them
     /// after a plain backward pass.
-    pub fn backward(self, unet: &UNet<B>, grad: Tensor<B::InnerBackend, 5>) -> GradientsParams {
-        let Self {
-            timesteps,
-            device,
-            out_dtype,
-            emb_act,
-            input,
-            encoder,
-            middle,
-            mut decoder,
-        } = self;
-        let ctx = unet.ctx(&device, None);
+    pub fn backward(mut self, unet: &UNet<B>, grad: Tensor<B::InnerBackend, 5>) -> GradientsParams {
+        let ctx = unet.ctx(&self.device, None);
         let mut acc = Backprop::<B> {
             params: GradientsParams::new(),
             emb_act: None,
             skip_grads: Vec::new(),
         };
-        let head_input = decoder.pop().expect("a U-Net has decoder blocks");
+        let head_input = self.decoder.pop().expect("a U-Net has decoder blocks");
         let h = leaf::<B, 5>(head_input);
-        let y = unet.head(h.clone(), out_dtype, &ctx);
+        let y = unet.head(h.clone(), self.out_dtype, &ctx);
         let mut grads = backward_seeded(y, grad);
         acc.take_params(&unet.out, &mut grads);
         let mut g = take_grad(&h, &mut grads);
 
-        acc.skip_grads = vec![None; encoder.len()];
+        acc.skip_grads = vec![None; self.encoder.len()];
         for (j, block) in unet.output_blocks.iter().enumerate().rev() {
             let below = if j == 0 {
-                middle.clone()
+                self.middle.clone()
             } else {
-                decoder.pop().expect("one output per decoder block")
+                self.decoder.pop().expect("one output per decoder block")
             };
-            let skip_index = encoder.len() - 1 - j;
+            let skip_index = self.encoder.len() - 1 - j;
             let (h, skip) = (
                 leaf::<B, 5>(below),
-                leaf::<B, 5>(encoder[skip_index].clone()),
+                leaf::<B, 5>(self.encoder[skip_index].clone()),
             );
-            let emb = leaf::<B, 2>(emb_act.clone());
+            let emb = leaf::<B, 2>(self.emb_act.clone());
             let y = decode(block, h.clone(), skip.clone(), emb.clone(), &ctx);
             let mut grads = backward_seeded(y, g);
             acc.take_params(block, &mut grads);
@@ -223,20 +213,29 @@ impl<B: KernelAutodiffBackend> CheckpointedForward<B> {
             acc.skip_grads[skip_index] = Some(take_grad(&skip, &mut grads));
             g = take_grad(&h, &mut grads);
         }
-        drop(middle);
+        drop(self.middle);
 
-        let h = leaf::<B, 5>(encoder.last().expect("a U-Net has encoder blocks").clone());
-        let emb = leaf::<B, 2>(emb_act.clone());
+        let deepest = self.encoder.last().expect("a U-Net has encoder blocks");
+        let h = leaf::<B, 5>(deepest.clone());
+        let emb = leaf::<B, 2>(self.emb_act.clone());
         let y = unet.middle(h.clone(), emb.clone(), &ctx);
         let mut grads = backward_seeded(y, g);
         acc.take_params(&unet.middle_block, &mut grads);
         acc.add_emb(&emb, &mut grads);
         g = take_grad(&h, &mut grads);
 
-        encoder_backward(unet, &ctx, &mut acc, encoder, input, &emb_act, g);
+        encoder_backward(
+            unet,
+            &ctx,
+            &mut acc,
+            self.encoder,
+            self.input,
+            &self.emb_act,
+            g,
+        );
 
         if let Some(g_emb) = acc.emb_act.take() {
-            let emb = unet.emb_act(&timesteps, &ctx);
+            let emb = unet.emb_act(&self.timesteps, &ctx);
             let mut grads = backward_seeded(emb, g_emb);
             acc.take_params(&unet.time_embed, &mut grads);
         }
