@@ -384,27 +384,20 @@ pub fn msgpack_lengths_fit(bytes: &[u8]) -> Result<(), MalformedRecord> {
             0x80..=0x8f => (0, 0, 2 * (marker & 0x0f) as u64),
             0x90..=0x9f => (0, 0, (marker & 0x0f) as u64),
             0xa0..=0xbf => (0, (marker & 0x1f) as u64, 0),
-            0xc4 | 0xd9 => (1, 0, 0),
-            0xc5 | 0xda => (2, 0, 0),
-            0xc6 | 0xdb => (4, 0, 0),
-            0xc7 => (1, 1, 0),
-            0xc8 => (2, 1, 0),
-            0xc9 => (4, 1, 0),
-            0xca => (0, 4, 0),
-            0xcb => (0, 8, 0),
-            0xcc | 0xd0 => (0, 1, 0),
-            0xcd | 0xd1 => (0, 2, 0),
-            0xce | 0xd2 => (0, 4, 0),
-            0xcf | 0xd3 => (0, 8, 0),
-            0xd4 => (0, 2, 0),
-            0xd5 => (0, 3, 0),
-            0xd6 => (0, 5, 0),
-            0xd7 => (0, 9, 0),
-            0xd8 => (0, 17, 0),
-            0xdc => (2, 0, 0),
-            0xdd => (4, 0, 0),
-            0xde => (2, 0, 0),
-            0xdf => (4, 0, 0),
+            // bin and str 8, 16, 32: a length of 1, 2 or 4 bytes.
+            0xc4..=0xc6 => (1 << (marker - 0xc4), 0, 0),
+            0xd9..=0xdb => (1 << (marker - 0xd9), 0, 0),
+            // ext 8, 16, 32: the length, then a type byte.
+            0xc7..=0xc9 => (1 << (marker - 0xc7), 1, 0),
+            // float 32 and 64.
+            0xca | 0xcb => (0, 4 << (marker - 0xca), 0),
+            // uint, then int, of 8 to 64 bits.
+            0xcc..=0xd3 => (0, 1 << (marker & 3), 0),
+            // fixext 1 to 16: a type byte, then the data.
+            0xd4..=0xd8 => (0, 1 + (1 << (marker - 0xd4)), 0),
+            // array and map 16 and 32: a count of 2 or 4 bytes.
+            0xdc | 0xde => (2, 0, 0),
+            0xdd | 0xdf => (4, 0, 0),
             0xc1 => {
                 return Err(MalformedRecord(format!(
                     "byte {}: 0xc1 is not a MessagePack value",
