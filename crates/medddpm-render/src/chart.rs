@@ -371,11 +371,16 @@ mod tests {
 
     #[test]
     fn ticks_are_short() {
-        assert_eq!(tick(0.0), "0");
-        assert_eq!(tick(0.05), "0.05");
-        assert_eq!(tick(0.1234), "0.123");
-        assert_eq!(tick(12.0), "12");
-        assert_eq!(tick(2e-5), "2.0e-5");
+        let cases = [
+            (0.0, "0"),
+            (0.05, "0.05"),
+            (0.1234, "0.123"),
+            (12.0, "12"),
+            (2e-5, "2.0e-5"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(tick(v), want, "{v}");
+        }
     }
 
     #[test]
