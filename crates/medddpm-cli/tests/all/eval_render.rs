@@ -58,11 +58,8 @@ fn make_folders(dir: &Path, names: &[&str]) {
 
 #[test]
 fn eval_ranks_samples_and_render_draws_them() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, image) = mask_and_synth(&["image"]);
     let dir = tmp.path();
-    make_folders(dir, &["mask", "image", "synth"]);
-    let (mask, image) = phantom();
-    write(&dir.join("mask/case.nii.gz"), mask);
     write(&dir.join("image/case.nii.gz"), image.clone());
     // Sample 0 is the image with a small wobble, sample 1 the image brightened by 0.5.
     let close: Vec<f32> = image
@@ -156,21 +153,23 @@ fn eval_ranks_samples_and_render_draws_them() {
     );
 }
 
-/// `mask/case.nii.gz` (the phantom's labels) and an empty `synth/` in `dir`; the phantom's image.
-fn mask_and_synth(dir: &Path) -> Vec<f32> {
-    make_folders(dir, &["mask", "synth"]);
+/// A temporary folder with `mask/case.nii.gz` (the phantom's labels), an empty `synth/` and
+/// the empty folders `more`; the phantom's image.
+fn mask_and_synth(more: &[&str]) -> (tempfile::TempDir, Vec<f32>) {
+    let tmp = tempfile::tempdir().unwrap();
+    make_folders(tmp.path(), &["mask", "synth"]);
+    make_folders(tmp.path(), more);
     let (mask, image) = phantom();
-    write(&dir.join("mask/case.nii.gz"), mask);
-    image
+    write(&tmp.path().join("mask/case.nii.gz"), mask);
+    (tmp, image)
 }
 
 /// The pictures and the report never replace what the user has: a volume named as `render`'s
 /// `--out` or `--gif`, an earlier `eval.json` (unless `--overwrite`).
 #[test]
 fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, image) = mask_and_synth(&[]);
     let dir = tmp.path();
-    let image = mask_and_synth(dir);
     write(&dir.join("synth/case_sample-0.nii.gz"), image);
     let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
     let volume = std::fs::read(dir.join("synth/case_sample-0.nii.gz")).unwrap();
@@ -240,9 +239,8 @@ fn outputs_never_replace_a_volume_or_an_earlier_evaluation() {
 /// voxel, is refused with its name: its scores would be silently wrong, or NaN.
 #[test]
 fn eval_refuses_a_volume_elsewhere_in_space_or_with_nan_voxels() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, image) = mask_and_synth(&[]);
     let dir = tmp.path();
-    let image = mask_and_synth(dir);
     let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
     let eval = || medddpm(&["eval", "--masks", &p("mask"), "--synthetic", &p("synth")]);
     let shifted = [
