@@ -34,6 +34,11 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Switches written as on a command line (no value with a space in it).
+fn switches(line: &str) -> Vec<&str> {
+    line.split(' ').collect()
+}
+
 /// The arguments of `medddpm synthesize` of `run`'s model from `masks` into `out`.
 fn synthesize_args<'a>(run: &'a Path, masks: &'a Path, out: &'a Path) -> [&'a str; 9] {
     [
@@ -138,16 +143,7 @@ fn synthesize_makes_both_layouts_resumes_after_kill_and_refuses_other_settings()
 
     // nnU-Net: a dataset.json beside imagesTr and labelsTr.
     let nn = tmp.path().join("nn");
-    let nn_args = [
-        "--count",
-        "2",
-        "--steps",
-        "2",
-        "--dataset-layout",
-        "nnunet",
-        "--dataset-id",
-        "42",
-    ];
+    let nn_args = switches("--count 2 --steps 2 --dataset-layout nnunet --dataset-id 42");
     let (ok, _, stderr) = synthesize(&run, &masks, &nn, &nn_args);
     assert!(ok, "{stderr}");
     let set = nn.join("Dataset042_Synthetic");
@@ -187,17 +183,10 @@ fn a_run_killed_mid_way_completes_on_rerun_with_no_pair_twice() {
     let (run, masks) = trained(tmp.path());
     let out = tmp.path().join("out");
     // DDPM's 50 network calls a pair: slow enough to be killed in the middle.
-    let args = [
-        "--count",
-        "8",
-        "--sampler",
-        "ddpm",
-        "--dataset-layout",
-        "nnunet",
-    ];
+    let args = switches("--count 8 --sampler ddpm --dataset-layout nnunet");
     let mut child = Command::new(env!("CARGO_BIN_EXE_medddpm"))
         .args(synthesize_args(&run, &masks, &out))
-        .args(args)
+        .args(&args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
