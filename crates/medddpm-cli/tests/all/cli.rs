@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::common::{assert_mentions, assert_refused, medddpm, medddpm_with, on_cpu};
+use crate::common::{arg, assert_mentions, assert_refused, medddpm, medddpm_with, on_cpu};
 
 use medddpm_testdata::shared_dir;
 
@@ -24,7 +24,7 @@ fn inspect_resolves_every_built_in_experiment() {
 #[test]
 fn inspect_prints_a_nifti_header() {
     let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
-    let (ok, stdout, stderr) = medddpm(&["inspect", mask.to_str().unwrap()]);
+    let (ok, stdout, stderr) = medddpm(&["inspect", arg(&mask)]);
     assert!(ok, "{stderr}");
     assert_mentions(&stdout, &["[128, 128, 128]", "U8"]);
 }
@@ -35,7 +35,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
     use std::process::Stdio;
     let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
     let mut child = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(["inspect", mask.to_str().unwrap()])
+        .args(["inspect", arg(&mask)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -63,7 +63,7 @@ fn output_that_cannot_be_written_is_one_error_line() {
     };
     let mask = shared_dir().join("datasets/medddpm-samples/whole_head/mask/sample_3.nii.gz");
     let out = Command::new(env!("CARGO_BIN_EXE_medddpm"))
-        .args(["inspect", mask.to_str().unwrap()])
+        .args(["inspect", arg(&mask)])
         .stdout(full)
         .output()
         .expect("runs");
@@ -154,7 +154,7 @@ fn bench_devices(out: &std::path::Path, extra: &[&str]) -> (bool, String, String
         "--steps",
         "2",
         "--out",
-        out.to_str().unwrap(),
+        arg(out),
     ];
     medddpm_with(&args, extra)
 }
@@ -192,7 +192,7 @@ fn bad_input_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("nowhere");
     assert_refused(
-        &medddpm(&["train", "--resume", missing.to_str().unwrap()]),
+        &medddpm(&["train", "--resume", arg(&missing)]),
         &["not a run folder"],
     );
 
@@ -203,11 +203,11 @@ fn bad_input_is_a_clear_error() {
         &medddpm(&[
             "sample",
             "--checkpoint",
-            missing.to_str().unwrap(),
+            arg(&missing),
             "--masks",
-            masks.to_str().unwrap(),
+            arg(&masks),
             "--out",
-            out.to_str().unwrap(),
+            arg(&out),
             "--backend",
             "cpu",
         ]),
@@ -219,8 +219,8 @@ fn bad_input_is_a_clear_error() {
     std::fs::write(&empty, "# nothing yet\n").unwrap();
     for cmd in ["inspect", "train"] {
         let args: Vec<&str> = match cmd {
-            "inspect" => vec!["inspect", empty.to_str().unwrap()],
-            _ => vec!["train", "--experiment", empty.to_str().unwrap()],
+            "inspect" => vec!["inspect", arg(&empty)],
+            _ => vec!["train", "--experiment", arg(&empty)],
         };
         let (ok, _, stderr) = medddpm(&args);
         assert!(
@@ -276,7 +276,7 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
     assert!(stderr.contains("== cpu / fp32 / ndhwc: Ok"), "{stderr}");
     // Reports can be rebuilt from the JSON lines alone.
     std::fs::remove_file(out.join("results.md")).unwrap();
-    let (ok, _, stderr) = medddpm(&["bench", "--report-only", "--out", out.to_str().unwrap()]);
+    let (ok, _, stderr) = medddpm(&["bench", "--report-only", "--out", arg(&out)]);
     assert!(ok && out.join("results.md").is_file(), "{stderr}");
 
     // Arguments that cannot work are refused before any configuration runs.
@@ -290,7 +290,7 @@ fn bench_runs_a_matrix_in_child_processes_and_writes_every_report() {
             "--batch must be at least 1",
         ),
     ] {
-        let base = ["bench", "--backends", "cpu", "--out", out.to_str().unwrap()];
+        let base = ["bench", "--backends", "cpu", "--out", arg(&out)];
         let (ok, _, stderr) = medddpm_with(&base, args);
         assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");
     }

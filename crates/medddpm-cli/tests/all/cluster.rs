@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+use crate::common::arg;
 use crate::processes::{experiment, losses, medddpm};
 
 mod nodes;
@@ -13,7 +14,7 @@ pub(crate) const TOKEN: &str = "a-test-secret-of-some-length";
 
 /// `medddpm train` of the experiment `file` into `run` on the CPU.
 pub(crate) fn train_args(file: &Path, run: &Path) -> Vec<String> {
-    let (file, run) = (file.to_str().unwrap(), run.to_str().unwrap());
+    let (file, run) = (arg(file), arg(run));
     [
         "train",
         "--backend",

@@ -28,6 +28,11 @@ pub fn assert_mentions(text: &str, names: &[&str]) {
     assert!(names.iter().all(|n| text.contains(n)), "{text}");
 }
 
+/// `path` as an argument of the command (the tests' paths are UTF-8).
+pub fn arg(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
 /// [`medddpm`] with `args`, then `extra`.
 pub fn medddpm_with(args: &[&str], extra: &[&str]) -> (bool, String, String) {
     medddpm(&[args, extra].concat())
@@ -41,7 +46,7 @@ pub fn on_cpu(
     out: &Path,
     extra: &[&str],
 ) -> (bool, String, String) {
-    let out = out.to_str().unwrap();
+    let out = arg(out);
     let args = [
         command,
         "--backends",

@@ -13,6 +13,8 @@ use medddpm_train::checkpoint::read_state;
 use medddpm_train::integrity::verify_checkpoint;
 use medddpm_train::{load_sampling_model, RunDir, WeightsSource};
 
+use crate::common::arg;
+
 const SAVE_EVERY: usize = 3;
 const STEPS: usize = 100_000; // never reached: every session is killed, then one finishes
 
@@ -38,13 +40,13 @@ fn killed_run(dir: &Path, toml_name: &str) -> (PathBuf, RunDir, impl Fn(bool) ->
         move |resume: bool| {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_medddpm"));
             match resume {
-                true => cmd.args(["train", "--resume", run_dir.to_str().unwrap()]),
+                true => cmd.args(["train", "--resume", arg(&run_dir)]),
                 false => cmd.args([
                     "train",
                     "--experiment",
-                    toml.to_str().unwrap(),
+                    arg(&toml),
                     "--run-dir",
-                    run_dir.to_str().unwrap(),
+                    arg(&run_dir),
                 ]),
             };
             cmd
@@ -190,13 +192,7 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
     );
     std::fs::write(&config_path, config).unwrap();
     let out = Command::new(bin)
-        .args([
-            "train",
-            "--resume",
-            run_dir.to_str().unwrap(),
-            "--backend",
-            "cpu",
-        ])
+        .args(["train", "--resume", arg(&run_dir), "--backend", "cpu"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -211,7 +207,7 @@ fn twenty_kills_lose_at_most_the_steps_since_the_last_checkpoint() {
     // `inspect` checks what it reports: fine now, refused with one flipped byte.
     let inspect = || {
         let out = Command::new(bin)
-            .args(["inspect", run_dir.to_str().unwrap()])
+            .args(["inspect", arg(&run_dir)])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string()

@@ -1,7 +1,7 @@
 //! `medddpm plan` and the memory check of `train`, `sample` and `bench` (on the CPU: against
 //! the host's available memory).
 
-use crate::common::{medddpm, tiny_experiment};
+use crate::common::{arg, medddpm, tiny_experiment};
 
 /// The plan names its parts, says it fits, and its JSON carries the same totals.
 #[test]
@@ -60,14 +60,8 @@ fn runs_beyond_the_machine_are_refused_before_they_start() {
         let file = dir.path().join("e.toml");
         std::fs::write(&file, text).unwrap();
         let run = dir.path().join("run");
-        let file = file.to_str().unwrap();
-        let (ok, _, err) = medddpm(&[
-            "train",
-            "--experiment",
-            file,
-            "--run-dir",
-            run.to_str().unwrap(),
-        ]);
+        let file = arg(&file);
+        let (ok, _, err) = medddpm(&["train", "--experiment", file, "--run-dir", arg(&run)]);
         assert!(!ok, "{setting}: started");
         assert!(
             err.contains("training needs about") && err.contains(remedy),

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use medddpm_nifti::{Affine, DataType, Volume, WriteOptions};
 
-use crate::common::{assert_refused, medddpm};
+use crate::common::{arg, assert_refused, medddpm};
 
 const RAW_AFFINE: Affine = [
     [-1.0, 0.0, 0.0, 0.0],
@@ -62,7 +62,7 @@ fn prepare_brats_end_to_end() {
     let (raw, out) = (tmp.path().join("raw"), tmp.path().join("out"));
     raw_case(&raw, "BraTS2021_00001", None);
     raw_case(&raw, "BraTS2021_00002", Some("flair"));
-    let (raw_s, out_s) = (raw.to_str().unwrap(), out.to_str().unwrap());
+    let (raw_s, out_s) = (arg(&raw), arg(&out));
     let args = [
         "prepare", "brats", "--raw", raw_s, "--out", out_s, "--grid", "16,16,12",
     ];
@@ -125,14 +125,7 @@ fn prepare_brats_end_to_end() {
 
 /// `medddpm prepare brats --raw RAW --out OUT`, then `extra`.
 fn prepare_brats(raw: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
-    let args = [
-        "prepare",
-        "brats",
-        "--raw",
-        raw.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ];
+    let args = ["prepare", "brats", "--raw", arg(raw), "--out", arg(out)];
     crate::common::medddpm_with(&args, extra)
 }
 
@@ -153,7 +146,7 @@ fn prepare_errors_name_the_file_and_the_problem() {
     assert!(stderr.contains("no case could be prepared"), "{stderr}");
 
     let list = tmp.path().join("missing.csv");
-    let cases = ["--cases", list.to_str().unwrap(), "--overwrite"];
+    let cases = ["--cases", arg(&list), "--overwrite"];
     assert_refused(&prepare_brats(&raw, &out, &cases), &["missing.csv"]);
 
     let spacing = [

@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::common::arg;
+
 pub(crate) fn medddpm(args: &[&str]) -> (bool, String) {
     let (ok, _, stderr) = crate::common::medddpm(args);
     (ok, stderr)
@@ -42,9 +44,9 @@ fn two_cpu_processes_train_like_one_device() {
             "--backend",
             "cpu",
             "--experiment",
-            file.to_str().unwrap(),
+            arg(&file),
             "--run-dir",
-            dir.to_str().unwrap(),
+            arg(&dir),
         ];
         let (ok, _, stderr) = crate::common::medddpm_with(&args, extra);
         assert!(ok, "{stderr}");
@@ -56,7 +58,7 @@ fn two_cpu_processes_train_like_one_device() {
     assert_eq!(losses(&two), losses(&one));
     assert_eq!(losses(&one).len(), 3);
     // The lead alone writes: one run folder, its checkpoint verifies, one event file.
-    let (ok, stderr) = medddpm(&["inspect", two.to_str().unwrap()]);
+    let (ok, stderr) = medddpm(&["inspect", arg(&two)]);
     assert!(ok, "{stderr}");
     let event_files = std::fs::read_dir(&two)
         .unwrap()
@@ -124,7 +126,7 @@ fn a_signal_stops_every_process_at_one_step_with_a_checkpoint() {
             "replica {pid} still runs"
         );
     }
-    let (ok, stderr) = medddpm(&["inspect", run.to_str().unwrap()]);
+    let (ok, stderr) = medddpm(&["inspect", arg(&run)]);
     assert!(ok, "{stderr}");
 }
 

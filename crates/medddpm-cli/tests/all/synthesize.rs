@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use medddpm_nifti::Volume;
 
-use crate::common::{assert_refused, medddpm, medddpm_with};
+use crate::common::{arg, assert_refused, medddpm, medddpm_with};
 
 /// A tiny model trained for two steps in `dir/run`, on two phantoms in `dir/phantoms`.
 fn trained(dir: &Path) -> (PathBuf, PathBuf) {
@@ -22,16 +22,12 @@ fn trained(dir: &Path) -> (PathBuf, PathBuf) {
         "--backend",
         "cpu",
         "--experiment",
-        s(&toml),
+        arg(&toml),
         "--run-dir",
-        s(&run),
+        arg(&run),
     ]);
     assert!(ok, "{stderr}");
     (run, dir.join("phantoms/mask"))
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Switches written as on a command line (no value with a space in it).
@@ -46,11 +42,11 @@ fn synthesize_args<'a>(run: &'a Path, masks: &'a Path, out: &'a Path) -> [&'a st
         "--backend",
         "cpu",
         "--checkpoint",
-        s(run),
+        arg(run),
         "--masks",
-        s(masks),
+        arg(masks),
         "--out",
-        s(out),
+        arg(out),
     ]
 }
 
@@ -115,7 +111,7 @@ fn synthesize_makes_both_layouts_resumes_after_kill_and_refuses_other_settings()
     let ours = tmp.path().join("ours");
     let (ok, stdout, stderr) = synthesize(&run, &masks, &ours, &["--count", "3", "--steps", "2"]);
     assert!(ok, "{stderr}");
-    assert_eq!(stdout.trim(), s(&ours));
+    assert_eq!(stdout.trim(), arg(&ours));
     assert_complete(&ours, 3, 2);
     assert!(ours.join("image/phantom_000_syn001.nii.gz").is_file());
     let line: serde_json::Value = serde_json::from_str(
@@ -267,7 +263,7 @@ fn augmented_pairs_record_their_draws_and_resume_only_with_the_same_settings() {
         "--steps",
         "2",
         "--augment-config",
-        s(&small),
+        arg(&small),
     ];
     let (ok, _, stderr) = synthesize(&run, &masks, &out, &cfg);
     assert!(ok, "{stderr}");
