@@ -46,6 +46,7 @@ fn both(
     layout: Layout,
     mode: ActivationCheckpointing,
 ) -> ([f32; 2], GradientsParams, GradientsParams, UNet<A>) {
+    let _alone = crate::autodiff_alone();
     let device = Default::default();
     <A as burn::tensor::backend::Backend>::seed(&device, 7);
     let config = UNetConfig::tiny();
