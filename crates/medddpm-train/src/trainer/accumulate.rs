@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use super::graphed::MicroStepGraphs;
 use super::loader::{HostBatch, Loader, READ_AHEAD};
 use super::shard::Shard;
-use super::step::{micro_step, MicroBatch};
+use super::step::{micro_step, one_graph_at_a_time, MicroBatch};
 use crate::gradient_sum::GradientSum;
 use crate::{ExperimentConfig, TrainError};
 
@@ -86,11 +86,14 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
             divisor,
             settings.activation_checkpointing,
         );
-        let (grads, loss) = match replica.graphs {
-            Some(graphs) => graphs
-                .borrow_mut()
-                .micro_step(work, replica.schedule, batch, how),
-            None => micro_step(work, replica.schedule, batch, how.0, how.1, how.2),
+        let (grads, loss) = {
+            let _turn = one_graph_at_a_time();
+            match replica.graphs {
+                Some(graphs) => graphs
+                    .borrow_mut()
+                    .micro_step(work, replica.schedule, batch, how),
+                None => micro_step(work, replica.schedule, batch, how.0, how.1, how.2),
+            }
         };
         // Several micro-batches are summed in f32; one replica's single micro-batch keeps the
         // compute dtype, and the team's average works in f32 (`Team::average`).
