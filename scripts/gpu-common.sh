@@ -129,21 +129,24 @@ bench_run() {
 # /tmp/phantoms128), STEPS optimizer steps, one checkpoint at the end, no samples: `train_toml
 # STEPS > FILE`.
 train_toml() {
+  local steps=${1:?train_toml STEPS}
   sed -e 's|^source = .*|source = { layout = "phantom", dir = "/tmp/phantoms128", count = 8, size = [128, 128, 128], seed = 0 }|' \
       -e 's|^normalization = .*|normalization = "none"|' \
       -e "s|^grid_policy = .*|grid_policy = \"resize\"\ncache = true|" \
-      -e "s|^steps = .*|steps = $1|" -e "s|^save_every = .*|save_every = $1|" \
+      -e "s|^steps = .*|steps = $steps|" -e "s|^save_every = .*|save_every = $steps|" \
       -e 's|^samples_per_checkpoint = .*|samples_per_checkpoint = 0|' \
       experiments/whole-head-128.toml
 }
 
-# A run's optimizer step (median over steps 3 on, from its metrics.jsonl) and its losses:
-# `train_summary RUN_DIR/metrics.jsonl`.
+# A run's optimizer step (the median of steps 4 on, the first three holding the warm-up; the
+# upper middle of an even count) from its metrics.jsonl, and its losses: `train_summary
+# RUN_DIR/metrics.jsonl`.
 train_summary() {
   python3 - "$1" <<'PY'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
 t = sorted(b['elapsed_s'] - a['elapsed_s'] for a, b in zip(m[2:], m[3:]))
-print(f"  {len(m)} steps, optimizer step (3..) median {t[len(t)//2]*1000:.1f} ms; losses {[round(x['loss'], 7) for x in m]}")
+step = f"{t[len(t)//2]*1000:.1f} ms" if t else "n/a (fewer than 4 steps)"
+print(f"  {len(m)} steps, optimizer step (4..) median {step}; losses {[round(x['loss'], 7) for x in m]}")
 PY
 }

@@ -17,7 +17,8 @@ use crate::DiffusionConfig;
 /// burn-autodiff 0.21 keeps one graph registry per process, and one thread's `backward()` can
 /// sweep away the graph another thread is starting on a leaf, whose gradient is then silently
 /// missing (tracel-ai/burn#5573): replicas on threads (`--launch threads`) take turns through
-/// their micro-steps. Uncontended with one replica a process.
+/// their micro-steps, and the tests that run a backward pass take it too. Uncontended with one
+/// replica a process.
 pub(crate) fn one_graph_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     TURN.lock()
