@@ -45,7 +45,7 @@ pub use process::{
 };
 pub use schedule::{CosineSchedule, ScheduleConfig};
 pub use scheduler::{Chain, Scheduler, StepInput, StepOutput};
-pub use seeding::backend_rng;
+pub use seeding::{autodiff_turn, backend_rng};
 pub use select::{Sampler, SamplerConfig, SamplerKind};
 pub use steps::SamplerError;
 

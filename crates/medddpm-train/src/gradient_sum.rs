@@ -132,7 +132,7 @@ mod tests {
     /// A small network's gradients on a random input, the weight's in `dtype` (as a 16-bit
     /// forward pass hands them over), the bias's in f32.
     fn grads_of(model: &Linear<B>, seed: u64, dtype: DType) -> GradientsParams {
-        let _turn = crate::trainer::one_graph_at_a_time();
+        let _turn = medddpm_diffusion::autodiff_turn();
         let device = Default::default();
         <Flex as burn::tensor::backend::Backend>::seed(&device, seed);
         let x = Tensor::<B, 2>::random([3, 4], Distribution::Normal(0.0, 1.0), &device);

@@ -466,7 +466,7 @@ mod tests {
     /// per-tensor adaptor does, and each working copy is the cast of its master weight.
     #[test]
     fn working_copies_train_like_recorded_casts() {
-        let _turn = crate::trainer::one_graph_at_a_time();
+        let _turn = medddpm_diffusion::autodiff_turn();
         use crate::trainer::{micro_step, micro_step_loss};
         use crate::DiffusionConfig;
         use burn::tensor::backend::Backend;

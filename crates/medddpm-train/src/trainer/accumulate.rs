@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use super::graphed::MicroStepGraphs;
 use super::loader::{HostBatch, Loader, READ_AHEAD};
 use super::shard::Shard;
-use super::step::{micro_step, one_graph_at_a_time, MicroBatch};
+use super::step::{micro_step, MicroBatch};
 use crate::gradient_sum::GradientSum;
 use crate::{ExperimentConfig, TrainError};
 
@@ -87,7 +87,7 @@ pub(super) fn accumulate<B: KernelAutodiffBackend>(
             settings.activation_checkpointing,
         );
         let (grads, loss) = {
-            let _turn = one_graph_at_a_time();
+            let _turn = medddpm_diffusion::autodiff_turn();
             match replica.graphs {
                 Some(graphs) => graphs
                     .borrow_mut()

@@ -293,7 +293,7 @@ mod tests {
     /// gives the loss and gradients of [`micro_step`], value for value.
     #[test]
     fn graphed_micro_steps_equal_micro_steps_and_the_cpu_turns_them_off() {
-        let _turn = crate::trainer::one_graph_at_a_time();
+        let _turn = medddpm_diffusion::autodiff_turn();
         let device = Default::default();
         B::seed(&device, 3);
         let model: UNet<B> =

@@ -35,8 +35,6 @@ use medddpm_unet::{Compute, KernelAutodiffBackend, UNet};
 
 pub use graphed::MicroStepGraphs;
 pub use log::{StepMetrics, LOSS_WINDOW};
-#[cfg(test)]
-pub(crate) use step::one_graph_at_a_time;
 pub use step::{micro_step, micro_step_forward, micro_step_loss, MicroBatch, MicroStepForward};
 
 use crate::checkpoint::{LossScale, RunDir};

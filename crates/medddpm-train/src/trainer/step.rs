@@ -13,18 +13,6 @@ use super::loader::stacked;
 use crate::data::Example;
 use crate::DiffusionConfig;
 
-/// A turn at building and running an autodiff graph, one thread of the process at a time.
-/// burn-autodiff 0.21 keeps one graph registry per process, and one thread's `backward()` can
-/// sweep away the graph another thread is starting on a leaf, whose gradient is then silently
-/// missing (tracel-ai/burn#5573): replicas on threads (`--launch threads`) take turns through
-/// their micro-steps, and the tests that run a backward pass take it too. Uncontended with one
-/// replica a process.
-pub(crate) fn one_graph_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    TURN.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// What one micro-step trains on: clean images, their condition, one timestep per example and
 /// the noise to add.
 pub type MicroBatch<B> = TrainingBatch<B>;

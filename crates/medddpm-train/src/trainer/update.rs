@@ -202,7 +202,7 @@ mod tests {
 
     /// A small model and the gradients of a loss of two examples.
     fn model_and_grads() -> (Linear<B>, GradientsParams) {
-        let _turn = crate::trainer::one_graph_at_a_time();
+        let _turn = medddpm_diffusion::autodiff_turn();
         let device = Default::default();
         let model: Linear<B> = LinearConfig::new(3, 2).init(&device);
         let x = Tensor::<B, 2>::from_floats([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]], &device);

@@ -46,7 +46,7 @@ fn both(
     layout: Layout,
     mode: ActivationCheckpointing,
 ) -> ([f32; 2], GradientsParams, GradientsParams, UNet<A>) {
-    let _alone = crate::autodiff_alone();
+    let _turn = medddpm_diffusion::autodiff_turn();
     let device = Default::default();
     <A as burn::tensor::backend::Backend>::seed(&device, 7);
     let config = UNetConfig::tiny();

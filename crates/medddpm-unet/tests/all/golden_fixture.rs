@@ -227,7 +227,7 @@ fn matches_the_reference_golden_fixture() {
     drop(unet);
 
     // Backward pass, once per loss.
-    let _alone = crate::autodiff_alone();
+    let _turn = medddpm_diffusion::autodiff_turn();
     let unet = load_unet::<A>(&device);
     for (loss_type, prefix, tolerance) in [
         (LossType::L2, "grad_l2", 1e-4),

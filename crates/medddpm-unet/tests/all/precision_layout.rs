@@ -109,7 +109,7 @@ fn bf16_computes_in_bf16_and_returns_f32() {
 #[test]
 fn bf16_training_gives_f32_gradients_close_to_f32_training() {
     type A = Autodiff<B>;
-    let _alone = crate::autodiff_alone();
+    let _turn = medddpm_diffusion::autodiff_turn();
     let device = Default::default();
     A::seed(&device, 11);
     let model = randomized(tiny().init::<A>(&device).unwrap());
