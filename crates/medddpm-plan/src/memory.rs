@@ -273,11 +273,14 @@ mod tests {
         let batch2 = with(|s| s.batch = 2);
         assert_eq!(batch2.part(parts::KEPT), 2 * bf16.part(parts::KEPT));
         let blocks = with(|s| s.checkpointing = ActivationCheckpointing::Blocks);
-        assert!(blocks.total() < bf16.total() * 4 / 5);
+        // Either mode of activation checkpointing saves a sixth or more (the decoder's joined
+        // inputs, which plain training no longer keeps, were much of what they dropped).
         let norms = with(|s| s.checkpointing = ActivationCheckpointing::Norms);
-        assert!(norms.total() < bf16.total() && norms.total() > blocks.total());
+        for mode in [&blocks, &norms] {
+            assert!(mode.total() < bf16.total() * 5 / 6);
+        }
         let sample = sampling(&shape(UNetConfig::whole_head(), 128), Allocator::Cuda);
-        assert!(sample.total() < blocks.total());
+        assert!(sample.total() < blocks.total().min(norms.total()));
         // No EMA, no EMA part.
         let bench = training(
             &shape(UNetConfig::whole_head(), 128),

@@ -124,20 +124,34 @@ impl<B: Backend> ResBlock<B> {
 
     /// skip(x) + out_layers(in_layers(x) + emb_layers(emb_act)).
     ///
-    /// `emb_act` is SiLU of the time embedding, shape [batch, 4C].
+    /// `emb_act` is SiLU of the time embedding, shape [batch, 4C]. A decoder's
+    /// [`BlockInput::Parts`] are joined first only where a group of the first GroupNorm
+    /// straddles them; else the block takes them as the parts of `x` ([`Ctx::splits`]).
     pub(crate) fn forward(
         &self,
-        x: Tensor<B, 5>,
+        x: BlockInput<B>,
         emb_act: Tensor<B, 2>,
         ctx: &Ctx<B>,
     ) -> Tensor<B, 5>
     where
         B: KernelBackend,
     {
+        let x = match x {
+            BlockInput::Parts(a, b) if !ctx.splits(&self.in_layers.norm, &a) => {
+                BlockInput::One(ctx.join(a, b))
+            }
+            x => x,
+        };
         let emb = self.emb_layers.linear.forward(emb_act);
         // The first convolution's bias and the time embedding are one per-channel shift that
         // the next GroupNorm adds in its own passes (no pass over the volume for them).
-        let h = self.in_layers.forward_unbiased(x.clone(), ctx);
+        let h = match &x {
+            BlockInput::One(x) => self.in_layers.forward_unbiased(x.clone(), ctx),
+            BlockInput::Parts(a, b) => {
+                let NormActConv { norm, conv } = &self.in_layers;
+                ctx.norm_silu_conv_joined(norm, a.clone(), b.clone(), conv)
+            }
+        };
         let shift = match &self.in_layers.conv.bias {
             Some(bias) => emb + bias.val().unsqueeze_dim(0),
             None => emb,
@@ -146,16 +160,40 @@ impl<B: Backend> ResBlock<B> {
         // over the volume where adding each after its convolution took one more.
         let h = self.out_layers.forward_shifted_unbiased(h, shift, ctx);
         let mut biases: Vec<_> = self.out_layers.conv.bias.iter().map(|b| b.val()).collect();
-        let skip = match &self.skip_connection {
-            Some(skip) => {
+        let mut terms = match (&self.skip_connection, x) {
+            (Some(skip), x) => {
                 biases.extend(skip.bias.iter().map(|b| b.val()));
-                ctx.conv_unbiased(skip, x)
+                match x {
+                    BlockInput::One(x) => vec![ctx.conv_unbiased(skip, x)],
+                    // The 1x1x1 convolution as the sum of its products over the parts.
+                    BlockInput::Parts(a, b) => ctx.pointwise_parts(skip, a, b).into(),
+                }
             }
-            None => x,
+            (None, x) => vec![x.joined(ctx)],
         };
+        terms.push(h);
         ctx.op(OpClass::Elementwise, || {
-            residual_sum(skip, h, biases, ctx.layout)
+            residual_sum(terms, biases, ctx.layout)
         })
+    }
+}
+
+/// A block's input: one activation, or the decoder's current activation and the encoder's
+/// skip, which are the parts of one joined along channels (in this order).
+pub(crate) enum BlockInput<B: Backend> {
+    /// One activation.
+    One(Tensor<B, 5>),
+    /// [current, skip], not joined.
+    Parts(Tensor<B, 5>, Tensor<B, 5>),
+}
+
+impl<B: KernelBackend> BlockInput<B> {
+    /// The one activation, the parts joined where there are two.
+    fn joined(self, ctx: &Ctx<B>) -> Tensor<B, 5> {
+        match self {
+            Self::One(x) => x,
+            Self::Parts(a, b) => ctx.join(a, b),
+        }
     }
 }
 
@@ -318,7 +356,21 @@ impl<B: Backend> EmbedBlock<B> {
     /// Runs the present parts in order.
     pub(crate) fn forward(
         &self,
-        mut x: Tensor<B, 5>,
+        x: Tensor<B, 5>,
+        emb_act: Tensor<B, 2>,
+        ctx: &Ctx<B>,
+    ) -> Tensor<B, 5>
+    where
+        B: KernelBackend,
+    {
+        self.forward_input(BlockInput::One(x), emb_act, ctx)
+    }
+
+    /// [`EmbedBlock::forward`] of a decoder block's [current, skip]: the ResBlock takes the
+    /// two parts as they are where it can ([`ResBlock::forward`]).
+    pub(crate) fn forward_input(
+        &self,
+        mut x: BlockInput<B>,
         emb_act: Tensor<B, 2>,
         ctx: &Ctx<B>,
     ) -> Tensor<B, 5>
@@ -326,11 +378,12 @@ impl<B: Backend> EmbedBlock<B> {
         B: KernelBackend,
     {
         if let Some(conv) = &self.conv {
-            x = ctx.conv(conv, x);
+            x = BlockInput::One(ctx.conv(conv, x.joined(ctx)));
         }
-        if let Some(res) = &self.res {
-            x = res.forward(x, emb_act, ctx);
-        }
+        let mut x = match &self.res {
+            Some(res) => res.forward(x, emb_act, ctx),
+            None => x.joined(ctx),
+        };
         if let Some(attn) = &self.attn {
             x = attn.forward(x, ctx);
         }

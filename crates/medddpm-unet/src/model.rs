@@ -7,7 +7,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::{backend::Backend, DType, Tensor, TensorData};
 
 use crate::blocks::{
-    conv3, group_norm, AttentionBlock, Downsample, EmbedBlock, ResBlock, Upsample,
+    conv3, group_norm, AttentionBlock, BlockInput, Downsample, EmbedBlock, ResBlock, Upsample,
 };
 use crate::exec::{cast_to, Ctx, Layout, OpClass, OpProfile};
 use crate::{UNetConfig, UNetError};
@@ -455,9 +455,9 @@ impl<B: KernelBackend> UNet<B> {
         ctx: &Ctx<B>,
     ) -> Tensor<B, 5> {
         let m = &self.middle_block;
-        let h = m.res_1.forward(h, emb_act.clone(), ctx);
+        let h = m.res_1.forward(BlockInput::One(h), emb_act.clone(), ctx);
         let h = m.attn.forward(h, ctx);
-        m.res_2.forward(h, emb_act, ctx)
+        m.res_2.forward(BlockInput::One(h), emb_act, ctx)
     }
 
     /// The output head, back in the input's layout and dtype `out_dtype`.
@@ -474,7 +474,8 @@ impl<B: KernelBackend> UNet<B> {
     }
 }
 
-/// A decoder block: [current, skip] joined along channels, then the block.
+/// A decoder block of [current, skip] (joined along channels, or taken as the two parts of the
+/// joined input where its ResBlock can: [`crate::blocks::ResBlock::forward`]).
 pub(crate) fn decode<B: KernelBackend>(
     block: &EmbedBlock<B>,
     h: Tensor<B, 5>,
@@ -482,13 +483,7 @@ pub(crate) fn decode<B: KernelBackend>(
     emb_act: Tensor<B, 2>,
     ctx: &Ctx<B>,
 ) -> Tensor<B, 5> {
-    let joined = ctx.op(OpClass::Elementwise, || match ctx.layout {
-        Layout::Ncdhw => Tensor::cat(vec![h, skip], 1),
-        // One copy each way (the backend's join and, in the backward, its split) instead of
-        // burn's cat and the strided slices of its backward.
-        Layout::Ndhwc => medddpm_kernels::cat_last(h, skip),
-    });
-    block.forward(joined, emb_act, ctx)
+    block.forward_input(BlockInput::Parts(h, skip), emb_act, ctx)
 }
 
 impl<B: KernelBackend> medddpm_diffusion::Denoiser<B> for UNet<B> {

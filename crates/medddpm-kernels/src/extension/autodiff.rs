@@ -12,7 +12,7 @@ use burn::tensor::ops::FloatTensor;
 
 use super::backward_profile;
 use super::node::{checkpointing_node, register_each, retrieve};
-use super::{KernelBackend, MemoryStats};
+use super::{KernelBackend, MemoryStats, NormInput};
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
 use crate::reference::norm::GroupNormSpec;
@@ -57,18 +57,24 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     }
 
     fn norm_conv3d(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
+        input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         norm: GroupNormSpec,
         weight: FloatTensor<Self>,
         conv: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        use super::norm_conv::norm_conv_op;
-        match shift {
-            None => norm_conv_op::<B, C, 4>([x, gamma, beta, weight], norm, conv),
-            Some(shift) => norm_conv_op::<B, C, 5>([x, gamma, beta, weight, shift], norm, conv),
+        use super::norm_conv::{norm_conv_joined_op, norm_conv_op};
+        match input {
+            NormInput::Shifted(x, None) => {
+                norm_conv_op::<B, C, 4>([x, gamma, beta, weight], norm, conv)
+            }
+            NormInput::Shifted(x, Some(shift)) => {
+                norm_conv_op::<B, C, 5>([x, gamma, beta, weight, shift], norm, conv)
+            }
+            NormInput::Parts(a, b) => {
+                norm_conv_joined_op::<B, C>([a, b, gamma, beta, weight], norm, conv)
+            }
         }
     }
 

@@ -28,7 +28,7 @@ pub mod backward_profile;
 mod node;
 mod norm_conv;
 
-pub use norm_conv::conv_in_layout;
+pub use norm_conv::{conv_in_layout, joined_norm_parts, NormInput};
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
@@ -127,22 +127,26 @@ pub trait KernelBackend: CollectiveBackend {
         Self::group_norm_forward(x, shift, gamma, beta, spec).y
     }
 
-    /// SiLU(GroupNorm(x [+ shift])) (per `norm`, `x` in `norm.layout`'s logical shape) then
-    /// the convolution with `weight` without bias (per `conv`), as one operation: on the
-    /// autodiff backend it keeps the normalisation's input and statistics and recomputes its
-    /// output in the backward pass, where two operations would keep that output for the
-    /// convolution (activation checkpointing `norms`). Provided body: the two operations.
-    #[allow(clippy::too_many_arguments)]
+    /// SiLU(GroupNorm) of `input` (per `norm`, in `norm.layout`'s logical shape) then the
+    /// convolution with `weight` without bias (per `conv`), as one operation: on the autodiff
+    /// backend it keeps the normalisation's input and statistics and recomputes its output in
+    /// the backward pass, where two operations would keep that output for the convolution
+    /// (activation checkpointing `norms`); of [`NormInput::Parts`] it keeps the two parts,
+    /// where their join would be a third tensor of their size. Provided body: the operations.
     fn norm_conv3d(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
+        input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         norm: GroupNormSpec,
         weight: FloatTensor<Self>,
         conv: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        let y = Self::group_norm(x, shift, gamma, beta, norm);
+        let y = match input {
+            NormInput::Shifted(x, shift) => Self::group_norm(x, shift, gamma, beta, norm),
+            NormInput::Parts(a, b) => {
+                norm_conv::joined_norm_forward::<Self>(a, b, gamma, beta, norm).0
+            }
+        };
         conv_in_layout::<Self>(y, weight, conv)
     }
 

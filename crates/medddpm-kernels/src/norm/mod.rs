@@ -21,6 +21,7 @@ mod check;
 mod ops;
 pub use crate::reference::norm as reference;
 
+pub use crate::extension::{joined_norm_parts, NormInput};
 pub use check::{engine_vs_reference, NormCase};
 pub use ops::{group_norm, group_norm_shifted, norm_conv3d};
 pub use reference::{

@@ -2,7 +2,9 @@
 
 use burn::tensor::Tensor;
 
-use crate::extension::KernelBackend;
+use burn::tensor::ops::FloatTensor;
+
+use crate::extension::{KernelBackend, NormInput};
 use crate::primitive::float;
 use crate::reference::conv_spec::Conv3dSpec;
 use crate::reference::norm::GroupNormSpec;
@@ -26,14 +28,11 @@ medddpm_ops::on_tensors! {
         gamma: Tensor<B, 1>, beta: Tensor<B, 1>, spec: GroupNormSpec) -> Tensor<B, 5>
         = B::group_norm(float(x), shift.map(float), float(gamma), float(beta), spec);
 
-    /// SiLU(GroupNorm(x [+ shift])) then the convolution with `weight` (no bias), `x` and the
-    /// result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose autodiff
-    /// node keeps the normalisation's input, not its output.
-    #[allow(clippy::too_many_arguments)]
-    fn norm_conv3d<B: KernelBackend>(x: Tensor<B, 5>, shift: Option<Tensor<B, 2>>,
-        gamma: Tensor<B, 1>, beta: Tensor<B, 1>, norm: GroupNormSpec, weight: Tensor<B, 5>,
-        conv: Conv3dSpec) -> Tensor<B, 5>
-        = B::norm_conv3d(
-            float(x), shift.map(float), float(gamma), float(beta), norm, float(weight), conv,
-        );
+    /// SiLU(GroupNorm(input)) then the convolution with `weight` (no bias), the input parts
+    /// and the result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose
+    /// autodiff node keeps the normalisation's input, not its output.
+    fn norm_conv3d<B: KernelBackend>(input: NormInput<FloatTensor<B>>, gamma: Tensor<B, 1>,
+        beta: Tensor<B, 1>, norm: GroupNormSpec, weight: Tensor<B, 5>, conv: Conv3dSpec)
+        -> Tensor<B, 5>
+        = B::norm_conv3d(input, float(gamma), float(beta), norm, float(weight), conv);
 }

@@ -27,6 +27,33 @@ pub struct GroupNormSpec {
     pub engine: NormEngine,
 }
 
+impl GroupNormSpec {
+    /// This normalisation of `channels` channels as two, over the first `first` channels and
+    /// over the rest, where no group straddles the two parts: a group's statistics are its
+    /// own, so the two compute what the one does without the parts being joined first (the
+    /// decoder's [current, skip]). `None` where a group would straddle them.
+    pub fn split(&self, channels: usize, first: usize) -> Option<[Self; 2]> {
+        let groups = self.num_groups;
+        if groups == 0 || !channels.is_multiple_of(groups) || first == 0 || first >= channels {
+            return None;
+        }
+        let per_group = channels / groups;
+        first.is_multiple_of(per_group).then(|| {
+            let head = first / per_group;
+            [
+                Self {
+                    num_groups: head,
+                    ..*self
+                },
+                Self {
+                    num_groups: groups - head,
+                    ..*self
+                },
+            ]
+        })
+    }
+}
+
 /// What the forward pass returns: the output and the per-group statistics (`[b, g]`, in the
 /// statistics dtype) that the backward pass needs.
 #[derive(Debug, Clone)]

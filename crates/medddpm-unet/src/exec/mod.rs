@@ -4,9 +4,11 @@
 //! - `profile`: what the timer records ([`OpProfile`], [`OpStats`]) per [`OpClass`];
 //! - `ops`: the per-call context that runs each operation (convolution, GroupNorm) in the
 //!   chosen layout and times it;
+//! - `joined`: the decoder's [current, skip] taken as two parts without their join;
 //! - `params`: passes over a module's parameters (compute-dtype casts, mixed-precision working
 //!   copies, random weights, values moved between backends).
 
+mod joined;
 mod ops;
 mod params;
 mod profile;

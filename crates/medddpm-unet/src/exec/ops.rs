@@ -8,6 +8,8 @@ use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, PaddingConfig3d};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
+use medddpm_kernels::norm::NormInput;
+use medddpm_kernels::primitive::float;
 use medddpm_kernels::{Compute, Conv3dSpec, GroupNormSpec, KernelBackend, Layout, NormEngine};
 
 use super::profile::{OpClass, OpProfile, OpStats};
@@ -128,7 +130,8 @@ impl<B: KernelBackend> Ctx<'_, B> {
             let (gamma, beta, spec) = norm_parts(norm, &x, self.layout, engine, true);
             let conv_spec = conv_spec(conv, self.compute, self.layout);
             let weight = conv.weight.val();
-            medddpm_kernels::norm::norm_conv3d(x, shift, gamma, beta, spec, weight, conv_spec)
+            let input = NormInput::Shifted(float(x), shift.map(float));
+            medddpm_kernels::norm::norm_conv3d(input, gamma, beta, spec, weight, conv_spec)
         })
     }
 
@@ -190,7 +193,11 @@ fn conv3d<B: KernelBackend>(
 }
 
 /// What the engine needs of burn's `conv` module in `layout`.
-fn conv_spec<B: Backend>(conv: &Conv3d<B>, compute: Compute, layout: Layout) -> Conv3dSpec {
+pub(super) fn conv_spec<B: Backend>(
+    conv: &Conv3d<B>,
+    compute: Compute,
+    layout: Layout,
+) -> Conv3dSpec {
     let padding = match &conv.padding {
         PaddingConfig3d::Explicit(a, b, c) => [*a, *b, *c],
         PaddingConfig3d::Valid => [0, 0, 0],
@@ -210,24 +217,29 @@ fn bias_of<B: Backend>(conv: &Conv3d<B>) -> Option<Tensor<B, 1>> {
     conv.bias.as_ref().map(|b| b.val())
 }
 
-/// `a + b + biases` for activations `a` and `b` in `layout`'s logical shape and per-channel
+/// The sum of `terms` (activations in `layout`'s logical shape, at least one) and per-channel
 /// `biases` `[c]`, as one expression that burn's fusion compiles into one kernel (a bias added
 /// alone between two custom operations is a pass of its own). Channels-last is viewed as
 /// `[b, d, h * w, c]` as in [`add_per_channel`].
 pub(crate) fn residual_sum<B: Backend>(
-    a: Tensor<B, 5>,
-    b: Tensor<B, 5>,
+    terms: Vec<Tensor<B, 5>>,
     biases: Vec<Tensor<B, 1>>,
     layout: Layout,
 ) -> Tensor<B, 5> {
-    let dims = a.dims();
+    let dims = terms[0].dims();
     let c = dims[layout.channel_dim()];
+    let total = "a residual sum of at least one term";
     match layout {
-        Layout::Ncdhw => add_biases(a + b, biases, [1, c, 1, 1, 1]),
+        Layout::Ncdhw => {
+            let sum = terms.into_iter().reduce(|sum, t| sum + t).expect(total);
+            add_biases(sum, biases, [1, c, 1, 1, 1])
+        }
         Layout::Ndhwc => {
             let [n, d, h, w, _] = dims;
             let view = [n, d, h * w, c];
-            add_biases(a.reshape(view) + b.reshape(view), biases, [1, 1, 1, c]).reshape(dims)
+            let sum = terms.into_iter().map(|t| t.reshape(view));
+            let sum = sum.reduce(|sum, t| sum + t).expect(total);
+            add_biases(sum, biases, [1, 1, 1, c]).reshape(dims)
         }
     }
 }
@@ -321,20 +333,38 @@ fn norm_parts<B: KernelBackend>(
     engine: NormEngine,
     silu: bool,
 ) -> (Tensor<B, 1>, Tensor<B, 1>, GroupNormSpec) {
-    let c = x.dims()[layout.channel_dim()];
-    let device = x.device();
-    let spec = GroupNormSpec {
+    let (gamma, beta) = norm_params(norm, &x.device());
+    (gamma, beta, norm_spec(norm, layout, engine, silu))
+}
+
+/// The extension's spec of burn's `GroupNorm` module.
+pub(super) fn norm_spec<B: Backend>(
+    norm: &GroupNorm<B>,
+    layout: Layout,
+    engine: NormEngine,
+    silu: bool,
+) -> GroupNormSpec {
+    GroupNormSpec {
         num_groups: norm.num_groups,
         epsilon: norm.epsilon,
         silu,
         layout,
         engine,
-    };
+    }
+}
+
+/// gamma and beta of burn's `GroupNorm` module (the identity ones where it has no affine
+/// parameters).
+pub(super) fn norm_params<B: Backend>(
+    norm: &GroupNorm<B>,
+    device: &B::Device,
+) -> (Tensor<B, 1>, Tensor<B, 1>) {
+    let c = norm.num_channels;
     let gamma = norm.gamma.as_ref().map(|p| p.val());
     let beta = norm.beta.as_ref().map(|p| p.val());
-    let gamma = gamma.unwrap_or_else(|| Tensor::ones([c], &device));
-    let beta = beta.unwrap_or_else(|| Tensor::zeros([c], &device));
-    (gamma, beta, spec)
+    let gamma = gamma.unwrap_or_else(|| Tensor::ones([c], device));
+    let beta = beta.unwrap_or_else(|| Tensor::zeros([c], device));
+    (gamma, beta)
 }
 
 #[cfg(test)]
@@ -430,6 +460,7 @@ mod tests {
     fn recomputing_norms_fuses_each_resblocks_normalisations_into_their_convolutions() {
         use burn::backend::Autodiff;
         type A = Autodiff<Flex>;
+        let _turn = medddpm_diffusion::autodiff_turn();
         let device = Default::default();
         let unet = crate::UNetConfig::tiny().init::<A>(&device).unwrap();
         let calls = |recompute: bool| {
