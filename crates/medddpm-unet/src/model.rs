@@ -418,6 +418,7 @@ impl<B: KernelBackend> UNet<B> {
             profile,
             device: device.clone(),
             recompute_norms: false,
+            decoder_parts: B::ad_enabled(device),
         }
     }
 

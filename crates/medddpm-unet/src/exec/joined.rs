@@ -16,8 +16,12 @@ use super::Ctx;
 
 impl<B: KernelBackend> Ctx<'_, B> {
     /// Whether a ResBlock whose first GroupNorm is `norm` takes the decoder's [current, skip]
-    /// with `current` as its first part without joining them: no group straddles the two.
+    /// with `current` as its first part without joining them: no group straddles the two, and
+    /// the pass takes parts at all ([`Ctx::decoder_parts`]).
     pub fn splits(&self, norm: &GroupNorm<B>, current: &Tensor<B, 5>) -> bool {
+        if !self.decoder_parts {
+            return false;
+        }
         let first = current.dims()[self.layout.channel_dim()];
         let spec = norm_spec(norm, self.layout, self.compute.norm_engine, true);
         spec.split(norm.num_channels, first).is_some()
@@ -178,7 +182,7 @@ mod tests {
             Tensor::<A, 5>::random([2, 8, 4, 6, 6], Distribution::Normal(0.0, 1.0), &device);
         for layout in [Layout::Ncdhw, Layout::Ndhwc] {
             for recompute_norms in [false, true] {
-                let ctx = Ctx::<A> {
+                let context = |decoder_parts| Ctx::<A> {
                     layout,
                     compute: Compute {
                         layout,
@@ -187,12 +191,17 @@ mod tests {
                     profile: None,
                     device,
                     recompute_norms,
+                    decoder_parts,
                 };
+                let ctx = context(true);
                 let in_layout = |x: Tensor<A, 5>| match layout {
                     Layout::Ncdhw => x.detach().require_grad(),
                     Layout::Ndhwc => x.permute([0, 2, 3, 4, 1]).detach().require_grad(),
                 };
                 let probe = in_layout(probe.clone()).detach();
+                // A pass that takes no parts (sampling's) joins them.
+                let without = context(false);
+                assert!(!without.splits(&block.in_layers.norm, &in_layout(current.clone())));
                 let run = |joined: bool| {
                     let (a, b) = (in_layout(current.clone()), in_layout(skip.clone()));
                     assert!(ctx.splits(&block.in_layers.norm, &a));

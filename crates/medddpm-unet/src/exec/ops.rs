@@ -23,6 +23,11 @@ pub(crate) struct Ctx<'a, B: Backend> {
     /// A GroupNorm + SiLU and the convolution after it run as one operation that recomputes
     /// the normalisation in the backward pass (activation checkpointing `norms`).
     pub recompute_norms: bool,
+    /// Decoder ResBlocks take [current, skip] as two parts where they can
+    /// ([`Ctx::splits`]): when the pass records a graph for training (or is checkpointing's
+    /// forward through the autodiff backend), whose backward pass would keep their join. A
+    /// pass without one joins them: the join is transient there, and the parts cost launches.
+    pub decoder_parts: bool,
 }
 
 impl<B: KernelBackend> Ctx<'_, B> {
@@ -385,6 +390,7 @@ mod tests {
             profile: None,
             device: Default::default(),
             recompute_norms: false,
+            decoder_parts: false,
         }
     }
 
