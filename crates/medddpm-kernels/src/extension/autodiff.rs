@@ -64,18 +64,7 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         weight: FloatTensor<Self>,
         conv: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        use super::norm_conv::{norm_conv_joined_op, norm_conv_op};
-        match input {
-            NormInput::Shifted(x, None) => {
-                norm_conv_op::<B, C, 4>([x, gamma, beta, weight], norm, conv)
-            }
-            NormInput::Shifted(x, Some(shift)) => {
-                norm_conv_op::<B, C, 5>([x, gamma, beta, weight, shift], norm, conv)
-            }
-            NormInput::Parts(a, b) => {
-                norm_conv_joined_op::<B, C>([a, b, gamma, beta, weight], norm, conv)
-            }
-        }
+        super::norm_conv::norm_conv_node::<B, C>(input, [gamma, beta, weight], norm, conv)
     }
 
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {

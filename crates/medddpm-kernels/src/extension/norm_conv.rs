@@ -34,6 +34,15 @@ pub enum NormInput<T> {
     Parts(T, T),
 }
 
+impl<T> NormInput<T> {
+    /// The activation (the first part).
+    pub fn first(&self) -> &T {
+        match self {
+            NormInput::Shifted(x, _) | NormInput::Parts(x, _) => x,
+        }
+    }
+}
+
 /// The convolution of `y` (in `conv.compute.layout`'s logical shape: channels-last
 /// activations are `[b, d, h, w, c]`) handed to the engine as its layouts expect, and its
 /// result in the same logical shape.
@@ -56,37 +65,59 @@ const TO_FIRST: [usize; 5] = [0, 4, 1, 2, 3];
 const TO_LAST: [usize; 5] = [0, 2, 3, 4, 1];
 
 #[derive(Debug)]
-pub(super) struct NormConvBackward;
+struct NormConvBackward;
 
-/// The parents' checkpoints (x, gamma, beta, weight and the shift where there is one), the
-/// statistics and both specs.
-type State<B> = (
-    Vec<NodeId>,
-    (FloatTensor<B>, FloatTensor<B>, GroupNormSpec, Conv3dSpec),
-);
+/// The parents' checkpoints (x, gamma, beta, weight and the shift where there is one; or a, b,
+/// gamma, beta and the weight), the normalisation's statistics and both specs.
+type State<B> = (Vec<NodeId>, (Stats<B>, GroupNormSpec, Conv3dSpec));
 
-/// The node of `norm_conv3d` with `N` parents: x, gamma, beta, weight (and the shift, with 5).
-pub(super) fn norm_conv_op<B, C, const N: usize>(
-    inputs: [FloatTensor<Autodiff<B, C>>; N],
-    norm: GroupNormSpec,
-    conv: Conv3dSpec,
-) -> FloatTensor<Autodiff<B, C>>
-where
-    B: KernelBackend,
-    C: CheckpointStrategy,
-    NormConvBackward: Backward<B, N, State = State<B>>,
-{
-    checkpointing_node::<B, C, _, _, N>(NormConvBackward, inputs, |inputs| {
-        let mut inputs = inputs.into_iter();
-        let mut next = || inputs.next().expect("x, gamma, beta and the weight");
-        let (x, gamma, beta, weight) = (next(), next(), next(), next());
-        let out = B::group_norm_forward(x, inputs.next(), gamma, beta, norm);
-        let y = conv_in_layout::<B>(out.y, weight, conv);
-        (y, (out.mean, out.rstd, norm, conv))
-    })
+/// The statistics (mean, rstd) of one normalisation, or of each part's.
+#[derive(Debug, Clone)]
+enum Stats<B: KernelBackend> {
+    One([FloatTensor<B>; 2]),
+    Parts([FloatTensor<B>; 4]),
 }
 
-/// The backward of either node from its output's gradient.
+/// [`KernelBackend::norm_conv3d`] on the autodiff backend: a node of parents x, gamma, beta
+/// and the weight (and the shift where there is one), or of the parts a and b, gamma, beta and
+/// the weight.
+pub(super) fn norm_conv_node<B: KernelBackend, C: CheckpointStrategy>(
+    input: NormInput<FloatTensor<Autodiff<B, C>>>,
+    [gamma, beta, weight]: [FloatTensor<Autodiff<B, C>>; 3],
+    norm: GroupNormSpec,
+    conv: Conv3dSpec,
+) -> FloatTensor<Autodiff<B, C>> {
+    // The output and the statistics of x plus an optional shift.
+    let shifted = |x, shift, gamma, beta, weight| {
+        let out = B::group_norm_forward(x, shift, gamma, beta, norm);
+        let y = conv_in_layout::<B>(out.y, weight, conv);
+        (y, (Stats::One([out.mean, out.rstd]), norm, conv))
+    };
+    match input {
+        NormInput::Shifted(x, None) => checkpointing_node::<B, C, _, _, 4>(
+            NormConvBackward,
+            [x, gamma, beta, weight],
+            |[x, gamma, beta, weight]| shifted(x, None, gamma, beta, weight),
+        ),
+        NormInput::Shifted(x, Some(shift)) => checkpointing_node::<B, C, _, _, 5>(
+            NormConvBackward,
+            [x, gamma, beta, weight, shift],
+            |[x, gamma, beta, weight, shift]| shifted(x, Some(shift), gamma, beta, weight),
+        ),
+        NormInput::Parts(a, b) => checkpointing_node::<B, C, _, _, 5>(
+            NormConvBackward,
+            [a, b, gamma, beta, weight],
+            |[a, b, gamma, beta, weight]| {
+                let (y, [out_a, out_b]) = joined_norm_forward::<B>(a, b, gamma, beta, norm);
+                let stats = Stats::Parts([out_a.mean, out_a.rstd, out_b.mean, out_b.rstd]);
+                (conv_in_layout::<B>(y, weight, conv), (stats, norm, conv))
+            },
+        ),
+    }
+}
+
+/// The node's backward from its output's gradient: the normalisation's output recomputed as
+/// the forward pass computed it, for the convolution's gradients.
 fn norm_conv_grads<B: KernelBackend>(
     parents: &[Option<NodeId>],
     grad: FloatTensor<B>,
@@ -94,17 +125,33 @@ fn norm_conv_grads<B: KernelBackend>(
     grads: &mut Gradients,
     checkpointer: &mut Checkpointer,
 ) {
-    let (states, (mean, rstd, norm, conv)) = state;
-    let mut inputs = retrieve::<B>(states, checkpointer);
+    let (states, (stats, norm, conv)) = state;
+    let inputs = retrieve::<B>(states, checkpointer);
+    let each = match stats {
+        Stats::One(stats) => shifted_grads::<B>(inputs, grad, stats, norm, conv),
+        Stats::Parts(stats) => parts_grads::<B>(inputs, grad, stats, norm, conv),
+    };
+    register_each::<B>(grads, parents, each);
+}
+
+/// The gradients of x, gamma, beta, the weight (and the shift) from `inputs` in that order.
+fn shifted_grads<B: KernelBackend>(
+    mut inputs: impl Iterator<Item = FloatTensor<B>>,
+    grad: FloatTensor<B>,
+    [mean, rstd]: [FloatTensor<B>; 2],
+    norm: GroupNormSpec,
+    conv: Conv3dSpec,
+) -> Vec<FloatTensor<B>> {
     let mut next = || inputs.next().expect("the parents' checkpoints");
     let (x, gamma, beta, weight) = (next(), next(), next(), next());
     let shift = inputs.next();
-    // The normalisation's output again, as the forward pass computed it.
     let y = B::group_norm_forward(x.clone(), shift.clone(), gamma.clone(), beta.clone(), norm).y;
     let (dw, dy) = conv_grads::<B>(y, weight, grad, conv);
     let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, dy, norm);
-    let each = [g.x, g.gamma, g.beta, dw].into_iter().chain(g.shift);
-    register_each::<B>(grads, parents, each);
+    [g.x, g.gamma, g.beta, dw]
+        .into_iter()
+        .chain(g.shift)
+        .collect()
 }
 
 node_backward_impl!(NormConvBackward, State<B>, norm_conv_grads, 4, 5);
@@ -217,48 +264,16 @@ pub(super) fn joined_norm_forward<B: KernelBackend>(
     (y, [out_a, out_b])
 }
 
-#[derive(Debug)]
-pub(super) struct NormConvJoinedBackward;
-
-/// The parents' checkpoints (a, b, gamma, beta, weight), each part's statistics and both
-/// specs.
-type JoinedState<B> = (
-    Vec<NodeId>,
-    ([FloatTensor<B>; 4], GroupNormSpec, Conv3dSpec),
-);
-
-/// The node of `norm_conv3d` of [`NormInput::Parts`]: parents a, b, gamma, beta and the weight.
-pub(super) fn norm_conv_joined_op<B, C>(
-    inputs: [FloatTensor<Autodiff<B, C>>; 5],
+/// The gradients of a, b, gamma, beta and the weight from `inputs` in that order: the
+/// normalisations' outputs and their join recomputed, the input gradient split between the
+/// parts' normalisations.
+fn parts_grads<B: KernelBackend>(
+    mut inputs: impl Iterator<Item = FloatTensor<B>>,
+    grad: FloatTensor<B>,
+    [mean_a, rstd_a, mean_b, rstd_b]: [FloatTensor<B>; 4],
     norm: GroupNormSpec,
     conv: Conv3dSpec,
-) -> FloatTensor<Autodiff<B, C>>
-where
-    B: KernelBackend,
-    C: CheckpointStrategy,
-{
-    checkpointing_node::<B, C, _, _, 5>(
-        NormConvJoinedBackward,
-        inputs,
-        |[a, b, gamma, beta, weight]| {
-            let (y, [out_a, out_b]) = joined_norm_forward::<B>(a, b, gamma, beta, norm);
-            let stats = [out_a.mean, out_a.rstd, out_b.mean, out_b.rstd];
-            (conv_in_layout::<B>(y, weight, conv), (stats, norm, conv))
-        },
-    )
-}
-
-/// The joined node's backward: the normalisations' outputs and their join recomputed for the
-/// convolution's gradients, the input gradient split between the parts' normalisations.
-fn norm_conv_joined_grads<B: KernelBackend>(
-    parents: &[Option<NodeId>],
-    grad: FloatTensor<B>,
-    state: JoinedState<B>,
-    grads: &mut Gradients,
-    checkpointer: &mut Checkpointer,
-) {
-    let (states, ([mean_a, rstd_a, mean_b, rstd_b], norm, conv)) = state;
-    let mut inputs = retrieve::<B>(states, checkpointer);
+) -> Vec<FloatTensor<B>> {
     let mut next = || inputs.next().expect("the parents' checkpoints");
     let (a, b, gamma, beta, weight) = (next(), next(), next(), next(), next());
     let a_channels = channels::<B>(&a, norm.layout);
@@ -273,12 +288,5 @@ fn norm_conv_joined_grads<B: KernelBackend>(
     let gb = B::group_norm_backward(b, None, gamma_b, beta_b, mean_b, rstd_b, dy_b, spec_b);
     let dgamma = B::float_cat(vec![ga.gamma, gb.gamma], 0);
     let dbeta = B::float_cat(vec![ga.beta, gb.beta], 0);
-    register_each::<B>(grads, parents, [ga.x, gb.x, dgamma, dbeta, dw]);
+    vec![ga.x, gb.x, dgamma, dbeta, dw]
 }
-
-node_backward_impl!(
-    NormConvJoinedBackward,
-    JoinedState<B>,
-    norm_conv_joined_grads,
-    5
-);

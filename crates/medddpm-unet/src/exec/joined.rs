@@ -44,33 +44,24 @@ impl<B: KernelBackend> Ctx<'_, B> {
         b: Tensor<B, 5>,
         conv: &Conv3d<B>,
     ) -> Tensor<B, 5> {
+        if self.recompute_norms {
+            return self.recomputed_norm_conv(norm, NormInput::Parts(float(a), float(b)), conv);
+        }
         let (gamma, beta) = norm_params(norm, &a.device());
         let spec = norm_spec(norm, self.layout, self.compute.norm_engine, true);
-        if !self.recompute_norms {
-            let first = a.dims()[self.layout.channel_dim()];
-            let [part_a, part_b] = medddpm_kernels::norm::joined_norm_parts::<B>(
-                first,
-                float(gamma),
-                float(beta),
-                spec,
-            );
-            // One operation of the normalisation class, as the normalisation of a joined input
-            // is (the join of its outputs is the copy the join of the inputs was).
-            let y = self.op(OpClass::Normalisation, || {
-                let normed = |x: Tensor<B, 5>, (gamma, beta, spec)| {
-                    let (gamma, beta) = (tensor(gamma), tensor(beta));
-                    medddpm_kernels::norm::group_norm_shifted(x, None, gamma, beta, spec)
-                };
-                join(normed(a, part_a), normed(b, part_b), self.layout)
-            });
-            return self.conv_unbiased(conv, y);
-        }
-        self.op(OpClass::Convolution, || {
-            let conv_spec = conv_spec(conv, self.compute, self.layout);
-            let weight = conv.weight.val();
-            let input = NormInput::Parts(float(a), float(b));
-            medddpm_kernels::norm::norm_conv3d(input, gamma, beta, spec, weight, conv_spec)
-        })
+        let first = a.dims()[self.layout.channel_dim()];
+        let [part_a, part_b] =
+            medddpm_kernels::norm::joined_norm_parts::<B>(first, float(gamma), float(beta), spec);
+        // One operation of the normalisation class, as the normalisation of a joined input
+        // is (the join of its outputs is the copy the join of the inputs was).
+        let y = self.op(OpClass::Normalisation, || {
+            let normed = |x: Tensor<B, 5>, (gamma, beta, spec)| {
+                let (gamma, beta) = (tensor(gamma), tensor(beta));
+                medddpm_kernels::norm::group_norm_shifted(x, None, gamma, beta, spec)
+            };
+            join(normed(a, part_a), normed(b, part_b), self.layout)
+        });
+        self.conv_unbiased(conv, y)
     }
 
     /// [`Ctx::conv_unbiased`] of `a` and `b` joined along channels for a 1x1x1 `conv`, as the

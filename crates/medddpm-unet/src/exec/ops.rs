@@ -7,6 +7,7 @@ use std::time::Instant;
 use burn::nn::conv::Conv3d;
 use burn::nn::{GroupNorm, PaddingConfig3d};
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{ElementConversion, Tensor};
 use medddpm_kernels::norm::NormInput;
 use medddpm_kernels::primitive::float;
@@ -130,12 +131,23 @@ impl<B: KernelBackend> Ctx<'_, B> {
             };
             return self.conv_unbiased(conv, h);
         }
+        let input = NormInput::Shifted(float(x), shift.map(float));
+        self.recomputed_norm_conv(norm, input, conv)
+    }
+
+    /// conv(SiLU(GroupNorm(input))) as one operation of the backend extension whose backward
+    /// pass recomputes the normalisation ([`Ctx::recompute_norms`]).
+    pub(super) fn recomputed_norm_conv(
+        &self,
+        norm: &GroupNorm<B>,
+        input: NormInput<FloatTensor<B>>,
+        conv: &Conv3d<B>,
+    ) -> Tensor<B, 5> {
         self.op(OpClass::Convolution, || {
-            let engine = self.compute.norm_engine;
-            let (gamma, beta, spec) = norm_parts(norm, &x, self.layout, engine, true);
+            let (gamma, beta) = norm_params(norm, &B::float_device(input.first()));
+            let spec = norm_spec(norm, self.layout, self.compute.norm_engine, true);
             let conv_spec = conv_spec(conv, self.compute, self.layout);
             let weight = conv.weight.val();
-            let input = NormInput::Shifted(float(x), shift.map(float));
             medddpm_kernels::norm::norm_conv3d(input, gamma, beta, spec, weight, conv_spec)
         })
     }
