@@ -5,13 +5,13 @@
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
 use super::backward_profile;
-use super::node::{checkpointing_node, register_each, retrieve};
+use super::node::{node_of, Keep, Parents};
 use super::{KernelBackend, MemoryStats, NormInput};
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
@@ -38,7 +38,7 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         weight: FloatTensor<Self>,
         spec: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        checkpointing_node::<B, C, _, _, 2>(Conv3dBackward, [x, weight], |[x, weight]| {
+        node_of::<B, C, _, _, 2>(Conv3dBackward, [x, weight], Keep::Parents, |[x, weight]| {
             (B::conv3d_forward(x, weight, spec), spec)
         })
     }
@@ -68,75 +68,18 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     }
 
     fn upsample_trilinear_x2(x: FloatTensor<Self>, layout: Layout) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct UpsampleBackward;
-
-        impl<B: KernelBackend> Backward<B, 1> for UpsampleBackward {
-            type State = Layout;
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 1>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let [node] = ops.parents;
-                let grad = grads.consume::<B>(&ops.node);
-                if let Some(node) = node {
-                    grads
-                        .register::<B>(node.id, B::upsample_trilinear_x2_backward(grad, ops.state));
-                }
-            }
-        }
-
-        match UpsampleBackward
-            .prepare::<C>([x.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                prep.finish(layout, B::upsample_trilinear_x2(x.primitive, layout))
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::upsample_trilinear_x2(x.primitive, layout)),
-        }
+        node_of::<B, C, _, _, 1>(UpsampleBackward, [x], Keep::Nothing, |[x]| {
+            (B::upsample_trilinear_x2(x, layout), layout)
+        })
     }
 
     fn cat_last(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct CatLastBackward;
-
-        impl<B: KernelBackend> Backward<B, 2> for CatLastBackward {
-            type State = usize;
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 2>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let [node_a, node_b] = ops.parents;
-                let grad = grads.consume::<B>(&ops.node);
-                let [ga, gb] = B::split_last(grad, ops.state);
-                if let Some(node) = node_a {
-                    grads.register::<B>(node.id, ga);
-                }
-                if let Some(node) = node_b {
-                    grads.register::<B>(node.id, gb);
-                }
-            }
-        }
-
         use burn::tensor::TensorMetadata;
         let shape = a.primitive.shape();
         let first = shape[shape.num_dims() - 1];
-        match CatLastBackward
-            .prepare::<C>([a.node.clone(), b.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(first, B::cat_last(a.primitive, b.primitive)),
-            OpsKind::UnTracked(prep) => prep.finish(B::cat_last(a.primitive, b.primitive)),
-        }
+        node_of::<B, C, _, _, 2>(CatLastBackward, [a, b], Keep::Nothing, |[a, b]| {
+            (B::cat_last(a, b), first)
+        })
     }
 
     fn split_last(x: FloatTensor<Self>, first: usize) -> [FloatTensor<Self>; 2] {
@@ -145,7 +88,7 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     }
 
     fn product(a: FloatTensor<Self>, b: FloatTensor<Self>, spec: ProductSpec) -> FloatTensor<Self> {
-        checkpointing_node::<B, C, _, _, 2>(ProductBackward, [a, b], |[a, b]| {
+        node_of::<B, C, _, _, 2>(ProductBackward, [a, b], Keep::Parents, |[a, b]| {
             (B::product(a, b, spec), spec)
         })
     }
@@ -153,6 +96,34 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     // The other gradient methods keep their provided bodies (burn's own ops, which autodiff
     // differentiates): nothing here needs second-order gradients.
 }
+
+/// The upsampling's node: no parent kept, the layout.
+#[derive(Debug)]
+struct UpsampleBackward;
+
+/// The upsampling's backward: the adjoint kernel.
+fn upsample_grads<B: KernelBackend>(
+    mut parents: Parents<'_, B>,
+    grad: FloatTensor<B>,
+    layout: Layout,
+) {
+    if parents.needs(0) {
+        parents.register(0, B::upsample_trilinear_x2_backward(grad, layout));
+    }
+}
+
+node_backward_impl!(UpsampleBackward, (Vec<NodeId>, Layout), upsample_grads, 1);
+
+/// The channel join's node: no parent kept, the first part's channels.
+#[derive(Debug)]
+struct CatLastBackward;
+
+/// The join's backward: its gradient split at the first part's channels.
+fn cat_last_grads<B: KernelBackend>(parents: Parents<'_, B>, grad: FloatTensor<B>, first: usize) {
+    parents.register_each(B::split_last(grad, first));
+}
+
+node_backward_impl!(CatLastBackward, (Vec<NodeId>, usize), cat_last_grads, 2);
 
 /// The node of a GroupNorm without a shift (parents x, gamma, beta) and with one (x, gamma,
 /// beta, shift): its state is the parents' checkpoints, the statistics and the spec.
@@ -172,7 +143,7 @@ where
     C: CheckpointStrategy,
     GroupNormBackward: Backward<B, N, State = GroupNormState<B>>,
 {
-    checkpointing_node::<B, C, _, _, N>(GroupNormBackward, inputs, |inputs| {
+    node_of::<B, C, _, _, N>(GroupNormBackward, inputs, Keep::Parents, |inputs| {
         let out = forward_of::<B, N>(inputs, spec);
         (out.y, (out.mean, out.rstd, spec))
     })
@@ -192,23 +163,14 @@ fn forward_of<B: KernelBackend, const N: usize>(
 /// The backward of either node from its output's gradient: `parents` (their ids, if they need
 /// gradients) in the order above.
 fn group_norm_grads<B: KernelBackend>(
-    parents: &[Option<NodeId>],
+    mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,
-    state: GroupNormState<B>,
-    grads: &mut Gradients,
-    checkpointer: &mut Checkpointer,
+    (mean, rstd, spec): (FloatTensor<B>, FloatTensor<B>, GroupNormSpec),
 ) {
-    let (states, (mean, rstd, spec)) = state;
-    let mut inputs = retrieve::<B>(states, checkpointer);
-    let mut next = || inputs.next().expect("the parents' checkpoints");
-    let (x, gamma, beta) = (next(), next(), next());
-    let shift = inputs.next();
+    let (x, gamma, beta) = (parents.next(), parents.next(), parents.next());
+    let shift = parents.next_if_any();
     let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec);
-    register_each::<B>(
-        grads,
-        parents,
-        [g.x, g.gamma, g.beta].into_iter().chain(g.shift),
-    );
+    parents.register_each([g.x, g.gamma, g.beta].into_iter().chain(g.shift));
 }
 
 node_backward_impl!(GroupNormBackward, GroupNormState<B>, group_norm_grads, 3, 4);
@@ -219,25 +181,19 @@ struct Conv3dBackward;
 
 /// The convolution's backward: the inner backend's two gradient methods.
 fn conv3d_grads<B: KernelBackend>(
-    parents: &[Option<NodeId>],
+    mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,
-    (states, spec): (Vec<NodeId>, Conv3dSpec),
-    grads: &mut Gradients,
-    checkpointer: &mut Checkpointer,
+    spec: Conv3dSpec,
 ) {
-    let mut inputs = retrieve::<B>(states, checkpointer);
-    let mut next = || inputs.next().expect("x and the weight");
-    let (x, weight) = (next(), next());
+    let (x, weight) = (parents.next(), parents.next());
     let timer = backward_profile::Timer::<B>::start(&x);
-    if let Some(id) = parents[0] {
+    if parents.needs(0) {
         let dx = B::conv3d_data_grad(x.clone(), weight.clone(), grad.clone(), spec);
-        let dx = timer.lap(0, dx);
-        grads.register::<B>(id, dx);
+        parents.register(0, timer.lap(0, dx));
     }
-    if let Some(id) = parents[1] {
+    if parents.needs(1) {
         let dw = B::conv3d_weight_grad(x, weight, grad, spec);
-        let dw = timer.lap(1, dw);
-        grads.register::<B>(id, dw);
+        parents.register(1, timer.lap(1, dw));
     }
 }
 
@@ -249,23 +205,19 @@ struct ProductBackward;
 
 /// The product's backward: a product per operand that needs a gradient.
 fn product_grads<B: KernelBackend>(
-    parents: &[Option<NodeId>],
+    mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,
-    (states, spec): (Vec<NodeId>, ProductSpec),
-    grads: &mut Gradients,
-    checkpointer: &mut Checkpointer,
+    spec: ProductSpec,
 ) {
-    let mut inputs = retrieve::<B>(states, checkpointer);
-    let mut next = || inputs.next().expect("both operands");
-    let (a, b) = (next(), next());
+    let (a, b) = (parents.next(), parents.next());
     let (da, db) = backward_plan(spec);
-    if let Some(id) = parents[0] {
+    if parents.needs(0) {
         let (first, second) = da.operands(grad.clone(), b);
-        grads.register::<B>(id, B::product(first, second, da.spec));
+        parents.register(0, B::product(first, second, da.spec));
     }
-    if let Some(id) = parents[1] {
+    if parents.needs(1) {
         let (first, second) = db.operands(grad, a);
-        grads.register::<B>(id, B::product(first, second, db.spec));
+        parents.register(1, B::product(first, second, db.spec));
     }
 }
 

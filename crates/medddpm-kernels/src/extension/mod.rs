@@ -1,9 +1,9 @@
 //! The backend extension itself: [`KernelBackend`] with the plain-op bodies every backend
 //! gets, and what the bench reads of burn's memory pools.
 
-/// `Backward` for a node kind with `N` parents for each listed `N`: the node's gradient
-/// consumed, its parents' ids and its state (of type `$state`, which may name the backend `B`)
-/// handed to `$grads`.
+/// `Backward` for a node kind with `N` parents for each listed `N` whose state `$state` (which
+/// may name the backend `B`) is its parents' checkpoints and more: `$grads` is handed the
+/// parents ([`Parents`](node::Parents), in scope where it is used), the node's gradient and the rest of the state.
 macro_rules! node_backward_impl {
     ($node:ty, $state:ty, $grads:ident, $($n:literal),*) => {$(
         impl<B: KernelBackend> Backward<B, $n> for $node {
@@ -16,8 +16,10 @@ macro_rules! node_backward_impl {
                 checkpointer: &mut Checkpointer,
             ) {
                 let grad = grads.consume::<B>(&ops.node);
-                let parents = ops.parents.map(|p| p.map(|node| node.id));
-                $grads::<B>(&parents, grad, ops.state, grads, checkpointer);
+                let ids = ops.parents.map(|p| p.map(|node| node.id));
+                let (states, state) = ops.state;
+                let parents = Parents::new(states, &ids, grads, checkpointer);
+                $grads::<B>(parents, grad, state);
             }
         }
     )*};

@@ -11,11 +11,20 @@ use burn::tensor::ops::FloatTensor;
 
 use super::KernelBackend;
 
-/// A node of `N` parents that keeps all of them (as checkpoints) and the extra state `forward`
+/// What a node keeps of its parents for its backward pass.
+pub(super) enum Keep {
+    /// All of them, as checkpoints ([`Parents::next`] hands them back in order).
+    Parents,
+    /// None: the backward pass needs the output's gradient and the state alone.
+    Nothing,
+}
+
+/// A node of `N` parents that keeps what `keep` says of them and the extra state `forward`
 /// returns beside its output, given their primitives; untracked, only the output.
-pub(super) fn checkpointing_node<B, C, K, X, const N: usize>(
+pub(super) fn node_of<B, C, K, X, const N: usize>(
     node: K,
     inputs: [FloatTensor<Autodiff<B, C>>; N],
+    keep: Keep,
     forward: impl FnOnce([FloatTensor<B>; N]) -> (FloatTensor<B>, X),
 ) -> FloatTensor<Autodiff<B, C>>
 where
@@ -27,7 +36,10 @@ where
     let parents = inputs.each_ref().map(|t| t.node.clone());
     match node.prepare::<C>(parents).compute_bound().stateful() {
         OpsKind::Tracked(mut prep) => {
-            let states = inputs.iter().map(|t| prep.checkpoint(t)).collect();
+            let states = match keep {
+                Keep::Parents => inputs.iter().map(|t| prep.checkpoint(t)).collect(),
+                Keep::Nothing => Vec::new(),
+            };
             let (out, extra) = forward(inputs.map(|t| t.primitive));
             prep.finish((states, extra), out)
         }
@@ -35,26 +47,59 @@ where
     }
 }
 
-/// The parents' tensors from the checkpoints a [`checkpointing_node`] kept, in order.
-pub(super) fn retrieve<B: KernelBackend>(
-    states: Vec<NodeId>,
-    checkpointer: &mut Checkpointer,
-) -> impl Iterator<Item = FloatTensor<B>> + '_ {
-    states
-        .into_iter()
-        .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id))
+/// A node's parents in its backward pass: their values from the checkpoints a
+/// [`node_of`] kept, in order, and where each one's gradient goes.
+pub(super) struct Parents<'a, B: KernelBackend> {
+    values: std::vec::IntoIter<FloatTensor<B>>,
+    ids: &'a [Option<NodeId>],
+    grads: &'a mut Gradients,
 }
 
-/// Each of `tensors` as the gradient of the parent in its position, where that parent needs
-/// one.
-pub(super) fn register_each<B: KernelBackend>(
-    grads: &mut Gradients,
-    parents: &[Option<NodeId>],
-    tensors: impl IntoIterator<Item = FloatTensor<B>>,
-) {
-    for (parent, t) in parents.iter().zip(tensors) {
-        if let Some(id) = parent {
-            grads.register::<B>(*id, t);
+impl<'a, B: KernelBackend> Parents<'a, B> {
+    pub(super) fn new(
+        states: Vec<NodeId>,
+        ids: &'a [Option<NodeId>],
+        grads: &'a mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) -> Self {
+        let values = states
+            .into_iter()
+            .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
+        let values: Vec<_> = values.collect();
+        Self {
+            values: values.into_iter(),
+            ids,
+            grads,
+        }
+    }
+
+    /// The next parent's value.
+    pub(super) fn next(&mut self) -> FloatTensor<B> {
+        self.values.next().expect("the parents' checkpoints")
+    }
+
+    /// The next parent's value where there is one (an optional last parent).
+    pub(super) fn next_if_any(&mut self) -> Option<FloatTensor<B>> {
+        self.values.next()
+    }
+
+    /// Whether parent `i` needs a gradient.
+    pub(super) fn needs(&self, i: usize) -> bool {
+        self.ids[i].is_some()
+    }
+
+    /// `t` as parent `i`'s gradient, where it needs one.
+    pub(super) fn register(&mut self, i: usize, t: FloatTensor<B>) {
+        if let Some(id) = self.ids[i] {
+            self.grads.register::<B>(id, t);
+        }
+    }
+
+    /// Each of `tensors` as the gradient of the parent in its position, where that parent
+    /// needs one.
+    pub(super) fn register_each(mut self, tensors: impl IntoIterator<Item = FloatTensor<B>>) {
+        for (i, t) in tensors.into_iter().enumerate() {
+            self.register(i, t);
         }
     }
 }

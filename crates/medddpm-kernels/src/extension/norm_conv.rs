@@ -15,7 +15,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
-use super::node::{checkpointing_node, register_each, retrieve};
+use super::node::{node_of, Keep, Parents};
 use super::KernelBackend;
 use crate::compute::Layout;
 use crate::primitive::{float, tensor};
@@ -94,19 +94,22 @@ pub(super) fn norm_conv_node<B: KernelBackend, C: CheckpointStrategy>(
         (y, (Stats::One([out.mean, out.rstd]), norm, conv))
     };
     match input {
-        NormInput::Shifted(x, None) => checkpointing_node::<B, C, _, _, 4>(
+        NormInput::Shifted(x, None) => node_of::<B, C, _, _, 4>(
             NormConvBackward,
             [x, gamma, beta, weight],
+            Keep::Parents,
             |[x, gamma, beta, weight]| shifted(x, None, gamma, beta, weight),
         ),
-        NormInput::Shifted(x, Some(shift)) => checkpointing_node::<B, C, _, _, 5>(
+        NormInput::Shifted(x, Some(shift)) => node_of::<B, C, _, _, 5>(
             NormConvBackward,
             [x, gamma, beta, weight, shift],
+            Keep::Parents,
             |[x, gamma, beta, weight, shift]| shifted(x, Some(shift), gamma, beta, weight),
         ),
-        NormInput::Parts(a, b) => checkpointing_node::<B, C, _, _, 5>(
+        NormInput::Parts(a, b) => node_of::<B, C, _, _, 5>(
             NormConvBackward,
             [a, b, gamma, beta, weight],
+            Keep::Parents,
             |[a, b, gamma, beta, weight]| {
                 let (y, [out_a, out_b]) = joined_norm_forward::<B>(a, b, gamma, beta, norm);
                 let stats = Stats::Parts([out_a.mean, out_a.rstd, out_b.mean, out_b.rstd]);
@@ -119,32 +122,28 @@ pub(super) fn norm_conv_node<B: KernelBackend, C: CheckpointStrategy>(
 /// The node's backward from its output's gradient: the normalisation's output recomputed as
 /// the forward pass computed it, for the convolution's gradients.
 fn norm_conv_grads<B: KernelBackend>(
-    parents: &[Option<NodeId>],
+    mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,
-    state: State<B>,
-    grads: &mut Gradients,
-    checkpointer: &mut Checkpointer,
+    (stats, norm, conv): (Stats<B>, GroupNormSpec, Conv3dSpec),
 ) {
-    let (states, (stats, norm, conv)) = state;
-    let inputs = retrieve::<B>(states, checkpointer);
     let each = match stats {
-        Stats::One(stats) => shifted_grads::<B>(inputs, grad, stats, norm, conv),
-        Stats::Parts(stats) => parts_grads::<B>(inputs, grad, stats, norm, conv),
+        Stats::One(stats) => shifted_grads::<B>(&mut parents, grad, stats, norm, conv),
+        Stats::Parts(stats) => parts_grads::<B>(&mut parents, grad, stats, norm, conv),
     };
-    register_each::<B>(grads, parents, each);
+    parents.register_each(each);
 }
 
 /// The gradients of x, gamma, beta, the weight (and the shift) from `inputs` in that order.
 fn shifted_grads<B: KernelBackend>(
-    mut inputs: impl Iterator<Item = FloatTensor<B>>,
+    parents: &mut Parents<'_, B>,
     grad: FloatTensor<B>,
     [mean, rstd]: [FloatTensor<B>; 2],
     norm: GroupNormSpec,
     conv: Conv3dSpec,
 ) -> Vec<FloatTensor<B>> {
-    let mut next = || inputs.next().expect("the parents' checkpoints");
+    let mut next = || parents.next();
     let (x, gamma, beta, weight) = (next(), next(), next(), next());
-    let shift = inputs.next();
+    let shift = parents.next_if_any();
     let y = B::group_norm_forward(x.clone(), shift.clone(), gamma.clone(), beta.clone(), norm).y;
     let (dw, dy) = conv_grads::<B>(y, weight, grad, conv);
     let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, dy, norm);
@@ -268,13 +267,13 @@ pub(super) fn joined_norm_forward<B: KernelBackend>(
 /// normalisations' outputs and their join recomputed, the input gradient split between the
 /// parts' normalisations.
 fn parts_grads<B: KernelBackend>(
-    mut inputs: impl Iterator<Item = FloatTensor<B>>,
+    parents: &mut Parents<'_, B>,
     grad: FloatTensor<B>,
     [mean_a, rstd_a, mean_b, rstd_b]: [FloatTensor<B>; 4],
     norm: GroupNormSpec,
     conv: Conv3dSpec,
 ) -> Vec<FloatTensor<B>> {
-    let mut next = || inputs.next().expect("the parents' checkpoints");
+    let mut next = || parents.next();
     let (a, b, gamma, beta, weight) = (next(), next(), next(), next(), next());
     let a_channels = channels::<B>(&a, norm.layout);
     let [(gamma_a, beta_a, spec_a), (gamma_b, beta_b, spec_b)] =
