@@ -160,8 +160,7 @@ fn forward_of<B: KernelBackend, const N: usize>(
     B::group_norm_forward(x, inputs.next(), gamma, beta, spec)
 }
 
-/// The backward of either node from its output's gradient: `parents` (their ids, if they need
-/// gradients) in the order above.
+/// The backward of either node from its output's gradient, the parents in the order above.
 fn group_norm_grads<B: KernelBackend>(
     mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,

@@ -3,7 +3,8 @@
 
 /// `Backward` for a node kind with `N` parents for each listed `N` whose state `$state` (which
 /// may name the backend `B`) is its parents' checkpoints and more: `$grads` is handed the
-/// parents ([`Parents`](node::Parents), in scope where it is used), the node's gradient and the rest of the state.
+/// parents ([`node::Parents`], in scope where the macro is used), the node's gradient and the
+/// rest of the state.
 macro_rules! node_backward_impl {
     ($node:ty, $state:ty, $grads:ident, $($n:literal),*) => {$(
         impl<B: KernelBackend> Backward<B, $n> for $node {

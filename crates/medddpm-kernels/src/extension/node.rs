@@ -48,11 +48,14 @@ where
 }
 
 /// A node's parents in its backward pass: their values from the checkpoints a
-/// [`node_of`] kept, in order, and where each one's gradient goes.
+/// [`node_of`] kept, retrieved in order as they are asked for, and where each one's gradient
+/// goes.
 pub(super) struct Parents<'a, B: KernelBackend> {
-    values: std::vec::IntoIter<FloatTensor<B>>,
+    states: std::vec::IntoIter<NodeId>,
+    checkpointer: &'a mut Checkpointer,
     ids: &'a [Option<NodeId>],
     grads: &'a mut Gradients,
+    backend: std::marker::PhantomData<B>,
 }
 
 impl<'a, B: KernelBackend> Parents<'a, B> {
@@ -60,27 +63,29 @@ impl<'a, B: KernelBackend> Parents<'a, B> {
         states: Vec<NodeId>,
         ids: &'a [Option<NodeId>],
         grads: &'a mut Gradients,
-        checkpointer: &mut Checkpointer,
+        checkpointer: &'a mut Checkpointer,
     ) -> Self {
-        let values = states
-            .into_iter()
-            .map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
-        let values: Vec<_> = values.collect();
         Self {
-            values: values.into_iter(),
+            states: states.into_iter(),
+            checkpointer,
             ids,
             grads,
+            backend: std::marker::PhantomData,
         }
     }
 
     /// The next parent's value.
     pub(super) fn next(&mut self) -> FloatTensor<B> {
-        self.values.next().expect("the parents' checkpoints")
+        self.next_if_any().expect("the parents' checkpoints")
     }
 
     /// The next parent's value where there is one (an optional last parent).
     pub(super) fn next_if_any(&mut self) -> Option<FloatTensor<B>> {
-        self.values.next()
+        let id = self.states.next()?;
+        Some(
+            self.checkpointer
+                .retrieve_node_output::<B::FloatTensorPrimitive>(id),
+        )
     }
 
     /// Whether parent `i` needs a gradient.

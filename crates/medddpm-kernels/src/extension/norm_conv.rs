@@ -34,15 +34,6 @@ pub enum NormInput<T> {
     Parts(T, T),
 }
 
-impl<T> NormInput<T> {
-    /// The activation (the first part).
-    pub fn first(&self) -> &T {
-        match self {
-            NormInput::Shifted(x, _) | NormInput::Parts(x, _) => x,
-        }
-    }
-}
-
 /// The convolution of `y` (in `conv.compute.layout`'s logical shape: channels-last
 /// activations are `[b, d, h, w, c]`) handed to the engine as its layouts expect, and its
 /// result in the same logical shape.
@@ -133,7 +124,7 @@ fn norm_conv_grads<B: KernelBackend>(
     parents.register_each(each);
 }
 
-/// The gradients of x, gamma, beta, the weight (and the shift) from `inputs` in that order.
+/// The gradients of x, gamma, beta, the weight (and the shift), the parents in that order.
 fn shifted_grads<B: KernelBackend>(
     parents: &mut Parents<'_, B>,
     grad: FloatTensor<B>,
@@ -263,7 +254,7 @@ pub(super) fn joined_norm_forward<B: KernelBackend>(
     (y, [out_a, out_b])
 }
 
-/// The gradients of a, b, gamma, beta and the weight from `inputs` in that order: the
+/// The gradients of a, b, gamma, beta and the weight, the parents in that order: the
 /// normalisations' outputs and their join recomputed, the input gradient split between the
 /// parts' normalisations.
 fn parts_grads<B: KernelBackend>(

@@ -144,7 +144,7 @@ impl<B: KernelBackend> Ctx<'_, B> {
         conv: &Conv3d<B>,
     ) -> Tensor<B, 5> {
         self.op(OpClass::Convolution, || {
-            let (gamma, beta) = norm_params(norm, &B::float_device(input.first()));
+            let (gamma, beta) = norm_params(norm, &conv.weight.device());
             let spec = norm_spec(norm, self.layout, self.compute.norm_engine, true);
             let conv_spec = conv_spec(conv, self.compute, self.layout);
             let weight = conv.weight.val();
