@@ -150,3 +150,26 @@ step = f"{t[len(t)//2]*1000:.1f} ms" if t else "n/a (fewer than 4 steps)"
 print(f"  {len(m)} steps, optimizer step (4..) median {step}; losses {[round(x['loss'], 7) for x in m]}")
 PY
 }
+
+# The tuned PyTorch reference under torch.compile (default mode), its profiler summed by
+# scripts/torch-gpu-profile.py, with the whole-GPU peak: `torch_compile_run LIMIT_S` in $W
+# (torch-compile1.json / .log, smi-torch.txt); prints the wall and GPU-busy medians.
+torch_compile_run() {
+  local limit=${1:?torch_compile_run LIMIT_S} smi
+  smi=$(poll_memory "$W/smi-torch.txt" 0)
+  PYTHONUNBUFFERED=1 timeout "$limit" python3 scripts/torch-gpu-profile.py --config bf16_fix \
+    --compile 1 --steps 10 --profiled 3 > "$W/torch-compile1.json" 2> "$W/torch-compile1.log"
+  echo "torch compile=1 rc=$? whole-GPU peak $(peak_mib "$W/smi-torch.txt") MiB ($SECONDS s)"
+  kill "$smi"
+  tail -2 "$W/torch-compile1.log" | cut -c1-200
+  python3 - "$W/torch-compile1.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith('{'): continue
+    r = json.loads(line)
+    for k in ('train', 'sample'):
+        t = r.get(k)
+        if t: print(f"  torch {k}: wall {t['wall_ms_median']:.2f} ms, GPU busy {t['gpu_busy_ms']:.1f} ms, {t['launches']:.0f} launches")
+    if 'error' in r: print('  error', r['error'])
+PY
+}

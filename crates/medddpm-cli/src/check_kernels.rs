@@ -243,11 +243,15 @@ fn norm_rows<B: KernelAutodiffBackend>(cases: &Cases<B>) -> Vec<NormRow> {
             let pass = within(&errs, tol);
             let [y, dx, dg, db, ds] = errs;
             eprintln!(
-                    "{layout} GroupNorm {} channels / {} groups{}{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e}{} {}",
+                    "{layout} GroupNorm {} channels / {} groups{}{}{} {:?} b{}: forward {y:.2e}, data grad {dx:.2e}, gamma grad {dg:.2e}, beta grad {db:.2e}{} {}",
                     case.channels,
                     case.groups,
                     if case.silu { " + SiLU" } else { "" },
                     if case.shift { ", shifted" } else { "" },
+                    match case.split {
+                        Some(first) => format!(", parts {first} + {}", case.channels - first),
+                        None => String::new(),
+                    },
                     case.size,
                     case.batch,
                     if case.shift { format!(", shift grad {ds:.2e}") } else { String::new() },

@@ -19,7 +19,6 @@ pub mod upsample;
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -34,7 +33,8 @@ pub(crate) use medddpm_ops::{compute, primitive, reference};
 use crate::compute::NormEngine;
 use crate::reference::adam::{adam_steps_primitive, AdamOutput, AdamStep, AdamTensors};
 use crate::reference::norm::{
-    backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
+    backward_primitive, forward_primitive, parts_backward_primitive, parts_forward_primitive,
+    GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec, NormInput,
 };
 use crate::reference::upsample::{upsample_trilinear_x2_backward_in, upsample_trilinear_x2_in};
 
@@ -91,69 +91,44 @@ fn fixed<const N: usize, T>(inputs: Vec<T>) -> [T; N] {
 }
 
 /// The GroupNorm forward as a fusion operation: inputs `x, gamma, beta` and the shift last
-/// when there is one; outputs `y, mean, rstd`. Or, `backward`, its backward: inputs `x, gamma,
-/// beta, mean, rstd, dy` and the shift last when there is one; outputs the gradients of `x,
-/// gamma, beta` and of the shift.
+/// when there is one (or, `parts`, `a, b, gamma, beta`); outputs `y, mean, rstd`. Or,
+/// `backward`, its backward: inputs `x, gamma, beta, mean, rstd, dy` and the shift last when
+/// there is one (or `a, b, gamma, ...`); outputs the gradients of `x` (or of `a` and `b`),
+/// `gamma`, `beta` and of the shift.
 #[derive(Debug)]
 struct GroupNorm {
     spec: GroupNormSpec,
     backward: bool,
+    parts: bool,
 }
 
 impl<R: CubeRuntime> Kernel<R> for GroupNorm {
     fn run(&self, inputs: Vec<CubeTensor<R>>) -> Vec<CubeTensor<R>> {
         let mut inputs = inputs.into_iter();
         let mut next = || inputs.next().expect("the inputs registered");
-        let (x, gamma, beta) = (next(), next(), next());
+        let (x, second) = match self.parts {
+            true => (next(), Some(next())),
+            false => (next(), None),
+        };
+        let (gamma, beta) = (next(), next());
         if !self.backward {
-            let shift = inputs.next();
-            let (y, mean, rstd) = norm::forward(x, shift, gamma, beta, &self.spec);
+            let (y, mean, rstd) = match second {
+                Some(b) => norm::forward_parts(x, b, gamma, beta, &self.spec),
+                None => norm::forward(x, inputs.next(), gamma, beta, &self.spec),
+            };
             return vec![y, mean, rstd];
         }
         let (mean, rstd, dy) = (next(), next(), next());
-        let shift = inputs.next();
-        let (dx, dgamma, dbeta, dshift) =
-            group_norm_backward_cube::<R>(x, shift, gamma, beta, mean, rstd, dy, &self.spec);
-        [dx, dgamma, dbeta].into_iter().chain(dshift).collect()
+        let input = match second {
+            Some(b) => NormInput::Parts(x, b),
+            None => NormInput::Shifted(x, inputs.next()),
+        };
+        let g = norm::backward(input, gamma, beta, mean, rstd, dy, &self.spec);
+        g.x.into_iter()
+            .chain([g.gamma, g.beta])
+            .chain(g.shift)
+            .collect()
     }
-}
-
-/// What the backward pass gives on CubeCL tensors: `(dx, d_gamma, d_beta, d_shift)`.
-type CubeNormGrads<R> = (
-    CubeTensor<R>,
-    CubeTensor<R>,
-    CubeTensor<R>,
-    Option<CubeTensor<R>>,
-);
-
-/// The backward pass on CubeCL tensors: the one reduction over the activation, the
-/// `[b, c]`-sized arithmetic and the input gradient, four kernel launches in all.
-#[allow(clippy::too_many_arguments)]
-fn group_norm_backward_cube<R: CubeRuntime>(
-    x: CubeTensor<R>,
-    shift: Option<CubeTensor<R>>,
-    gamma: CubeTensor<R>,
-    beta: CubeTensor<R>,
-    mean: CubeTensor<R>,
-    rstd: CubeTensor<R>,
-    dy: CubeTensor<R>,
-    spec: &GroupNormSpec,
-) -> CubeNormGrads<R> {
-    let x = into_contiguous(x);
-    let shift = shift.map(into_contiguous);
-    let dy = into_contiguous(dy);
-    let gamma = into_contiguous(gamma);
-    let beta = into_contiguous(beta);
-    let mean = into_contiguous(mean);
-    let rstd = into_contiguous(rstd);
-    let shift = shift.as_ref();
-    let sums = norm::backward_channel_sums(&x, shift, &gamma, &beta, &mean, &rstd, &dy, spec);
-    let b = x.meta.shape()[0];
-    let values_per_group = x.meta.num_elements() / b / spec.num_groups;
-    let ([m1, m2, d_gamma, d_beta], d_shift) =
-        norm::backward_param_grads(&sums, shift, &gamma, &rstd, spec, values_per_group);
-    let dx = norm::backward_input_grad(x, shift, gamma, beta, mean, rstd, dy, m1, m2, spec);
-    (dx, d_gamma, d_beta, d_shift)
 }
 
 /// A new contiguous tensor of `shape` and `dtype` on `like`'s device.
@@ -298,6 +273,7 @@ pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
         GroupNorm {
             spec,
             backward: false,
+            parts: false,
         },
     )
     .outputs();
@@ -339,6 +315,7 @@ pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
         GroupNorm {
             spec,
             backward: true,
+            parts: false,
         },
     )
     .into_iter();
@@ -347,6 +324,93 @@ pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
     GroupNormGrads {
         x,
         shift: grads.next(),
+        gamma,
+        beta,
+    }
+}
+
+/// Whether the kernels normalise two parts of `dtype` as `spec` says (channels-last, see
+/// [`norm::parts_run`]); else the plain-op twin, which joins them.
+fn group_norm_parts_run(spec: &GroupNormSpec, dtype: DType) -> bool {
+    group_norm_runs(spec, dtype) && spec.layout == compute::Layout::Ndhwc
+}
+
+/// [`crate::KernelBackend::group_norm_parts_forward`] on burn's fused CubeCL backends: the
+/// fusion operation's inputs `a, b, gamma, beta`, its outputs the joined `y`, `mean`, `rstd`;
+/// the plain-op twin where the kernels do not run.
+pub fn group_norm_parts_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    a: FloatTensor<Fused<R, F, I, BT>>,
+    b: FloatTensor<Fused<R, F, I, BT>>,
+    gamma: FloatTensor<Fused<R, F, I, BT>>,
+    beta: FloatTensor<Fused<R, F, I, BT>>,
+    spec: GroupNormSpec,
+) -> GroupNormOutput<Fused<R, F, I, BT>> {
+    if !group_norm_parts_run(&spec, a.dtype) {
+        return parts_forward_primitive::<Fused<R, F, I, BT>>(a, b, gamma, beta, &spec);
+    }
+    let mut joined = a.shape.clone();
+    let last = joined.num_dims() - 1;
+    joined[last] += b.shape[last];
+    let stats = Shape::new([a.shape[0], spec.num_groups]);
+    let outputs = vec![
+        (joined, a.dtype),
+        (stats.clone(), DType::F32),
+        (stats, DType::F32),
+    ];
+    let [y, mean, rstd] = register::<R, F, I, BT, _>(
+        "medddpm_group_norm_parts_forward",
+        vec![a, b, gamma, beta],
+        outputs,
+        GroupNorm {
+            spec,
+            backward: false,
+            parts: true,
+        },
+    )
+    .outputs();
+    GroupNormOutput { y, mean, rstd }
+}
+
+/// [`crate::KernelBackend::group_norm_parts_backward`] on burn's fused CubeCL backends (see
+/// [`group_norm_parts_forward`]): the fusion operation's inputs `a, b, gamma, beta, mean,
+/// rstd, dy`, its outputs the gradients of `a, b, gamma, beta`.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_parts_backward<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    a: FloatTensor<Fused<R, F, I, BT>>,
+    b: FloatTensor<Fused<R, F, I, BT>>,
+    gamma: FloatTensor<Fused<R, F, I, BT>>,
+    beta: FloatTensor<Fused<R, F, I, BT>>,
+    mean: FloatTensor<Fused<R, F, I, BT>>,
+    rstd: FloatTensor<Fused<R, F, I, BT>>,
+    grad: FloatTensor<Fused<R, F, I, BT>>,
+    spec: GroupNormSpec,
+) -> GroupNormPartsGrads<Fused<R, F, I, BT>> {
+    if !group_norm_parts_run(&spec, a.dtype) {
+        return parts_backward_primitive::<Fused<R, F, I, BT>>(
+            a, b, gamma, beta, mean, rstd, grad, &spec,
+        );
+    }
+    let outputs = [&a, &b, &gamma, &beta]
+        .map(|t| (t.shape.clone(), t.dtype))
+        .to_vec();
+    let [da, db, gamma, beta] = register::<R, F, I, BT, _>(
+        "medddpm_group_norm_parts_backward",
+        vec![a, b, gamma, beta, mean, rstd, grad],
+        outputs,
+        GroupNorm {
+            spec,
+            backward: true,
+            parts: true,
+        },
+    )
+    .outputs();
+    GroupNormPartsGrads {
+        parts: [da, db],
         gamma,
         beta,
     }

@@ -9,12 +9,13 @@ use cubecl::prelude::*;
 
 use super::finish::{finish, Finish};
 use super::parts::{
-    affine_arg, group_and_channel, lane_params, lane_xhat_and_da, row_block, shift_index,
-    vector_row_block, xhat_and_da, Affine, Flags, Rows,
+    affine_arg, group_and_channel, lane_params, lane_xhat_and_da, load, row_block, shift_index,
+    source_place, vector_row_block, xhat_and_da, Affine, Flags, Rows,
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
-use crate::reference::norm::GroupNormSpec;
+use crate::compute::Layout;
+use crate::reference::norm::{GroupNormSpec, NormInput};
 use crate::{elementwise, empty};
 
 /// The same for the backward's reduction, whose threads do more per value (the backward's sums
@@ -149,22 +150,27 @@ fn param_grads<P: Float, S: Float>(
 
 /// `dL/dx = rstd (gamma dL/da - m1 - x_hat m2)`, `m1`, `m2` the per-group means of
 /// `gamma dL/da` and `gamma dL/da x_hat`, `x_hat` from `x` plus the shift where `shifted`;
-/// blocks of rows and vectors of columns as in the forward's normalising pass.
+/// blocks of rows and vectors of columns as in the forward's normalising pass. With
+/// `flags.parts` the input is `x` and `x_b` joined along channels (`dy` is of the join), and
+/// each column's gradient goes to its part's (`dx`, `dx_b`); else `dx_b` is never written.
 #[cube(launch, fast_math = FastMath::all())]
 #[allow(clippy::too_many_arguments)]
 fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
+    x_b: &Tensor<Vector<F, N>>,
     dy: &Tensor<Vector<F, N>>,
     affine: &Affine<P, S>,
     m1: &Tensor<f32>,
     m2: &Tensor<f32>,
     dx: &mut Tensor<Vector<F, N>>,
+    dx_b: &mut Tensor<Vector<F, N>>,
     v: Rows,
     #[comptime] flags: Flags,
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
-    let (base, start, end, p, col, qv) = vector_row_block(dx.len(), &v, n);
+    let (base, start, end, p, col, qv) = vector_row_block(dy.len(), &v, n);
+    let (second, x_base, pitch) = source_place(p, v.r, qv, col, v.split / n, flags.parts);
     // Per lane (column `col * n + i`): the group's statistics and means, the channel's
     // parameters, read once for the thread's rows.
     let (mu, rs, ga, be) = lane_params::<P, S, N>(
@@ -187,8 +193,9 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
         g2[i] = m2[g];
     }
     for row in start..end {
-        let idx = base + row * qv;
-        let (xv, dyv) = (x[idx], dy[idx]);
+        let at = x_base + row * pitch;
+        let xv = load(x, x_b, at, second, flags.parts);
+        let dyv = dy[base + row * qv];
         let mut out = Vector::<F, N>::empty();
         #[unroll]
         for i in 0..n {
@@ -196,41 +203,114 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
             let (x_hat, da) = lane_xhat_and_da::<F, N>(xv, dyv, lanes, i, flags.silu);
             out[i] = F::cast_from(rs[i] * (ga[i] * da - g1[i] - x_hat * g2[i]));
         }
-        dx[idx] = out;
+        if flags.parts {
+            if second {
+                dx_b[at] = out;
+            } else {
+                dx[at] = out;
+            }
+        } else {
+            dx[at] = out;
+        }
     }
 }
 
-/// What the backward pass's reduction gives: per-(batch, channel) sums of `dL/da`, of
-/// `dL/da * x_hat` and, for a shifted input, of `x_hat`: `[parts, b, c]` f32.
-pub struct ChannelSums<R: CubeRuntime> {
-    /// `sums[0]`: `sum dL/da`; `sums[1]`: `sum dL/da * x_hat`; `sums[2]` (shifted inputs):
-    /// `sum x_hat`.
-    pub sums: CubeTensor<R>,
+/// The gradients of a normalisation on CubeCL tensors: of its input (one tensor, or each of
+/// its two parts), of gamma and beta, and of the shift where it had one.
+pub struct NormGrads<R: CubeRuntime> {
+    /// dL/dx, or dL/da and dL/db of two parts.
+    pub x: Vec<CubeTensor<R>>,
+    /// dL/dgamma, `[c]`.
+    pub gamma: CubeTensor<R>,
+    /// dL/dbeta, `[c]`.
+    pub beta: CubeTensor<R>,
+    /// dL/dshift, `[b, c]`, where the input had a shift.
+    pub shift: Option<CubeTensor<R>>,
 }
 
-/// The backward pass's reduction (see [`ChannelSums`]) for the input `x` plus `shift`.
+/// The backward pass of the normalisation of `input` (of two parts channels-last only; of
+/// their join where not [`super::parts_run`]), given the forward's statistics: the one
+/// reduction over the activation, the `[b, c]`-sized arithmetic and the input gradient, four
+/// launches in all.
 #[allow(clippy::too_many_arguments)]
-pub fn backward_channel_sums<R: CubeRuntime>(
+pub fn backward<R: CubeRuntime>(
+    input: NormInput<CubeTensor<R>>,
+    gamma: CubeTensor<R>,
+    beta: CubeTensor<R>,
+    mean: CubeTensor<R>,
+    rstd: CubeTensor<R>,
+    dy: CubeTensor<R>,
+    spec: &GroupNormSpec,
+) -> NormGrads<R> {
+    let (x, x_b, shift, v) = match input {
+        NormInput::Shifted(x, shift) => {
+            let x = into_contiguous(x);
+            let v = View::new(&x.meta.shape().clone(), spec);
+            (x, None, shift.map(into_contiguous), v)
+        }
+        NormInput::Parts(a, b) => {
+            assert_eq!(
+                spec.layout,
+                Layout::Ndhwc,
+                "two parts of a channels-first input"
+            );
+            let (a, b) = (into_contiguous(a), into_contiguous(b));
+            let first = super::last_dim(&a);
+            if !super::parts_run(&a, super::last_dim(&b), spec) {
+                let x = crate::channels::join(a, b);
+                let mut g = backward(
+                    NormInput::Shifted(x, None),
+                    gamma,
+                    beta,
+                    mean,
+                    rstd,
+                    dy,
+                    spec,
+                );
+                let dx = g.x.pop().expect("the input's gradient");
+                g.x = crate::channels::split(dx, first).into();
+                return g;
+            }
+            let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
+            (a, Some(b), None, v)
+        }
+    };
+    let [gamma, beta, mean, rstd, dy] = [gamma, beta, mean, rstd, dy].map(into_contiguous);
+    let shift = shift.as_ref();
+    let x_b = x_b.as_ref();
+    let sums = channel_sums(&v, &x, x_b, shift, [&gamma, &beta, &mean, &rstd], &dy, spec);
+    let ([m1, m2, d_gamma, d_beta], d_shift) =
+        param_grads_of(&sums, shift, &gamma, &rstd, spec, v.values_per_group());
+    let operands = [gamma, beta, mean, rstd, dy, m1, m2];
+    NormGrads {
+        x: input_grad_of(&v, x, x_b, shift, operands, spec),
+        gamma: d_gamma,
+        beta: d_beta,
+        shift: d_shift,
+    }
+}
+
+/// The backward pass's reduction: per-(batch, channel) sums of `dL/da`, of `dL/da * x_hat`
+/// and, for a shifted input, of `x_hat`: `[parts, b, c]` f32 (`sums[0]`, `sums[1]`, `sums[2]`).
+#[allow(clippy::too_many_arguments)]
+fn channel_sums<R: CubeRuntime>(
+    v: &View,
     x: &CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
     shift: Option<&CubeTensor<R>>,
-    gamma: &CubeTensor<R>,
-    beta: &CubeTensor<R>,
-    mean: &CubeTensor<R>,
-    rstd: &CubeTensor<R>,
+    [gamma, beta, mean, rstd]: [&CubeTensor<R>; 4],
     dy: &CubeTensor<R>,
     spec: &GroupNormSpec,
-) -> ChannelSums<R> {
-    let v = View::new(&x.meta.shape().clone(), spec);
+) -> CubeTensor<R> {
     let (shift_t, shifted) = shift_operand(shift, gamma);
     let parts = if shifted { 3 } else { 2 };
-    if let Some(t) = Tiles::new(&v, x) {
+    if let Some(t) = Tiles::new(v, x) {
         let partial = tiles::backward_sums(
-            x, dy, shift_t, shifted, gamma, beta, mean, rstd, &v, &t, spec.silu,
+            x, x_b, dy, shift_t, shifted, gamma, beta, mean, rstd, v, &t, spec.silu,
         );
-        return ChannelSums {
-            sums: finish(&partial, parts, &v, t.blocks, Finish::Channels),
-        };
+        return finish(&partial, parts, v, t.blocks, Finish::Channels);
     }
+    assert!(x_b.is_none(), "a normalisation of two parts without tiles");
     let blocks = View::blocks(v.r, BACKWARD_ROWS);
     let partial = f32_buffer(x, Shape::new([parts, v.p, blocks, v.q]));
     let (count, dim) = elementwise(x, v.p * blocks * v.q);
@@ -247,22 +327,21 @@ pub fn backward_channel_sums<R: CubeRuntime>(
         v.flags(spec, shifted),
         [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()],
     );
-    ChannelSums {
-        sums: finish(&partial, parts, &v, blocks, Finish::Channels),
-    }
+    finish(&partial, parts, v, blocks, Finish::Channels)
 }
 
-/// The backward pass's `[b, c]`-sized step (see `param_grads`): `(m1, m2, d_gamma, d_beta)`
-/// and, for a shifted input (`shift` gives the gradient's dtype), `d_shift`.
-pub fn backward_param_grads<R: CubeRuntime>(
-    sums: &ChannelSums<R>,
+/// The backward pass's `[b, c]`-sized step (see `param_grads`) from the [`channel_sums`]
+/// `sums`: `(m1, m2, d_gamma, d_beta)` and, for a shifted input (`shift` gives the gradient's
+/// dtype), `d_shift`.
+fn param_grads_of<R: CubeRuntime>(
+    sums: &CubeTensor<R>,
     shift: Option<&CubeTensor<R>>,
     gamma: &CubeTensor<R>,
     rstd: &CubeTensor<R>,
     spec: &GroupNormSpec,
     values_per_group: usize,
 ) -> ([CubeTensor<R>; 4], Option<CubeTensor<R>>) {
-    let dims = sums.sums.meta.shape().clone();
+    let dims = sums.meta.shape().clone();
     let (batch, channels) = (dims[1], dims[2]);
     let groups = spec.num_groups;
     let stats = || f32_buffer(gamma, Shape::new([batch, groups]));
@@ -283,7 +362,7 @@ pub fn backward_param_grads<R: CubeRuntime>(
         &gamma.client,
         count,
         dim,
-        sums.sums.clone().into_tensor_arg(),
+        sums.clone().into_tensor_arg(),
         gamma.clone().into_tensor_arg(),
         rstd.clone().into_tensor_arg(),
         m1.clone().into_tensor_arg(),
@@ -302,39 +381,41 @@ pub fn backward_param_grads<R: CubeRuntime>(
     ([m1, m2, d_gamma, d_beta], d_shift)
 }
 
-/// The backward pass's input gradient, given the per-group means `m1`, `m2` (`[b, g]` f32) of
-/// `gamma dL/da` and `gamma dL/da x_hat`.
-#[allow(clippy::too_many_arguments)]
-pub fn backward_input_grad<R: CubeRuntime>(
+/// The backward pass's input gradient (of `x`, or of `x` and `x_b` where `v` has two parts),
+/// given `[gamma, beta, mean, rstd, dy, m1, m2]`, `m1`, `m2` the per-group means (`[b, g]`
+/// f32) of `gamma dL/da` and `gamma dL/da x_hat`.
+fn input_grad_of<R: CubeRuntime>(
+    v: &View,
     x: CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
     shift: Option<&CubeTensor<R>>,
-    gamma: CubeTensor<R>,
-    beta: CubeTensor<R>,
-    mean: CubeTensor<R>,
-    rstd: CubeTensor<R>,
-    dy: CubeTensor<R>,
-    m1: CubeTensor<R>,
-    m2: CubeTensor<R>,
+    [gamma, beta, mean, rstd, dy, m1, m2]: [CubeTensor<R>; 7],
     spec: &GroupNormSpec,
-) -> CubeTensor<R> {
-    let v = View::new(&x.meta.shape().clone(), spec);
+) -> Vec<CubeTensor<R>> {
     let pass = v.elementwise_pass(&x);
     let (shift_t, shifted) = shift_operand(shift, &gamma);
     let dtypes = [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()];
+    let like = |t: &CubeTensor<R>| empty(t, t.meta.shape().clone(), t.dtype);
+    let dx = like(&x);
+    // With one part the kernel never writes its second output: `dx` stands in.
+    let dx_b = x_b.map(like);
+    let second = x_b.unwrap_or(&x).clone();
     input_grad::launch::<R>(
         &x.client.clone(),
         pass.count,
         pass.dim,
         pass.vector,
         x.into_tensor_arg(),
+        second.into_tensor_arg(),
         dy.into_tensor_arg(),
         affine_arg([shift_t, &gamma, &beta, &mean, &rstd]),
-        into_contiguous(m1).into_tensor_arg(),
-        into_contiguous(m2).into_tensor_arg(),
-        pass.out.clone().into_tensor_arg(),
+        m1.into_tensor_arg(),
+        m2.into_tensor_arg(),
+        dx.clone().into_tensor_arg(),
+        dx_b.as_ref().unwrap_or(&dx).clone().into_tensor_arg(),
         v.rows(ELEMENTWISE_ROWS, pass.blocks),
         v.flags(spec, shifted),
         dtypes,
     );
-    pass.out
+    [dx].into_iter().chain(dx_b).collect()
 }

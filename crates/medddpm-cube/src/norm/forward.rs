@@ -10,11 +10,12 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
 use super::parts::{
-    affine_arg, chunked_sum, cube_total, group_and_channel, row_block, shift_index, sigmoid,
-    vector_row_block, Affine, Flags, Partials, Rows,
+    affine_arg, chunked_sum, cube_total, group_and_channel, load, row_block, shift_index, sigmoid,
+    source_place, vector_row_block, Affine, Flags, Partials, Rows,
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
+use crate::compute::Layout;
 use crate::elementwise;
 use crate::reference::norm::GroupNormSpec;
 
@@ -124,11 +125,13 @@ fn group_moments(
 /// `y = silu?(gamma * (x + shift - mean) * rstd + beta)`, over the same `[p, r, q]` view and
 /// blocks of rows as the reductions: a thread's rows share their channels and groups, so it
 /// reads the statistics and parameters once and does no index division per element; it takes
-/// a vector of neighbouring columns (`q` counts single columns).
+/// a vector of neighbouring columns (`q` counts single columns). With `flags.parts` it reads
+/// each column from its part (`x` or `x_b`) and writes the join.
 #[cube(launch, fast_math = FastMath::all())]
 #[allow(clippy::too_many_arguments)]
 fn normalise<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
+    x_b: &Tensor<Vector<F, N>>,
     affine: &Affine<P, S>,
     y: &mut Tensor<Vector<F, N>>,
     v: Rows,
@@ -137,6 +140,7 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
 ) {
     let n = x.vector_size();
     let (base, start, end, p, col, qv) = vector_row_block(y.len(), &v, n);
+    let (second, x_base, pitch) = source_place(p, v.r, qv, col, v.split / n, flags.parts);
     let mut scale = Vector::<f32, N>::empty();
     let mut offset = Vector::<f32, N>::empty();
     #[unroll]
@@ -151,8 +155,8 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
         offset[i] = f32::cast_from(affine.beta[ch]) - centre * s;
     }
     for row in start..end {
-        let idx = base + row * qv;
-        let a = Vector::<f32, N>::cast_from(x[idx]) * scale + offset;
+        let xv = load(x, x_b, x_base + row * pitch, second, flags.parts);
+        let a = Vector::<f32, N>::cast_from(xv) * scale + offset;
         let mut out = Vector::<F, N>::empty();
         #[unroll]
         for i in 0..n {
@@ -162,7 +166,7 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
                 out[i] = F::cast_from(a[i]);
             }
         }
-        y[idx] = out;
+        y[base + row * qv] = out;
     }
 }
 
@@ -177,11 +181,48 @@ pub fn forward<R: CubeRuntime>(
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let x = into_contiguous(x);
     let shift = shift.map(into_contiguous);
+    let v = View::new(&x.meta.shape().clone(), spec);
+    normalisation(&v, x, None, shift.as_ref(), gamma, beta, spec)
+}
+
+/// The forward pass of channels-last `a` and `b` joined along channels: what [`forward`] of
+/// their join gives, in as many launches, without the join where [`super::parts_run`] (else
+/// of the join).
+pub fn forward_parts<R: CubeRuntime>(
+    a: CubeTensor<R>,
+    b: CubeTensor<R>,
+    gamma: CubeTensor<R>,
+    beta: CubeTensor<R>,
+    spec: &GroupNormSpec,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
+    assert_eq!(
+        spec.layout,
+        Layout::Ndhwc,
+        "two parts of a channels-first input"
+    );
+    let (a, b) = (into_contiguous(a), into_contiguous(b));
+    if !super::parts_run(&a, super::last_dim(&b), spec) {
+        return forward(crate::channels::join(a, b), None, gamma, beta, spec);
+    }
+    let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
+    normalisation(&v, a, Some(&b), None, gamma, beta, spec)
+}
+
+/// The statistics and the normalising write of the view `v` of `x` (and `x_b`, its second
+/// part, where `v` has two).
+fn normalisation<R: CubeRuntime>(
+    v: &View,
+    x: CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
+    shift: Option<&CubeTensor<R>>,
+    gamma: CubeTensor<R>,
+    beta: CubeTensor<R>,
+    spec: &GroupNormSpec,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let gamma = into_contiguous(gamma);
     let beta = into_contiguous(beta);
-    let v = View::new(&x.meta.shape().clone(), spec);
-    let (mean, rstd) = statistics(&x, shift.as_ref(), &gamma, &v, spec);
-    let y = normalised(x, shift.as_ref(), gamma, beta, &mean, &rstd, &v, spec);
+    let (mean, rstd) = statistics(&x, x_b, shift, &gamma, v, spec);
+    let y = normalised(x, x_b, shift, gamma, beta, &mean, &rstd, v, spec);
     (y, mean, rstd)
 }
 
@@ -189,6 +230,7 @@ pub fn forward<R: CubeRuntime>(
 /// 1 / sqrt(variance + epsilon): `(mean, rstd)`, `[b, g]` f32, in two launches.
 fn statistics<R: CubeRuntime>(
     x: &CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
     shift: Option<&CubeTensor<R>>,
     stand_in: &CubeTensor<R>,
     v: &View,
@@ -200,11 +242,12 @@ fn statistics<R: CubeRuntime>(
     let (shift_t, shifted) = shift_operand(shift, stand_in);
     let (moments, rows, blocks) = match Tiles::new(v, x) {
         Some(tiles) => (
-            tiles::moments(x, shift_t, shifted, v, &tiles),
+            tiles::moments(x, x_b, shift_t, shifted, v, &tiles),
             tiles.rows,
             tiles.blocks,
         ),
         None => {
+            assert!(x_b.is_none(), "a normalisation of two parts without tiles");
             let blocks = View::blocks(v.r, FORWARD_ROWS);
             let half = v.p * blocks * v.q;
             let moments = f32_buffer(x, Shape::new([2, v.p, blocks, v.q]));
@@ -251,10 +294,12 @@ fn statistics<R: CubeRuntime>(
     (mean, rstd)
 }
 
-/// `y = silu?(gamma * (x + shift - mean) * rstd + beta)` in `x`'s dtype, in one launch.
+/// `y = silu?(gamma * (x + shift - mean) * rstd + beta)` in `x`'s dtype (of the join of `x`
+/// and `x_b` where there are two parts), in one launch.
 #[allow(clippy::too_many_arguments)]
 fn normalised<R: CubeRuntime>(
     x: CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
     shift: Option<&CubeTensor<R>>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
@@ -266,6 +311,8 @@ fn normalised<R: CubeRuntime>(
     let client = x.client.clone();
     let x_dtype: StorageType = x.dtype.into();
     let pass = v.elementwise_pass(&x);
+    let y = v.output(&x);
+    let x_b = x_b.unwrap_or(&x).clone();
     let p_dtype: StorageType = gamma.dtype.into();
     let (shift_t, shifted) = shift_operand(shift, &gamma);
     let s_dtype: StorageType = shift_t.dtype.into();
@@ -275,11 +322,12 @@ fn normalised<R: CubeRuntime>(
         pass.dim,
         pass.vector,
         x.into_tensor_arg(),
+        x_b.into_tensor_arg(),
         affine_arg([shift_t, &gamma, &beta, mean, rstd]),
-        pass.out.clone().into_tensor_arg(),
+        y.clone().into_tensor_arg(),
         v.rows(ELEMENTWISE_ROWS, pass.blocks),
         v.flags(spec, shifted),
         [x_dtype, p_dtype, s_dtype],
     );
-    pass.out
+    y
 }

@@ -19,6 +19,11 @@
 //! `[b * c, S / q, q]` with `q` a power of two dividing `S` for channels-first ones (columns
 //! are `q` interleaved slices of one channel).
 //!
+//! Channels-last, the input may come as two parts joined along channels (the decoder's
+//! [current, skip]): the kernels read each column from its part and write the joined output
+//! (forward) or each part's gradient (backward), so the join of the inputs is never made, and
+//! they compute what they compute of the join (the same views and tiles).
+//!
 //! Its parts: `view` (the `[p, r, q]` view and the launch geometry), `parts` (the `#[cube]`
 //! helpers the kernels share), `tiles` (the channels-last first level of both reductions),
 //! `finish` (the second level), `forward` and `backward` (each pass's kernels and their
@@ -31,8 +36,31 @@ mod parts;
 mod tiles;
 mod view;
 
-pub use backward::{
-    backward_channel_sums, backward_input_grad, backward_param_grads, ChannelSums, BACKWARD_ROWS,
-};
-pub use forward::{forward, FORWARD_ROWS};
+pub use backward::{backward, NormGrads, BACKWARD_ROWS};
+pub use forward::{forward, forward_parts, FORWARD_ROWS};
 pub(crate) use parts::cube_total;
+
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+
+use crate::compute::Layout;
+use crate::reference::norm::GroupNormSpec;
+
+/// Whether the kernels normalise channels-last `a` and `b` (`b_channels` channels) joined
+/// along channels without their join ([`forward_parts`], and [`backward`] of
+/// `NormInput::Parts`): where the channels-last reductions' tiles take the joined rows. Else
+/// the caller joins them.
+pub fn parts_run<R: CubeRuntime>(
+    a: &CubeTensor<R>,
+    b_channels: usize,
+    spec: &GroupNormSpec,
+) -> bool {
+    spec.layout == Layout::Ndhwc
+        && tiles::Tiles::new(&view::View::parts(a.meta.shape(), b_channels, spec), a).is_some()
+}
+
+/// The last axis's length of `t` (the channels, channels-last).
+fn last_dim<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
+    let shape = t.meta.shape();
+    shape[shape.num_dims() - 1]
+}

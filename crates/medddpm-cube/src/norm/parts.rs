@@ -26,8 +26,9 @@ pub(super) fn affine_arg<R: CubeRuntime, P: Float, S: Float>(
     AffineLaunch::new(arg(shift), arg(gamma), arg(beta), arg(mean), arg(rstd))
 }
 
-/// The `[p, r, q]` view as the kernels take it: `blocks` blocks of `rows` rows per `p`, and
-/// what finds a column's group and channel (`group_div`, `c`: see [`group_and_channel`]).
+/// The `[p, r, q]` view as the kernels take it: `blocks` blocks of `rows` rows per `p`, what
+/// finds a column's group and channel (`group_div`, `c`: see [`group_and_channel`]), and the
+/// columns of the input's first part (`split`; `q` for an input of one part).
 #[derive(CubeType, CubeLaunch, Clone)]
 pub(super) struct Rows {
     pub r: usize,
@@ -36,15 +37,68 @@ pub(super) struct Rows {
     pub blocks: usize,
     pub group_div: usize,
     pub c: usize,
+    pub split: usize,
 }
 
 /// The compile-time choices of the per-element kernels: the layout, whether a SiLU follows the
-/// affine map, whether the input has a `[b, c]` shift added.
+/// affine map, whether the input has a `[b, c]` shift added, whether it comes in two parts
+/// joined along channels (channels-last only; see [`source_place`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Flags {
     pub channels_last: bool,
     pub silu: bool,
     pub shifted: bool,
+    pub parts: bool,
+}
+
+/// Where vector column `vc` of batch item `p` of a channels-last input (`r` rows, `qv` vectors
+/// wide) lies when the input comes as two parts joined along channels, the first `split`
+/// vectors wide (`parts`; else it is one contiguous tensor): whether in the second part, the
+/// index of its vector in row 0, and the part's row pitch in vectors. The join of the parts is
+/// never made: a thread's column lies in one part for all its rows.
+#[cube]
+pub(super) fn source_place(
+    p: usize,
+    r: usize,
+    qv: usize,
+    vc: usize,
+    split: usize,
+    #[comptime] parts: bool,
+) -> (bool, usize, usize) {
+    let mut second = false;
+    let mut pitch = qv;
+    let mut col = vc;
+    if parts {
+        if vc >= split {
+            second = true;
+            pitch = qv - split;
+            col = vc - split;
+        } else {
+            pitch = split;
+        }
+    }
+    (second, p * r * pitch + col, pitch)
+}
+
+/// The vector at `idx` of the input's part that [`source_place`] named: `b`'s where `second`
+/// (only with `parts`), else `a`'s.
+#[cube]
+pub(super) fn load<F: Float, N: Size>(
+    a: &Tensor<Vector<F, N>>,
+    b: &Tensor<Vector<F, N>>,
+    idx: usize,
+    second: bool,
+    #[comptime] parts: bool,
+) -> Vector<F, N> {
+    if parts {
+        if second {
+            b[idx]
+        } else {
+            a[idx]
+        }
+    } else {
+        a[idx]
+    }
 }
 
 /// Where thread `pos` works in a `[p, r, q]` view cut into blocks of `rows` rows: the first

@@ -17,7 +17,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim};
 
-use super::parts::{affine_arg, lane_params, lane_xhat_and_da, Affine};
+use super::parts::{affine_arg, lane_params, lane_xhat_and_da, load, source_place, Affine};
 use super::view::{f32_buffer, View};
 
 /// Threads of one tile's cube.
@@ -101,6 +101,7 @@ impl Tiles {
             self.rows,
             self.blocks,
             self.steps,
+            v.split.unwrap_or(v.q) / self.vector,
         )
     }
 
@@ -110,7 +111,8 @@ impl Tiles {
     }
 }
 
-/// A `[p, r, q]` view's tiling as the kernels take it (see [`Tiles`]).
+/// A `[p, r, q]` view's tiling as the kernels take it (see [`Tiles`]), and the vectors of the
+/// input's first part (`split`: `qv` for an input of one part).
 #[derive(CubeType, CubeLaunch, Clone)]
 struct TileShape {
     r: usize,
@@ -120,10 +122,11 @@ struct TileShape {
     rows: usize,
     blocks: usize,
     steps: usize,
+    split: usize,
 }
 
 /// Where a tile's thread works: its batch item, first and end rows of the tile, its column (in
-/// vectors), its row offset, and the index of the tile's first vector in its column.
+/// vectors), its row offset, and the index of its column's vector in row 0.
 #[cube]
 fn tile_place(s: &TileShape) -> (usize, usize, usize, usize, usize, usize) {
     let t = UNIT_POS as usize;
@@ -186,30 +189,34 @@ fn tile_channel_totals<N: Size>(
 #[allow(clippy::too_many_arguments)]
 fn tile_moments<F: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
+    x_b: &Tensor<Vector<F, N>>,
     shift_in: &Tensor<S>,
     moments: &mut Tensor<f32>,
     half: usize,
     ts: TileShape,
     #[comptime] shared_len: usize,
     #[comptime] shifted: bool,
+    #[comptime] parts: bool,
     #[define(F, S)] _dtypes: [StorageType; 2],
 ) {
     let n = x.vector_size();
-    let (p, start, end, vc, y, base) = tile_place(&ts);
+    let (p, start, end, vc, y, _) = tile_place(&ts);
+    let (second, base, pitch) = source_place(p, ts.r, ts.qv, vc, ts.split, parts);
     let mut sa = SharedMemory::<f32>::new(shared_len);
     let mut sb = SharedMemory::<f32>::new(shared_len);
     let mut s1 = Vector::<f32, N>::new(0.0);
     let mut s2 = Vector::<f32, N>::new(0.0);
     // Differences from the tile's first row: the input's shift cancels in them (it moves the
     // first row too) and is added back in the tile's sum below.
-    let first = Vector::<f32, N>::cast_from(x[base + start * ts.qv]);
+    let first = Vector::<f32, N>::cast_from(load(x, x_b, base + start * pitch, second, parts));
     if y < ts.ry {
         for k in 0..ts.steps {
             #[unroll]
             for u in 0..UNROLL {
                 let row = start + (k * UNROLL + u) * ts.ry + y;
                 if row < end {
-                    let d = Vector::<f32, N>::cast_from(x[base + row * ts.qv]) - first;
+                    let xv = load(x, x_b, base + row * pitch, second, parts);
+                    let d = Vector::<f32, N>::cast_from(xv) - first;
                     s1 += d;
                     s2 += d * d;
                 }
@@ -248,6 +255,7 @@ fn tile_moments<F: Float, S: Float, N: Size>(
 #[allow(clippy::too_many_arguments)]
 fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
+    x_b: &Tensor<Vector<F, N>>,
     dy: &Tensor<Vector<F, N>>,
     affine: &Affine<P, S>,
     sums: &mut Tensor<f32>,
@@ -257,10 +265,12 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
     #[comptime] shared_len: usize,
     #[comptime] silu: bool,
     #[comptime] shifted: bool,
+    #[comptime] parts: bool,
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
     let (p, start, end, vc, y, base) = tile_place(&ts);
+    let (second, x_base, pitch) = source_place(p, ts.r, ts.qv, vc, ts.split, parts);
     let lanes = lane_params::<P, S, N>(affine, p, vc * n, ts.q, group_div, ts.q, true, shifted);
     let mut s_da = Vector::<f32, N>::new(0.0);
     let mut s_da_xhat = Vector::<f32, N>::new(0.0);
@@ -271,8 +281,8 @@ fn tile_backward_sums<F: Float, P: Float, S: Float, N: Size>(
             for u in 0..UNROLL {
                 let row = start + (k * UNROLL + u) * ts.ry + y;
                 if row < end {
-                    let idx = base + row * ts.qv;
-                    let (xv, dyv) = (x[idx], dy[idx]);
+                    let xv = load(x, x_b, x_base + row * pitch, second, parts);
+                    let dyv = dy[base + row * ts.qv];
                     #[unroll]
                     for i in 0..n {
                         let (x_hat, da) = lane_xhat_and_da::<F, N>(xv, dyv, lanes, i, silu);
@@ -331,9 +341,11 @@ fn write_tile_sums<N: Size>(
     }
 }
 
-/// [`tile_moments`] of `x` (plus `shift` where `shifted`): `[2, p, blocks, q]` f32.
+/// [`tile_moments`] of `x` (plus `shift` where `shifted`; or of `x` and `x_b` joined along
+/// channels where `v` is of two parts): `[2, p, blocks, q]` f32.
 pub(super) fn moments<R: CubeRuntime>(
     x: &CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
     shift: &CubeTensor<R>,
     shifted: bool,
     v: &View,
@@ -347,22 +359,26 @@ pub(super) fn moments<R: CubeRuntime>(
         dim,
         tiles.vector,
         x.clone().into_tensor_arg(),
+        x_b.unwrap_or(x).clone().into_tensor_arg(),
         shift.clone().into_tensor_arg(),
         moments.clone().into_tensor_arg(),
         half,
         tiles.shape(v),
         tiles.shared_len(),
         shifted,
+        x_b.is_some(),
         [x.dtype.into(), shift.dtype.into()],
     );
     moments
 }
 
-/// [`tile_backward_sums`]: `[parts, p, blocks, q]` f32, `parts` 3 where `shifted` (the sums of
+/// [`tile_backward_sums`] (of the input `x`, or of `x` and `x_b` joined along channels where
+/// `v` is of two parts): `[parts, p, blocks, q]` f32, `parts` 3 where `shifted` (the sums of
 /// x_hat too), else 2.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn backward_sums<R: CubeRuntime>(
     x: &CubeTensor<R>,
+    x_b: Option<&CubeTensor<R>>,
     dy: &CubeTensor<R>,
     shift: &CubeTensor<R>,
     shifted: bool,
@@ -382,6 +398,7 @@ pub(super) fn backward_sums<R: CubeRuntime>(
         dim,
         tiles.vector,
         x.clone().into_tensor_arg(),
+        x_b.unwrap_or(x).clone().into_tensor_arg(),
         dy.clone().into_tensor_arg(),
         affine_arg([shift, gamma, beta, mean, rstd]),
         sums.clone().into_tensor_arg(),
@@ -391,6 +408,7 @@ pub(super) fn backward_sums<R: CubeRuntime>(
         tiles.shared_len(),
         silu,
         shifted,
+        x_b.is_some(),
         [x.dtype.into(), gamma.dtype.into(), shift.dtype.into()],
     );
     sums

@@ -27,6 +27,9 @@ pub(super) struct View {
     pub p: usize,
     pub r: usize,
     pub q: usize,
+    /// The channels of the first part, where the input comes as two parts joined along
+    /// channels (channels-last; [`View::parts`]).
+    pub split: Option<usize>,
 }
 
 impl View {
@@ -55,6 +58,21 @@ impl View {
             p,
             r,
             q,
+            split: None,
+        }
+    }
+
+    /// The view of the join along channels of a channels-last `a` and `b` (`b_channels`
+    /// channels) normalised as `spec` says, without the join: the kernels read each column
+    /// from its part.
+    pub(super) fn parts(a: &Shape, b_channels: usize, spec: &GroupNormSpec) -> Self {
+        let mut joined = a.clone();
+        let last = joined.num_dims() - 1;
+        let first = joined[last];
+        joined[last] = first + b_channels;
+        View {
+            split: Some(first),
+            ..View::new(&joined, spec)
         }
     }
 
@@ -81,6 +99,7 @@ impl View {
             blocks,
             self.group_div(),
             self.channels,
+            self.split.unwrap_or(self.q),
         )
     }
 
@@ -90,6 +109,7 @@ impl View {
             channels_last: self.channels_last,
             silu: spec.silu,
             shifted,
+            parts: self.split.is_some(),
         }
     }
 
@@ -106,23 +126,34 @@ impl View {
         if !self.channels_last {
             return 1;
         }
-        crate::widest_vector(t, &[self.q])
+        crate::widest_vector(t, &[self.q, self.split.unwrap_or(self.q)])
     }
 
-    /// The normalising pass's and the input gradient's set-up for `x`: a thread takes
-    /// [`ELEMENTWISE_ROWS`] rows of a vector of columns.
-    pub(super) fn elementwise_pass<R: CubeRuntime>(&self, x: &CubeTensor<R>) -> Pass<R> {
-        let out = empty(x, x.meta.shape().clone(), x.dtype);
+    /// The normalising pass's and the input gradient's set-up for `x` (the first part where
+    /// there are two): a thread takes [`ELEMENTWISE_ROWS`] rows of a vector of columns.
+    pub(super) fn elementwise_pass<R: CubeRuntime>(&self, x: &CubeTensor<R>) -> Pass {
         let blocks = self.r.div_ceil(ELEMENTWISE_ROWS);
         let vector = self.vector_size(x);
         let (count, dim) = elementwise(x, self.p * blocks * self.q / vector);
         Pass {
-            out,
             blocks,
             vector,
             count,
             dim,
         }
+    }
+
+    /// A new tensor like `x` (the first part where there are two) of the view's whole
+    /// (joined) shape: the normalisation's output.
+    pub(super) fn output<R: CubeRuntime>(&self, x: &CubeTensor<R>) -> CubeTensor<R> {
+        let mut shape = x.meta.shape().clone();
+        let channel_dim = if self.channels_last {
+            shape.num_dims() - 1
+        } else {
+            1
+        };
+        shape[channel_dim] = self.channels;
+        empty(x, shape, x.dtype)
     }
 
     /// Values one group's statistics are taken over (per batch item).
@@ -131,10 +162,9 @@ impl View {
     }
 }
 
-/// An elementwise pass ([`View::elementwise_pass`]): its output (`x`'s shape and dtype), its
-/// blocks of rows, its vector width and its launch's geometry.
-pub(super) struct Pass<R: CubeRuntime> {
-    pub out: CubeTensor<R>,
+/// An elementwise pass ([`View::elementwise_pass`]): its blocks of rows, its vector width and
+/// its launch's geometry.
+pub(super) struct Pass {
     pub blocks: usize,
     pub vector: usize,
     pub count: CubeCount,

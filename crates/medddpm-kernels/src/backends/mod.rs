@@ -59,6 +59,31 @@ macro_rules! cube_kernels {
             )
         }
 
+        fn group_norm_parts_forward(
+            a: FloatTensor<Self>,
+            b: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            spec: GroupNormSpec,
+        ) -> GroupNormOutput<Self> {
+            $crate::cube::group_norm_parts_forward::<$runtime, $f, $i, $bt>(a, b, gamma, beta, spec)
+        }
+
+        fn group_norm_parts_backward(
+            a: FloatTensor<Self>,
+            b: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+            beta: FloatTensor<Self>,
+            mean: FloatTensor<Self>,
+            rstd: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+            spec: GroupNormSpec,
+        ) -> GroupNormPartsGrads<Self> {
+            $crate::cube::group_norm_parts_backward::<$runtime, $f, $i, $bt>(
+                a, b, gamma, beta, mean, rstd, grad, spec,
+            )
+        }
+
         fn adam_steps(
             items: Vec<AdamTensors<Self>>,
             step: AdamStep,
@@ -110,7 +135,7 @@ use crate::primitive::{float, tensor};
 use crate::reference::adam::{AdamOutput, AdamStep, AdamTensors};
 use crate::reference::conv_spec::Conv3dSpec;
 #[cfg(feature = "wgpu")]
-use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec};
+use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec};
 #[cfg(feature = "wgpu")]
 use burn::backend::wgpu::WgpuRuntime;
 

@@ -56,6 +56,24 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         }
     }
 
+    fn group_norm_parts(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> FloatTensor<Self> {
+        node_of::<B, C, _, _, 4>(
+            GroupNormPartsBackward,
+            [a, b, gamma, beta],
+            Keep::Parents,
+            |[a, b, gamma, beta]| {
+                let out = B::group_norm_parts_forward(a, b, gamma, beta, spec);
+                (out.y, (out.mean, out.rstd, spec))
+            },
+        )
+    }
+
     fn norm_conv3d(
         input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
@@ -173,6 +191,31 @@ fn group_norm_grads<B: KernelBackend>(
 }
 
 node_backward_impl!(GroupNormBackward, GroupNormState<B>, group_norm_grads, 3, 4);
+
+/// The node of a GroupNorm of two parts joined along channels (parents a, b, gamma, beta):
+/// the parents' checkpoints, the statistics and the spec.
+#[derive(Debug)]
+struct GroupNormPartsBackward;
+
+/// The backward of the GroupNorm of two parts: each part's gradient where it lies.
+fn group_norm_parts_grads<B: KernelBackend>(
+    mut parents: Parents<'_, B>,
+    grad: FloatTensor<B>,
+    (mean, rstd, spec): (FloatTensor<B>, FloatTensor<B>, GroupNormSpec),
+) {
+    let mut next = || parents.next();
+    let (a, b, gamma, beta) = (next(), next(), next(), next());
+    let g = B::group_norm_parts_backward(a, b, gamma, beta, mean, rstd, grad, spec);
+    let [da, db] = g.parts;
+    parents.register_each([da, db, g.gamma, g.beta]);
+}
+
+node_backward_impl!(
+    GroupNormPartsBackward,
+    GroupNormState<B>,
+    group_norm_parts_grads,
+    4
+);
 
 /// The convolution's node: parents x and the weight, kept as checkpoints, and the spec.
 #[derive(Debug)]

@@ -31,7 +31,8 @@ pub mod backward_profile;
 mod node;
 mod norm_conv;
 
-pub use norm_conv::{conv_in_layout, joined_norm_parts, NormInput};
+pub use crate::reference::norm::NormInput;
+pub use norm_conv::conv_in_layout;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
@@ -45,7 +46,8 @@ use crate::reference::adam::{adam_steps_primitive, AdamOutput, AdamStep, AdamTen
 use crate::reference::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::reference::conv_spec::Conv3dSpec;
 use crate::reference::norm::{
-    backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
+    backward_primitive, forward_primitive, parts_backward_primitive, parts_forward_primitive,
+    GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec,
 };
 use crate::reference::product::product_primitive;
 use crate::reference::product::spec::ProductSpec;
@@ -118,6 +120,51 @@ pub trait KernelBackend: CollectiveBackend {
         backward_primitive::<Self>(x, shift, gamma, beta, mean, rstd, grad, &spec)
     }
 
+    /// GroupNorm forward of `a` and `b` joined along channels (the decoder's [current, skip],
+    /// in `spec.layout`'s logical shape): what [`KernelBackend::group_norm_forward`] of their
+    /// join gives, the output joined and the statistics of the joined groups, where the
+    /// kernels read each part where it lies (the CubeCL backends, channels-last) so that the
+    /// join of the inputs is never made. Provided body: the plain-op reference, which joins
+    /// them.
+    fn group_norm_parts_forward(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormOutput<Self> {
+        parts_forward_primitive::<Self>(a, b, gamma, beta, &spec)
+    }
+
+    /// The backward pass of [`KernelBackend::group_norm_parts_forward`]: each part's input
+    /// gradient (where the kernels run, written where the part lies, with no split of a joined
+    /// gradient) and gamma's and beta's over both parts. Provided body: the plain-op reference.
+    #[allow(clippy::too_many_arguments)]
+    fn group_norm_parts_backward(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> GroupNormPartsGrads<Self> {
+        parts_backward_primitive::<Self>(a, b, gamma, beta, mean, rstd, grad, &spec)
+    }
+
+    /// [`KernelBackend::group_norm_parts_forward`] as a network layer: the joined output. The
+    /// autodiff backend overrides it with a node that keeps the two parts.
+    fn group_norm_parts(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        spec: GroupNormSpec,
+    ) -> FloatTensor<Self> {
+        Self::group_norm_parts_forward(a, b, gamma, beta, spec).y
+    }
+
     /// GroupNorm as a network layer: the forward's output. The autodiff backend overrides it
     /// with a node whose backward is [`KernelBackend::group_norm_backward`].
     fn group_norm(
@@ -146,9 +193,7 @@ pub trait KernelBackend: CollectiveBackend {
     ) -> FloatTensor<Self> {
         let y = match input {
             NormInput::Shifted(x, shift) => Self::group_norm(x, shift, gamma, beta, norm),
-            NormInput::Parts(a, b) => {
-                norm_conv::joined_norm_forward::<Self>(a, b, gamma, beta, norm).0
-            }
+            NormInput::Parts(a, b) => Self::group_norm_parts(a, b, gamma, beta, norm),
         };
         conv_in_layout::<Self>(y, weight, conv)
     }

@@ -26,14 +26,21 @@ pub struct NormCase {
     pub silu: bool,
     /// A per-(batch, channel) shift added to the input (a ResBlock's bias and time embedding).
     pub shift: bool,
+    /// The input as two parts joined along channels, the first of this many channels (the
+    /// decoder's [current, skip]: [`KernelBackend::group_norm_parts_forward`]); `None` for one
+    /// tensor. Never with a shift.
+    pub split: Option<usize>,
 }
 
 impl NormCase {
     /// The U-Net's normalisations (32 groups of 2 to 16 channels, with and without SiLU) at
     /// small sizes, and odd ones: one channel per group, one group, odd volumes (which leave a
     /// short last block in every reduction), batch 2, one group of 2M values, and shifted inputs
-    /// (one channel per group among them, whose shift gradients are all zero). `scale`
-    /// multiplies the spatial sizes (but the 2M-value case's).
+    /// (one channel per group among them, whose shift gradients are all zero); and inputs in
+    /// two parts: the decoder's top-level join (64 + 64 channels), batch 2 with odd volumes, a
+    /// group straddling the parts, parts no vector divides, and rows too wide for the
+    /// channels-last tiles (which the kernels join first). `scale` multiplies the spatial
+    /// sizes (but the 2M-value case's).
     pub fn standard(scale: usize) -> Vec<NormCase> {
         let c = |batch, channels, groups, size: [usize; 3], silu, shift| NormCase {
             batch,
@@ -42,6 +49,11 @@ impl NormCase {
             size: size.map(|s| s * scale),
             silu,
             shift,
+            split: None,
+        };
+        let parts = |batch, channels, groups, size, silu, first| NormCase {
+            split: Some(first),
+            ..c(batch, channels, groups, size, silu, false)
         };
         vec![
             c(1, 64, 32, [8, 8, 8], true, false),
@@ -63,7 +75,13 @@ impl NormCase {
                 size: [32, 32, 32],
                 silu: false,
                 shift: false,
+                split: None,
             },
+            parts(1, 128, 32, [8, 8, 8], true, 64),
+            parts(2, 24, 4, [5, 6, 7], true, 12),
+            parts(1, 20, 4, [5, 5, 5], true, 8),
+            parts(1, 10, 2, [3, 4, 5], false, 3),
+            parts(1, 4096, 32, [2, 2, 2], true, 2048),
         ]
     }
 
@@ -80,6 +98,8 @@ impl NormCase {
 /// Relative L2 differences of backend `B`'s GroupNorm (as `engine` asks) against the plain-op
 /// twin in f32 on the CPU for one case, activations in `dtype` and parameters in f32 (as the
 /// U-Net keeps them): `[y, dx, dgamma, dbeta, dshift]`, the backward from `B`'s own statistics.
+/// An input in two parts ([`NormCase::split`]) goes to `B` as two tensors and is checked
+/// against the twin's pass over their join (dx: the parts' gradients joined).
 /// dshift (0 without a shift) is measured against the per-channel sums of `|dx|`: a group's
 /// shift gradients add up to zero, so they are small beside their terms.
 ///
@@ -119,29 +139,60 @@ pub fn engine_vs_reference<B: KernelBackend>(
         &spec,
     );
     // The operands on `B` (uploaded afresh for each pass, as a training step has them).
-    let operands = || {
+    let params = || {
         (
-            float(on_device::<B, 5>(&x, device, dtype)),
-            shift
-                .as_ref()
-                .map(|s| float(on_device::<B, 2>(s, device, dtype))),
             float(Tensor::<B, 1>::from_data(gamma.to_data(), device)),
             float(Tensor::<B, 1>::from_data(beta.to_data(), device)),
         )
     };
-    let (bx, bshift, bgamma, bbeta) = operands();
-    let out = B::group_norm_forward(bx, bshift, bgamma, bbeta, spec);
-    let (bx, bshift, bgamma, bbeta) = operands();
-    let bdy = float(on_device::<B, 5>(&dy, device, dtype));
-    let grads = B::group_norm_backward(bx, bshift, bgamma, bbeta, out.mean, out.rstd, bdy, spec);
+    let bdy = || float(on_device::<B, 5>(&dy, device, dtype));
     let back5 = |t| on_cpu::<B, 5>(tensor(t));
     let back1 = |t| on_cpu::<B, 1>(tensor(t));
-    let shift_err = shift_error::<B>(grads.shift, dshift, &dx, layout);
+    let (y_got, dx_got, dgamma_got, dbeta_got, shift_err) = match case.split {
+        Some(first) => {
+            let dim = layout.channel_dim();
+            let rest = case.channels - first;
+            let part_of = |start, len| x.clone().narrow(dim, start, len);
+            let parts = || {
+                let a = float(on_device::<B, 5>(&part_of(0, first), device, dtype));
+                let b = float(on_device::<B, 5>(&part_of(first, rest), device, dtype));
+                (a, b)
+            };
+            let ((a, b), (g, be)) = (parts(), params());
+            let out = B::group_norm_parts_forward(a, b, g, be, spec);
+            let ((a, b), (g, be)) = (parts(), params());
+            let grads = B::group_norm_parts_backward(a, b, g, be, out.mean, out.rstd, bdy(), spec);
+            let [da, db] = grads.parts.map(back5);
+            let dx_got = Tensor::cat(vec![da, db], dim);
+            (back5(out.y), dx_got, grads.gamma, grads.beta, 0.0)
+        }
+        None => {
+            let bshift = || {
+                shift
+                    .as_ref()
+                    .map(|s| float(on_device::<B, 2>(s, device, dtype)))
+            };
+            let x_on = || float(on_device::<B, 5>(&x, device, dtype));
+            let (g, be) = params();
+            let out = B::group_norm_forward(x_on(), bshift(), g, be, spec);
+            let (g, be) = params();
+            let grads =
+                B::group_norm_backward(x_on(), bshift(), g, be, out.mean, out.rstd, bdy(), spec);
+            let shift_err = shift_error::<B>(grads.shift, dshift, &dx, layout);
+            (
+                back5(out.y),
+                back5(grads.x),
+                grads.gamma,
+                grads.beta,
+                shift_err,
+            )
+        }
+    };
     [
-        rel_l2(back5(out.y), y),
-        rel_l2(back5(grads.x), dx),
-        rel_l2(back1(grads.gamma), dgamma),
-        rel_l2(back1(grads.beta), dbeta),
+        rel_l2(y_got, y),
+        rel_l2(dx_got, dx),
+        rel_l2(back1(dgamma_got), dgamma),
+        rel_l2(back1(dbeta_got), dbeta),
         shift_err,
     ]
 }

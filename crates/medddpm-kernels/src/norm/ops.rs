@@ -28,6 +28,14 @@ medddpm_ops::on_tensors! {
         gamma: Tensor<B, 1>, beta: Tensor<B, 1>, spec: GroupNormSpec) -> Tensor<B, 5>
         = B::group_norm(float(x), shift.map(float), float(gamma), float(beta), spec);
 
+    /// [`group_norm`] of `a` and `b` joined along channels (the decoder's [current, skip], in
+    /// `spec.layout`'s logical shape), the output joined: [`KernelBackend::group_norm_parts`],
+    /// which on the CubeCL backends never makes the join of the inputs, and whose autodiff node
+    /// keeps the two parts.
+    fn group_norm_parts<B: KernelBackend>(a: Tensor<B, 5>, b: Tensor<B, 5>, gamma: Tensor<B, 1>,
+        beta: Tensor<B, 1>, spec: GroupNormSpec) -> Tensor<B, 5>
+        = B::group_norm_parts(float(a), float(b), float(gamma), float(beta), spec);
+
     /// SiLU(GroupNorm(input)) then the convolution with `weight` (no bias), the input parts
     /// and the result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose
     /// autodiff node keeps the normalisation's input, not its output.

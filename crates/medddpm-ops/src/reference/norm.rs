@@ -28,30 +28,27 @@ pub struct GroupNormSpec {
 }
 
 impl GroupNormSpec {
-    /// This normalisation of `channels` channels as two, over the first `first` channels and
-    /// over the rest, where no group straddles the two parts: a group's statistics are its
-    /// own, so the two compute what the one does without the parts being joined first (the
-    /// decoder's [current, skip]). `None` where a group would straddle them.
-    pub fn split(&self, channels: usize, first: usize) -> Option<[Self; 2]> {
+    /// Whether the first `first` of `channels` channels end on a group boundary: no group
+    /// straddles the two parts of an input joined there (what the decoder's blocks take as
+    /// parts; the kernels of two parts compute any split).
+    pub fn splits_whole_groups(&self, channels: usize, first: usize) -> bool {
         let groups = self.num_groups;
         if groups == 0 || !channels.is_multiple_of(groups) || first == 0 || first >= channels {
-            return None;
+            return false;
         }
-        let per_group = channels / groups;
-        first.is_multiple_of(per_group).then(|| {
-            let head = first / per_group;
-            [
-                Self {
-                    num_groups: head,
-                    ..*self
-                },
-                Self {
-                    num_groups: groups - head,
-                    ..*self
-                },
-            ]
-        })
+        first.is_multiple_of(channels / groups)
     }
+}
+
+/// What a normalisation takes: one activation plus an optional per-(batch, channel) shift
+/// `[b, c]`, or two activations that are the parts of one joined along channels (the decoder's
+/// [current, skip]), whose join is never made.
+#[derive(Debug, Clone)]
+pub enum NormInput<T> {
+    /// `x` and the shift added inside the normalisation.
+    Shifted(T, Option<T>),
+    /// `a` and `b`, joined along channels.
+    Parts(T, T),
 }
 
 /// What the forward pass returns: the output and the per-group statistics (`[b, g]`, in the
@@ -76,6 +73,17 @@ pub struct GroupNormGrads<B: Backend> {
     /// dL/dgamma, `[c]`, in `gamma`'s dtype.
     pub gamma: FloatTensor<B>,
     /// dL/dbeta, `[c]`, in `beta`'s dtype.
+    pub beta: FloatTensor<B>,
+}
+
+/// The gradients of a GroupNorm of two parts joined along channels.
+#[derive(Debug, Clone)]
+pub struct GroupNormPartsGrads<B: Backend> {
+    /// dL/da and dL/db, each in its part's dtype.
+    pub parts: [FloatTensor<B>; 2],
+    /// dL/dgamma, `[c]` over both parts' channels.
+    pub gamma: FloatTensor<B>,
+    /// dL/dbeta, `[c]`.
     pub beta: FloatTensor<B>,
 }
 
@@ -376,4 +384,52 @@ pub fn backward_primitive<B: Backend>(
         gamma: float(dgamma),
         beta: float(dbeta),
     }
+}
+
+/// The forward pass of `a` and `b` joined along channels (in `spec.layout`'s logical shape):
+/// [`forward_primitive`] of their join. The twin of the kernels that read each part where it
+/// lies, and the provided body of `medddpm_kernels::KernelBackend::group_norm_parts_forward`.
+pub fn parts_forward_primitive<B: Backend>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    spec: &GroupNormSpec,
+) -> GroupNormOutput<B> {
+    forward_primitive::<B>(join::<B>(a, b, spec.layout), None, gamma, beta, spec)
+}
+
+/// The backward pass of [`parts_forward_primitive`]: [`backward_primitive`] of the join, its
+/// input gradient split at the first part's channels.
+#[allow(clippy::too_many_arguments)]
+pub fn parts_backward_primitive<B: Backend>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    mean: FloatTensor<B>,
+    rstd: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    spec: &GroupNormSpec,
+) -> GroupNormPartsGrads<B> {
+    let dim = spec.layout.channel_dim();
+    let first = tensor::<B, 5>(a.clone()).dims()[dim];
+    let x = join::<B>(a, b, spec.layout);
+    let g = backward_primitive::<B>(x, None, gamma, beta, mean, rstd, grad, spec);
+    let dx = tensor::<B, 5>(g.x);
+    let rest = dx.dims()[dim] - first;
+    GroupNormPartsGrads {
+        parts: [
+            dx.clone().narrow(dim, 0, first),
+            dx.narrow(dim, first, rest),
+        ]
+        .map(float),
+        gamma: g.gamma,
+        beta: g.beta,
+    }
+}
+
+/// `a` and `b` joined along the channels of `layout`.
+fn join<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>, layout: Layout) -> FloatTensor<B> {
+    B::float_cat(vec![a, b], layout.channel_dim())
 }

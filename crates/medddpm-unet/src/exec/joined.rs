@@ -7,7 +7,7 @@ use burn::nn::conv::Conv3d;
 use burn::nn::GroupNorm;
 use burn::tensor::Tensor;
 use medddpm_kernels::norm::NormInput;
-use medddpm_kernels::primitive::{float, tensor};
+use medddpm_kernels::primitive::float;
 use medddpm_kernels::{KernelBackend, Layout};
 
 use super::ops::{conv_spec, norm_params, norm_spec};
@@ -16,15 +16,18 @@ use super::Ctx;
 
 impl<B: KernelBackend> Ctx<'_, B> {
     /// Whether a ResBlock whose first GroupNorm is `norm` takes the decoder's [current, skip]
-    /// with `current` as its first part without joining them: no group straddles the two, and
-    /// the pass takes parts at all ([`Ctx::decoder_parts`]).
+    /// with `current` as its first part without joining them: the pass takes parts at all
+    /// ([`Ctx::decoder_parts`]) and no group straddles the two. The blocks where that holds
+    /// (whole-head: the top level's two, the second at 64^3, the first at 8^3) hold the
+    /// largest joins; elsewhere the join is small, and one skip product takes fewer launches
+    /// than one per part.
     pub fn splits(&self, norm: &GroupNorm<B>, current: &Tensor<B, 5>) -> bool {
         if !self.decoder_parts {
             return false;
         }
         let first = current.dims()[self.layout.channel_dim()];
         let spec = norm_spec(norm, self.layout, self.compute.norm_engine, true);
-        spec.split(norm.num_channels, first).is_some()
+        spec.splits_whole_groups(norm.num_channels, first)
     }
 
     /// `a` and `b` joined along channels ([`join`]).
@@ -33,9 +36,9 @@ impl<B: KernelBackend> Ctx<'_, B> {
     }
 
     /// [`Ctx::norm_silu_conv_unbiased`] of `a` and `b` joined along channels where the
-    /// GroupNorm [`Ctx::splits`] at `a`: each part normalised on its own groups and the
-    /// outputs joined as the convolution's input, so the join of the inputs (a tensor as large
-    /// as both, which the normalisation's backward pass would keep) is never made. With
+    /// GroupNorm [`Ctx::splits`] at `a`: the normalisation reads the two parts (its output is
+    /// the convolution's joined input), so the join of the inputs (a tensor as large as both,
+    /// which the normalisation's backward pass would keep) is never made. With
     /// [`Ctx::recompute_norms`] one operation that computes the same.
     pub fn norm_silu_conv_joined(
         &self,
@@ -49,17 +52,8 @@ impl<B: KernelBackend> Ctx<'_, B> {
         }
         let (gamma, beta) = norm_params(norm, &a.device());
         let spec = norm_spec(norm, self.layout, self.compute.norm_engine, true);
-        let first = a.dims()[self.layout.channel_dim()];
-        let [part_a, part_b] =
-            medddpm_kernels::norm::joined_norm_parts::<B>(first, float(gamma), float(beta), spec);
-        // One operation of the normalisation class, as the normalisation of a joined input
-        // is (the join of its outputs is the copy the join of the inputs was).
         let y = self.op(OpClass::Normalisation, || {
-            let normed = |x: Tensor<B, 5>, (gamma, beta, spec)| {
-                let (gamma, beta) = (tensor(gamma), tensor(beta));
-                medddpm_kernels::norm::group_norm_shifted(x, None, gamma, beta, spec)
-            };
-            join(normed(a, part_a), normed(b, part_b), self.layout)
+            medddpm_kernels::norm::group_norm_parts(a, b, gamma, beta, spec)
         });
         self.conv_unbiased(conv, y)
     }
