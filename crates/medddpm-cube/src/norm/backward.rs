@@ -10,7 +10,7 @@ use cubecl::prelude::*;
 use super::finish::{finish, Finish};
 use super::parts::{
     affine_arg, group_and_channel, lane_params, lane_xhat_and_da, load, row_block, shift_index,
-    source_place, vector_row_block, xhat_and_da, Affine, Flags, Rows,
+    vector_row_block, xhat_and_da, Affine, Flags, Rows,
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
@@ -169,8 +169,8 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
-    let (base, start, end, p, col, qv) = vector_row_block(dy.len(), &v, n);
-    let (second, x_base, pitch) = source_place(p, v.r, qv, col, v.split / n, flags.parts);
+    let (base, start, end, p, col, qv, second, x_base, pitch) =
+        vector_row_block(dy.len(), &v, n, flags.parts);
     // Per lane (column `col * n + i`): the group's statistics and means, the channel's
     // parameters, read once for the thread's rows.
     let (mu, rs, ga, be) = lane_params::<P, S, N>(

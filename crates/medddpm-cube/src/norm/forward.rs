@@ -11,7 +11,7 @@ use cubecl::{CubeCount, CubeDim};
 use super::finish::{addressing, Finish, FINISH_ROWS, FINISH_THREADS};
 use super::parts::{
     affine_arg, chunked_sum, cube_total, group_and_channel, load, row_block, shift_index, sigmoid,
-    source_place, vector_row_block, Affine, Flags, Partials, Rows,
+    vector_row_block, Affine, Flags, Partials, Rows,
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
@@ -139,8 +139,8 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
     #[define(F, P, S)] _dtypes: [StorageType; 3],
 ) {
     let n = x.vector_size();
-    let (base, start, end, p, col, qv) = vector_row_block(y.len(), &v, n);
-    let (second, x_base, pitch) = source_place(p, v.r, qv, col, v.split / n, flags.parts);
+    let (base, start, end, p, col, qv, second, x_base, pitch) =
+        vector_row_block(y.len(), &v, n, flags.parts);
     let mut scale = Vector::<f32, N>::empty();
     let mut offset = Vector::<f32, N>::empty();
     #[unroll]
