@@ -27,11 +27,12 @@
 //! Its parts: `view` (the `[p, r, q]` view and the launch geometry), `parts` (the `#[cube]`
 //! helpers the kernels share), `tiles` (the channels-last first level of both reductions),
 //! `finish` (the second level), `forward` and `backward` (each pass's kernels and their
-//! launches).
+//! launches), `fused` (the passes as burn-fusion operations).
 
 mod backward;
 mod finish;
 mod forward;
+pub(crate) mod fused;
 mod parts;
 mod tiles;
 mod view;

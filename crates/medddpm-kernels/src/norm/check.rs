@@ -138,63 +138,80 @@ pub fn engine_vs_reference<B: KernelBackend>(
         dy.clone(),
         &spec,
     );
-    // The operands on `B` (uploaded afresh for each pass, as a training step has them).
+    let ops = Operands {
+        x,
+        dy,
+        gamma,
+        beta,
+        shift,
+    };
+    let (y_got, dx_got, [dgamma_got, dbeta_got], dshift_got) =
+        backend_passes::<B>(&ops, case, spec, dtype, device);
+    let back1 = |t| on_cpu::<B, 1>(tensor(t));
+    [
+        rel_l2(y_got, y),
+        rel_l2(dx_got, dx.clone()),
+        rel_l2(back1(dgamma_got), dgamma),
+        rel_l2(back1(dbeta_got), dbeta),
+        shift_error::<B>(dshift_got, dshift, &dx, layout),
+    ]
+}
+
+/// `B`'s forward and backward passes over `ops` (two parts of `x` where the case has them):
+/// the output and the input's gradient back on the CPU (the parts' gradients joined), gamma's
+/// and beta's gradients, and the shift's. The operands are uploaded afresh for each pass, as a
+/// training step has them.
+fn backend_passes<B: KernelBackend>(
+    ops: &Operands,
+    case: NormCase,
+    spec: GroupNormSpec,
+    dtype: DType,
+    device: &B::Device,
+) -> (
+    Tensor<Flex, 5>,
+    Tensor<Flex, 5>,
+    [FloatTensor<B>; 2],
+    Option<FloatTensor<B>>,
+) {
     let params = || {
         (
-            float(Tensor::<B, 1>::from_data(gamma.to_data(), device)),
-            float(Tensor::<B, 1>::from_data(beta.to_data(), device)),
+            float(Tensor::<B, 1>::from_data(ops.gamma.to_data(), device)),
+            float(Tensor::<B, 1>::from_data(ops.beta.to_data(), device)),
         )
     };
-    let bdy = || float(on_device::<B, 5>(&dy, device, dtype));
+    let dy = || float(on_device::<B, 5>(&ops.dy, device, dtype));
     let back5 = |t| on_cpu::<B, 5>(tensor(t));
-    let back1 = |t| on_cpu::<B, 1>(tensor(t));
-    let (y_got, dx_got, dgamma_got, dbeta_got, shift_err) = match case.split {
+    match case.split {
         Some(first) => {
-            let dim = layout.channel_dim();
+            let dim = spec.layout.channel_dim();
             let rest = case.channels - first;
-            let part_of = |start, len| x.clone().narrow(dim, start, len);
-            let parts = || {
-                let a = float(on_device::<B, 5>(&part_of(0, first), device, dtype));
-                let b = float(on_device::<B, 5>(&part_of(first, rest), device, dtype));
-                (a, b)
+            let part = |start, len| {
+                on_device::<B, 5>(&ops.x.clone().narrow(dim, start, len), device, dtype)
             };
+            let parts = || (float(part(0, first)), float(part(first, rest)));
             let ((a, b), (g, be)) = (parts(), params());
             let out = B::group_norm_parts_forward(a, b, g, be, spec);
             let ((a, b), (g, be)) = (parts(), params());
-            let grads = B::group_norm_parts_backward(a, b, g, be, out.mean, out.rstd, bdy(), spec);
+            let grads = B::group_norm_parts_backward(a, b, g, be, out.mean, out.rstd, dy(), spec);
             let [da, db] = grads.parts.map(back5);
-            let dx_got = Tensor::cat(vec![da, db], dim);
-            (back5(out.y), dx_got, grads.gamma, grads.beta, 0.0)
+            let dx = Tensor::cat(vec![da, db], dim);
+            (back5(out.y), dx, [grads.gamma, grads.beta], None)
         }
         None => {
-            let bshift = || {
-                shift
+            let shift = || {
+                ops.shift
                     .as_ref()
                     .map(|s| float(on_device::<B, 2>(s, device, dtype)))
             };
-            let x_on = || float(on_device::<B, 5>(&x, device, dtype));
+            let x = || float(on_device::<B, 5>(&ops.x, device, dtype));
             let (g, be) = params();
-            let out = B::group_norm_forward(x_on(), bshift(), g, be, spec);
+            let out = B::group_norm_forward(x(), shift(), g, be, spec);
             let (g, be) = params();
-            let grads =
-                B::group_norm_backward(x_on(), bshift(), g, be, out.mean, out.rstd, bdy(), spec);
-            let shift_err = shift_error::<B>(grads.shift, dshift, &dx, layout);
-            (
-                back5(out.y),
-                back5(grads.x),
-                grads.gamma,
-                grads.beta,
-                shift_err,
-            )
+            let grads = B::group_norm_backward(x(), shift(), g, be, out.mean, out.rstd, dy(), spec);
+            let dx = back5(grads.x);
+            (back5(out.y), dx, [grads.gamma, grads.beta], grads.shift)
         }
-    };
-    [
-        rel_l2(y_got, y),
-        rel_l2(dx_got, dx),
-        rel_l2(back1(dgamma_got), dgamma),
-        rel_l2(back1(dbeta_got), dbeta),
-        shift_err,
-    ]
+    }
 }
 
 /// The shift gradient's L2 error against the per-channel sums of `|dx|` (0 without a shift,
