@@ -17,9 +17,7 @@ pub mod norm;
 pub mod sum;
 pub mod upsample;
 
-pub use norm::fused::{
-    group_norm_backward, group_norm_forward, group_norm_parts_backward, group_norm_parts_forward,
-};
+pub use norm::fused::{group_norm_backward, group_norm_forward};
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};

@@ -186,8 +186,7 @@ fn bf16_input_gives_bf16_output_and_f32_statistics() {
         engine: medddpm_kernels::NormEngine::Kernel,
     };
     let out = Flex::group_norm_forward(
-        x.into_primitive().tensor(),
-        None,
+        medddpm_kernels::norm::NormInput::Shifted(x.into_primitive().tensor(), None),
         Tensor::<Flex, 1>::ones([8], &device)
             .into_primitive()
             .tensor(),

@@ -215,17 +215,15 @@ fn input_grad<F: Float, P: Float, S: Float, N: Size>(
     }
 }
 
-/// The gradients of a normalisation on CubeCL tensors: of its input (one tensor, or each of
-/// its two parts), of gamma and beta, and of the shift where it had one.
+/// The gradients of a normalisation on CubeCL tensors: of its input, shaped as the input
+/// (dL/dx and the shift's, or each part's), of gamma and of beta.
 pub struct NormGrads<R: CubeRuntime> {
-    /// dL/dx, or dL/da and dL/db of two parts.
-    pub x: Vec<CubeTensor<R>>,
+    /// dL/dx and dL/dshift where the input had a shift, or dL/da and dL/db of two parts.
+    pub input: NormInput<CubeTensor<R>>,
     /// dL/dgamma, `[c]`.
     pub gamma: CubeTensor<R>,
     /// dL/dbeta, `[c]`.
     pub beta: CubeTensor<R>,
-    /// dL/dshift, `[b, c]`, where the input had a shift.
-    pub shift: Option<CubeTensor<R>>,
 }
 
 /// The backward pass of the normalisation of `input` (of two parts channels-last only; of
@@ -258,7 +256,7 @@ pub fn backward<R: CubeRuntime>(
             let first = super::last_dim(&a);
             if !super::parts_run(&a, super::last_dim(&b), spec) {
                 let x = crate::channels::join(a, b);
-                let mut g = backward(
+                let g = backward(
                     NormInput::Shifted(x, None),
                     gamma,
                     beta,
@@ -267,9 +265,12 @@ pub fn backward<R: CubeRuntime>(
                     dy,
                     spec,
                 );
-                let dx = g.x.pop().expect("the input's gradient");
-                g.x = crate::channels::split(dx, first).into();
-                return g;
+                let (dx, _) = g.input.into_pair();
+                let [da, db] = crate::channels::split(dx, first);
+                return NormGrads {
+                    input: NormInput::Parts(da, db),
+                    ..g
+                };
             }
             let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
             (a, Some(b), None, v)
@@ -282,11 +283,11 @@ pub fn backward<R: CubeRuntime>(
     let ([m1, m2, d_gamma, d_beta], d_shift) =
         param_grads_of(&sums, shift, &gamma, &rstd, spec, v.values_per_group());
     let operands = [gamma, beta, mean, rstd, dy, m1, m2];
+    let (dx, dx_b) = input_grad_of(&v, x, x_b, shift, operands, spec);
     NormGrads {
-        x: input_grad_of(&v, x, x_b, shift, operands, spec),
+        input: NormInput::from_pair(dx, dx_b.or(d_shift), v.split.is_some()),
         gamma: d_gamma,
         beta: d_beta,
-        shift: d_shift,
     }
 }
 
@@ -391,7 +392,7 @@ fn input_grad_of<R: CubeRuntime>(
     shift: Option<&CubeTensor<R>>,
     [gamma, beta, mean, rstd, dy, m1, m2]: [CubeTensor<R>; 7],
     spec: &GroupNormSpec,
-) -> Vec<CubeTensor<R>> {
+) -> (CubeTensor<R>, Option<CubeTensor<R>>) {
     let pass = v.elementwise_pass(&x);
     let (shift_t, shifted) = shift_operand(shift, &gamma);
     let dtypes = [x.dtype.into(), gamma.dtype.into(), shift_t.dtype.into()];
@@ -417,5 +418,5 @@ fn input_grad_of<R: CubeRuntime>(
         v.flags(spec, shifted),
         dtypes,
     );
-    [dx].into_iter().chain(dx_b).collect()
+    (dx, dx_b)
 }

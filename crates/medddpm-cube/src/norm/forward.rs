@@ -17,7 +17,7 @@ use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
 use crate::compute::Layout;
 use crate::elementwise;
-use crate::reference::norm::GroupNormSpec;
+use crate::reference::norm::{GroupNormSpec, NormInput};
 
 /// Values one thread adds before its partial sum is written, in the forward's reductions. 256
 /// rather than 64: the finishing cubes read 4x fewer partial sums (H100, bf16 training step:
@@ -170,42 +170,38 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
     }
 }
 
-/// The forward pass of `x` plus `shift` (`[b, c]`, when given): `(y, mean, rstd)`, the
-/// statistics `[b, g]` in f32.
+/// The forward pass of `input`, `x` plus `shift` (`[b, c]`, when given) or two channels-last
+/// parts joined along channels: `(y, mean, rstd)`, the statistics `[b, g]` in f32. Of two
+/// parts, what the join gives, in as many launches, without the join where
+/// [`super::parts_run`] (else of the join).
 pub fn forward<R: CubeRuntime>(
-    x: CubeTensor<R>,
-    shift: Option<CubeTensor<R>>,
+    input: NormInput<CubeTensor<R>>,
     gamma: CubeTensor<R>,
     beta: CubeTensor<R>,
     spec: &GroupNormSpec,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
-    let x = into_contiguous(x);
-    let shift = shift.map(into_contiguous);
-    let v = View::new(&x.meta.shape().clone(), spec);
-    normalisation(&v, x, None, shift.as_ref(), gamma, beta, spec)
-}
-
-/// The forward pass of channels-last `a` and `b` joined along channels: what [`forward`] of
-/// their join gives, in as many launches, without the join where [`super::parts_run`] (else
-/// of the join).
-pub fn forward_parts<R: CubeRuntime>(
-    a: CubeTensor<R>,
-    b: CubeTensor<R>,
-    gamma: CubeTensor<R>,
-    beta: CubeTensor<R>,
-    spec: &GroupNormSpec,
-) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
-    assert_eq!(
-        spec.layout,
-        Layout::Ndhwc,
-        "two parts of a channels-first input"
-    );
-    let (a, b) = (into_contiguous(a), into_contiguous(b));
-    if !super::parts_run(&a, super::last_dim(&b), spec) {
-        return forward(crate::channels::join(a, b), None, gamma, beta, spec);
+    match input {
+        NormInput::Shifted(x, shift) => {
+            let x = into_contiguous(x);
+            let shift = shift.map(into_contiguous);
+            let v = View::new(&x.meta.shape().clone(), spec);
+            normalisation(&v, x, None, shift.as_ref(), gamma, beta, spec)
+        }
+        NormInput::Parts(a, b) => {
+            assert_eq!(
+                spec.layout,
+                Layout::Ndhwc,
+                "two parts of a channels-first input"
+            );
+            let (a, b) = (into_contiguous(a), into_contiguous(b));
+            if !super::parts_run(&a, super::last_dim(&b), spec) {
+                let x = crate::channels::join(a, b);
+                return forward(NormInput::Shifted(x, None), gamma, beta, spec);
+            }
+            let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
+            normalisation(&v, a, Some(&b), None, gamma, beta, spec)
+        }
     }
-    let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
-    normalisation(&v, a, Some(&b), None, gamma, beta, spec)
 }
 
 /// The statistics and the normalising write of the view `v` of `x` (and `x_b`, its second

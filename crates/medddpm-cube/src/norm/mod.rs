@@ -38,7 +38,7 @@ mod tiles;
 mod view;
 
 pub use backward::{backward, NormGrads, BACKWARD_ROWS};
-pub use forward::{forward, forward_parts, FORWARD_ROWS};
+pub use forward::{forward, FORWARD_ROWS};
 pub(crate) use parts::cube_total;
 
 use burn_cubecl::tensor::CubeTensor;

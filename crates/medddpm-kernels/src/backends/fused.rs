@@ -21,7 +21,7 @@ use crate::cudnn::engine::{run, warn_fallback, Operands};
 use crate::cudnn::operands::ConvOp;
 use crate::primitive::{float, tensor};
 use crate::reference::adam::{AdamOutput, AdamStep, AdamTensors};
-use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec};
+use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec, NormInput};
 use crate::reference::product::product_primitive;
 use crate::reference::product::spec::ProductSpec;
 

@@ -35,18 +35,16 @@ macro_rules! cube_kernels {
         }
 
         fn group_norm_forward(
-            x: FloatTensor<Self>,
-            shift: Option<FloatTensor<Self>>,
+            input: NormInput<FloatTensor<Self>>,
             gamma: FloatTensor<Self>,
             beta: FloatTensor<Self>,
             spec: GroupNormSpec,
         ) -> GroupNormOutput<Self> {
-            $crate::cube::group_norm_forward::<$runtime, $f, $i, $bt>(x, shift, gamma, beta, spec)
+            $crate::cube::group_norm_forward::<$runtime, $f, $i, $bt>(input, gamma, beta, spec)
         }
 
         fn group_norm_backward(
-            x: FloatTensor<Self>,
-            shift: Option<FloatTensor<Self>>,
+            input: NormInput<FloatTensor<Self>>,
             gamma: FloatTensor<Self>,
             beta: FloatTensor<Self>,
             mean: FloatTensor<Self>,
@@ -55,32 +53,7 @@ macro_rules! cube_kernels {
             spec: GroupNormSpec,
         ) -> GroupNormGrads<Self> {
             $crate::cube::group_norm_backward::<$runtime, $f, $i, $bt>(
-                x, shift, gamma, beta, mean, rstd, grad, spec,
-            )
-        }
-
-        fn group_norm_parts_forward(
-            a: FloatTensor<Self>,
-            b: FloatTensor<Self>,
-            gamma: FloatTensor<Self>,
-            beta: FloatTensor<Self>,
-            spec: GroupNormSpec,
-        ) -> GroupNormOutput<Self> {
-            $crate::cube::group_norm_parts_forward::<$runtime, $f, $i, $bt>(a, b, gamma, beta, spec)
-        }
-
-        fn group_norm_parts_backward(
-            a: FloatTensor<Self>,
-            b: FloatTensor<Self>,
-            gamma: FloatTensor<Self>,
-            beta: FloatTensor<Self>,
-            mean: FloatTensor<Self>,
-            rstd: FloatTensor<Self>,
-            grad: FloatTensor<Self>,
-            spec: GroupNormSpec,
-        ) -> GroupNormPartsGrads<Self> {
-            $crate::cube::group_norm_parts_backward::<$runtime, $f, $i, $bt>(
-                a, b, gamma, beta, mean, rstd, grad, spec,
+                input, gamma, beta, mean, rstd, grad, spec,
             )
         }
 
@@ -135,7 +108,7 @@ use crate::primitive::{float, tensor};
 use crate::reference::adam::{AdamOutput, AdamStep, AdamTensors};
 use crate::reference::conv_spec::Conv3dSpec;
 #[cfg(feature = "wgpu")]
-use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec};
+use crate::reference::norm::{GroupNormGrads, GroupNormOutput, GroupNormSpec, NormInput};
 #[cfg(feature = "wgpu")]
 use burn::backend::wgpu::WgpuRuntime;
 

@@ -44,34 +44,16 @@ impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     }
 
     fn group_norm(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
+        input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> FloatTensor<Self> {
-        match shift {
-            None => group_norm_op::<B, C, 3>([x, gamma, beta], spec),
-            Some(shift) => group_norm_op::<B, C, 4>([x, gamma, beta, shift], spec),
+        let parts = input.is_parts();
+        match input.into_pair() {
+            (x, None) => group_norm_op::<B, C, 3>([x, gamma, beta], spec, parts),
+            (x, Some(second)) => group_norm_op::<B, C, 4>([x, gamma, beta, second], spec, parts),
         }
-    }
-
-    fn group_norm_parts(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> FloatTensor<Self> {
-        node_of::<B, C, _, _, 4>(
-            GroupNormPartsBackward,
-            [a, b, gamma, beta],
-            Keep::Parents,
-            |[a, b, gamma, beta]| {
-                let out = B::group_norm_parts_forward(a, b, gamma, beta, spec);
-                (out.y, (out.mean, out.rstd, spec))
-            },
-        )
     }
 
     fn norm_conv3d(
@@ -143,18 +125,23 @@ fn cat_last_grads<B: KernelBackend>(parents: Parents<'_, B>, grad: FloatTensor<B
 
 node_backward_impl!(CatLastBackward, (Vec<NodeId>, usize), cat_last_grads, 2);
 
-/// The node of a GroupNorm without a shift (parents x, gamma, beta) and with one (x, gamma,
-/// beta, shift): its state is the parents' checkpoints, the statistics and the spec.
+/// The node of a GroupNorm: parents x (or the first part), gamma, beta and, where there is
+/// one, the shift (or the second part); its state is the parents' checkpoints, the statistics,
+/// the spec and whether the input is two parts.
 #[derive(Debug)]
 struct GroupNormBackward;
 
-type GroupNormState<B> = (Vec<NodeId>, (FloatTensor<B>, FloatTensor<B>, GroupNormSpec));
+type GroupNormState<B> = (
+    Vec<NodeId>,
+    (FloatTensor<B>, FloatTensor<B>, GroupNormSpec, bool),
+);
 
-/// A GroupNorm of `inputs` (x, gamma, beta and, with `N` = 4, the shift) as a node of `N`
-/// parents (or untracked).
+/// A GroupNorm of `inputs` (x or the first part, gamma, beta and, with `N` = 4, the shift or
+/// the second part, as `parts` says) as a node of `N` parents (or untracked).
 fn group_norm_op<B, C, const N: usize>(
     inputs: [FloatTensor<Autodiff<B, C>>; N],
     spec: GroupNormSpec,
+    parts: bool,
 ) -> FloatTensor<Autodiff<B, C>>
 where
     B: KernelBackend,
@@ -162,60 +149,29 @@ where
     GroupNormBackward: Backward<B, N, State = GroupNormState<B>>,
 {
     node_of::<B, C, _, _, N>(GroupNormBackward, inputs, Keep::Parents, |inputs| {
-        let out = forward_of::<B, N>(inputs, spec);
-        (out.y, (out.mean, out.rstd, spec))
+        let mut inputs = inputs.into_iter();
+        let mut next = || inputs.next().expect("x, gamma and beta");
+        let (x, gamma, beta) = (next(), next(), next());
+        let input = NormInput::from_pair(x, inputs.next(), parts);
+        let out = B::group_norm_forward(input, gamma, beta, spec);
+        (out.y, (out.mean, out.rstd, spec, parts))
     })
 }
 
-/// `B`'s GroupNorm forward of x, gamma, beta and (the fourth, where there is one) the shift.
-fn forward_of<B: KernelBackend, const N: usize>(
-    inputs: [FloatTensor<B>; N],
-    spec: GroupNormSpec,
-) -> crate::norm::GroupNormOutput<B> {
-    let mut inputs = inputs.into_iter();
-    let mut next = || inputs.next().expect("x, gamma and beta");
-    let (x, gamma, beta) = (next(), next(), next());
-    B::group_norm_forward(x, inputs.next(), gamma, beta, spec)
-}
-
-/// The backward of either node from its output's gradient, the parents in the order above.
+/// The backward of the node from its output's gradient, the parents in the order above.
 fn group_norm_grads<B: KernelBackend>(
     mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,
-    (mean, rstd, spec): (FloatTensor<B>, FloatTensor<B>, GroupNormSpec),
+    (mean, rstd, spec, parts): (FloatTensor<B>, FloatTensor<B>, GroupNormSpec, bool),
 ) {
     let (x, gamma, beta) = (parents.next(), parents.next(), parents.next());
-    let shift = parents.next_if_any();
-    let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, grad, spec);
-    parents.register_each([g.x, g.gamma, g.beta].into_iter().chain(g.shift));
+    let input = NormInput::from_pair(x, parents.next_if_any(), parts);
+    let g = B::group_norm_backward(input, gamma, beta, mean, rstd, grad, spec);
+    let (dx, second) = g.input.into_pair();
+    parents.register_each([dx, g.gamma, g.beta].into_iter().chain(second));
 }
 
 node_backward_impl!(GroupNormBackward, GroupNormState<B>, group_norm_grads, 3, 4);
-
-/// The node of a GroupNorm of two parts joined along channels (parents a, b, gamma, beta):
-/// the parents' checkpoints, the statistics and the spec.
-#[derive(Debug)]
-struct GroupNormPartsBackward;
-
-/// The backward of the GroupNorm of two parts: each part's gradient where it lies.
-fn group_norm_parts_grads<B: KernelBackend>(
-    mut parents: Parents<'_, B>,
-    grad: FloatTensor<B>,
-    (mean, rstd, spec): (FloatTensor<B>, FloatTensor<B>, GroupNormSpec),
-) {
-    let mut next = || parents.next();
-    let (a, b, gamma, beta) = (next(), next(), next(), next());
-    let g = B::group_norm_parts_backward(a, b, gamma, beta, mean, rstd, grad, spec);
-    let [da, db] = g.parts;
-    parents.register_each([da, db, g.gamma, g.beta]);
-}
-
-node_backward_impl!(
-    GroupNormPartsBackward,
-    GroupNormState<B>,
-    group_norm_parts_grads,
-    4
-);
 
 /// The convolution's node: parents x and the weight, kept as checkpoints, and the spec.
 #[derive(Debug)]

@@ -46,8 +46,7 @@ use crate::reference::adam::{adam_steps_primitive, AdamOutput, AdamStep, AdamTen
 use crate::reference::channels::{cat_last_primitive, pad_last_primitive, split_last_primitive};
 use crate::reference::conv_spec::Conv3dSpec;
 use crate::reference::norm::{
-    backward_primitive, forward_primitive, parts_backward_primitive, parts_forward_primitive,
-    GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec,
+    backward_primitive, forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormSpec,
 };
 use crate::reference::product::product_primitive;
 use crate::reference::product::spec::ProductSpec;
@@ -90,26 +89,29 @@ pub trait KernelBackend: CollectiveBackend {
         Self::conv3d_weight_backward(x, weight, grad_out, spec.options())
     }
 
-    /// GroupNorm forward (SiLU fused in when `spec.silu`) of `x` plus an optional per-(batch,
-    /// channel) `shift` `[b, c]` (a ResBlock's convolution bias and time embedding, added here
-    /// instead of in a pass of their own): the output and the per-group statistics the
-    /// backward pass needs. Provided body: the plain-op reference ([`crate::norm::forward`]).
+    /// GroupNorm forward (SiLU fused in when `spec.silu`) of `input`: `x` plus an optional
+    /// per-(batch, channel) shift `[b, c]` (a ResBlock's convolution bias and time embedding,
+    /// added here instead of in a pass of their own), or two parts joined along channels (the
+    /// decoder's [current, skip], in `spec.layout`'s logical shape: what the join gives, the
+    /// output joined, where the CubeCL kernels read each part where it lies, channels-last, so
+    /// that the join of the inputs is never made). The output and the per-group statistics the
+    /// backward pass needs. Provided body: the plain-op reference ([`crate::norm::forward`]),
+    /// which joins two parts.
     fn group_norm_forward(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
+        input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormOutput<Self> {
-        forward_primitive::<Self>(x, shift, gamma, beta, &spec)
+        forward_primitive::<Self>(input, gamma, beta, &spec)
     }
 
-    /// GroupNorm backward from the input, the shift, the parameters and the forward's
-    /// statistics. Provided body: the plain-op reference ([`crate::norm::backward`]).
+    /// GroupNorm backward from the input, the parameters and the forward's statistics: the
+    /// input's gradients shaped as the input (of two parts, each part's, written where it lies
+    /// by the CubeCL kernels). Provided body: the plain-op reference ([`crate::norm::backward`]).
     #[allow(clippy::too_many_arguments)]
     fn group_norm_backward(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
+        input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         mean: FloatTensor<Self>,
@@ -117,64 +119,19 @@ pub trait KernelBackend: CollectiveBackend {
         grad: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> GroupNormGrads<Self> {
-        backward_primitive::<Self>(x, shift, gamma, beta, mean, rstd, grad, &spec)
-    }
-
-    /// GroupNorm forward of `a` and `b` joined along channels (the decoder's [current, skip],
-    /// in `spec.layout`'s logical shape): what [`KernelBackend::group_norm_forward`] of their
-    /// join gives, the output joined and the statistics of the joined groups, where the
-    /// kernels read each part where it lies (the CubeCL backends, channels-last) so that the
-    /// join of the inputs is never made. Provided body: the plain-op reference, which joins
-    /// them.
-    fn group_norm_parts_forward(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> GroupNormOutput<Self> {
-        parts_forward_primitive::<Self>(a, b, gamma, beta, &spec)
-    }
-
-    /// The backward pass of [`KernelBackend::group_norm_parts_forward`]: each part's input
-    /// gradient (where the kernels run, written where the part lies, with no split of a joined
-    /// gradient) and gamma's and beta's over both parts. Provided body: the plain-op reference.
-    #[allow(clippy::too_many_arguments)]
-    fn group_norm_parts_backward(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        mean: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> GroupNormPartsGrads<Self> {
-        parts_backward_primitive::<Self>(a, b, gamma, beta, mean, rstd, grad, &spec)
-    }
-
-    /// [`KernelBackend::group_norm_parts_forward`] as a network layer: the joined output. The
-    /// autodiff backend overrides it with a node that keeps the two parts.
-    fn group_norm_parts(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        spec: GroupNormSpec,
-    ) -> FloatTensor<Self> {
-        Self::group_norm_parts_forward(a, b, gamma, beta, spec).y
+        backward_primitive::<Self>(input, gamma, beta, mean, rstd, grad, &spec)
     }
 
     /// GroupNorm as a network layer: the forward's output. The autodiff backend overrides it
-    /// with a node whose backward is [`KernelBackend::group_norm_backward`].
+    /// with a node that keeps the input (both parts of two) and whose backward is
+    /// [`KernelBackend::group_norm_backward`].
     fn group_norm(
-        x: FloatTensor<Self>,
-        shift: Option<FloatTensor<Self>>,
+        input: NormInput<FloatTensor<Self>>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         spec: GroupNormSpec,
     ) -> FloatTensor<Self> {
-        Self::group_norm_forward(x, shift, gamma, beta, spec).y
+        Self::group_norm_forward(input, gamma, beta, spec).y
     }
 
     /// SiLU(GroupNorm) of `input` (per `norm`, in `norm.layout`'s logical shape) then the
@@ -191,10 +148,7 @@ pub trait KernelBackend: CollectiveBackend {
         weight: FloatTensor<Self>,
         conv: Conv3dSpec,
     ) -> FloatTensor<Self> {
-        let y = match input {
-            NormInput::Shifted(x, shift) => Self::group_norm(x, shift, gamma, beta, norm),
-            NormInput::Parts(a, b) => Self::group_norm_parts(a, b, gamma, beta, norm),
-        };
+        let y = Self::group_norm(input, gamma, beta, norm);
         conv_in_layout::<Self>(y, weight, conv)
     }
 

@@ -4,8 +4,8 @@
 //! convolution's two gradients; at 128^3 a ResBlock so keeps two activations fewer.
 //!
 //! Of [`NormInput::Parts`] (the decoder's [current, skip]) the normalisation reads the two
-//! parts ([`KernelBackend::group_norm_parts_forward`]): the join of the inputs is never made,
-//! and the node keeps the two parts.
+//! parts ([`KernelBackend::group_norm_forward`]): the join of the inputs is never made, and
+//! the node keeps the two parts.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -19,7 +19,7 @@ use super::node::{node_of, Keep, Parents};
 use super::KernelBackend;
 use crate::compute::Layout;
 use crate::reference::conv_spec::Conv3dSpec;
-use crate::reference::norm::{GroupNormOutput, GroupNormSpec, NormInput};
+use crate::reference::norm::{GroupNormSpec, NormInput};
 
 /// The convolution of `y` (in `conv.compute.layout`'s logical shape: channels-last
 /// activations are `[b, d, h, w, c]`) handed to the engine as its layouts expect, and its
@@ -45,59 +45,39 @@ const TO_LAST: [usize; 5] = [0, 2, 3, 4, 1];
 #[derive(Debug)]
 struct NormConvBackward;
 
-/// The parents' checkpoints (x, gamma, beta, weight and the shift where there is one; or a, b,
-/// gamma, beta and the weight), the normalisation's statistics (mean, rstd), whether the input
-/// came in two parts, and both specs.
+/// The parents' checkpoints (x or the first part, gamma, beta, the weight, and the shift or
+/// the second part where there is one), the normalisation's statistics (mean, rstd), whether
+/// the input is two parts, and both specs.
 type State<B> = (Vec<NodeId>, NormConvState<B>);
-type NormConvState<B> = ([FloatTensor<B>; 2], Input, GroupNormSpec, Conv3dSpec);
+type NormConvState<B> = ([FloatTensor<B>; 2], bool, GroupNormSpec, Conv3dSpec);
 
-/// Which [`NormInput`] the node normalised.
-#[derive(Debug, Clone, Copy)]
-enum Input {
-    Shifted,
-    Parts,
-}
-
-/// [`KernelBackend::norm_conv3d`] on the autodiff backend: a node of parents x, gamma, beta
-/// and the weight (and the shift where there is one), or of the parts a and b, gamma, beta and
-/// the weight.
+/// [`KernelBackend::norm_conv3d`] on the autodiff backend: a node of parents x (or the first
+/// part), gamma, beta, the weight and, where there is one, the shift (or the second part).
 pub(super) fn norm_conv_node<B: KernelBackend, C: CheckpointStrategy>(
     input: NormInput<FloatTensor<Autodiff<B, C>>>,
     [gamma, beta, weight]: [FloatTensor<Autodiff<B, C>>; 3],
     norm: GroupNormSpec,
     conv: Conv3dSpec,
 ) -> FloatTensor<Autodiff<B, C>> {
-    let state = |out: GroupNormOutput<B>, weight, input| {
+    let parts = input.is_parts();
+    let forward = move |x, second, gamma, beta, weight| {
+        let input = NormInput::from_pair(x, second, parts);
+        let out = B::group_norm_forward(input, gamma, beta, norm);
         let y = conv_in_layout::<B>(out.y, weight, conv);
-        (y, ([out.mean, out.rstd], input, norm, conv))
+        (y, ([out.mean, out.rstd], parts, norm, conv))
     };
-    match input {
-        NormInput::Shifted(x, None) => node_of::<B, C, _, _, 4>(
+    match input.into_pair() {
+        (x, None) => node_of::<B, C, _, _, 4>(
             NormConvBackward,
             [x, gamma, beta, weight],
             Keep::Parents,
-            |[x, gamma, beta, weight]| {
-                let out = B::group_norm_forward(x, None, gamma, beta, norm);
-                state(out, weight, Input::Shifted)
-            },
+            |[x, gamma, beta, weight]| forward(x, None, gamma, beta, weight),
         ),
-        NormInput::Shifted(x, Some(shift)) => node_of::<B, C, _, _, 5>(
+        (x, Some(second)) => node_of::<B, C, _, _, 5>(
             NormConvBackward,
-            [x, gamma, beta, weight, shift],
+            [x, gamma, beta, weight, second],
             Keep::Parents,
-            |[x, gamma, beta, weight, shift]| {
-                let out = B::group_norm_forward(x, Some(shift), gamma, beta, norm);
-                state(out, weight, Input::Shifted)
-            },
-        ),
-        NormInput::Parts(a, b) => node_of::<B, C, _, _, 5>(
-            NormConvBackward,
-            [a, b, gamma, beta, weight],
-            Keep::Parents,
-            |[a, b, gamma, beta, weight]| {
-                let out = B::group_norm_parts_forward(a, b, gamma, beta, norm);
-                state(out, weight, Input::Parts)
-            },
+            |[x, gamma, beta, weight, second]| forward(x, Some(second), gamma, beta, weight),
         ),
     }
 }
@@ -108,40 +88,16 @@ pub(super) fn norm_conv_node<B: KernelBackend, C: CheckpointStrategy>(
 fn norm_conv_grads<B: KernelBackend>(
     mut parents: Parents<'_, B>,
     grad: FloatTensor<B>,
-    ([mean, rstd], input, norm, conv): NormConvState<B>,
+    ([mean, rstd], parts, norm, conv): NormConvState<B>,
 ) {
     let mut next = || parents.next();
-    let each = match input {
-        Input::Shifted => {
-            let (x, gamma, beta, weight) = (next(), next(), next(), next());
-            let shift = parents.next_if_any();
-            let y =
-                B::group_norm_forward(x.clone(), shift.clone(), gamma.clone(), beta.clone(), norm)
-                    .y;
-            let (dw, dy) = conv_grads::<B>(y, weight, grad, conv);
-            let g = B::group_norm_backward(x, shift, gamma, beta, mean, rstd, dy, norm);
-            [g.x, g.gamma, g.beta, dw]
-                .into_iter()
-                .chain(g.shift)
-                .collect::<Vec<_>>()
-        }
-        Input::Parts => {
-            let (a, b, gamma, beta, weight) = (next(), next(), next(), next(), next());
-            let y = B::group_norm_parts_forward(
-                a.clone(),
-                b.clone(),
-                gamma.clone(),
-                beta.clone(),
-                norm,
-            )
-            .y;
-            let (dw, dy) = conv_grads::<B>(y, weight, grad, conv);
-            let g = B::group_norm_parts_backward(a, b, gamma, beta, mean, rstd, dy, norm);
-            let [da, db] = g.parts;
-            vec![da, db, g.gamma, g.beta, dw]
-        }
-    };
-    parents.register_each(each);
+    let (x, gamma, beta, weight) = (next(), next(), next(), next());
+    let input = NormInput::from_pair(x, parents.next_if_any(), parts);
+    let y = B::group_norm_forward(input.clone(), gamma.clone(), beta.clone(), norm).y;
+    let (dw, dy) = conv_grads::<B>(y, weight, grad, conv);
+    let g = B::group_norm_backward(input, gamma, beta, mean, rstd, dy, norm);
+    let (dx, second) = g.input.into_pair();
+    parents.register_each([dx, g.gamma, g.beta, dw].into_iter().chain(second));
 }
 
 node_backward_impl!(NormConvBackward, State<B>, norm_conv_grads, 4, 5);

@@ -9,7 +9,7 @@ use crate::agreement::{draw_rounded, on_cpu, on_device, rel_l2, seeded_cpu};
 use crate::compute::{Layout, NormEngine};
 use crate::extension::KernelBackend;
 use crate::primitive::{float, tensor};
-use crate::reference::norm::{backward, channel_sums, forward, GroupNormSpec};
+use crate::reference::norm::{backward, channel_sums, forward, GroupNormSpec, NormInput};
 
 /// One GroupNorm geometry for agreement checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -157,6 +157,15 @@ pub fn engine_vs_reference<B: KernelBackend>(
     ]
 }
 
+/// What [`backend_passes`] gives: the output and the input's gradient on the CPU, gamma's and
+/// beta's gradients, and the shift's.
+type Passes<B> = (
+    Tensor<Flex, 5>,
+    Tensor<Flex, 5>,
+    [FloatTensor<B>; 2],
+    Option<FloatTensor<B>>,
+);
+
 /// `B`'s forward and backward passes over `ops` (two parts of `x` where the case has them):
 /// the output and the input's gradient back on the CPU (the parts' gradients joined), gamma's
 /// and beta's gradients, and the shift's. The operands are uploaded afresh for each pass, as a
@@ -167,12 +176,7 @@ fn backend_passes<B: KernelBackend>(
     spec: GroupNormSpec,
     dtype: DType,
     device: &B::Device,
-) -> (
-    Tensor<Flex, 5>,
-    Tensor<Flex, 5>,
-    [FloatTensor<B>; 2],
-    Option<FloatTensor<B>>,
-) {
+) -> Passes<B> {
     let params = || {
         (
             float(Tensor::<B, 1>::from_data(ops.gamma.to_data(), device)),
@@ -181,37 +185,34 @@ fn backend_passes<B: KernelBackend>(
     };
     let dy = || float(on_device::<B, 5>(&ops.dy, device, dtype));
     let back5 = |t| on_cpu::<B, 5>(tensor(t));
-    match case.split {
+    let dim = spec.layout.channel_dim();
+    let input = || match case.split {
         Some(first) => {
-            let dim = spec.layout.channel_dim();
-            let rest = case.channels - first;
             let part = |start, len| {
-                on_device::<B, 5>(&ops.x.clone().narrow(dim, start, len), device, dtype)
+                float(on_device::<B, 5>(
+                    &ops.x.clone().narrow(dim, start, len),
+                    device,
+                    dtype,
+                ))
             };
-            let parts = || (float(part(0, first)), float(part(first, rest)));
-            let ((a, b), (g, be)) = (parts(), params());
-            let out = B::group_norm_parts_forward(a, b, g, be, spec);
-            let ((a, b), (g, be)) = (parts(), params());
-            let grads = B::group_norm_parts_backward(a, b, g, be, out.mean, out.rstd, dy(), spec);
-            let [da, db] = grads.parts.map(back5);
-            let dx = Tensor::cat(vec![da, db], dim);
-            (back5(out.y), dx, [grads.gamma, grads.beta], None)
+            NormInput::Parts(part(0, first), part(first, case.channels - first))
         }
-        None => {
-            let shift = || {
-                ops.shift
-                    .as_ref()
-                    .map(|s| float(on_device::<B, 2>(s, device, dtype)))
-            };
-            let x = || float(on_device::<B, 5>(&ops.x, device, dtype));
-            let (g, be) = params();
-            let out = B::group_norm_forward(x(), shift(), g, be, spec);
-            let (g, be) = params();
-            let grads = B::group_norm_backward(x(), shift(), g, be, out.mean, out.rstd, dy(), spec);
-            let dx = back5(grads.x);
-            (back5(out.y), dx, [grads.gamma, grads.beta], grads.shift)
-        }
-    }
+        None => NormInput::Shifted(
+            float(on_device::<B, 5>(&ops.x, device, dtype)),
+            ops.shift
+                .as_ref()
+                .map(|s| float(on_device::<B, 2>(s, device, dtype))),
+        ),
+    };
+    let (g, be) = params();
+    let out = B::group_norm_forward(input(), g, be, spec);
+    let (g, be) = params();
+    let grads = B::group_norm_backward(input(), g, be, out.mean, out.rstd, dy(), spec);
+    let (dx, dshift) = match grads.input {
+        NormInput::Parts(da, db) => (Tensor::cat(vec![back5(da), back5(db)], dim), None),
+        NormInput::Shifted(dx, dshift) => (back5(dx), dshift),
+    };
+    (back5(out.y), dx, [grads.gamma, grads.beta], dshift)
 }
 
 /// The shift gradient's L2 error against the per-channel sums of `|dx|` (0 without a shift,

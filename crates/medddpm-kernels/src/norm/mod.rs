@@ -25,8 +25,8 @@ pub use crate::extension::NormInput;
 pub use check::{engine_vs_reference, NormCase};
 pub use ops::{group_norm, group_norm_parts, group_norm_shifted, norm_conv3d};
 pub use reference::{
-    backward, backward_primitive, block_len, forward, forward_primitive, parts_backward_primitive,
-    parts_forward_primitive, GroupNormGrads, GroupNormOutput, GroupNormPartsGrads, GroupNormSpec,
+    backward, backward_primitive, block_len, forward, forward_primitive, GroupNormGrads,
+    GroupNormOutput, GroupNormSpec,
 };
 // The dtype casts lived here first.
 pub use crate::dtype::{cast_to, to_stats};

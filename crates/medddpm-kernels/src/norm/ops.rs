@@ -26,15 +26,16 @@ medddpm_ops::on_tensors! {
     /// (differentiable in `shift` too).
     fn group_norm_shifted<B: KernelBackend>(x: Tensor<B, 5>, shift: Option<Tensor<B, 2>>,
         gamma: Tensor<B, 1>, beta: Tensor<B, 1>, spec: GroupNormSpec) -> Tensor<B, 5>
-        = B::group_norm(float(x), shift.map(float), float(gamma), float(beta), spec);
+        = B::group_norm(NormInput::Shifted(float(x), shift.map(float)), float(gamma), float(beta), spec);
 
     /// [`group_norm`] of `a` and `b` joined along channels (the decoder's [current, skip], in
-    /// `spec.layout`'s logical shape), the output joined: [`KernelBackend::group_norm_parts`],
+    /// `spec.layout`'s logical shape), the output joined: [`KernelBackend::group_norm`] of
+    /// [`NormInput::Parts`],
     /// which on the CubeCL backends never makes the join of the inputs, and whose autodiff node
     /// keeps the two parts.
     fn group_norm_parts<B: KernelBackend>(a: Tensor<B, 5>, b: Tensor<B, 5>, gamma: Tensor<B, 1>,
         beta: Tensor<B, 1>, spec: GroupNormSpec) -> Tensor<B, 5>
-        = B::group_norm_parts(float(a), float(b), float(gamma), float(beta), spec);
+        = B::group_norm(NormInput::Parts(float(a), float(b)), float(gamma), float(beta), spec);
 
     /// SiLU(GroupNorm(input)) then the convolution with `weight` (no bias), the input parts
     /// and the result in `norm.layout`'s logical shape: [`KernelBackend::norm_conv3d`], whose

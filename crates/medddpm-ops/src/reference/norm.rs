@@ -51,6 +51,33 @@ pub enum NormInput<T> {
     Parts(T, T),
 }
 
+impl<T> NormInput<T> {
+    /// The input's first tensor and its second, where it has one (the shift, or the second
+    /// part): the order in which the operations list their operands and gradients.
+    pub fn into_pair(self) -> (T, Option<T>) {
+        match self {
+            NormInput::Shifted(x, shift) => (x, shift),
+            NormInput::Parts(a, b) => (a, Some(b)),
+        }
+    }
+
+    /// The input of [`NormInput::into_pair`]'s pair, of two parts where `parts`.
+    ///
+    /// # Panics
+    /// Where `parts` and there is no second tensor.
+    pub fn from_pair(first: T, second: Option<T>, parts: bool) -> Self {
+        match parts {
+            true => NormInput::Parts(first, second.expect("the second part")),
+            false => NormInput::Shifted(first, second),
+        }
+    }
+
+    /// Whether it is two parts.
+    pub fn is_parts(&self) -> bool {
+        matches!(self, NormInput::Parts(..))
+    }
+}
+
 /// What the forward pass returns: the output and the per-group statistics (`[b, g]`, in the
 /// statistics dtype) that the backward pass needs.
 #[derive(Debug, Clone)]
@@ -66,24 +93,12 @@ pub struct GroupNormOutput<B: Backend> {
 /// The gradients of a GroupNorm.
 #[derive(Debug, Clone)]
 pub struct GroupNormGrads<B: Backend> {
-    /// dL/dx, in `x`'s dtype.
-    pub x: FloatTensor<B>,
-    /// dL/dshift, `[b, c]` in the shift's dtype, when the forward pass had a shift.
-    pub shift: Option<FloatTensor<B>>,
+    /// The input's, shaped as the input was: dL/dx (in `x`'s dtype) and dL/dshift (`[b, c]` in
+    /// the shift's dtype, where it had one), or each part's dL/da and dL/db.
+    pub input: NormInput<FloatTensor<B>>,
     /// dL/dgamma, `[c]`, in `gamma`'s dtype.
     pub gamma: FloatTensor<B>,
     /// dL/dbeta, `[c]`, in `beta`'s dtype.
-    pub beta: FloatTensor<B>,
-}
-
-/// The gradients of a GroupNorm of two parts joined along channels.
-#[derive(Debug, Clone)]
-pub struct GroupNormPartsGrads<B: Backend> {
-    /// dL/da and dL/db, each in its part's dtype.
-    pub parts: [FloatTensor<B>; 2],
-    /// dL/dgamma, `[c]` over both parts' channels.
-    pub gamma: FloatTensor<B>,
-    /// dL/dbeta, `[c]`.
     pub beta: FloatTensor<B>,
 }
 
@@ -333,14 +348,19 @@ pub fn backward<B: Backend>(
     )
 }
 
-/// [`forward`] on primitives: the provided body of `medddpm_kernels::KernelBackend::group_norm_forward`.
+/// [`forward`] on primitives, of one input plus its shift or of the join of two parts: the
+/// provided body of `medddpm_kernels::KernelBackend::group_norm_forward` (the twin of the
+/// kernels that read each part where it lies).
 pub fn forward_primitive<B: Backend>(
-    x: FloatTensor<B>,
-    shift: Option<FloatTensor<B>>,
+    input: NormInput<FloatTensor<B>>,
     gamma: FloatTensor<B>,
     beta: FloatTensor<B>,
     spec: &GroupNormSpec,
 ) -> GroupNormOutput<B> {
+    let (x, shift) = match input {
+        NormInput::Shifted(x, shift) => (x, shift),
+        NormInput::Parts(a, b) => (join::<B>(a, b, spec.layout), None),
+    };
     let (y, mean, rstd) = forward::<B>(
         tensor(x),
         shift.map(tensor),
@@ -355,12 +375,12 @@ pub fn forward_primitive<B: Backend>(
     }
 }
 
-/// [`backward`] on primitives: the provided body of
+/// [`backward`] on primitives (of two parts: of their join, the input gradient split at the
+/// first part's channels): the provided body of
 /// `medddpm_kernels::KernelBackend::group_norm_backward`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_primitive<B: Backend>(
-    x: FloatTensor<B>,
-    shift: Option<FloatTensor<B>>,
+    input: NormInput<FloatTensor<B>>,
     gamma: FloatTensor<B>,
     beta: FloatTensor<B>,
     mean: FloatTensor<B>,
@@ -368,6 +388,14 @@ pub fn backward_primitive<B: Backend>(
     grad: FloatTensor<B>,
     spec: &GroupNormSpec,
 ) -> GroupNormGrads<B> {
+    let dim = spec.layout.channel_dim();
+    let (x, shift, first) = match input {
+        NormInput::Shifted(x, shift) => (x, shift, None),
+        NormInput::Parts(a, b) => {
+            let first = tensor::<B, 5>(a.clone()).dims()[dim];
+            (join::<B>(a, b, spec.layout), None, Some(first))
+        }
+    };
     let (dx, dshift, dgamma, dbeta) = backward::<B>(
         tensor(x),
         shift.map(tensor),
@@ -378,54 +406,18 @@ pub fn backward_primitive<B: Backend>(
         tensor(grad),
         spec,
     );
+    let input = match first {
+        None => NormInput::Shifted(float(dx), dshift.map(float)),
+        Some(first) => {
+            let rest = dx.dims()[dim] - first;
+            let part = |start, len| float(dx.clone().narrow(dim, start, len));
+            NormInput::Parts(part(0, first), part(first, rest))
+        }
+    };
     GroupNormGrads {
-        x: float(dx),
-        shift: dshift.map(float),
+        input,
         gamma: float(dgamma),
         beta: float(dbeta),
-    }
-}
-
-/// The forward pass of `a` and `b` joined along channels (in `spec.layout`'s logical shape):
-/// [`forward_primitive`] of their join. The twin of the kernels that read each part where it
-/// lies, and the provided body of `medddpm_kernels::KernelBackend::group_norm_parts_forward`.
-pub fn parts_forward_primitive<B: Backend>(
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
-    gamma: FloatTensor<B>,
-    beta: FloatTensor<B>,
-    spec: &GroupNormSpec,
-) -> GroupNormOutput<B> {
-    forward_primitive::<B>(join::<B>(a, b, spec.layout), None, gamma, beta, spec)
-}
-
-/// The backward pass of [`parts_forward_primitive`]: [`backward_primitive`] of the join, its
-/// input gradient split at the first part's channels.
-#[allow(clippy::too_many_arguments)]
-pub fn parts_backward_primitive<B: Backend>(
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
-    gamma: FloatTensor<B>,
-    beta: FloatTensor<B>,
-    mean: FloatTensor<B>,
-    rstd: FloatTensor<B>,
-    grad: FloatTensor<B>,
-    spec: &GroupNormSpec,
-) -> GroupNormPartsGrads<B> {
-    let dim = spec.layout.channel_dim();
-    let first = tensor::<B, 5>(a.clone()).dims()[dim];
-    let x = join::<B>(a, b, spec.layout);
-    let g = backward_primitive::<B>(x, None, gamma, beta, mean, rstd, grad, spec);
-    let dx = tensor::<B, 5>(g.x);
-    let rest = dx.dims()[dim] - first;
-    GroupNormPartsGrads {
-        parts: [
-            dx.clone().narrow(dim, 0, first),
-            dx.narrow(dim, first, rest),
-        ]
-        .map(float),
-        gamma: g.gamma,
-        beta: g.beta,
     }
 }
 
