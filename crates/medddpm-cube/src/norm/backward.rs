@@ -14,7 +14,6 @@ use super::parts::{
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
-use crate::compute::Layout;
 use crate::reference::norm::{GroupNormSpec, NormInput};
 use crate::{elementwise, empty};
 
@@ -240,42 +239,13 @@ pub fn backward<R: CubeRuntime>(
     dy: CubeTensor<R>,
     spec: &GroupNormSpec,
 ) -> NormGrads<R> {
-    let (x, x_b, shift, v) = match input {
-        NormInput::Shifted(x, shift) => {
-            let x = into_contiguous(x);
-            let v = View::new(&x.meta.shape().clone(), spec);
-            (x, None, shift.map(into_contiguous), v)
-        }
-        NormInput::Parts(a, b) => {
-            assert_eq!(
-                spec.layout,
-                Layout::Ndhwc,
-                "two parts of a channels-first input"
-            );
-            let (a, b) = (into_contiguous(a), into_contiguous(b));
-            let first = super::last_dim(&a);
-            if !super::parts_run(&a, super::last_dim(&b), spec) {
-                let x = crate::channels::join(a, b);
-                let g = backward(
-                    NormInput::Shifted(x, None),
-                    gamma,
-                    beta,
-                    mean,
-                    rstd,
-                    dy,
-                    spec,
-                );
-                let (dx, _) = g.input.into_pair();
-                let [da, db] = crate::channels::split(dx, first);
-                return NormGrads {
-                    input: NormInput::Parts(da, db),
-                    ..g
-                };
-            }
-            let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
-            (a, Some(b), None, v)
-        }
-    };
+    let super::Prepared {
+        x,
+        x_b,
+        shift,
+        view: v,
+        joined,
+    } = super::prepare(input, spec);
     let [gamma, beta, mean, rstd, dy] = [gamma, beta, mean, rstd, dy].map(into_contiguous);
     let shift = shift.as_ref();
     let x_b = x_b.as_ref();
@@ -284,8 +254,15 @@ pub fn backward<R: CubeRuntime>(
         param_grads_of(&sums, shift, &gamma, &rstd, spec, v.values_per_group());
     let operands = [gamma, beta, mean, rstd, dy, m1, m2];
     let (dx, dx_b) = input_grad_of(&v, x, x_b, shift, operands, spec);
+    let input = match joined {
+        Some(first) => {
+            let [da, db] = crate::channels::split(dx, first);
+            NormInput::Parts(da, db)
+        }
+        None => NormInput::from_pair(dx, dx_b.or(d_shift), v.split.is_some()),
+    };
     NormGrads {
-        input: NormInput::from_pair(dx, dx_b.or(d_shift), v.split.is_some()),
+        input,
         gamma: d_gamma,
         beta: d_beta,
     }

@@ -15,7 +15,6 @@ use super::parts::{
 };
 use super::tiles::{self, Tiles};
 use super::view::{f32_buffer, shift_operand, View, ELEMENTWISE_ROWS};
-use crate::compute::Layout;
 use crate::elementwise;
 use crate::reference::norm::{GroupNormSpec, NormInput};
 
@@ -180,28 +179,9 @@ pub fn forward<R: CubeRuntime>(
     beta: CubeTensor<R>,
     spec: &GroupNormSpec,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
-    match input {
-        NormInput::Shifted(x, shift) => {
-            let x = into_contiguous(x);
-            let shift = shift.map(into_contiguous);
-            let v = View::new(&x.meta.shape().clone(), spec);
-            normalisation(&v, x, None, shift.as_ref(), gamma, beta, spec)
-        }
-        NormInput::Parts(a, b) => {
-            assert_eq!(
-                spec.layout,
-                Layout::Ndhwc,
-                "two parts of a channels-first input"
-            );
-            let (a, b) = (into_contiguous(a), into_contiguous(b));
-            if !super::parts_run(&a, super::last_dim(&b), spec) {
-                let x = crate::channels::join(a, b);
-                return forward(NormInput::Shifted(x, None), gamma, beta, spec);
-            }
-            let v = View::parts(a.meta.shape(), super::last_dim(&b), spec);
-            normalisation(&v, a, Some(&b), None, gamma, beta, spec)
-        }
-    }
+    let p = super::prepare(input, spec);
+    let (x_b, shift) = (p.x_b.as_ref(), p.shift.as_ref());
+    normalisation(&p.view, p.x, x_b, shift, gamma, beta, spec)
 }
 
 /// The statistics and the normalising write of the view `v` of `x` (and `x_b`, its second

@@ -44,8 +44,10 @@ pub(crate) use parts::cube_total;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
+use burn_cubecl::kernel::into_contiguous;
+
 use crate::compute::Layout;
-use crate::reference::norm::GroupNormSpec;
+use crate::reference::norm::{GroupNormSpec, NormInput};
 
 /// Whether the kernels normalise channels-last `a` and `b` (`b_channels` channels) joined
 /// along channels without their join ([`forward_parts`], and [`backward`] of
@@ -64,4 +66,54 @@ pub fn parts_run<R: CubeRuntime>(
 fn last_dim<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
     let shape = t.meta.shape();
     shape[shape.num_dims() - 1]
+}
+
+/// An input as the passes take it: contiguous, its view, the second part where the kernels
+/// read two, the shift where it has one; of two parts the kernels do not take apart (not
+/// [`parts_run`]), their join, with the first part's channels (`joined`) to split its
+/// gradient at.
+struct Prepared<R: CubeRuntime> {
+    x: CubeTensor<R>,
+    x_b: Option<CubeTensor<R>>,
+    shift: Option<CubeTensor<R>>,
+    view: view::View,
+    joined: Option<usize>,
+}
+
+/// `input` as the passes take it ([`Prepared`]).
+fn prepare<R: CubeRuntime>(input: NormInput<CubeTensor<R>>, spec: &GroupNormSpec) -> Prepared<R> {
+    let one = |x: CubeTensor<R>, shift, joined| {
+        let x = into_contiguous(x);
+        let view = view::View::new(&x.meta.shape().clone(), spec);
+        Prepared {
+            x,
+            x_b: None,
+            shift,
+            view,
+            joined,
+        }
+    };
+    match input {
+        NormInput::Shifted(x, shift) => one(x, shift.map(into_contiguous), None),
+        NormInput::Parts(a, b) => {
+            assert_eq!(
+                spec.layout,
+                Layout::Ndhwc,
+                "two parts of a channels-first input"
+            );
+            let (a, b) = (into_contiguous(a), into_contiguous(b));
+            let first = last_dim(&a);
+            if !parts_run(&a, last_dim(&b), spec) {
+                return one(crate::channels::join(a, b), None, Some(first));
+            }
+            let view = view::View::parts(a.meta.shape(), last_dim(&b), spec);
+            Prepared {
+                x: a,
+                x_b: Some(b),
+                shift: None,
+                view,
+                joined: None,
+            }
+        }
+    }
 }
