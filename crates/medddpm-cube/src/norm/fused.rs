@@ -3,7 +3,7 @@
 //! they do not run.
 
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape};
+use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_ir::OperationOutput;
@@ -44,14 +44,14 @@ impl<R: CubeRuntime> Kernel<R> for GroupNorm {
     }
 }
 
-/// Whether the CubeCL kernels compute `spec` of an input (of two parts where `parts`) on
-/// activations of `dtype`: when asked for, not for f64 (the kernels keep their statistics in
-/// f32; f64 stays on the plain-op reference), and two parts only channels-last (else the
-/// plain-op twin, which joins them).
-fn runs_on(spec: &GroupNormSpec, parts: bool, dtype: DType) -> bool {
+/// Whether the CubeCL kernels compute `spec` of `input`: when asked for, not for f64 (the
+/// kernels keep their statistics in f32; f64 stays on the plain-op reference), and two parts
+/// only channels-last (else the plain-op twin, which joins them).
+fn runs_on<T: TensorMetadata>(spec: &GroupNormSpec, input: &NormInput<T>) -> bool {
+    let (NormInput::Shifted(x, _) | NormInput::Parts(x, _)) = input;
     spec.engine == NormEngine::Kernel
-        && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-        && (!parts || spec.layout == Layout::Ndhwc)
+        && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && (!input.is_parts() || spec.layout == Layout::Ndhwc)
 }
 
 /// [`crate::KernelBackend::group_norm_forward`] on burn's fused CubeCL backends: the CubeCL
@@ -63,12 +63,11 @@ pub fn group_norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
     beta: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormOutput<Fused<R, F, I, BT>> {
-    let parts = input.is_parts();
-    let (x, second) = input.into_pair();
-    if !runs_on(&spec, parts, x.dtype) {
-        let input = NormInput::from_pair(x, second, parts);
+    if !runs_on(&spec, &input) {
         return forward_primitive::<Fused<R, F, I, BT>>(input, gamma, beta, &spec);
     }
+    let parts = input.is_parts();
+    let (x, second) = input.into_pair();
     let mut y = x.shape.clone();
     if let (true, Some(b)) = (parts, &second) {
         let last = y.num_dims() - 1;
@@ -110,14 +109,13 @@ pub fn group_norm_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
     grad: FloatTensor<Fused<R, F, I, BT>>,
     spec: GroupNormSpec,
 ) -> GroupNormGrads<Fused<R, F, I, BT>> {
-    let parts = input.is_parts();
-    let (x, second) = input.into_pair();
-    if !runs_on(&spec, parts, x.dtype) {
-        let input = NormInput::from_pair(x, second, parts);
+    if !runs_on(&spec, &input) {
         return backward_primitive::<Fused<R, F, I, BT>>(
             input, gamma, beta, mean, rstd, grad, &spec,
         );
     }
+    let parts = input.is_parts();
+    let (x, second) = input.into_pair();
     let shape = |t: &FloatTensor<Fused<R, F, I, BT>>| (t.shape.clone(), t.dtype);
     let mut outputs = vec![shape(&x), shape(&gamma), shape(&beta)];
     outputs.extend(second.as_ref().map(shape));
