@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Call 3 (one H200): two builds interleaved, the commits in .device-bin/binary-commit.txt: new
-# (the GroupNorm of two parts with each part's columns on threads of their own) and parts
-# (ac86dd6, call 1's new: the GroupNorm of two parts, the joined view's threads; base a4b5e69
-# left out, the carried tree's 64 MiB): check-kernels bf16 with cuDNN for new, the bf16 bench
-# (GPU busy, launches, the GroupNorm kernels' time, peak, loss), `medddpm train` (released
-# whole-head settings, 12 steps) and `medddpm sample` with new, and the PyTorch reference under
-# torch.compile (default mode, tuned; .device-peer, run and not copied) in the same call.
+# (the session's final code: the GroupNorm of two parts with each part's columns on threads of
+# their own, one GroupNorm operation of NormInput) and parts (ac86dd6, call 1's new: the
+# GroupNorm of two parts, the joined view's threads; base a4b5e69 left out, the carried tree's
+# 64 MiB): check-kernels bf16 with cuDNN for new, the bf16 bench (GPU busy, launches, the
+# GroupNorm kernels' time, peak, loss), `medddpm train` (released whole-head settings, 12 steps)
+# and `medddpm sample` with new, and the PyTorch reference under torch.compile (default mode,
+# tuned; .device-peer, run and not copied) in the same call.
 set -u
 SECONDS=0
 out=$1
