@@ -48,8 +48,8 @@ pub struct TrainArgs {
     gpu_trace: Option<usize>,
     /// Replay each micro-step from a CUDA graph after two warm-up steps (CUDA, one device,
     /// no activation checkpointing; the same losses and weights bit for bit). Off by default:
-    /// on an H200 (whole-head, 128^3, bf16) a replayed optimizer step took 119.1 ms against
-    /// 118.6 ms as it comes, and 406 MiB more GPU memory for the graph's own buffers
+    /// on one H200 (whole-head, 128^3, bf16, two runs) a replayed optimizer step took 119.1 ms
+    /// against 118.6 ms as it comes, and 406 MiB more GPU memory for the graph's own buffers
     /// (docs/benchmarks).
     #[arg(long)]
     cuda_graphs: bool,

@@ -226,7 +226,7 @@ pub struct NormGrads<R: CubeRuntime> {
 }
 
 /// The backward pass of the normalisation of `input` (of two parts channels-last only; of
-/// their join where not [`super::parts_run`]), given the forward's statistics: the one
+/// their join where its rows are too wide for the tiles), given the forward's statistics: the one
 /// reduction over the activation, the `[b, c]`-sized arithmetic and the input gradient, four
 /// launches in all.
 #[allow(clippy::too_many_arguments)]

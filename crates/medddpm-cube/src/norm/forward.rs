@@ -171,8 +171,8 @@ fn normalise<F: Float, P: Float, S: Float, N: Size>(
 
 /// The forward pass of `input`, `x` plus `shift` (`[b, c]`, when given) or two channels-last
 /// parts joined along channels: `(y, mean, rstd)`, the statistics `[b, g]` in f32. Of two
-/// parts, what the join gives, in as many launches, without the join where
-/// [`super::parts_run`] (else of the join).
+/// parts, what the join gives, in as many launches, without the join (of the join where its
+/// rows are too wide for the channels-last tiles).
 pub fn forward<R: CubeRuntime>(
     input: NormInput<CubeTensor<R>>,
     gamma: CubeTensor<R>,

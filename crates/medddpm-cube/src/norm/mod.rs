@@ -41,26 +41,12 @@ pub use backward::{backward, NormGrads, BACKWARD_ROWS};
 pub use forward::{forward, FORWARD_ROWS};
 pub(crate) use parts::cube_total;
 
+use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 
-use burn_cubecl::kernel::into_contiguous;
-
 use crate::compute::Layout;
 use crate::reference::norm::{GroupNormSpec, NormInput};
-
-/// Whether the kernels normalise channels-last `a` and `b` (`b_channels` channels) joined
-/// along channels without their join ([`forward_parts`], and [`backward`] of
-/// `NormInput::Parts`): where the channels-last reductions' tiles take the joined rows. Else
-/// the caller joins them.
-pub fn parts_run<R: CubeRuntime>(
-    a: &CubeTensor<R>,
-    b_channels: usize,
-    spec: &GroupNormSpec,
-) -> bool {
-    spec.layout == Layout::Ndhwc
-        && tiles::Tiles::new(&view::View::parts(a.meta.shape(), b_channels, spec), a).is_some()
-}
 
 /// The last axis's length of `t` (the channels, channels-last).
 fn last_dim<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
@@ -69,8 +55,8 @@ fn last_dim<R: CubeRuntime>(t: &CubeTensor<R>) -> usize {
 }
 
 /// An input as the passes take it: contiguous, its view, the second part where the kernels
-/// read two, the shift where it has one; of two parts the kernels do not take apart (not
-/// [`parts_run`]), their join, with the first part's channels (`joined`) to split its
+/// read two, the shift where it has one; of two parts whose joined rows are too wide for the
+/// channels-last tiles, their join, with the first part's channels (`joined`) to split its
 /// gradient at.
 struct Prepared<R: CubeRuntime> {
     x: CubeTensor<R>,
@@ -102,11 +88,11 @@ fn prepare<R: CubeRuntime>(input: NormInput<CubeTensor<R>>, spec: &GroupNormSpec
                 "two parts of a channels-first input"
             );
             let (a, b) = (into_contiguous(a), into_contiguous(b));
-            let first = last_dim(&a);
-            if !parts_run(&a, last_dim(&b), spec) {
+            let view = view::View::parts(a.meta.shape(), last_dim(&b), spec);
+            if tiles::Tiles::new(&view, &a).is_none() {
+                let first = last_dim(&a);
                 return one(crate::channels::join(a, b), None, Some(first));
             }
-            let view = view::View::parts(a.meta.shape(), last_dim(&b), spec);
             Prepared {
                 x: a,
                 x_b: Some(b),

@@ -150,8 +150,8 @@ mod tests {
 
     /// A decoder ResBlock given [current, skip] as parts computes what it computes of their
     /// join, in both layouts, with the normalisations kept or recomputed: the output and the
-    /// gradients of both parts and of every parameter. (Not bit for bit: each part's
-    /// normalisation and the skip convolution's two products sum in another order.)
+    /// gradients of both parts and of every parameter. (Not bit for bit: the skip
+    /// convolution's two products sum in another order than one product over the join.)
     #[test]
     fn a_resblock_of_the_parts_is_the_resblock_of_their_join() {
         let _turn = medddpm_diffusion::autodiff_turn();
