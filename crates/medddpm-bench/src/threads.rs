@@ -53,7 +53,12 @@ pub fn per_step(steps: usize) -> BTreeMap<String, f64> {
         ]
         .map(|(what, kind)| (format!("device thread: {what}"), IN_CALL[kind].read()));
         if threads.iter().chain(&calls).any(|(_, (n, _))| *n > 0) {
-            for (name, (_, s)) in threads {
+            for (name, (n, s)) in threads {
+                // How many batches of tasks a runner took (each waits for a batch of 32, or
+                // takes what is queued when idle: the patched cubecl-common).
+                if name.ends_with("running") {
+                    out.insert(format!("{name}: calls"), n as f64 / steps.max(1) as f64);
+                }
                 out.insert(name, ms(s));
             }
             for (name, (n, s)) in calls {
@@ -80,4 +85,52 @@ pub fn largest_s(rows: &BTreeMap<String, f64>, n: usize) -> String {
         .map(|(name, s)| format!("{name} {s:.2}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(all(test, any(feature = "cuda", feature = "wgpu")))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use cubecl_common::device::{DeviceId, DeviceService, ServerUtilitiesHandle};
+    use cubecl_common::device_handle::DeviceHandle;
+
+    struct Idle;
+
+    impl DeviceService for Idle {
+        fn init(_device_id: DeviceId) -> Self {
+            Idle
+        }
+
+        fn utilities(&self) -> ServerUtilitiesHandle {
+            Arc::new(())
+        }
+    }
+
+    /// The patched runner takes a lone task when idle: cubecl 0.10's waited for 31 more, or a
+    /// flush, before running it (a GPU idling while kernel launches queued on the host).
+    #[test]
+    fn an_idle_runner_takes_a_lone_task() {
+        let handle = DeviceHandle::<Idle>::new(DeviceId {
+            type_id: 61,
+            index_id: 0,
+        });
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        handle.submit(move |_| flag.store(true, Ordering::Release));
+        let start = Instant::now();
+        while !ran.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(ran.load(Ordering::Acquire), "the task waited for a full batch");
+        // Tasks still run in order, through batches taken whole or in part.
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        for i in 0..100 {
+            let order = order.clone();
+            handle.submit(move |_| order.lock().unwrap().push(i));
+        }
+        handle.submit_blocking(|_| ()).unwrap();
+        assert_eq!(*order.lock().unwrap(), (0..100).collect::<Vec<_>>());
+    }
 }

@@ -624,6 +624,12 @@ mod custom_channel {
     /// to avoid stalling the producer's critical path.
     const SLEEP_STEP_CLIENT: Duration = Duration::from_micros(75);
 
+    /// medddpm patch: whether idle runners take partial batches (the default), or wait for
+    /// 32 tasks or a flush as cubecl 0.10 does (`MEDDDPM_FULL_BATCHES=1`, for A/B runs).
+    fn partial_batches() -> bool {
+        std::env::var_os("MEDDDPM_FULL_BATCHES").is_none_or(|v| v != "1")
+    }
+
     /// The client-side handle used to enqueue tasks.
     pub struct DeviceClient {
         state: Arc<State>,
@@ -699,31 +705,7 @@ mod custom_channel {
 
         /// Forces a flush by filling the remaining buffer with no-op tasks.
         pub fn flush(&self) {
-            let index_start =
-                self.state
-                    .available_index
-                    .fetch_add(CHANNEL_MAX_TASK as u32, Ordering::Acquire) as usize;
-
-            // The queue is already flushed.
-            if index_start >= CHANNEL_MAX_TASK {
-                return;
-            }
-
-            // We clamp the number of no-op to the required amount.
-            //
-            // # Notes
-            //
-            // index_end != index_start + CHANNEL_MAX_TASK;
-            let index_end = CHANNEL_MAX_TASK;
-
-            for index in index_start..index_end {
-                self.state.init_task_at(index, || ());
-            }
-
-            let actual_added = index_end - index_start;
-            self.state
-                .enqueued_count
-                .fetch_add(actual_added as u32, Ordering::SeqCst);
+            self.state.close_batch();
         }
     }
 
@@ -742,6 +724,36 @@ mod custom_channel {
     }
 
     impl State {
+        /// Closes the batch being filled: the slots no client has reserved get no-op tasks,
+        /// so the runner takes the batch as soon as the reserved ones are written. Safe from
+        /// any thread (clients flushing, and the runner itself: medddpm patch).
+        fn close_batch(&self) {
+            let index_start = self
+                .available_index
+                .fetch_add(CHANNEL_MAX_TASK as u32, Ordering::Acquire)
+                as usize;
+
+            // The queue is already flushed.
+            if index_start >= CHANNEL_MAX_TASK {
+                return;
+            }
+
+            // We clamp the number of no-op to the required amount.
+            //
+            // # Notes
+            //
+            // index_end != index_start + CHANNEL_MAX_TASK;
+            let index_end = CHANNEL_MAX_TASK;
+
+            for index in index_start..index_end {
+                self.init_task_at(index, || ());
+            }
+
+            let actual_added = index_end - index_start;
+            self.enqueued_count
+                .fetch_add(actual_added as u32, Ordering::SeqCst);
+        }
+
         /// Initializes the task at `index` in the current queue with `func`.
         /// Exclusive access per slot is guaranteed by `available_index.fetch_add`.
         fn init_task_at<F: FnOnce() + Send + 'static>(&self, index: usize, func: F) {
@@ -808,6 +820,7 @@ mod custom_channel {
         /// Main execution loop for the device thread.
         fn start(&mut self) {
             let mut idle_count: u32 = 0;
+            let partial = partial_batches();
             loop {
                 if self.ready_to_execute {
                     self.execute_tasks();
@@ -820,6 +833,15 @@ mod custom_channel {
                     self.fetch();
                     idle_count = 0;
                     continue;
+                }
+
+                // medddpm patch: an idle runner takes the tasks waiting for it instead of
+                // waiting until a whole batch of 32 is queued. Otherwise a runner whose
+                // producer is slower than its consumer (burn-fusion's thread feeding kernel
+                // launches to a GPU that runs them faster) holds up to 31 tasks back, and the
+                // GPU idles until the producer has made the rest of the batch.
+                if partial && queue_size > 0 {
+                    self.state.close_batch();
                 }
 
                 if idle_count < SPIN_BUDGET_SERVER {
