@@ -19,8 +19,9 @@ pub use host::{mark, DriverTime, HostCall, HostSide, Mark, STEP_START, SYNCHRONI
 /// class; copies and memsets are `copies`; the rest `other`.
 const CLASSES: &str = include_str!("../../gpu_classes.json");
 
-/// The costliest kernels kept in a summary.
-const TOP_KERNELS: usize = 25;
+/// The costliest kernels kept in a summary: enough for every kernel a U-Net step launches
+/// (about 80 names), so that counts of the cheap ones (copies, small products) are there too.
+const TOP_KERNELS: usize = 120;
 
 /// Idle gaps at most this long (ns) are a launch's own latency; longer ones, the host late
 /// with the next launch (or a synchronisation).
