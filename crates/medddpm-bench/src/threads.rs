@@ -123,7 +123,10 @@ mod tests {
         while !ran.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(ran.load(Ordering::Acquire), "the task waited for a full batch");
+        assert!(
+            ran.load(Ordering::Acquire),
+            "the task waited for a full batch"
+        );
         // Tasks still run in order, through batches taken whole or in part.
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         for i in 0..100 {

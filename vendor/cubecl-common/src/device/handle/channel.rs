@@ -740,10 +740,9 @@ mod custom_channel {
         /// so the runner takes the batch as soon as the reserved ones are written. Safe from
         /// any thread (clients flushing, and the runner itself: medddpm patch).
         fn close_batch(&self) {
-            let index_start = self
-                .available_index
-                .fetch_add(CHANNEL_MAX_TASK as u32, Ordering::Acquire)
-                as usize;
+            let index_start =
+                self.available_index
+                    .fetch_add(CHANNEL_MAX_TASK as u32, Ordering::Acquire) as usize;
 
             // The queue is already flushed.
             if index_start >= CHANNEL_MAX_TASK {
