@@ -19,10 +19,6 @@ pub use host::{mark, DriverTime, HostCall, HostSide, Mark, STEP_START, SYNCHRONI
 /// class; copies and memsets are `copies`; the rest `other`.
 const CLASSES: &str = include_str!("../../gpu_classes.json");
 
-/// The costliest kernels kept in a summary: enough for every kernel a U-Net step launches
-/// (about 80 names), so that counts of the cheap ones (copies, small products) are there too.
-const TOP_KERNELS: usize = 120;
-
 /// Idle gaps at most this long (ns) are a launch's own latency; longer ones, the host late
 /// with the next launch (or a synchronisation).
 const SHORT_GAP_NS: u64 = 10_000;
@@ -78,7 +74,8 @@ pub struct GpuTime {
     pub launches: f64,
     /// Kernel time per step by operation class, ms.
     pub by_class_ms: BTreeMap<String, f64>,
-    /// The costliest kernels, by time per step.
+    /// Every kernel (and copy, memset), costliest first, by time per step: the cheap ones'
+    /// counts (layout copies, small products) say as much as the costly ones' time.
     pub top: Vec<KernelTime>,
     /// Where the GPU idled between its activities (absent from records written before it was
     /// traced).
@@ -324,7 +321,6 @@ fn summarise_with_gaps(
         })
         .collect();
     top.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-    top.truncate(TOP_KERNELS);
     let (idle, gaps) = idle(activities, steps);
     let time = GpuTime {
         steps,

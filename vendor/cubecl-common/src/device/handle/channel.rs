@@ -624,23 +624,11 @@ mod custom_channel {
     /// to avoid stalling the producer's critical path.
     const SLEEP_STEP_CLIENT: Duration = Duration::from_micros(75);
 
-    /// medddpm patch: how long an idle runner lets a partial batch stand without new tasks
-    /// before it takes it (`MEDDDPM_PARTIAL_BATCH_US`, microseconds, default
-    /// [`PARTIAL_BATCH_WAIT_US`]); `None` where it waits for 32 tasks or a flush as cubecl
-    /// 0.10 does (`MEDDDPM_FULL_BATCHES=1`, for A/B runs).
-    fn partial_batch_wait() -> Option<Duration> {
-        if std::env::var_os("MEDDDPM_FULL_BATCHES").is_some_and(|v| v == "1") {
-            return None;
-        }
-        let us = std::env::var("MEDDDPM_PARTIAL_BATCH_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(PARTIAL_BATCH_WAIT_US);
-        Some(Duration::from_micros(us))
+    /// medddpm patch: whether an idle runner takes a partial batch (the default), or waits for
+    /// 32 tasks or a flush as cubecl 0.10 does (`MEDDDPM_FULL_BATCHES=1`, for A/B runs).
+    fn partial_batches() -> bool {
+        std::env::var_os("MEDDDPM_FULL_BATCHES").is_none_or(|v| v != "1")
     }
-
-    /// The default of [`partial_batch_wait`].
-    const PARTIAL_BATCH_WAIT_US: u64 = 0;
 
     /// The client-side handle used to enqueue tasks.
     pub struct DeviceClient {
@@ -831,14 +819,11 @@ mod custom_channel {
         /// Main execution loop for the device thread.
         fn start(&mut self) {
             let mut idle_count: u32 = 0;
-            let wait = partial_batch_wait();
-            // The partial batch seen while idle: its size and since when it stands.
-            let mut pending: Option<(usize, std::time::Instant)> = None;
+            let partial = partial_batches();
             loop {
                 if self.ready_to_execute {
                     self.execute_tasks();
                     idle_count = 0;
-                    pending = None;
                 }
 
                 let queue_size = self.state.enqueued_count.load(Ordering::Acquire) as usize;
@@ -846,24 +831,16 @@ mod custom_channel {
                 if queue_size >= CHANNEL_MAX_TASK {
                     self.fetch();
                     idle_count = 0;
-                    pending = None;
                     continue;
                 }
 
-                // medddpm patch: an idle runner takes the tasks waiting for it (once no new
-                // one came for `wait`) instead of waiting until a whole batch of 32 is queued.
-                // Otherwise a runner whose producer is slower than its consumer (burn-fusion's
-                // thread feeding kernel launches to a GPU that runs them faster) holds up to 31
-                // tasks back, and the GPU idles until the producer has made the rest.
-                if let (Some(wait), true) = (wait, queue_size > 0) {
-                    match pending {
-                        Some((seen, since)) if seen == queue_size => {
-                            if since.elapsed() >= wait {
-                                self.state.close_batch();
-                            }
-                        }
-                        _ => pending = Some((queue_size, std::time::Instant::now())),
-                    }
+                // medddpm patch: an idle runner takes the tasks waiting for it instead of
+                // waiting until a whole batch of 32 is queued. Otherwise a runner whose
+                // producer is slower than its consumer (burn-fusion's thread feeding kernel
+                // launches to a GPU that runs them faster) holds up to 31 tasks back, and the
+                // GPU idles until the producer has made the rest.
+                if partial && queue_size > 0 {
+                    self.state.close_batch();
                 }
 
                 if idle_count < SPIN_BUDGET_SERVER {
