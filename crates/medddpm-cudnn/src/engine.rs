@@ -93,7 +93,10 @@ impl DeviceState {
         }
         let y_like = call.y_like()?;
         let mut d = Descriptors::new(&call.x, y_like, call.w_dims, spec, call.cudnn_dtype)?;
-        if matches!(spec.compute.precision, Precision::Bf16 | Precision::F16) {
+        if matches!(
+            spec.compute.precision,
+            Precision::Bf16 | Precision::F16 | Precision::Tf32
+        ) {
             d.geometry = Some(call.geometry(spec)?);
         }
         let d = Arc::new(d);
@@ -315,6 +318,7 @@ impl Call {
             y: y_like,
             padding: spec.padding.map(|v| v as i64),
             stride: spec.stride.map(|v| v as i64),
+            precision: spec.compute.precision,
         })
     }
 

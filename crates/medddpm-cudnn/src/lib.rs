@@ -29,13 +29,14 @@
 //!   (one round trip per call) tied the fusion thread to the GPU's progress at every
 //!   convolution: on an H100, 132 waits of about 0.4 ms per bf16 training step, 55 ms of the
 //!   fusion thread's 123 (docs/benchmarks).
-//! - **Plans.** For 16-bit precisions the device thread's calls run execution plans of cuDNN's
-//!   graph API, built once per shape (`graph.rs`): the legacy functions finalize a plan inside
-//!   every call, about 80 us of the device thread's time each. The first device-thread call of a
-//!   shape times the heuristics' proposals and still runs the legacy function; the choice is
-//!   kept in `cudnn-plans.json`. `MEDDDPM_CUDNN_LEGACY=1` keeps every call on the legacy
-//!   functions (TF32 and FP32 use them always: the plans' engines are not filtered for strict
-//!   FP32 or TF32 numerics).
+//! - **Plans.** For 16-bit precisions and TF32 the device thread's calls run execution plans of
+//!   cuDNN's graph API, built once per shape (`graph`): the legacy functions finalize a plan
+//!   inside every call, about 80 us of the device thread's time each, and offer no knobs. The
+//!   first device-thread call of a shape times the heuristics' proposals (for TF32 only those
+//!   that keep f32 inputs and sums), then the fastest one's knobs, and still runs the legacy
+//!   function; the choice is kept in `cudnn-plans.json`. `MEDDDPM_CUDNN_LEGACY=1` keeps every
+//!   call on the legacy functions (FP32 uses them always: its math type is what keeps tensor
+//!   cores out).
 //! - **Failure.** A call cuDNN refuses falls back to burn's kernel for that shape, saying so once.
 //!   A shape goes to the device thread only once a call of it succeeded where burn-fusion runs
 //!   it (the first call of each shape, where a refusal can still fall back); a later call that

@@ -76,6 +76,7 @@ fn a_shape_is_searched_once_and_its_plan_kept_beside_the_algorithms() {
         knobs: vec![(1, 4), (3, 0)],
         workspace: 4096,
         ms: 0.25,
+        proposed_ms: Some(0.5),
     };
     table.plans.settle("fwd", Some(plan.clone()));
     assert_eq!(table.plans.claim("fwd"), Some(Some(plan.clone())));
@@ -111,4 +112,60 @@ fn an_engine_error_reads_as_where_then_what_then_the_status() {
         cublas.context("cuBLAS on CUDA device 1").to_string(),
         "cuBLAS on CUDA device 1: cublasCreate failed with cuBLAS status 1"
     );
+}
+
+#[test]
+fn tf32_plans_keep_f32_inputs_and_sums_and_fp32_plans_keep_off_tensor_cores() {
+    use super::graph::allowed;
+    use crate::compute::Precision;
+    use cudarc::cudnn::sys::cudnnBackendNumericalNote_t as N;
+    let notes = |n: &[N]| n.iter().map(|n| *n as u32).collect::<Vec<_>>();
+    let tensor_cores = notes(&[N::CUDNN_NUMERICAL_NOTE_TENSOR_CORE]);
+    let down_convert = notes(&[
+        N::CUDNN_NUMERICAL_NOTE_TENSOR_CORE,
+        N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+    ]);
+    let reduced = notes(&[N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION]);
+    assert!(allowed(Precision::Tf32, &tensor_cores));
+    assert!(allowed(Precision::Tf32, &[]));
+    assert!(!allowed(Precision::Tf32, &down_convert));
+    assert!(!allowed(Precision::Tf32, &reduced));
+    assert!(!allowed(Precision::Fp32, &tensor_cores));
+    assert!(allowed(Precision::Fp32, &notes(&[N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC])));
+    assert!(allowed(Precision::Bf16, &down_convert));
+}
+
+#[test]
+fn knob_variants_change_one_knob_at_a_time_within_its_range() {
+    use super::graph::{knob_variants, KnobRange};
+    let range = |ty, min, max, stride| KnobRange {
+        ty,
+        min,
+        max,
+        stride,
+    };
+    // Split-K 1..=4 and a tile knob 0..=2; the configuration has split-K 1, tile 2.
+    let ranges = [range(0, 1, 4, 1), range(2, 0, 2, 1)];
+    let variants = knob_variants(&[(0, 1), (2, 2)], &ranges, 32);
+    assert_eq!(
+        variants,
+        vec![
+            vec![(0, 2), (2, 2)],
+            vec![(0, 3), (2, 2)],
+            vec![(0, 4), (2, 2)],
+            vec![(0, 1), (2, 0)],
+            vec![(0, 1), (2, 1)],
+        ]
+    );
+    // A long range is tried at its powers of two (on its stride's grid); the limit holds.
+    let wide = [range(0, 0, 1000, 2)];
+    let values: Vec<i64> = knob_variants(&[(0, 0)], &wide, 32)
+        .into_iter()
+        .map(|k| k[0].1)
+        .collect();
+    assert_eq!(values, vec![2, 4, 8, 16, 32, 64, 128, 256, 512]);
+    assert_eq!(knob_variants(&[(0, 0)], &wide, 3).len(), 3);
+    // A knob the engine does not describe, or an empty range, is left alone.
+    assert!(knob_variants(&[(5, 1)], &ranges, 32).is_empty());
+    assert!(knob_variants(&[(0, 1)], &[range(0, 3, 1, 1)], 32).is_empty());
 }

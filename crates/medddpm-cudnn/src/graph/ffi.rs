@@ -117,3 +117,16 @@ pub(super) fn get_i64(d: Desc, name: A) -> Result<i64, EngineError> {
     )?;
     Ok(v)
 }
+
+/// One C enum value (4 bytes) of type `ty`, attribute `name` of `d`.
+pub(super) fn get_enum(d: Desc, name: A, ty: T) -> Result<u32, EngineError> {
+    let (mut v, mut n) = (0u32, 0i64);
+    // SAFETY: room for one C enum value.
+    check(
+        unsafe {
+            sys::cudnnBackendGetAttribute(d, name, ty, 1, &mut n, &mut v as *mut u32 as *mut c_void)
+        },
+        format!("get {name:?}"),
+    )?;
+    Ok(v)
+}

@@ -8,12 +8,16 @@
 //! log). cubecl's device thread makes about 130 such calls a training step. Here a shape's
 //! plan is finalized once and each call only fills a variant pack (the buffers) and executes it.
 //!
-//! Which plan: the engine configurations cuDNN's heuristics (mode A) propose, each timed on the
-//! call's own buffers the first time a shape reaches the device thread (what `cudnnFind*`
-//! does for the legacy algorithms), the fastest kept (the smallest workspace among those within
-//! 5 % of it). Choices are shared by the devices of one GPU model and kept in
-//! `cudnn-plans.json` beside the algorithm cache, as the engine's global index and knob values,
-//! from which a later run rebuilds the plan without timing again.
+//! Which plan: the engine configurations cuDNN's heuristics (mode A) propose whose numerics the
+//! precision allows (TF32: no inputs converted down to 16 bits, no reduced-precision sums),
+//! each timed on the call's own buffers the first time a shape reaches the device thread (what
+//! `cudnnFind*` does for the legacy algorithms), the fastest kept (the smallest workspace among
+//! those within 5 % of it). For a shape that takes long enough to matter, the fastest
+//! proposal's knobs (split-K and the like) are then tried one at a time over their ranges: the
+//! heuristics propose one value of each, and for TF32's weight gradients at 128^3 that value
+//! was several times slower than bf16's. Choices are shared by the devices of one GPU model and
+//! kept in `cudnn-plans.json` beside the algorithm cache, as the engine's global index and knob
+//! values, from which a later run rebuilds the plan without timing again.
 
 mod ffi;
 mod op_graph;
@@ -27,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::library::check;
 use super::operands::{ConvOp, Ptrs};
+use crate::compute::Precision;
 use crate::error::EngineError;
 use ffi::{finalize, set, set_i64, Desc, Owned, A, D, T};
 use op_graph::OpGraph;
@@ -63,6 +68,8 @@ pub(super) struct Geometry {
     pub y: ([i64; 5], [i64; 5]),
     pub padding: [i64; 3],
     pub stride: [i64; 3],
+    /// Which engines' numerics are acceptable (see [`allowed`]).
+    pub precision: Precision,
 }
 
 /// A plan chosen for a shape: enough to rebuild it (engine and knobs) and its workspace.
@@ -74,6 +81,99 @@ pub(super) struct PlanChoice {
     pub workspace: usize,
     /// Milliseconds it took when timed.
     pub ms: f32,
+    /// Milliseconds the fastest of the heuristics' own proposals took, before its knobs were
+    /// tried (a record of what the knob search gained; absent in older tables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposed_ms: Option<f32>,
+}
+
+/// What a heuristics proposal is made of (see [`OpGraph::describe`]).
+pub(super) struct Described {
+    /// The engine's global index.
+    pub engine: i64,
+    /// `(knob type, value)` pairs of the configuration.
+    pub knobs: Vec<(u32, i64)>,
+    /// The engine's numerical notes (`cudnnBackendNumericalNote_t` values).
+    pub notes: Vec<u32>,
+    /// The values each of the engine's knobs accepts.
+    pub ranges: Vec<KnobRange>,
+}
+
+/// The values one knob of an engine accepts: `min..=max` in steps of `stride`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct KnobRange {
+    pub ty: u32,
+    pub min: i64,
+    pub max: i64,
+    pub stride: i64,
+}
+
+/// Values tried of one knob at most: all of a short range, else its powers of two.
+const VALUES_PER_KNOB: usize = 16;
+
+/// The configurations one knob away from `knobs`: each knob in turn set to the other values
+/// its range accepts (all of them when there are at most [`VALUES_PER_KNOB`], else the powers
+/// of two within the range), at most `limit` in all, in knob order.
+pub(super) fn knob_variants(
+    knobs: &[(u32, i64)],
+    ranges: &[KnobRange],
+    limit: usize,
+) -> Vec<Vec<(u32, i64)>> {
+    let mut variants = Vec::new();
+    for (i, &(ty, value)) in knobs.iter().enumerate() {
+        let Some(r) = ranges.iter().find(|r| r.ty == ty) else {
+            continue;
+        };
+        for v in range_values(r) {
+            if v == value || variants.len() >= limit {
+                continue;
+            }
+            let mut k = knobs.to_vec();
+            k[i].1 = v;
+            variants.push(k);
+        }
+    }
+    variants
+}
+
+/// The values of `r` tried (see [`knob_variants`]).
+fn range_values(r: &KnobRange) -> Vec<i64> {
+    let stride = r.stride.max(1);
+    if r.max < r.min {
+        return Vec::new();
+    }
+    let count = (r.max - r.min) / stride + 1;
+    if count as usize <= VALUES_PER_KNOB {
+        return (0..count).map(|i| r.min + i * stride).collect();
+    }
+    let on_grid = |v: &i64| (v - r.min) % stride == 0;
+    std::iter::once(r.min)
+        .chain((0..62).map(|e| 1i64 << e).filter(|&v| v > r.min && v <= r.max))
+        .filter(on_grid)
+        .take(VALUES_PER_KNOB)
+        .collect()
+}
+
+/// Whether an engine with cuDNN's numerical notes `notes` computes what `precision` promises.
+/// TF32 allows tensor cores (TF32 operands, f32 sums) but not inputs converted down to 16 bits
+/// or sums in reduced precision; FP32 allows neither tensor cores; 16-bit precisions take the
+/// heuristics' proposals as they come (their operands are already 16-bit, sums are f32 by the
+/// convolution descriptor).
+pub(super) fn allowed(precision: Precision, notes: &[u32]) -> bool {
+    use sys::cudnnBackendNumericalNote_t as N;
+    let forbidden: &[N] = match precision {
+        Precision::Bf16 | Precision::F16 => &[],
+        Precision::Tf32 => &[
+            N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+            N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
+        ],
+        Precision::Fp32 => &[
+            N::CUDNN_NUMERICAL_NOTE_TENSOR_CORE,
+            N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+            N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
+        ],
+    };
+    !notes.iter().any(|n| forbidden.iter().any(|f| *f as u32 == *n))
 }
 
 /// A finalized plan for one shape on one handle.

@@ -7,9 +7,10 @@ use cudarc::cudnn::sys;
 use super::super::library::check;
 use super::super::operands::ConvOp;
 use super::ffi::{
-    finalize, get_i64, set_desc, set_enum, set_float, set_handle, set_i64, Desc, Owned, A, D, T,
+    finalize, get_enum, get_i64, set_desc, set_enum, set_float, set_handle, set_i64, Desc, Owned,
+    A, D, T,
 };
-use super::{Geometry, ALIGNMENT, CANDIDATES, W, X, Y};
+use super::{Described, Geometry, KnobRange, ALIGNMENT, CANDIDATES, W, X, Y};
 use crate::error::EngineError;
 
 /// The operation graph of one convolution (owning its descriptors).
@@ -81,8 +82,9 @@ impl OpGraph {
         Ok(cfgs)
     }
 
-    /// What `cfg` (a heuristics result) is made of: its engine's global index and knobs.
-    pub(super) fn describe(&mut self, cfg: Desc) -> Result<(i64, Vec<(u32, i64)>), EngineError> {
+    /// What `cfg` (a heuristics result) is made of: its engine's global index, knobs and
+    /// numerical notes.
+    pub(super) fn describe(&mut self, cfg: Desc) -> Result<Described, EngineError> {
         let engine = self.owned.make(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
         let mut n = 0i64;
         let mut out = engine;
@@ -101,45 +103,87 @@ impl OpGraph {
             "engine of a configuration",
         )?;
         let index = get_i64(engine, A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX)?;
-        const MAX_KNOBS: usize = 32;
-        let mut choices = Vec::with_capacity(MAX_KNOBS);
-        for _ in 0..MAX_KNOBS {
-            choices.push(self.owned.make(D::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)?);
-        }
-        // SAFETY: room for MAX_KNOBS descriptors, each created above.
-        check(
-            unsafe {
-                sys::cudnnBackendGetAttribute(
-                    cfg,
-                    A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-                    T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    MAX_KNOBS as i64,
-                    &mut n,
-                    choices.as_mut_ptr() as *mut c_void,
-                )
-            },
+        let choices = self.descriptors(
+            cfg,
+            A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+            D::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR,
             "knob choices",
         )?;
         let mut knobs = Vec::new();
-        for &c in choices.iter().take(n.clamp(0, MAX_KNOBS as i64) as usize) {
-            let (mut ty, mut m) = (0u32, 0i64);
-            // SAFETY: room for one C enum value.
-            check(
-                unsafe {
-                    sys::cudnnBackendGetAttribute(
-                        c,
-                        A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
-                        T::CUDNN_TYPE_KNOB_TYPE,
-                        1,
-                        &mut m,
-                        &mut ty as *mut u32 as *mut c_void,
-                    )
-                },
-                "knob type",
-            )?;
+        for c in choices {
+            let ty = get_enum(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T::CUDNN_TYPE_KNOB_TYPE)?;
             knobs.push((ty, get_i64(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE)?));
         }
-        Ok((index, knobs))
+        const MAX_NOTES: usize = 16;
+        let mut notes = [0u32; MAX_NOTES];
+        // SAFETY: room for MAX_NOTES C enum values.
+        check(
+            unsafe {
+                sys::cudnnBackendGetAttribute(
+                    engine,
+                    A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                    T::CUDNN_TYPE_NUMERICAL_NOTE,
+                    MAX_NOTES as i64,
+                    &mut n,
+                    notes.as_mut_ptr() as *mut c_void,
+                )
+            },
+            "numerical notes",
+        )?;
+        let notes = notes[..n.clamp(0, MAX_NOTES as i64) as usize].to_vec();
+        let infos = self.descriptors(
+            engine,
+            A::CUDNN_ATTR_ENGINE_KNOB_INFO,
+            D::CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR,
+            "knob information",
+        )?;
+        let mut ranges = Vec::new();
+        for i in infos {
+            ranges.push(KnobRange {
+                ty: get_enum(i, A::CUDNN_ATTR_KNOB_INFO_TYPE, T::CUDNN_TYPE_KNOB_TYPE)?,
+                min: get_i64(i, A::CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE)?,
+                max: get_i64(i, A::CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE)?,
+                stride: get_i64(i, A::CUDNN_ATTR_KNOB_INFO_STRIDE)?,
+            });
+        }
+        Ok(Described {
+            engine: index,
+            knobs,
+            notes,
+            ranges,
+        })
+    }
+
+    /// The descriptors (of kind `kind`, created here) that attribute `name` of `d` lists.
+    fn descriptors(
+        &mut self,
+        d: Desc,
+        name: A,
+        kind: D,
+        what: &str,
+    ) -> Result<Vec<Desc>, EngineError> {
+        const MAX: usize = 32;
+        let mut list = Vec::with_capacity(MAX);
+        for _ in 0..MAX {
+            list.push(self.owned.make(kind)?);
+        }
+        let mut n = 0i64;
+        // SAFETY: room for MAX descriptors, each created above.
+        check(
+            unsafe {
+                sys::cudnnBackendGetAttribute(
+                    d,
+                    name,
+                    T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                    MAX as i64,
+                    &mut n,
+                    list.as_mut_ptr() as *mut c_void,
+                )
+            },
+            what,
+        )?;
+        list.truncate(n.clamp(0, MAX as i64) as usize);
+        Ok(list)
     }
 
     /// The engine configuration `choice` names, rebuilt.
