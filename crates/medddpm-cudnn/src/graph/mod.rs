@@ -12,10 +12,10 @@
 //! precision allows (TF32: no inputs converted down to 16 bits, no reduced-precision sums),
 //! each timed on the call's own buffers the first time a shape reaches the device thread (what
 //! `cudnnFind*` does for the legacy algorithms), the fastest kept (the smallest workspace among
-//! those within 5 % of it). For a shape that takes long enough to matter, the proposals of
-//! heuristics modes B and fallback are timed too, and then the fastest one's knobs (tile sizes,
-//! split-K and the like) one at a time over their ranges: with mode A's proposals TF32's weight
-//! gradients at 128^3 took five to six times bf16's, their forward and data gradients twice. Choices are shared by the devices of one GPU model and
+//! those within 5 % of it). For a shape that takes long enough to matter, the fastest
+//! proposal's knobs (split-K and the like) are then tried one at a time over their ranges: the
+//! heuristics propose one value of each, and for TF32's weight gradients at 128^3 that value
+//! was several times slower than bf16's. Choices are shared by the devices of one GPU model and
 //! kept in `cudnn-plans.json` beside the algorithm cache, as the engine's global index and knob
 //! values, from which a later run rebuilds the plan without timing again.
 
@@ -81,9 +81,8 @@ pub(super) struct PlanChoice {
     pub workspace: usize,
     /// Milliseconds it took when timed.
     pub ms: f32,
-    /// Milliseconds the fastest proposal of heuristics mode A took (what the search chose from
-    /// before it tried other modes and knobs: a record of what they gained; absent in older
-    /// tables).
+    /// Milliseconds the fastest of the heuristics' own proposals took, before its knobs were
+    /// tried (a record of what the knob search gained; absent in older tables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proposed_ms: Option<f32>,
 }
@@ -149,11 +148,7 @@ fn range_values(r: &KnobRange) -> Vec<i64> {
     }
     let on_grid = |v: &i64| (v - r.min) % stride == 0;
     std::iter::once(r.min)
-        .chain(
-            (0..62)
-                .map(|e| 1i64 << e)
-                .filter(|&v| v > r.min && v <= r.max),
-        )
+        .chain((0..62).map(|e| 1i64 << e).filter(|&v| v > r.min && v <= r.max))
         .filter(on_grid)
         .take(VALUES_PER_KNOB)
         .collect()
@@ -178,9 +173,7 @@ pub(super) fn allowed(precision: Precision, notes: &[u32]) -> bool {
             N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
         ],
     };
-    !notes
-        .iter()
-        .any(|n| forbidden.iter().any(|f| *f as u32 == *n))
+    !notes.iter().any(|n| forbidden.iter().any(|f| *f as u32 == *n))
 }
 
 /// A finalized plan for one shape on one handle.

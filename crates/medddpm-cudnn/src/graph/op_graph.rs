@@ -42,18 +42,16 @@ impl OpGraph {
         Ok(OpGraph { owned, graph })
     }
 
-    /// The engine configurations the heuristics of `mode` propose, best first.
-    pub(super) fn proposals(
-        &mut self,
-        mode: sys::cudnnBackendHeurMode_t,
-    ) -> Result<Vec<Desc>, EngineError> {
+    /// The engine configurations the heuristics propose, best first, with what each is built
+    /// from.
+    pub(super) fn proposals(&mut self) -> Result<Vec<Desc>, EngineError> {
         let heur = self.owned.make(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
         set_desc(
             heur,
             A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
             &[self.graph],
         )?;
-        let mode = mode as u32;
+        let mode = sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A as u32;
         set_enum(
             heur,
             A::CUDNN_ATTR_ENGINEHEUR_MODE,
@@ -113,11 +111,7 @@ impl OpGraph {
         )?;
         let mut knobs = Vec::new();
         for c in choices {
-            let ty = get_enum(
-                c,
-                A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
-                T::CUDNN_TYPE_KNOB_TYPE,
-            )?;
+            let ty = get_enum(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T::CUDNN_TYPE_KNOB_TYPE)?;
             knobs.push((ty, get_i64(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE)?));
         }
         const MAX_NOTES: usize = 16;

@@ -2,15 +2,14 @@
 //! fastest one's knobs.
 
 use cudarc::cudnn::sys;
-use cudarc::cudnn::sys::cudnnBackendHeurMode_t as HeurMode;
 use cudarc::driver::result::{event, free_sync, malloc_sync};
 use cudarc::driver::sys::CUstream;
 
 use super::super::operands::Ptrs;
 use super::ffi::Desc;
 use super::{
-    allowed, execute, knob_variants, Described, Geometry, OpGraph, Plan, PlanChoice, MAX_WORKSPACE,
-    NEAR_FASTEST,
+    allowed, execute, knob_variants, Described, Geometry, OpGraph, Plan, PlanChoice,
+    MAX_WORKSPACE, NEAR_FASTEST,
 };
 use crate::compute::Precision;
 use crate::error::{driver, EngineError};
@@ -18,9 +17,8 @@ use crate::error::{driver, EngineError};
 /// Timed runs of each candidate (after one untimed run).
 const RUNS: usize = 2;
 
-/// A shape whose fastest proposal (of heuristics mode A) takes at least this long (ms) has the
-/// proposals of modes B and fallback timed too, then the fastest one's knobs: below it, a
-/// better plan could save little and the search costs first-step time.
+/// A shape whose fastest proposal takes at least this long (ms) has that proposal's knobs
+/// tried too: below it, a better knob could save little and the search costs first-step time.
 const TUNE_KNOBS_FROM_MS: f32 = 0.25;
 
 /// Knob configurations tried at most per shape.
@@ -30,8 +28,8 @@ const KNOB_VARIANTS: usize = 32;
 type Candidate = (Desc, usize, Described);
 
 /// Times the heuristics' proposals for `geometry` on the call's own buffers `p` (on `stream`,
-/// synchronising it); if the shape is slow enough, those of the other heuristics modes and
-/// then the fastest one's knobs one at a time; returns the chosen plan, built. Each round of timing shares one workspace allocated (and
+/// synchronising it), then the fastest one's knobs one at a time if it is slow enough, and
+/// returns the chosen plan, built. Each round of timing shares one workspace allocated (and
 /// freed) outside burn's pools: this runs on cubecl's device thread, once per shape (the
 /// choice is then kept in the plan table).
 pub(in super::super) fn search(
@@ -41,40 +39,10 @@ pub(in super::super) fn search(
     stream: CUstream,
 ) -> Result<(Plan, PlanChoice), EngineError> {
     let mut graph = OpGraph::new(handle, geometry)?;
-    let mut plans = Vec::new();
-    add_candidates(
-        &mut plans,
-        &mut graph,
-        handle,
-        (HeurMode::CUDNN_HEUR_MODE_A, geometry.precision),
-    )?;
-    if plans.is_empty() {
-        return Err(EngineError::Unsupported(
-            "no engine configuration builds".into(),
-        ));
-    }
+    let mut plans = candidates(&mut graph, handle, geometry.precision)?;
     let mut times = time_round(handle, geometry, p, stream, &plans, 0)?;
-    let proposed = fastest(&times).map(|t| t.1);
-    let slow = proposed.is_some_and(|ms| ms >= TUNE_KNOBS_FROM_MS);
-    if slow {
-        let first = plans.len();
-        for mode in [
-            HeurMode::CUDNN_HEUR_MODE_B,
-            HeurMode::CUDNN_HEUR_MODE_FALLBACK,
-        ] {
-            // A mode this cuDNN cannot answer for the shape adds nothing.
-            let _ = add_candidates(&mut plans, &mut graph, handle, (mode, geometry.precision));
-        }
-        times.extend(time_round(
-            handle,
-            geometry,
-            p,
-            stream,
-            &plans[first..],
-            first,
-        )?);
-    }
-    if let Some(&(best, _)) = fastest(&times).filter(|_| slow) {
+    let proposed = fastest(&times).copied();
+    if let Some((best, _)) = proposed.filter(|t| t.1 >= TUNE_KNOBS_FROM_MS) {
         let d = &plans[best].2;
         let (engine, notes) = (d.engine, d.notes.clone());
         let variants = knob_variants(&d.knobs, &d.ranges, KNOB_VARIANTS);
@@ -97,14 +65,7 @@ pub(in super::super) fn search(
             };
             plans.push((plan, ws as usize, described));
         }
-        times.extend(time_round(
-            handle,
-            geometry,
-            p,
-            stream,
-            &plans[first..],
-            first,
-        )?);
+        times.extend(time_round(handle, geometry, p, stream, &plans[first..], first)?);
     }
     let quickest = fastest(&times)
         .ok_or_else(|| EngineError::Unsupported("no engine configuration ran".into()))?
@@ -120,7 +81,7 @@ pub(in super::super) fn search(
         knobs: d.knobs.clone(),
         workspace: *workspace,
         ms,
-        proposed_ms: proposed,
+        proposed_ms: proposed.map(|t| t.1),
     };
     let plan = Plan::rebuild(handle, geometry, &choice)?;
     Ok((plan, choice))
@@ -155,23 +116,19 @@ fn time_round(
     Ok(times?.into_iter().map(|(i, ms)| (i + offset, ms)).collect())
 }
 
-/// Adds the proposals of heuristics `mode` that build a plan within the workspace cap, whose
-/// numerics `precision` allows and that are not among `plans` already (the others are
-/// skipped).
-fn add_candidates(
-    plans: &mut Vec<Candidate>,
+/// The proposals that build a plan within the workspace cap and whose numerics `precision`
+/// allows (the others are skipped).
+fn candidates(
     graph: &mut OpGraph,
     handle: sys::cudnnHandle_t,
-    (mode, precision): (HeurMode, Precision),
-) -> Result<(), EngineError> {
-    for cfg in graph.proposals(mode)? {
+    precision: Precision,
+) -> Result<Vec<Candidate>, EngineError> {
+    let mut plans = Vec::new();
+    for cfg in graph.proposals()? {
         let Ok(described) = graph.describe(cfg) else {
             continue;
         };
-        let known = plans
-            .iter()
-            .any(|c| c.2.engine == described.engine && c.2.knobs == described.knobs);
-        if known || !allowed(precision, &described.notes) {
+        if !allowed(precision, &described.notes) {
             continue;
         }
         let Ok((plan, ws)) = graph.plan(handle, cfg) else {
@@ -182,7 +139,12 @@ fn add_candidates(
         }
         plans.push((plan, ws as usize, described));
     }
-    Ok(())
+    if plans.is_empty() {
+        return Err(EngineError::Unsupported(
+            "no engine configuration builds".into(),
+        ));
+    }
+    Ok(plans)
 }
 
 /// Milliseconds per run of each candidate that ran, by index.
