@@ -131,7 +131,10 @@ fn tf32_plans_keep_f32_inputs_and_sums_and_fp32_plans_keep_off_tensor_cores() {
     assert!(!allowed(Precision::Tf32, &down_convert));
     assert!(!allowed(Precision::Tf32, &reduced));
     assert!(!allowed(Precision::Fp32, &tensor_cores));
-    assert!(allowed(Precision::Fp32, &notes(&[N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC])));
+    assert!(allowed(
+        Precision::Fp32,
+        &notes(&[N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC])
+    ));
     assert!(allowed(Precision::Bf16, &down_convert));
 }
 

@@ -13,9 +13,11 @@
 //! each timed on the call's own buffers the first time a shape reaches the device thread (what
 //! `cudnnFind*` does for the legacy algorithms), the fastest kept (the smallest workspace among
 //! those within 5 % of it). For a shape that takes long enough to matter, the fastest
-//! proposal's knobs (split-K and the like) are then tried one at a time over their ranges: the
-//! heuristics propose one value of each, and for TF32's weight gradients at 128^3 that value
-//! was several times slower than bf16's. Choices are shared by the devices of one GPU model and
+//! proposal's knobs (tile sizes and the like) are then tried one at a time over their ranges:
+//! the heuristics propose one value of each, not always the fastest (TF32's largest weight
+//! gradient: 8.10 ms as proposed, 7.72 with another tile size, docs/benchmarks). Heuristics
+//! modes B and fallback were timed too and proposed nothing faster for any shape, at over a
+//! minute of searching; they are not asked. Choices are shared by the devices of one GPU model and
 //! kept in `cudnn-plans.json` beside the algorithm cache, as the engine's global index and knob
 //! values, from which a later run rebuilds the plan without timing again.
 
@@ -148,7 +150,11 @@ fn range_values(r: &KnobRange) -> Vec<i64> {
     }
     let on_grid = |v: &i64| (v - r.min) % stride == 0;
     std::iter::once(r.min)
-        .chain((0..62).map(|e| 1i64 << e).filter(|&v| v > r.min && v <= r.max))
+        .chain(
+            (0..62)
+                .map(|e| 1i64 << e)
+                .filter(|&v| v > r.min && v <= r.max),
+        )
         .filter(on_grid)
         .take(VALUES_PER_KNOB)
         .collect()
@@ -173,7 +179,9 @@ pub(super) fn allowed(precision: Precision, notes: &[u32]) -> bool {
             N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
         ],
     };
-    !notes.iter().any(|n| forbidden.iter().any(|f| *f as u32 == *n))
+    !notes
+        .iter()
+        .any(|n| forbidden.iter().any(|f| *f as u32 == *n))
 }
 
 /// A finalized plan for one shape on one handle.

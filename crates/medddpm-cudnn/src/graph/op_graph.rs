@@ -111,7 +111,11 @@ impl OpGraph {
         )?;
         let mut knobs = Vec::new();
         for c in choices {
-            let ty = get_enum(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T::CUDNN_TYPE_KNOB_TYPE)?;
+            let ty = get_enum(
+                c,
+                A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                T::CUDNN_TYPE_KNOB_TYPE,
+            )?;
             knobs.push((ty, get_i64(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE)?));
         }
         const MAX_NOTES: usize = 16;

@@ -8,8 +8,8 @@ use cudarc::driver::sys::CUstream;
 use super::super::operands::Ptrs;
 use super::ffi::Desc;
 use super::{
-    allowed, execute, knob_variants, Described, Geometry, OpGraph, Plan, PlanChoice,
-    MAX_WORKSPACE, NEAR_FASTEST,
+    allowed, execute, knob_variants, Described, Geometry, OpGraph, Plan, PlanChoice, MAX_WORKSPACE,
+    NEAR_FASTEST,
 };
 use crate::compute::Precision;
 use crate::error::{driver, EngineError};
@@ -65,7 +65,14 @@ pub(in super::super) fn search(
             };
             plans.push((plan, ws as usize, described));
         }
-        times.extend(time_round(handle, geometry, p, stream, &plans[first..], first)?);
+        times.extend(time_round(
+            handle,
+            geometry,
+            p,
+            stream,
+            &plans[first..],
+            first,
+        )?);
     }
     let quickest = fastest(&times)
         .ok_or_else(|| EngineError::Unsupported("no engine configuration ran".into()))?
