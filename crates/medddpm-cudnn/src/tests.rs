@@ -126,16 +126,19 @@ fn tf32_plans_keep_f32_inputs_and_sums_and_fp32_plans_keep_off_tensor_cores() {
         N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
     ]);
     let reduced = notes(&[N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION]);
-    assert!(allowed(Precision::Tf32, &tensor_cores));
-    assert!(allowed(Precision::Tf32, &[]));
-    assert!(!allowed(Precision::Tf32, &down_convert));
-    assert!(!allowed(Precision::Tf32, &reduced));
-    assert!(!allowed(Precision::Fp32, &tensor_cores));
-    assert!(allowed(
-        Precision::Fp32,
-        &notes(&[N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC])
-    ));
-    assert!(allowed(Precision::Bf16, &down_convert));
+    let nondeterministic = notes(&[N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC]);
+    assert!(allowed(Precision::Tf32, Some(&tensor_cores)));
+    assert!(allowed(Precision::Tf32, Some(&[])));
+    assert!(!allowed(Precision::Tf32, Some(&down_convert)));
+    assert!(!allowed(Precision::Tf32, Some(&reduced)));
+    assert!(!allowed(Precision::Fp32, Some(&tensor_cores)));
+    assert!(allowed(Precision::Fp32, Some(&nondeterministic)));
+    assert!(allowed(Precision::Bf16, Some(&down_convert)));
+    // Notes this cuDNN did not give: only 16-bit precisions take the engine.
+    assert!(allowed(Precision::Bf16, None));
+    assert!(allowed(Precision::F16, None));
+    assert!(!allowed(Precision::Tf32, None));
+    assert!(!allowed(Precision::Fp32, None));
 }
 
 #[test]

@@ -96,9 +96,10 @@ pub(super) struct Described {
     pub engine: i64,
     /// `(knob type, value)` pairs of the configuration.
     pub knobs: Vec<(u32, i64)>,
-    /// The engine's numerical notes (`cudnnBackendNumericalNote_t` values).
-    pub notes: Vec<u32>,
-    /// The values each of the engine's knobs accepts.
+    /// The engine's numerical notes (`cudnnBackendNumericalNote_t` values), if cuDNN said.
+    pub notes: Option<Vec<u32>>,
+    /// The values each of the engine's knobs accepts (empty if cuDNN did not say: no knob
+    /// search).
     pub ranges: Vec<KnobRange>,
 }
 
@@ -165,8 +166,8 @@ fn range_values(r: &KnobRange) -> Vec<i64> {
 /// TF32 allows tensor cores (TF32 operands, f32 sums) but not inputs converted down to 16 bits
 /// or sums in reduced precision; FP32 allows neither tensor cores; 16-bit precisions take the
 /// heuristics' proposals as they come (their operands are already 16-bit, sums are f32 by the
-/// convolution descriptor).
-pub(super) fn allowed(precision: Precision, notes: &[u32]) -> bool {
+/// convolution descriptor). An engine whose notes are not known is 16-bit precisions' only.
+pub(super) fn allowed(precision: Precision, notes: Option<&[u32]>) -> bool {
     use sys::cudnnBackendNumericalNote_t as N;
     let forbidden: &[N] = match precision {
         Precision::Bf16 | Precision::F16 => &[],
@@ -179,6 +180,9 @@ pub(super) fn allowed(precision: Precision, notes: &[u32]) -> bool {
             N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
             N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
         ],
+    };
+    let Some(notes) = notes else {
+        return matches!(precision, Precision::Bf16 | Precision::F16);
     };
     !notes
         .iter()

@@ -82,8 +82,9 @@ impl OpGraph {
         Ok(cfgs)
     }
 
-    /// What `cfg` (a heuristics result) is made of: its engine's global index, knobs and
-    /// numerical notes.
+    /// What `cfg` (a heuristics result) is made of: its engine's global index and knobs (an
+    /// error without them), its numerical notes and its knobs' ranges (absent or empty where
+    /// this cuDNN does not say).
     pub(super) fn describe(&mut self, cfg: Desc) -> Result<Described, EngineError> {
         let engine = self.owned.make(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
         let mut n = 0i64;
@@ -118,23 +119,16 @@ impl OpGraph {
             )?;
             knobs.push((ty, get_i64(c, A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE)?));
         }
-        const MAX_NOTES: usize = 16;
-        let mut notes = [0u32; MAX_NOTES];
-        // SAFETY: room for MAX_NOTES C enum values.
-        check(
-            unsafe {
-                sys::cudnnBackendGetAttribute(
-                    engine,
-                    A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                    T::CUDNN_TYPE_NUMERICAL_NOTE,
-                    MAX_NOTES as i64,
-                    &mut n,
-                    notes.as_mut_ptr() as *mut c_void,
-                )
-            },
-            "numerical notes",
-        )?;
-        let notes = notes[..n.clamp(0, MAX_NOTES as i64) as usize].to_vec();
+        Ok(Described {
+            engine: index,
+            knobs,
+            notes: numerical_notes(engine).ok(),
+            ranges: self.knob_ranges(engine).unwrap_or_default(),
+        })
+    }
+
+    /// The values each knob of `engine` accepts.
+    fn knob_ranges(&mut self, engine: Desc) -> Result<Vec<KnobRange>, EngineError> {
         let infos = self.descriptors(
             engine,
             A::CUDNN_ATTR_ENGINE_KNOB_INFO,
@@ -150,12 +144,7 @@ impl OpGraph {
                 stride: get_i64(i, A::CUDNN_ATTR_KNOB_INFO_STRIDE)?,
             });
         }
-        Ok(Described {
-            engine: index,
-            knobs,
-            notes,
-            ranges,
-        })
+        Ok(ranges)
     }
 
     /// The descriptors (of kind `kind`, created here) that attribute `name` of `d` lists.
@@ -326,4 +315,26 @@ fn operation_attributes(op: ConvOp) -> (D, [A; 6]) {
             ],
         ),
     }
+}
+
+/// The numerical notes of `engine` (`cudnnBackendNumericalNote_t` values).
+fn numerical_notes(engine: Desc) -> Result<Vec<u32>, EngineError> {
+    const MAX_NOTES: usize = 16;
+    let mut notes = [0u32; MAX_NOTES];
+    let mut n = 0i64;
+    // SAFETY: room for MAX_NOTES C enum values.
+    check(
+        unsafe {
+            sys::cudnnBackendGetAttribute(
+                engine,
+                A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                T::CUDNN_TYPE_NUMERICAL_NOTE,
+                MAX_NOTES as i64,
+                &mut n,
+                notes.as_mut_ptr() as *mut c_void,
+            )
+        },
+        "numerical notes",
+    )?;
+    Ok(notes[..n.clamp(0, MAX_NOTES as i64) as usize].to_vec())
 }

@@ -43,36 +43,11 @@ pub(in super::super) fn search(
     let mut times = time_round(handle, geometry, p, stream, &plans, 0)?;
     let proposed = fastest(&times).copied();
     if let Some((best, _)) = proposed.filter(|t| t.1 >= TUNE_KNOBS_FROM_MS) {
-        let d = &plans[best].2;
-        let (engine, notes) = (d.engine, d.notes.clone());
-        let variants = knob_variants(&d.knobs, &d.ranges, KNOB_VARIANTS);
         let first = plans.len();
-        for knobs in variants {
-            let Ok(cfg) = graph.config(engine, &knobs) else {
-                continue;
-            };
-            let Ok((plan, ws)) = graph.plan(handle, cfg) else {
-                continue;
-            };
-            if ws > MAX_WORKSPACE {
-                continue;
-            }
-            let described = Described {
-                engine,
-                knobs,
-                notes: notes.clone(),
-                ranges: Vec::new(),
-            };
-            plans.push((plan, ws as usize, described));
-        }
-        times.extend(time_round(
-            handle,
-            geometry,
-            p,
-            stream,
-            &plans[first..],
-            first,
-        )?);
+        let variants = knob_candidates(&mut graph, handle, &plans[best].2);
+        plans.extend(variants);
+        let more = time_round(handle, geometry, p, stream, &plans[first..], first)?;
+        times.extend(more);
     }
     let quickest = fastest(&times)
         .ok_or_else(|| EngineError::Unsupported("no engine configuration ran".into()))?
@@ -92,6 +67,34 @@ pub(in super::super) fn search(
     };
     let plan = Plan::rebuild(handle, geometry, &choice)?;
     Ok((plan, choice))
+}
+
+/// Plans one knob away from `base` (see [`knob_variants`]) that build within the workspace cap.
+fn knob_candidates(
+    graph: &mut OpGraph,
+    handle: sys::cudnnHandle_t,
+    base: &Described,
+) -> Vec<Candidate> {
+    let mut plans = Vec::new();
+    for knobs in knob_variants(&base.knobs, &base.ranges, KNOB_VARIANTS) {
+        let Ok(cfg) = graph.config(base.engine, &knobs) else {
+            continue;
+        };
+        let Ok((plan, ws)) = graph.plan(handle, cfg) else {
+            continue;
+        };
+        if ws > MAX_WORKSPACE {
+            continue;
+        }
+        let described = Described {
+            engine: base.engine,
+            knobs,
+            notes: base.notes.clone(),
+            ranges: Vec::new(),
+        };
+        plans.push((plan, ws as usize, described));
+    }
+    plans
 }
 
 /// The fastest `(index, ms)` of `times`.
@@ -135,7 +138,7 @@ fn candidates(
         let Ok(described) = graph.describe(cfg) else {
             continue;
         };
-        if !allowed(precision, &described.notes) {
+        if !allowed(precision, described.notes.as_deref()) {
             continue;
         }
         let Ok((plan, ws)) = graph.plan(handle, cfg) else {
