@@ -15,7 +15,7 @@
 //! those within 5 % of it). For a shape that takes long enough to matter, the fastest
 //! proposal's knobs (tile sizes and the like) are then tried one at a time over their ranges:
 //! the heuristics propose one value of each, not always the fastest (TF32's largest weight
-//! gradient: 8.10 ms as proposed, 7.72 with another tile size, docs/benchmarks). Heuristics
+//! gradient: 8.10 ms as proposed, 7.72 with one knob changed, docs/benchmarks). Heuristics
 //! modes B and fallback, timed too, proposed nothing faster for the weight gradients and
 //! saved 0.6 ms over the two one-channel convolutions, at over a minute of searching in the
 //! first training step; they are not asked. Choices are shared by the devices of one GPU model and
