@@ -151,18 +151,21 @@ print(f"  {len(m)} steps, optimizer step (4..) median {step}; losses {[round(x['
 PY
 }
 
-# The tuned PyTorch reference under torch.compile (default mode), its profiler summed by
-# scripts/torch-gpu-profile.py, with the whole-GPU peak: `torch_compile_run LIMIT_S` in $W
-# (torch-compile1.json / .log, smi-torch.txt); prints the wall and GPU-busy medians.
+# The tuned PyTorch reference under torch.compile, its profiler summed by
+# scripts/torch-gpu-profile.py, with the whole-GPU peak: `torch_compile_run LIMIT_S [MODE]` in $W,
+# MODE 1 (default mode, the default: torch-compile1.json / .log, smi-torch.txt) or 2
+# (mode="reduce-overhead": torch-compile2.json / .log, smi-torch2.txt); prints the wall and
+# GPU-busy medians.
 torch_compile_run() {
-  local limit=${1:?torch_compile_run LIMIT_S} smi
-  smi=$(poll_memory "$W/smi-torch.txt" 0)
+  local limit=${1:?torch_compile_run LIMIT_S [MODE]} mode=${2:-1} smi smi_file
+  smi_file="$W/smi-torch.txt"; [ "$mode" = 1 ] || smi_file="$W/smi-torch$mode.txt"
+  smi=$(poll_memory "$smi_file" 0)
   PYTHONUNBUFFERED=1 timeout "$limit" python3 scripts/torch-gpu-profile.py --config bf16_fix \
-    --compile 1 --steps 10 --profiled 3 > "$W/torch-compile1.json" 2> "$W/torch-compile1.log"
-  echo "torch compile=1 rc=$? whole-GPU peak $(peak_mib "$W/smi-torch.txt") MiB ($SECONDS s)"
+    --compile "$mode" --steps 10 --profiled 3 > "$W/torch-compile$mode.json" 2> "$W/torch-compile$mode.log"
+  echo "torch compile=$mode rc=$? whole-GPU peak $(peak_mib "$smi_file") MiB ($SECONDS s)"
   kill "$smi"
-  tail -2 "$W/torch-compile1.log" | cut -c1-200
-  python3 - "$W/torch-compile1.json" <<'PY'
+  tail -2 "$W/torch-compile$mode.log" | cut -c1-200
+  python3 - "$W/torch-compile$mode.json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     if not line.startswith('{'): continue
@@ -171,5 +174,22 @@ for line in open(sys.argv[1]):
         t = r.get(k)
         if t: print(f"  torch {k}: wall {t['wall_ms_median']:.2f} ms, GPU busy {t['gpu_busy_ms']:.1f} ms, {t['launches']:.0f} launches")
     if 'error' in r: print('  error', r['error'])
+PY
+}
+
+# What a bench_run NAME traced: its first steps, the GPU busy time of the traced training
+# micro-step, and cuDNN's kernels by operation (weight gradient, forward, data gradient):
+# `bench_summary NAME`.
+bench_summary() {
+  python3 - "$W/bench-$1/results.jsonl" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+g = r.get('train_gpu') or {}
+print(f"  first train step {r.get('first_train_step_s')} s, first sampling step {r.get('first_sample_step_s')} s; train busy {g.get('busy_ms', float('nan')):.2f} of {g.get('wall_ms', float('nan')):.2f} ms traced")
+conv = {}
+for t in g.get('top', []):
+    for k in ('wgrad', 'dgrad', 'fprop'):
+        if k in t['name']: conv[k] = conv.get(k, 0) + t['ms']
+print('  cuDNN kernels a step (ms): ' + ', '.join(f"{k} {v:.2f}" for k, v in conv.items()))
 PY
 }
