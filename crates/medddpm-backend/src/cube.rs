@@ -103,6 +103,7 @@ where
     #[cfg(feature = "cuda")]
     if backend == BackendKind::Cuda {
         exclusive_memory_pages();
+        shipped_kernels(settings.shipped_tuning);
     }
     let several = placement.devices.len() > 1;
     for (index, device) in &placement.devices {
@@ -143,6 +144,13 @@ where
     let task = task.take().expect("the task is taken only here");
     let out = task.run::<B>(device, &env);
     watcher.finish();
+    #[cfg(feature = "cuda")]
+    if backend == BackendKind::Cuda {
+        let (shipped, compiled) = cubecl::cuda::shipped_kernel_counts();
+        if shipped + compiled > 0 {
+            log::info!("kernels: {shipped} loaded from the machine code shipped for H100/H200, {compiled} compiled with NVRTC");
+        }
+    }
     Ok(out)
 }
 
@@ -160,6 +168,19 @@ fn seed_shipped_tuning(root: &Path, devices: &[usize]) -> Result<(), Error> {
         );
     }
     Ok(())
+}
+
+/// Machine code shipped for H100/H200 where the PTX cache lacks a kernel (unless `shipped`
+/// is off: `--no-shipped-tuning` compiles everything), and every kernel NVRTC compiles written
+/// out where `MEDDDPM_EXPORT_KERNELS` names a folder (for `scripts/ship-kernels.sh`).
+#[cfg(feature = "cuda")]
+fn shipped_kernels(shipped: bool) {
+    if shipped {
+        cubecl::cuda::set_shipped_kernels(crate::shipped_kernels::table);
+    }
+    if let Some(dir) = std::env::var_os("MEDDDPM_EXPORT_KERNELS") {
+        cubecl::cuda::export_kernels_to(dir.into());
+    }
 }
 
 /// Opens `device`'s client and checks that it computes in `precision`.

@@ -20,6 +20,7 @@ mod devices;
 mod error;
 mod run;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod shipped_kernels;
 mod shipped_tuning;
 mod task;
 pub mod tune_watch;

@@ -7,6 +7,7 @@ mod device;
 mod runtime;
 
 pub use compute::capture::{CudaGraph, is_capturing};
+pub use compute::shipped::{export_kernels_to, key as shipped_kernel_key, set_shipped_kernels, shipped_kernel_counts};
 pub use device::*;
 pub use runtime::*;
 

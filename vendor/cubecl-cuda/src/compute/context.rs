@@ -177,6 +177,33 @@ impl CudaContext {
 
         logger.log_compilation(&kernel_compiled);
 
+        // medddpm-rs patch: machine code shipped for this very source (`shipped.rs`) instead
+        // of NVRTC and the driver's compiler; kept in the PTX cache (the driver loads CUBIN
+        // as it loads PTX), so the next run finds it by id.
+        let source_key = super::shipped::key(&arch, &kernel_compiled.source);
+        if let Some(cubin) = super::shipped::find(source_key) {
+            let image: Vec<c_char> = cubin.iter().map(|&b| b as c_char).collect();
+            let repr = kernel_compiled.repr.unwrap();
+            if let (Some(cache), Some(hash)) = (&mut self.ptx_cache, hash) {
+                let entry = PtxCacheEntry {
+                    entrypoint_name: kernel_compiled.entrypoint_name.clone(),
+                    shared_mem_bytes: repr.shared_memory_size(),
+                    ptx: image.clone(),
+                };
+                if let Err(err) = cache.insert(hash, entry) {
+                    log::warn!("Unable to save the shipped kernel {err:?}");
+                }
+            }
+            self.load_ptx(
+                image,
+                kernel_id.clone(),
+                kernel_compiled.entrypoint_name,
+                cube_dim,
+                repr.shared_memory_size(),
+            )?;
+            return Ok(());
+        }
+
         // SAFETY: Calling NVRTC FFI to create, compile, and extract PTX from a program.
         // The `CString` source is null-terminated and outlives the program. On compilation
         // failure, the error log is retrieved and reported before returning.
@@ -220,6 +247,9 @@ impl CudaContext {
                     backtrace: BackTrace::capture(),
                 })?;
             };
+            if let Some(dir) = super::shipped::compiled() {
+                export_cubin(program, &dir.join(super::shipped::file_name(source_key)));
+            }
             cudarc::nvrtc::result::get_ptx(program).map_err(|err| CompilationError::Generic {
                 reason: format!("{err:?}"),
                 backtrace: BackTrace::capture(),
@@ -386,6 +416,37 @@ mod medddpm_tests {
 /// `-pch` the first include (`cuda_runtime.h`) is parsed once per process, not once per kernel.
 /// On an H200 the first bf16 sampling step and training micro-step on a fresh machine took
 /// 28.1 and 39.6 s with it, 32.4 and 50.7 s without (docs/benchmarks).
+/// medddpm-rs patch: writes a compiled program's CUBIN to `path` (`shipped.rs`), or says why
+/// not; NVRTC has one only when it compiled for a real architecture (ours: `sm_XX[a]`).
+///
+/// # Safety
+/// `program` is a program NVRTC compiled successfully.
+unsafe fn export_cubin(program: cudarc::nvrtc::sys::nvrtcProgram, path: &std::path::Path) {
+    use cudarc::nvrtc::sys::{nvrtcGetCUBIN, nvrtcGetCUBINSize, nvrtcResult};
+    let mut size = 0usize;
+    // SAFETY: `program` compiled; NVRTC writes the size, then that many bytes.
+    let cubin = unsafe {
+        if nvrtcGetCUBINSize(program, &mut size) != nvrtcResult::NVRTC_SUCCESS || size == 0 {
+            log::warn!("no CUBIN to export for {}", path.display());
+            return;
+        }
+        let mut cubin = vec![0u8; size];
+        if nvrtcGetCUBIN(program, cubin.as_mut_ptr() as *mut c_char) != nvrtcResult::NVRTC_SUCCESS
+        {
+            log::warn!("no CUBIN to export for {}", path.display());
+            return;
+        }
+        cubin
+    };
+    let part = path.with_extension("part");
+    let written = std::fs::create_dir_all(path.parent().unwrap_or(std::path::Path::new(".")))
+        .and_then(|_| std::fs::write(&part, &cubin))
+        .and_then(|_| std::fs::rename(&part, path));
+    if let Err(err) = written {
+        log::warn!("Unable to export the CUBIN {}: {err}", path.display());
+    }
+}
+
 fn nvrtc_has_pch() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {

@@ -3,6 +3,7 @@ pub(crate) mod command;
 pub(crate) mod communication;
 pub(crate) mod context;
 pub(crate) mod io;
+pub mod shipped;
 pub(crate) mod storage;
 pub(crate) mod stream;
 pub(crate) mod sync;
