@@ -10,7 +10,7 @@ summed over the batch, no more tiles unless the kernel splits the sum).
 
 Prints one JSON line per case: ms (median of 20 after 5 warm-up, CUDA events), and the largest
 difference from the plain gradient (TF32 against TF32).
-Usage: python3 scripts/torch-wgrad-slabs.py [--size 128]
+Usage: python3 scripts/torch-wgrad-slabs.py [--size 128] [--slabs 2,3,4,8] (--slabs "": plain only)
 """
 import argparse
 import json
@@ -72,7 +72,7 @@ for cin, cout in ((128, 64), (64, 64)):
             if name == "bf16" or not cl:
                 continue
             xp = torch.nn.functional.pad(x, (0, 0, 0, 0, 1, 1))
-            for s in (int(v) for v in args.slabs.split(",")):
+            for s in (int(v) for v in args.slabs.split(",") if v):
                 if n % s:
                     continue
                 d = n // s
