@@ -171,15 +171,15 @@ fn seed_shipped_tuning(root: &Path, devices: &[usize]) -> Result<(), Error> {
 }
 
 /// Machine code shipped for H100/H200 where the PTX cache lacks a kernel (unless `shipped`
-/// is off: `--no-shipped-tuning` compiles everything), and every kernel NVRTC compiles written
-/// out where `MEDDDPM_EXPORT_KERNELS` names a folder (for `scripts/ship-kernels.sh`).
+/// is off: `--no-shipped-tuning` compiles everything). Where `MEDDDPM_EXPORT_KERNELS` names a
+/// folder, nothing shipped is used and every kernel NVRTC compiles is written there (for
+/// `scripts/ship-kernels.sh`: a kernel loaded from the shipped table would be missing).
 #[cfg(feature = "cuda")]
 fn shipped_kernels(shipped: bool) {
-    if shipped {
-        cubecl::cuda::set_shipped_kernels(crate::shipped_kernels::table);
-    }
     if let Some(dir) = std::env::var_os("MEDDDPM_EXPORT_KERNELS") {
         cubecl::cuda::export_kernels_to(dir.into());
+    } else if shipped {
+        cubecl::cuda::set_shipped_kernels(crate::shipped_kernels::table);
     }
 }
 

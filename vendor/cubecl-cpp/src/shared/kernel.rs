@@ -168,7 +168,12 @@ pub fn type_vectorized_definitions<D: Dialect>(
     f: &mut std::fmt::Formatter<'_>,
     items: &HashSet<Item<D>>,
 ) -> std::fmt::Result {
-    for item in items.iter() {
+    // medddpm patch: in a fixed order (their names), not the set's, which differs from process
+    // to process: the same kernel then has the same source in every run, which the vendored
+    // cubecl-cuda's shipped machine code is found by.
+    let mut items: Vec<&Item<D>> = items.iter().collect();
+    items.sort_by_cached_key(|item| item.to_string());
+    for item in items {
         let elem = item.elem;
         let size = item.vectorization;
         let alignment = elem.size() * size;
